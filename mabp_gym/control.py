@@ -1,0 +1,261 @@
+"""One-slot controls and their feasibility check (SPEC section 1, steps 2-7).
+
+A :class:`Control` is indexed by the workload's candidate lists (``workload.index``):
+transfers are transfer-candidate indices, routing amounts are per route candidate,
+whole-unit service amounts are per action, ``start`` names per node the action whose unit
+begins multi-slot service with the compute the node has left, and ``retain`` is the
+retention priority map per retain candidate, fixed before outcomes are seen.
+
+:func:`check_control` raises :class:`InfeasibleControlError` naming the violated
+constraint, the node and the commodity (or link and signature) whenever a control breaks
+any constraint; the simulator calls it on every control it executes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from mabp_gym.state import SimState
+    from mabp_gym.workload import Workload
+
+EPS = 1e-9
+
+
+class InfeasibleControlError(ValueError):
+    """A control violates a constraint of the slot it was given for."""
+
+    def __init__(self, constraint: str, where: str, detail: str) -> None:
+        super().__init__(f"infeasible control: {constraint} violated at {where}: {detail}")
+        self.constraint = constraint
+        self.where = where
+
+
+@dataclass(frozen=True)
+class Control:
+    """A complete one-slot control.
+
+    Shapes: ``T'`` executed transfers (any order, each a transfer-candidate index).
+    """
+
+    transfers: np.ndarray  # (T',) int64, indices into the transfer candidates
+    route: np.ndarray  # (R,) int64, units routed per route candidate
+    service: np.ndarray  # (A,) int64, whole units served per action this slot
+    start: np.ndarray  # (N,) int64, action starting one multi-slot unit, -1 for none
+    retain: np.ndarray  # (K,) float64, retention priority per retain candidate
+
+    @staticmethod
+    def idle(workload: Workload) -> Control:
+        """The control that does nothing and drops every object."""
+        ix = workload.index
+        return Control(
+            transfers=np.zeros(0, dtype=np.int64),
+            route=np.zeros(ix.num_routes, dtype=np.int64),
+            service=np.zeros(ix.num_actions, dtype=np.int64),
+            start=np.full(ix.num_nodes, -1, dtype=np.int64),
+            retain=np.full(ix.num_retains, -1.0),
+        )
+
+
+def _sparse(name: str, value: np.ndarray, length: int) -> list[tuple[int, int]]:
+    """``(index, amount)`` of the nonzero entries of an integer control vector."""
+    array = _as_int_array(name, value, length)
+    nonzero = np.flatnonzero(array)
+    return list(zip(nonzero.tolist(), array[nonzero].tolist(), strict=True))
+
+
+def _as_int_array(name: str, value: np.ndarray, length: int | None) -> np.ndarray:
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.ndim != 1 or (length is not None and array.shape[0] != length):
+        expected = f"({length},)" if length is not None else "(n,)"
+        raise InfeasibleControlError("shape", f"control.{name}",
+                                     f"expected shape {expected}, got {array.shape}")
+    if array.dtype.kind not in "iu":
+        if array.size and not (np.all(np.isfinite(array)) and np.all(array == np.round(array))):
+            raise InfeasibleControlError("integrality", f"control.{name}",
+                                         "amounts must be integers")
+        array = array.astype(np.int64)
+    return array
+
+
+def _as_int_list(name: str, value: np.ndarray, length: int | None) -> list[int]:
+    return _as_int_array(name, value, length).tolist()
+
+
+def hit_bits(workload: Workload, holder: np.ndarray, memory: bool) -> list[int]:
+    """Hit bit of every action given who holds what (``holder``: ``(N, S)`` identities)."""
+    ix = workload.index
+    if not memory or not ix.num_signatures:
+        return [0] * ix.num_actions
+    flat = np.append(holder.ravel(), -1)
+    return (flat[ix.hit_slot] >= 0).astype(np.int64).tolist()
+
+
+def _link_name(workload: Workload, e: int) -> str:
+    link = workload.links[e]
+    return f"link {workload.nodes[link.src].name}->{workload.nodes[link.dst].name}"
+
+
+def _pair_name(workload: Workload, p: int) -> str:
+    ix = workload.index
+    return (f"node {workload.nodes[ix.pair_node[p]].name}, commodity "
+            f"{workload.commodities[ix.pair_commodity[p]].name!r}")
+
+
+@dataclass(frozen=True)
+class CheckedControl:
+    """A control that passed :func:`check_control`, in the sparse form the transition uses."""
+
+    hit: list[int]  # (A,) hit bit of every action under the post-transfer memory
+    transfers: list[int]  # transfer-candidate indices
+    route: list[tuple[int, int]]  # (route candidate, units), nonzero entries
+    service: list[tuple[int, int]]  # (action, units), nonzero entries
+    start: list[tuple[int, int]]  # (node, action) of each multi-slot start
+
+
+def check_control(workload: Workload, state: SimState, control: Control, *,
+                  memory: bool = True) -> CheckedControl:
+    """Raise :class:`InfeasibleControlError` unless ``control`` is feasible in ``state``.
+
+    Returns:
+        The control in sparse form with the hit bit of every action under the
+        post-transfer resident memory (the activation of SPEC 1 step 4).
+    """
+    ix = workload.index
+    fx = ix.fast
+    names = workload.nodes
+    transfers = _as_int_list("transfers", control.transfers, None)
+    route = _sparse("route", control.route, ix.num_routes)
+    service = _sparse("service", control.service, ix.num_actions)
+    start = _as_int_list("start", control.start, ix.num_nodes)
+    retain = np.asarray(control.retain)
+    if retain.shape != (ix.num_retains,):
+        raise InfeasibleControlError("shape", "control.retain",
+                                     f"expected shape ({ix.num_retains},), got {retain.shape}")
+    if retain.size and not np.all(np.isfinite(retain)):
+        raise InfeasibleControlError("finite priorities", "control.retain",
+                                     "retention priorities must be finite")
+
+    holder = state.holder
+    if transfers:
+        holder = _check_transfers(workload, state, transfers, memory)
+    hit = hit_bits(workload, holder, memory)
+
+    # Links.
+    load = [0] * ix.num_links
+    taken: dict[int, int] = {}
+    for r, n in route:
+        if n < 0:
+            raise InfeasibleControlError("nonnegativity", f"control.route[{r}]",
+                                         f"amount {n} < 0")
+        load[fx.route_link[r]] += n
+        p = fx.route_src_pair[r]
+        taken[p] = taken.get(p, 0) + n
+    capacity = ix.link_capacity.tolist()
+    for e, units in enumerate(load):
+        if units > capacity[e]:
+            raise InfeasibleControlError("link capacity", _link_name(workload, e),
+                                         f"{units} units routed, capacity {capacity[e]}")
+
+    # Compute: units in service first, then whole units, then at most one start.
+    spent = [0.0] * ix.num_nodes
+    for i, a in enumerate(state.service_action.tolist()):
+        if a >= 0:
+            spent[i] = min(fx.mu[i], float(state.service_residual[i]))
+    for a, n in service:
+        if n < 0:
+            raise InfeasibleControlError("nonnegativity", f"control.service[{a}]",
+                                         f"amount {n} < 0")
+        spent[fx.action_node[a]] += n * fx.work[hit[a]][a]
+        p = fx.action_pair[a]
+        taken[p] = taken.get(p, 0) + n
+    for i, total in enumerate(spent):
+        if total > fx.mu[i] + EPS:
+            raise InfeasibleControlError("compute capacity", f"node {names[i].name}",
+                                         f"work {total:g} exceeds mu {fx.mu[i]:g}")
+    starts: list[tuple[int, int]] = []
+    for i, a in enumerate(start):
+        if a == -1:
+            continue
+        if not 0 <= a < ix.num_actions or fx.action_node[a] != i:
+            raise InfeasibleControlError("start action", f"node {names[i].name}",
+                                         f"action {a} is not an action of this node (or -1)")
+        left = fx.mu[i] - spent[i]
+        work = fx.work[hit[a]][a]
+        if left <= EPS or work <= left + EPS:
+            raise InfeasibleControlError(
+                "multi-slot start", f"node {names[i].name}",
+                f"a unit starts in service only when it does not fit whole; compute left "
+                f"{left:g}, work {work:g}")
+        p = fx.action_pair[a]
+        taken[p] = taken.get(p, 0) + 1
+        starts.append((i, a))
+
+    # Queues: routed + served + started units of (i, c) at most the waiting units.
+    if taken:
+        queue = state.queue_len
+        for p, units in taken.items():
+            if units > queue[p]:
+                raise InfeasibleControlError(
+                    "queue", _pair_name(workload, p),
+                    f"{units} units routed or served, {int(queue[p])} waiting")
+    return CheckedControl(hit=hit, transfers=transfers, route=route, service=service,
+                          start=starts)
+
+
+def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
+                     memory: bool) -> np.ndarray:
+    """Check transfers (SPEC 1 step 2) and return the post-transfer holder matrix.
+
+    The source holds the object, each object moves once, the link's bandwidth, one replica
+    of a signature per node, the destination budget after all transfers.
+    """
+    ix = workload.index
+    fx = ix.fast
+    names = workload.nodes
+    if not memory:
+        raise InfeasibleControlError("no-memory mode", "control.transfers",
+                                     "the no-memory system has no objects to move")
+    holder = state.holder
+    after = holder.copy()
+    bandwidth = [0.0] * ix.num_links
+    moved: set[tuple[int, int]] = set()
+    arriving: set[tuple[int, int]] = set()
+    for k in transfers:
+        if not 0 <= k < ix.num_transfers:
+            raise InfeasibleControlError("candidate range", "control.transfers",
+                                         f"index {k} not in [0, {ix.num_transfers})")
+        e, s = fx.transfer_link[k], fx.transfer_signature[k]
+        i, j = fx.link_src[e], fx.link_dst[e]
+        where = f"link {names[i].name}->{names[j].name}, signature " \
+                f"{workload.signatures[s].name!r}"
+        if holder[i, s] < 0:
+            raise InfeasibleControlError("transfer source", where,
+                                         "the source does not hold the object")
+        if (i, s) in moved:
+            raise InfeasibleControlError("object moves at most once", where,
+                                         "the object is moved twice in one slot")
+        if holder[j, s] >= 0 or (j, s) in arriving:
+            raise InfeasibleControlError("one replica per node", where,
+                                         "the destination already holds or receives a replica")
+        moved.add((i, s))
+        arriving.add((j, s))
+        bandwidth[e] += fx.signature_size[s]
+        after[j, s] = holder[i, s]
+        after[i, s] = -1
+    for e, size in enumerate(bandwidth):
+        if size > ix.link_bandwidth[e] + EPS:
+            raise InfeasibleControlError("transfer bandwidth", _link_name(workload, e),
+                                         f"{size:g} size units moved, bandwidth "
+                                         f"{ix.link_bandwidth[e]:g}")
+    used = (after >= 0) @ ix.signature_size
+    over = np.flatnonzero(used > ix.budget + EPS)
+    if over.size:
+        i = int(over[0])
+        raise InfeasibleControlError("memory budget", f"node {names[i].name}",
+                                     f"{used[i]:g} size units resident after transfers, "
+                                     f"budget {ix.budget[i]:g}")
+    return after

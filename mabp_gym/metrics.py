@@ -1,0 +1,94 @@
+"""SPEC section 5 metrics, computed from the slots a policy actually faced.
+
+A :class:`Trace` accumulates :class:`~mabp_gym.simulator.SlotOutcome` records; every metric
+is taken over the window after the first ``warmup`` fraction of slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mabp_gym.simulator import SlotOutcome
+
+STABLE_SLOPE = 0.035  # units per slot
+STABLE_BACKLOG = 120.0  # units
+
+
+@dataclass
+class Trace:
+    """Per-slot series of one run (one entry per slot)."""
+
+    backlog: list[int] = field(default_factory=list)  # ||Q(t+1)||_1
+    arrivals: list[int] = field(default_factory=list)
+    completed: list[int] = field(default_factory=list)
+    served: list[int] = field(default_factory=list)
+    hits: list[int] = field(default_factory=list)
+    churn: list[int] = field(default_factory=list)  # insertions + evictions
+    work: list[float] = field(default_factory=list)
+    penalty_compute: list[float] = field(default_factory=list)
+    penalty_transmission: list[float] = field(default_factory=list)
+    penalty_memory: list[float] = field(default_factory=list)
+    delays: list[tuple[int, ...]] = field(default_factory=list)
+
+    def record(self, outcome: SlotOutcome) -> None:
+        self.backlog.append(outcome.backlog)
+        self.arrivals.append(outcome.arrivals)
+        self.completed.append(outcome.completed)
+        self.served.append(outcome.served)
+        self.hits.append(outcome.hits)
+        self.churn.append(outcome.insertions + outcome.evictions)
+        self.work.append(outcome.work)
+        self.penalty_compute.append(outcome.penalty_compute)
+        self.penalty_transmission.append(outcome.penalty_transmission)
+        self.penalty_memory.append(outcome.penalty_memory)
+        self.delays.append(outcome.delays)
+
+
+def backlog_slope(backlog: np.ndarray) -> float:
+    """Least-squares slope of ``B(t)`` against ``t`` (units per slot); 0 for < 2 points."""
+    if len(backlog) < 2:
+        return 0.0
+    t = np.arange(len(backlog), dtype=np.float64)
+    return float(np.polyfit(t, np.asarray(backlog, dtype=np.float64), 1)[0])
+
+
+def is_stable(slope: float, mean_backlog: float) -> bool:
+    """SPEC 5: a run (or a seed-mean) is stable when slope < 0.035 and mean backlog < 120."""
+    return bool(slope < STABLE_SLOPE and mean_backlog < STABLE_BACKLOG)
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return float(numerator / denominator) if denominator else float("nan")
+
+
+def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
+    """Every SPEC 5 metric of one run, after discarding the first ``warmup`` of its slots."""
+    if not 0.0 <= warmup < 1.0:
+        raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
+    start = int(len(trace.backlog) * warmup)
+    window = slice(start, None)
+    backlog = np.asarray(trace.backlog[window], dtype=np.float64)
+    slope = backlog_slope(backlog)
+    mean_backlog = float(backlog.mean()) if backlog.size else 0.0
+    completed = float(sum(trace.completed[window]))
+    served = float(sum(trace.served[window]))
+    delays = [d for slot in trace.delays[window] for d in slot]
+    compute = sum(trace.penalty_compute[window])
+    transmission = sum(trace.penalty_transmission[window])
+    memory = sum(trace.penalty_memory[window])
+    return {
+        "slope": slope,
+        "mean_backlog": mean_backlog,
+        "stable": is_stable(slope, mean_backlog),
+        "penalty": _ratio(compute + transmission + memory, completed),
+        "p95_delay": float(np.percentile(delays, 95)) if delays else float("nan"),
+        "hit_ratio": _ratio(sum(trace.hits[window]), served),
+        "churn": _ratio(sum(trace.churn[window]), served),
+        "completion_ratio": _ratio(completed, sum(trace.arrivals[window])),
+        "work_per_request": _ratio(sum(trace.work[window]), completed),
+        "compute_cost": _ratio(compute, completed),
+        "transmission_cost": _ratio(transmission, completed),
+        "memory_cost": _ratio(memory, completed),
+    }

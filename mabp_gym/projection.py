@@ -1,0 +1,158 @@
+"""The shared projection of candidate scores onto a feasible control (SPEC 3.2).
+
+Every policy, scripted or learned, and the Gymnasium environment produce one score per
+candidate and go through :func:`project`; only their scores differ. A score vector has
+length ``D = A + R + T + K`` laid out as ``[service | route | transfer | retain]``
+(``workload.index.score_slices``). Only order and sign matter:
+
+1. transfers with score > 0, in descending score: move if the source holds the object, the
+   link's transfer bandwidth and the destination budget allow it, the destination holds no
+   replica of the signature and the object has not moved this slot;
+2. units already in service take the compute they need first; then service candidates with
+   score > 0, in descending score, each take the largest whole number of units their queue
+   and the node's compute allow. A candidate that cannot fit one whole unit starts one unit
+   in service with all the compute the node has left, and the node serves nothing else;
+3. then route candidates with score > 0, in descending score, move what is left of each
+   queue within link capacities;
+4. retention uses the retain scores as the priority map: after outcomes each node keeps its
+   objects in descending score while they fit; negative scores are dropped.
+
+Ties are broken by candidate index (a stable sort), so the order is fixed and documented:
+services by action index, routes by link then commodity, transfers by link then signature.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mabp_gym.control import EPS, Control, hit_bits
+from mabp_gym.state import SimState
+from mabp_gym.workload import Workload
+
+
+def validate_scores(workload: Workload, scores: np.ndarray) -> np.ndarray:
+    """Return ``scores`` as a float64 vector or raise ``ValueError`` naming the shape."""
+    expected = workload.index.num_scores
+    array = np.asarray(scores, dtype=np.float64)
+    if array.shape != (expected,):
+        raise ValueError(f"scores must have shape ({expected},) for workload "
+                         f"{workload.name!r}, got {np.shape(scores)}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"scores must be finite floats of shape ({expected},); got NaN or inf")
+    return array
+
+
+def project(workload: Workload, state: SimState, scores: np.ndarray, *,
+            memory: bool = True) -> Control:
+    """Project a score vector onto a feasible control for ``state``.
+
+    Args:
+        workload: the network.
+        state: the state at the start of the slot.
+        scores: ``(D,)`` finite floats, ``D = workload.index.num_scores``.
+        memory: ``False`` for the no-memory system (no transfers, every action a miss).
+
+    Returns:
+        A :class:`Control` that :func:`mabp_gym.control.check_control` accepts.
+    """
+    ix = workload.index
+    fx = ix.fast
+    scores = validate_scores(workload, scores)
+    values = scores.tolist()
+    n_act, n_route, n_transfer = ix.num_actions, ix.num_routes, ix.num_transfers
+
+    # 1. Transfers.
+    transfers: list[int] = []
+    holder = state.holder
+    if memory and n_transfer:
+        offset = n_act + n_route
+        wanted = (np.flatnonzero(scores[offset:offset + n_transfer] > 0)).tolist()
+        if wanted:
+            wanted.sort(key=lambda k: values[offset + k], reverse=True)
+            holds = holder.tolist()
+            used = state.memory_used.tolist()
+            bandwidth = ix.link_bandwidth.tolist()
+            arrived: set[tuple[int, int]] = set()
+            for k in wanted:
+                e, s = fx.transfer_link[k], fx.transfer_signature[k]
+                i, j = fx.link_src[e], fx.link_dst[e]
+                size = fx.signature_size[s]
+                if (holds[i][s] < 0 or (i, s) in arrived or holds[j][s] >= 0
+                        or bandwidth[e] < size - EPS or used[j] + size > fx.budget[j] + EPS):
+                    continue
+                holds[j][s], holds[i][s] = holds[i][s], -1
+                arrived.add((j, s))
+                used[i] -= size
+                used[j] += size
+                bandwidth[e] -= size
+                transfers.append(k)
+            if transfers:
+                holder = np.asarray(holds, dtype=np.int64)
+    hit = hit_bits(workload, holder, memory)
+
+    # 2. Units in service take their compute first; then service in descending score.
+    left = list(fx.mu)
+    for i, a in enumerate(state.service_action.tolist()):
+        if a >= 0:
+            left[i] -= min(fx.mu[i], float(state.service_residual[i]))
+    queue = state.queue_len
+    service_scores = scores[:n_act]
+    wanted = np.flatnonzero((service_scores > 0) & (queue[ix.action_pair] > 0)).tolist()
+    service: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    avail: dict[int, int] = {}
+    if wanted:
+        wanted.sort(key=values.__getitem__, reverse=True)
+        work = fx.work
+        action_pair, action_node = fx.action_pair, fx.action_node
+        for a in wanted:
+            i = action_node[a]
+            if left[i] <= EPS:
+                continue
+            p = action_pair[a]
+            q = avail[p] if p in avail else int(queue[p])
+            if q == 0:
+                continue
+            w = work[hit[a]][a]
+            n = min(q, int((left[i] + EPS) // w))
+            if n >= 1:
+                service[a] = n
+                avail[p] = q - n
+                left[i] -= n * w
+            else:
+                starts[i] = a
+                avail[p] = q - 1
+                left[i] = 0.0
+
+    # 3. Routing in descending score with what is left of each queue.
+    route: dict[int, int] = {}
+    if n_route:
+        route_scores = scores[n_act:n_act + n_route]
+        wanted = np.flatnonzero((route_scores > 0) & (queue[ix.route_src_pair] > 0)).tolist()
+        if wanted:
+            wanted.sort(key=lambda r: values[n_act + r], reverse=True)
+            capacity = ix.link_capacity.tolist()
+            src_pair, route_link = fx.route_src_pair, fx.route_link
+            for r in wanted:
+                p, e = src_pair[r], route_link[r]
+                q = avail[p] if p in avail else int(queue[p])
+                n = min(q, capacity[e])
+                if n > 0:
+                    route[r] = n
+                    avail[p] = q - n
+                    capacity[e] -= n
+
+    return Control(
+        transfers=np.asarray(transfers, dtype=np.int64),
+        route=_dense(route, n_route),
+        service=_dense(service, n_act),
+        start=_dense(starts, ix.num_nodes, fill=-1),
+        retain=scores[ix.score_slices[3]].copy(),
+    )
+
+
+def _dense(entries: dict[int, int], length: int, fill: int = 0) -> np.ndarray:
+    array = np.full(length, fill, dtype=np.int64)
+    if entries:
+        array[list(entries)] = list(entries.values())
+    return array

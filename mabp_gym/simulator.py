@@ -1,0 +1,362 @@
+"""The one-slot transition of an SFMSN (SPEC section 1), in its exact causal order.
+
+Slot ``t``: (1) observe ``Q(t)``, ``Y^-(t)``; (2) transfers; (3) resident set; (4) every
+resident object is active; (5) units in service take compute first, then whole-unit
+service, multi-slot starts and routing (routed units join ``Q(t+1)``); (6) outcomes:
+successors join the same node at ``t+1``, completed requests leave, objects are generated;
+(7) retention by the priority map fixed in the control; (8) Poisson arrivals join
+``Q(t+1)``; (9) the penalty ``h(t)``.
+
+Units joining a queue at the end of a slot are appended in this order: routed units (by
+route candidate), successors (by completion order: units finishing multi-slot service by
+node, then whole units by action), arrivals (by arrival pair). Completed units draw their
+successor in the same order, then arrivals are drawn: all randomness comes from the one
+``numpy.random.Generator`` seeded by :meth:`Simulator.reset`.
+
+A request born in slot ``t0`` (its arrival joins ``Q(t0 + 1)``) that leaves in slot ``t``
+has delay ``t - t0``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mabp_gym.control import EPS, Control, check_control
+from mabp_gym.projection import project
+from mabp_gym.state import SimState
+from mabp_gym.workload import Workload
+
+
+class InvariantError(AssertionError):
+    """An invariant of SPEC section 6 failed: a simulator bug, never a user error."""
+
+
+@dataclass(frozen=True)
+class SlotOutcome:
+    """What happened in one slot. Penalties are the three parts of ``h(t)``."""
+
+    t: int
+    arrivals: int
+    served: int  # units whose service completed
+    hits: int  # completed units that were memory-assisted
+    started: int  # units that began multi-slot service
+    work: float  # compute spent
+    routed: int
+    completed: int  # requests that left the network
+    delays: tuple[int, ...]  # one per completed request
+    transfers: int
+    insertions: int  # generated objects retained
+    evictions: int  # resident objects dropped by retention
+    generated: tuple[tuple[int, int], ...]  # (node, signature) of every generated object
+    evicted: tuple[tuple[int, int], ...]  # (node, signature) of every evicted object
+    penalty_compute: float
+    penalty_transmission: float
+    penalty_memory: float
+    backlog: int  # ||Q(t+1)||_1
+    served_by_action: np.ndarray = field(repr=False)  # (A,) int64
+
+    @property
+    def penalty(self) -> float:
+        """``h(t)``."""
+        return self.penalty_compute + self.penalty_transmission + self.penalty_memory
+
+
+class Simulator:
+    """Simulates a :class:`Workload` slot by slot.
+
+    Args:
+        workload: the network.
+        memory: ``False`` for the no-memory system: every action a miss, generated objects
+            discarded, budgets zero.
+        check_invariants: assert SPEC 6's invariants after every slot (cheap; on in tests).
+    """
+
+    def __init__(self, workload: Workload, *, memory: bool = True,
+                 check_invariants: bool = False) -> None:
+        self.workload = workload
+        self.memory = bool(memory)
+        self.check_invariants = bool(check_invariants)
+        self._replicas = workload.replicas
+        ix = workload.index
+        self._total_rate = workload.total_rate
+        self._arrival_pairs = ix.arrival_pair.tolist()
+        cum = np.cumsum(ix.arrival_share)
+        self._arrival_cum = cum[:-1].tolist()
+        self.rng = np.random.default_rng()
+        self.state = SimState.empty(workload)
+
+    # ----------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> SimState:
+        """Empty queues, the initial memory alternative ``seed % len(...)``, a fresh RNG."""
+        self.rng = np.random.default_rng(seed)
+        self.state = SimState.empty(self.workload)
+        alternatives = self.workload.initial_memory
+        if self.memory and alternatives:
+            chosen = alternatives[(seed or 0) % len(alternatives)]
+            for node, signature in chosen:
+                self._place(node, signature)
+        return self.state
+
+    def _place(self, node: int, signature: int) -> int:
+        st = self.state
+        base = signature * self._replicas
+        for m in range(base, base + self._replicas):
+            if st.owner[m] < 0:
+                st.owner[m] = node
+                st.holder[node, signature] = m
+                st.memory_used[node] += self.workload.index.fast.signature_size[signature]
+                return m
+        raise ValueError(f"no free replica identity of signature {signature}")
+
+    def project(self, scores: np.ndarray) -> Control:
+        """The shared projection (SPEC 3.2) of ``scores`` in the current state."""
+        return project(self.workload, self.state, scores, memory=self.memory)
+
+    def step_scores(self, scores: np.ndarray) -> tuple[Control, SlotOutcome]:
+        """Project ``scores`` and execute the resulting control."""
+        control = self.project(scores)
+        return control, self.step(control)
+
+    # ----------------------------------------------------------------------------------
+    def step(self, control: Control) -> SlotOutcome:
+        """Execute one slot under ``control`` (checked for feasibility first)."""
+        wl, ix, st, rng = self.workload, self.workload.index, self.state, self.rng
+        fx = ix.fast
+        checked = check_control(wl, st, control, memory=self.memory)
+        hit = checked.hit
+        t = st.t
+        queues = st.queues
+        holder, owner, used = st.holder, st.owner, st.memory_used
+        size = fx.signature_size
+        touched: set[int] = set()
+
+        # (2)-(4) Transfers; the post-transfer resident set is active.
+        transfer_cost = 0.0
+        for k in checked.transfers:
+            e, s = fx.transfer_link[k], fx.transfer_signature[k]
+            i, j = fx.link_src[e], fx.link_dst[e]
+            m = int(holder[i, s])
+            holder[i, s], holder[j, s], owner[m] = -1, m, j
+            used[i] -= size[s]
+            used[j] += size[s]
+            transfer_cost += wl.migration_cost * size[s]
+
+        # (5) Service: units in service first, then whole units, starts; then routing.
+        done_action: list[int] = []
+        done_hit: list[int] = []
+        done_birth: list[int] = []
+        spent = [0.0] * ix.num_nodes
+        busy = [i for i, a in enumerate(st.service_action.tolist()) if a >= 0]
+        for i in busy:
+            residual = float(st.service_residual[i])
+            spend = min(fx.mu[i], residual)
+            spent[i] = spend
+            if residual - spend <= EPS:
+                done_action.append(int(st.service_action[i]))
+                done_hit.append(int(st.service_hit[i]))
+                done_birth.append(int(st.service_birth[i]))
+                st.service_action[i] = -1
+                st.service_residual[i] = 0.0
+            else:
+                st.service_residual[i] = residual - spend
+        for a, n in checked.service:
+            h, p = hit[a], fx.action_pair[a]
+            queue = queues[p]
+            touched.add(p)
+            for _ in range(n):
+                done_action.append(a)
+                done_hit.append(h)
+                done_birth.append(queue.popleft())
+            spent[fx.action_node[a]] += n * fx.work[h][a]
+        for i, a in checked.start:
+            h, p = hit[a], fx.action_pair[a]
+            touched.add(p)
+            st.service_action[i] = a
+            st.service_hit[i] = h
+            st.service_birth[i] = queues[p].popleft()
+            st.service_residual[i] = fx.work[h][a] - (fx.mu[i] - spent[i])
+            spent[i] = fx.mu[i]
+        incoming: list[tuple[int, list[int]]] = []
+        routed = 0
+        penalty_transmission = 0.0
+        for r, n in checked.route:
+            p = fx.route_src_pair[r]
+            queue = queues[p]
+            touched.add(p)
+            incoming.append((fx.route_dst_pair[r], [queue.popleft() for _ in range(n)]))
+            routed += n
+            penalty_transmission += n * fx.link_cost[fx.route_link[r]]
+
+        # (6) Outcomes: successors at the same node, exits, generated objects.
+        uniforms = rng.random(len(done_action)).tolist() if done_action else []
+        delays: list[int] = []
+        generated: list[tuple[int, int, int]] = []  # (node, signature, identity)
+        pending: set[tuple[int, int]] = set()
+        reserved: set[int] = set()
+        penalty_compute = 0.0
+        hits = 0
+        for k, a in enumerate(done_action):
+            h = done_hit[k]
+            hits += h
+            penalty_compute += fx.penalty[h][a]
+            u = uniforms[k]
+            target = -1
+            for q, bound in enumerate(ix.successor_cum[h][a]):
+                if u < bound:
+                    target = ix.successor_pair[h][a][q]
+                    break
+            if target < 0:
+                delays.append(t - done_birth[k])
+            else:
+                incoming.append((target, [done_birth[k]]))
+            s = fx.action_signature[a]
+            if s >= 0 and self.memory:
+                i = fx.action_node[a]
+                if holder[i, s] < 0 and (i, s) not in pending:
+                    free = self._free_identity(s, reserved)
+                    g = fx.gen_prob[a]
+                    if free >= 0 and (g >= 1.0 or rng.random() < g):
+                        pending.add((i, s))
+                        reserved.add(free)
+                        generated.append((i, s, free))
+
+        # (7) Retention by the priority map fixed before outcomes.
+        insertions, evicted, held_size = 0, [], 0.0
+        if self.memory:
+            insertions, evicted, held_size = self._retain(control.retain, generated)
+        penalty_memory = transfer_cost + wl.theta * held_size + wl.omega * insertions
+
+        # (8) Arrivals join Q(t+1).
+        arrivals = self._arrivals()
+        for p, n in arrivals.items():
+            incoming.append((p, [t] * n))
+        for p, births in incoming:
+            queues[p].extend(births)
+            touched.add(p)
+        queue_len = st.queue_len
+        for p in touched:
+            queue_len[p] = len(queues[p])
+        arrived = sum(arrivals.values())
+        st.units += arrived - len(delays)
+
+        # (9) Penalty; the slot is over.
+        st.t = t + 1
+        served_by_action = np.zeros(ix.num_actions, dtype=np.int64)
+        if done_action:
+            np.add.at(served_by_action, done_action, 1)
+        outcome = SlotOutcome(
+            t=t, arrivals=arrived, served=len(done_action), hits=hits,
+            started=len(checked.start), work=float(sum(spent)), routed=routed,
+            completed=len(delays), delays=tuple(delays), transfers=len(checked.transfers),
+            insertions=insertions, evictions=len(evicted),
+            generated=tuple((i, s) for i, s, _ in generated), evicted=tuple(evicted),
+            penalty_compute=penalty_compute, penalty_transmission=penalty_transmission,
+            penalty_memory=penalty_memory, backlog=st.units,
+            served_by_action=served_by_action,
+        )
+        if self.check_invariants:
+            self._assert_invariants(outcome)
+        return outcome
+
+    def _arrivals(self) -> dict[int, int]:
+        """Poisson arrivals per pair, drawn as a Poisson total split by the mix.
+
+        Splitting a Poisson(``sum lambda``) total by independent categorical draws gives
+        independent Poisson(``lambda_p``) counts per pair, with two generator calls.
+        """
+        total = int(self.rng.poisson(self._total_rate))
+        counts: dict[int, int] = {}
+        if total:
+            for u in self.rng.random(total).tolist():
+                p = self._arrival_pairs[bisect.bisect_right(self._arrival_cum, u)]
+                counts[p] = counts.get(p, 0) + 1
+        return counts
+
+    def _free_identity(self, signature: int, reserved: set[int]) -> int:
+        base = signature * self._replicas
+        owner = self.state.owner
+        for m in range(base, base + self._replicas):
+            if owner[m] < 0 and m not in reserved:
+                return m
+        return -1
+
+    def _retain(self, retain: np.ndarray, generated: list[tuple[int, int, int]]
+                ) -> tuple[int, list[tuple[int, int]], float]:
+        """Keep, per node, objects in descending priority while they fit (SPEC 3.2 step 3).
+
+        An object that does not fit is skipped and smaller ones after it may still be kept;
+        ties go to the lower signature index; negative priorities are dropped.
+
+        Returns:
+            Insertions, evicted ``(node, signature)`` pairs, total size held after retention.
+        """
+        fx, st = self.workload.index.fast, self.state
+        holder, owner, used = st.holder, st.owner, st.memory_used
+        size = fx.signature_size
+        priority_of = retain.tolist()
+        by_node: dict[int, list[tuple[int, int, bool]]] = {}
+        nodes, sigs = np.nonzero(holder >= 0)
+        for i, s, m in zip(nodes.tolist(), sigs.tolist(), holder[nodes, sigs].tolist(),
+                           strict=True):
+            by_node.setdefault(i, []).append((s, m, False))
+        for i, s, m in generated:
+            by_node.setdefault(i, []).append((s, m, True))
+        insertions = 0
+        held = 0.0
+        evicted: list[tuple[int, int]] = []
+        for i, objects in by_node.items():
+            row = fx.retain_of[i]
+            ranked = [(-priority_of[row[s]], s, m, new) for s, m, new in objects]
+            total = sum(size[s] for _, s, _, _ in ranked)
+            budget = fx.budget[i] + EPS
+            if total > budget or any(key[0] > 0 for key in ranked):
+                ranked.sort()
+            kept = 0.0
+            for negative_priority, s, m, new in ranked:
+                if negative_priority <= 0 and kept + size[s] <= budget:
+                    kept += size[s]
+                    if new:
+                        holder[i, s], owner[m] = m, i
+                        insertions += 1
+                elif not new:
+                    holder[i, s], owner[m] = -1, -1
+                    evicted.append((i, s))
+            used[i] = kept
+            held += kept
+        return insertions, evicted, held
+
+    def _assert_invariants(self, outcome: SlotOutcome) -> None:
+        """SPEC 6 invariants; the control was already checked for feasibility."""
+        ix, st = self.workload.index, self.state
+        if list(map(len, st.queues)) != st.queue_len.tolist():
+            raise InvariantError("queue lengths disagree with the FIFO contents")
+        if (st.queue_len < 0).any():
+            raise InvariantError("a queue is negative")
+        # Units conserved: the running count (previous backlog + arrivals - exits) must
+        # equal a recount of waiting units and units in service.
+        recount = int(st.queue_len.sum()) + int((st.service_action >= 0).sum())
+        if recount != st.units:
+            raise InvariantError(f"units not conserved: backlog recount {recount}, "
+                                 f"expected {st.units} from arrivals and exits")
+        if not self.memory or not ix.num_signatures:
+            if (st.owner >= 0).any():
+                raise InvariantError("the no-memory system holds an object")
+            return
+        resident = st.holder >= 0
+        nodes, sigs = np.nonzero(resident)
+        ids = st.holder[nodes, sigs]
+        # Each identity at one node at most: the owner map and the node memories agree
+        # one-to-one, and every identity carries its own signature.
+        if (int((st.owner >= 0).sum()) != len(ids) or (st.owner[ids] != nodes).any()
+                or (ix.object_signature[ids] != sigs).any()):
+            raise InvariantError("object identities and node memories disagree")
+        if not ix.eligible[nodes, sigs].all():
+            raise InvariantError("an object sits at a node with no compatible action")
+        recomputed = resident @ ix.signature_size
+        if np.abs(st.memory_used - recomputed).max() > 1e-6:
+            raise InvariantError("memory accounting is off")
+        if (recomputed > ix.budget + EPS).any():
+            raise InvariantError("memory over budget")

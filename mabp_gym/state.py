@@ -1,0 +1,69 @@
+"""The simulator state: FIFO queues of birth slots and object identities per node."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from mabp_gym.workload import Workload
+
+
+@dataclass
+class SimState:
+    """State at the start of a slot (``Q(t)``, ``Y^-(t)`` and units in service).
+
+    Queues hold waiting units only; a unit in multi-slot service is held by its node
+    (``service_*``) and still counts in the backlog.
+    """
+
+    t: int
+    queues: list[deque[int]]  # per admissible pair: birth slots of waiting units, oldest first
+    queue_len: np.ndarray  # (P,) int64, len of each queue
+    holder: np.ndarray  # (N, S) int64, identity the node holds of each signature, -1 none
+    owner: np.ndarray  # (M,) int64, node holding each identity, -1 free
+    memory_used: np.ndarray  # (N,) float64, size units resident
+    service_action: np.ndarray  # (N,) int64, action of the unit in service, -1 none
+    service_residual: np.ndarray  # (N,) float64, work the unit in service still needs
+    service_hit: np.ndarray  # (N,) int64, hit bit fixed when the unit started
+    service_birth: np.ndarray  # (N,) int64, birth slot of the unit in service
+    units: int = 0  # ||Q||_1 kept by arrivals minus exits; invariant mode recounts it
+
+    @classmethod
+    def empty(cls, workload: Workload) -> SimState:
+        ix = workload.index
+        return cls(
+            t=0,
+            queues=[deque() for _ in range(ix.num_pairs)],
+            queue_len=np.zeros(ix.num_pairs, dtype=np.int64),
+            holder=np.full((ix.num_nodes, ix.num_signatures), -1, dtype=np.int64),
+            owner=np.full(ix.num_objects, -1, dtype=np.int64),
+            memory_used=np.zeros(ix.num_nodes),
+            service_action=np.full(ix.num_nodes, -1, dtype=np.int64),
+            service_residual=np.zeros(ix.num_nodes),
+            service_hit=np.zeros(ix.num_nodes, dtype=np.int64),
+            service_birth=np.zeros(ix.num_nodes, dtype=np.int64),
+        )
+
+    def backlog_pairs(self, workload: Workload) -> np.ndarray:
+        """Units per admissible pair, those in service included: ``(P,)`` int64."""
+        backlog = self.queue_len.copy()
+        busy = np.flatnonzero(self.service_action >= 0)
+        np.add.at(backlog, workload.index.action_pair[self.service_action[busy]], 1)
+        return backlog
+
+    def backlog_matrix(self, workload: Workload) -> np.ndarray:
+        """``Q`` as an ``(N, C)`` int64 matrix, units in service included."""
+        ix = workload.index
+        matrix = np.zeros((ix.num_nodes, ix.num_commodities), dtype=np.int64)
+        matrix[ix.pair_node, ix.pair_commodity] = self.backlog_pairs(workload)
+        return matrix
+
+    def total_backlog(self) -> int:
+        """``||Q(t)||_1``: waiting units plus units in service."""
+        return self.units
+
+    def resident(self) -> np.ndarray:
+        """``(N, S)`` bool: which signatures each node holds."""
+        return self.holder >= 0

@@ -1,0 +1,446 @@
+"""Workload builders (SPEC section 2): one generator per workload, with validated overrides.
+
+``make_workload(name, **overrides)`` builds a frozen :class:`~mabp_gym.workload.Workload`.
+Each builder declares its parameters (default and allowed range); an unknown or
+out-of-range override raises ``ValueError`` naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.workload import Action, Commodity, Link, Node, Signature, Workload
+
+Law = dict[int, float]  # successor commodity -> nominal probability (the rest exits)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A builder parameter: default, allowed range and meaning."""
+
+    default: Any
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    integer: bool = False
+    optional: bool = False  # None allowed (means "derived", see doc)
+    doc: str = ""
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None and self.optional:
+            return None
+        allowed = self.describe()
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
+        if not math.isfinite(float(value)):
+            raise ValueError(f"{name} must be finite {allowed}, got {value!r}")
+        if self.integer and int(value) != value:
+            raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+        low = self.low
+        too_low = low is not None and (value <= low if self.low_open else value < low)
+        too_high = self.high is not None and value > self.high
+        if too_low or too_high:
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        return int(value) if self.integer else float(value)
+
+    def describe(self) -> str:
+        left = "(" if self.low_open else "["
+        low = "-inf" if self.low is None else f"{self.low:g}"
+        high = "inf" if self.high is None else f"{self.high:g}"
+        right = ")" if self.high is None else "]"
+        return f"in {left}{low}, {high}{right}" + (" or None" if self.optional else "")
+
+
+_COMMON = {
+    "load": Param(0.85, 0.0, 10.0, doc="normalized load rho: lambda = rho * lambda_ref * mix"),
+    "horizon": Param(600, 1, 10_000_000, integer=True, doc="episode length in slots"),
+    "eps": Param(0.0, 0.0, 1.0, doc="transition noise mixed into every successor law"),
+    "K": Param(4.0, 1.0, 1e6, doc="noncached factor on quality loss (and work, see K_w)"),
+    "K_w": Param(None, 1.0, 1e6, optional=True, doc="noncached factor on work; None: K"),
+    "penalty_scale": Param(1.0, 0.0, 1e6, doc="unit of every penalty"),
+    "eta": Param(1.0, 0.0, 1e6, doc="weight of the reuse credit"),
+    "loss": Param(1.0, 0.0, 1e6, doc="quality loss per unit on a hit"),
+    "credit": Param(0.0, 0.0, 1e6, doc="reuse credit v per unit on a hit"),
+    "migration_cost": Param(0.0, 0.0, 1e6, doc="penalty per size unit moved"),
+    "theta": Param(0.0, 0.0, 1e6, doc="holding penalty per size unit per slot"),
+    "omega": Param(0.0, 0.0, 1e6, doc="write penalty per retained generated object"),
+}
+
+_SERVICE_GRAPH = {
+    **_COMMON,
+    "eps": Param(0.10, 0.0, 1.0, doc="transition noise mixed into every successor law"),
+    "beta": Param(0.25, 0.0, 1.0, low_open=True, doc="budget fraction of B_i^max"),
+    "Z": Param(8, 1, 256, integer=True, doc="state types per family"),
+    "skew": Param(1.0, 0.0, 10.0, doc="Zipf skew of the state types"),
+    "mu": Param(2.0, 0.0, 1e6, low_open=True, doc="compute per slot of every worker"),
+    "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="units per slot per link"),
+    "bandwidth": Param(4.0, 0.0, 1e6, doc="transfer bandwidth, size units per slot"),
+    "replicas": Param(2, 1, 64, integer=True, doc="identities per signature network-wide"),
+    "penalty_scale": Param(0.02, 0.0, 1e6, doc="unit of every penalty"),
+    "credit": Param(0.5, 0.0, 1e6, doc="reuse credit v per unit on a hit"),
+    "link_cost": Param(0.1, 0.0, 1e6, doc="penalty d per routed unit"),
+    "migration_cost": Param(2.0, 0.0, 1e6, doc="penalty per size unit moved"),
+    "theta": Param(0.01, 0.0, 1e6, doc="holding penalty per size unit per slot"),
+    "omega": Param(0.05, 0.0, 1e6, doc="write penalty per retained generated object"),
+    "gen_prob": Param(1.0, 0.0, 1.0, doc="probability that a completion generates its object"),
+    "rethink": Param(0.1, 0.0, 1.0, doc="probability an agentic verify sends back to plan"),
+    "verify_rag_miss": Param(0.5, 0.0, 1.0, doc="P(verify) after a RAG generate miss"),
+    "verify_rag_hit": Param(0.1, 0.0, 1.0, doc="P(verify) after a RAG generate hit"),
+    "verify_moe_miss": Param(0.3, 0.0, 1.0, doc="P(verify) after an expert miss"),
+    "verify_moe_hit": Param(0.1, 0.0, 1.0, doc="P(verify) after an expert hit"),
+    "verify_agentic_miss": Param(0.6, 0.0, 1.0, doc="P(verify) after a tool miss"),
+    "verify_agentic_hit": Param(0.15, 0.0, 1.0, doc="P(verify) after a tool hit"),
+}
+
+_MIXED = {
+    **_SERVICE_GRAPH,
+    "rag_share": Param(0.4, 0.0, 1.0, doc="arrival share of RAG requests"),
+    "moe_share": Param(0.3, 0.0, 1.0, doc="arrival share of MoE requests"),
+    "agentic_share": Param(0.3, 0.0, 1.0, doc="arrival share of agentic requests"),
+}
+
+
+def noisy_law(hit: Law, miss: Law, eps: float) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """Mix each nominal law with the uniform law over the action's outcomes (SPEC 1).
+
+    The support is the union of both laws' outcomes (exit included when either law exits
+    with positive probability), so noise makes a memory-shaped law less sharp.
+    """
+    support = sorted(c for c in set(hit) | set(miss) if hit.get(c, 0) > 0 or miss.get(c, 0) > 0)
+    exits = any(1.0 - sum(law.values()) > 1e-12 for law in (hit, miss))
+    outcomes = len(support) + int(exits)
+    realized = []
+    for law in (hit, miss):
+        uniform = eps / outcomes if outcomes else 0.0
+        realized.append(tuple((c, (1 - eps) * law.get(c, 0.0) + uniform) for c in support))
+    return tuple(realized)
+
+
+def _budgets(n_nodes: int, actions: list[Action], signatures: list[Signature],
+             beta: float) -> list[float]:
+    eligible = [set() for _ in range(n_nodes)]
+    for action in actions:
+        if action.signature >= 0:
+            eligible[action.node].add(action.signature)
+    return [beta * sum(signatures[s].size for s in sigs) for sigs in eligible]
+
+
+def _primitive(p: dict[str, Any], *, signature: int, hit_law: Law, miss_law: Law,
+               node: int, commodity: int, work: float = 1.0) -> Action:
+    """An action whose miss costs ``K_w`` times the work and ``K`` times the loss."""
+    scale = p["penalty_scale"]
+    k_w = p["K"] if p["K_w"] is None else p["K_w"]
+    law_hit, law_miss = noisy_law(hit_law, miss_law, p["eps"])
+    if signature < 0:
+        return Action(node=node, commodity=commodity, signature=-1, work_hit=work,
+                      work_miss=work, loss_hit=p["loss"] * scale, loss_miss=p["loss"] * scale,
+                      credit_hit=0.0, successors_hit=law_hit, successors_miss=law_miss,
+                      gen_prob=0.0)
+    return Action(node=node, commodity=commodity, signature=signature, work_hit=work,
+                  work_miss=k_w * work, loss_hit=p["loss"] * scale,
+                  loss_miss=p["K"] * p["loss"] * scale, credit_hit=p["credit"] * scale,
+                  successors_hit=law_hit, successors_miss=law_miss,
+                  gen_prob=p.get("gen_prob", 1.0))
+
+
+def _costs(p: dict[str, Any]) -> dict[str, float]:
+    scale = p["penalty_scale"]
+    return {"eta": p["eta"], "migration_cost": p["migration_cost"] * scale,
+            "theta": p["theta"] * scale, "omega": p["omega"] * scale}
+
+
+# -- theory workloads -----------------------------------------------------------------------
+def work_reuse(p: dict[str, Any]) -> Workload:
+    """Paper Prop. 1: memory that cuts work enlarges capacity.
+
+    One server with ``mu = kappa_w``; a unit needs ``kappa_w`` work on a miss and 1 on a hit;
+    one object (size 1) that fits the budget. Capacities: no-memory 1, all-hit ``kappa_w``
+    requests per slot (defaults: 1 and 4), so ``load = 0.9`` is ``0.9 kappa_w``.
+    """
+    kappa = p["kappa_w"]
+    p = {**p, "K_w": kappa}
+    signatures = [Signature("obj", 1.0, "obj")]
+    action = _primitive(p, signature=0, hit_law={}, miss_law={}, node=0, commodity=0)
+    budget = _budgets(1, [action], signatures, p["beta"])
+    return Workload(
+        name="work_reuse",
+        nodes=(Node("server", "server", mu=kappa, budget=budget[0]),),
+        links=(), commodities=(Commodity("job", "job", 0, 0),),
+        signatures=tuple(signatures), actions=(action,), arrival_mix=((0, 0, 1.0),),
+        load=p["load"], replicas=1, horizon=p["horizon"], **_costs(p),
+    )
+
+
+def successor(p: dict[str, Any]) -> Workload:
+    """Paper Thm. 2 / Cor. 1: memory that changes the successor law enlarges capacity.
+
+    Upstream server ``mu_u`` -> verifier ``mu_v``, work 1 everywhere. An upstream completion
+    creates a verifier job with probability ``pi_h`` on a miss and ``pi_l`` on a hit.
+    Capacities: ``min(mu_u, mu_v / pi_h)`` without memory and ``min(mu_u, mu_v / pi_l)``
+    with (defaults 1 and 2 requests per slot).
+    """
+    if p["link_capacity"] < p["mu_u"]:
+        raise ValueError(f"link_capacity must be >= mu_u = {p['mu_u']:g} (Cor. 1 assumes the "
+                         f"upstream-verifier link carries mu_u), got {p['link_capacity']}")
+    p = {**p, "K_w": 1.0}
+    signatures = [Signature("obj", 1.0, "obj")]
+    upstream = _primitive(p, signature=0, hit_law={1: p["pi_l"]}, miss_law={1: p["pi_h"]},
+                          node=0, commodity=0)
+    verify = _primitive(p, signature=-1, hit_law={}, miss_law={}, node=1, commodity=1)
+    budget = _budgets(2, [upstream, verify], signatures, p["beta"])
+    return Workload(
+        name="successor",
+        nodes=(Node("up", "server", mu=p["mu_u"], budget=budget[0]),
+               Node("ver", "verifier", mu=p["mu_v"], budget=budget[1])),
+        links=(Link(0, 1, capacity=p["link_capacity"], cost=0.0, bandwidth=0.0),),
+        commodities=(Commodity("job", "job", 0, 0), Commodity("verify", "job", 1, 0)),
+        signatures=tuple(signatures), actions=(upstream, verify), arrival_mix=((0, 0, 1.0),),
+        load=p["load"], replicas=1, horizon=p["horizon"], **_costs(p),
+    )
+
+
+def separation(p: dict[str, Any]) -> Workload:
+    """Paper Prop. 3, the paired instance: memory-oblivious decisions pay ``(K + 1) / 2``.
+
+    One node, one commodity, two actions with equal work. The node holds one of two objects
+    for the whole episode (no generation); the action compatible with it has penalty 1, the
+    other ``K`` (unit penalty scale, no reuse credit, no memory costs). Which object is held
+    flips with the seed's parity, so a rule that ignores memory pays ``(K + 1) / 2`` per
+    request on average over a pair and a memory-aware rule pays 1. Capacity: ``mu`` (1).
+    """
+    p = {**p, "K_w": 1.0, "penalty_scale": 1.0, "credit": 0.0, "loss": 1.0}
+    signatures = [Signature("obj0", 1.0, "obj"), Signature("obj1", 1.0, "obj")]
+    actions = [_primitive(p, signature=s, hit_law={}, miss_law={}, node=0, commodity=0)
+               for s in (0, 1)]
+    actions = [Action(**{**vars(a), "gen_prob": 0.0}) for a in actions]
+    return Workload(
+        name="separation",
+        nodes=(Node("server", "server", mu=p["mu"], budget=1.0),),
+        links=(), commodities=(Commodity("job", "job", 0, 0),),
+        signatures=tuple(signatures), actions=tuple(actions), arrival_mix=((0, 0, 1.0),),
+        load=p["load"], replicas=1, horizon=p["horizon"], eta=0.0,
+        initial_memory=(((0, 0),), ((0, 1),)),
+    )
+
+
+def boundary(p: dict[str, Any]) -> Workload:
+    """A small synthetic network whose occupation-measure bound can be enumerated.
+
+    Ingress ``gw`` feeds two servers ``s0``, ``s1`` (linked both ways); two commodities, two
+    signatures with two replicas each (four object identities). Each server fits one object,
+    so the all-hit capacity (``2 * mu``, 4) needs the servers to specialize; without
+    memory the capacity is ``2 * mu / K_w`` (2).
+    """
+    signatures = [Signature("o0", 1.0, "obj"), Signature("o1", 1.0, "obj")]
+    actions = [_primitive(p, signature=c, hit_law={}, miss_law={}, node=node, commodity=c)
+               for node in (1, 2) for c in (0, 1)]
+    budget = _budgets(3, actions, signatures, p["beta"])
+    link = dict(capacity=p["link_capacity"], cost=p["link_cost"] * p["penalty_scale"],
+                bandwidth=p["bandwidth"])
+    return Workload(
+        name="boundary",
+        nodes=(Node("gw", "ingress", mu=0.0), Node("s0", "server", p["mu"], budget[1]),
+               Node("s1", "server", p["mu"], budget[2])),
+        links=(Link(0, 1, **link), Link(0, 2, **link), Link(1, 2, **link), Link(2, 1, **link)),
+        commodities=(Commodity("c0", "c0", 0, 0), Commodity("c1", "c1", 0, 1)),
+        signatures=tuple(signatures), actions=tuple(actions),
+        arrival_mix=((0, 0, p["share0"]), (0, 1, 1.0 - p["share0"])),
+        load=p["load"], replicas=2, horizon=p["horizon"], **_costs(p),
+    )
+
+
+# -- the mixed RAG / MoE / agentic service graph --------------------------------------------
+_NODES = (("gw", "ingress"), ("ret0", "retriever"), ("ret1", "retriever"),
+          ("gen0", "generator"), ("gen1", "generator"), ("moe0", "expert"),
+          ("tool0", "tool"), ("ver0", "verifier"))
+_LINKS = (("gw", "ret0"), ("gw", "ret1"), ("gw", "gen0"), ("gw", "gen1"), ("gw", "moe0"),
+          ("ret0", "gen0"), ("ret0", "gen1"), ("ret1", "gen0"), ("ret1", "gen1"),
+          ("gen0", "tool0"), ("gen1", "tool0"),
+          ("gen0", "ver0"), ("gen1", "ver0"), ("moe0", "ver0"), ("tool0", "ver0"),
+          ("ver0", "gen0"), ("ver0", "gen1"),
+          ("ret0", "ret1"), ("ret1", "ret0"), ("gen0", "gen1"), ("gen1", "gen0"))
+# family -> stages as (stage name, serving nodes, object kind, object size or 0)
+_FAMILIES = {
+    "rag": (("retrieve", ("ret0", "ret1"), "ctx", 1.0),
+            ("generate", ("gen0", "gen1"), "kv_rag", 2.0),
+            ("verify", ("ver0",), "", 0.0)),
+    "moe": (("expert", ("moe0",), "expert", 3.0),
+            ("verify", ("ver0",), "", 0.0)),
+    "agentic": (("plan", ("gen0", "gen1"), "kv_agent", 2.0),
+                ("tool", ("tool0",), "tool", 1.0),
+                ("verify", ("ver0",), "", 0.0)),
+}
+
+
+def _service_graph(name: str, p: dict[str, Any], shares: dict[str, float]) -> Workload:
+    families = [f for f in _FAMILIES if shares.get(f, 0.0) > 0]
+    if not families:
+        raise ValueError("rag_share, moe_share and agentic_share must not all be 0")
+    total_share = sum(shares[f] for f in families)
+    node_id = {n: i for i, (n, _) in enumerate(_NODES)}
+    z_types = p["Z"]
+    zipf = np.arange(1, z_types + 1, dtype=float) ** -p["skew"]
+    zipf /= zipf.sum()
+
+    commodities: list[Commodity] = []
+    comm_id: dict[tuple[str, str, int], int] = {}
+    signatures: list[Signature] = []
+    sig_id: dict[tuple[str, int], int] = {}
+    for family in families:
+        for k, (stage, _, kind, size) in enumerate(_FAMILIES[family]):
+            for z in range(z_types):
+                comm_id[family, stage, z] = len(commodities)
+                commodities.append(Commodity(f"{family}/{stage}/z{z}", family, k, z))
+                if kind and (kind, z) not in sig_id:
+                    sig_id[kind, z] = len(signatures)
+                    signatures.append(Signature(f"{kind}[{z}]", size, kind))
+
+    verify_law = {
+        "rag": (p["verify_rag_hit"], p["verify_rag_miss"]),
+        "moe": (p["verify_moe_hit"], p["verify_moe_miss"]),
+        "agentic": (p["verify_agentic_hit"], p["verify_agentic_miss"]),
+    }
+    actions: list[Action] = []
+    for family in families:
+        stages = _FAMILIES[family]
+        for k, (stage, servers, kind, _) in enumerate(stages):
+            for z in range(z_types):
+                if k + 1 < len(stages):
+                    nxt = comm_id[family, stages[k + 1][0], z]
+                    if stages[k + 1][0] == "verify":
+                        hit_p, miss_p = verify_law[family]
+                        hit_law, miss_law = {nxt: hit_p}, {nxt: miss_p}
+                    else:
+                        hit_law = miss_law = {nxt: 1.0}
+                elif family == "agentic":  # rethink: verify sends the request back to plan
+                    back = comm_id[family, "plan", z]
+                    hit_law = miss_law = {back: p["rethink"]}
+                else:
+                    hit_law = miss_law = {}
+                for server in servers:
+                    actions.append(_primitive(
+                        p, signature=sig_id[kind, z] if kind else -1, hit_law=hit_law,
+                        miss_law=miss_law, node=node_id[server],
+                        commodity=comm_id[family, stage, z]))
+    budgets = _budgets(len(_NODES), actions, signatures, p["beta"])
+    nodes = tuple(Node(n, role, mu=0.0 if role == "ingress" else p["mu"], budget=budgets[i])
+                  for i, (n, role) in enumerate(_NODES))
+    links = tuple(Link(node_id[a], node_id[b], capacity=p["link_capacity"],
+                       cost=p["link_cost"] * p["penalty_scale"], bandwidth=p["bandwidth"])
+                  for a, b in _LINKS)
+    arrival_mix = tuple(
+        (node_id["gw"], comm_id[family, _FAMILIES[family][0][0], z],
+         shares[family] / total_share * float(zipf[z]))
+        for family in families for z in range(z_types))
+    return Workload(
+        name=name, nodes=nodes, links=links, commodities=tuple(commodities),
+        signatures=tuple(signatures), actions=tuple(actions), arrival_mix=arrival_mix,
+        load=p["load"], replicas=p["replicas"], horizon=p["horizon"], **_costs(p),
+    )
+
+
+def mixed(p: dict[str, Any]) -> Workload:
+    """The mixed RAG / MoE / agentic service graph (SPEC 2; the default workload).
+
+    Nodes ``gw`` (ingress), ``ret0``, ``ret1``, ``gen0``, ``gen1``, ``moe0``, ``tool0``,
+    ``ver0``; families RAG / MoE / agentic with shares 0.4 / 0.3 / 0.3 and ``Z = 8`` Zipf
+    state types. At the defaults the capacity LP gives: all-hit ``lambda_ref = 5.650``
+    requests per slot, no-memory ``1.376`` (0.243 of ``lambda_ref``).
+    """
+    shares = {"rag": p["rag_share"], "moe": p["moe_share"], "agentic": p["agentic_share"]}
+    return _service_graph("mixed", p, shares)
+
+
+def rag(p: dict[str, Any]) -> Workload:
+    """The mixed graph with RAG requests only (retrieve -> generate -> [verify]).
+
+    Capacities at the defaults: all-hit 4.000, no-memory 1.000 requests per slot.
+    """
+    return _service_graph("rag", p, {"rag": 1.0})
+
+
+def moe(p: dict[str, Any]) -> Workload:
+    """The mixed graph with MoE requests only (expert -> [verify]).
+
+    Capacities at the defaults: all-hit 2.000, no-memory 0.500 requests per slot.
+    """
+    return _service_graph("moe", p, {"moe": 1.0})
+
+
+def agentic(p: dict[str, Any]) -> Workload:
+    """The mixed graph with agentic requests only (plan -> tool -> [verify] -> rethink).
+
+    Capacities at the defaults: all-hit 1.948, no-memory 0.459 requests per slot.
+    """
+    return _service_graph("agentic", p, {"agentic": 1.0})
+
+
+_THEORY = {**_COMMON, "beta": Param(1.0, 0.0, 1.0, low_open=True,
+                                    doc="budget fraction of B_i^max")}
+
+BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]]] = {
+    "work_reuse": (work_reuse, {
+        **_THEORY, "load": Param(0.9, 0.0, 10.0, doc="normalized load (of kappa_w)"),
+        "kappa_w": Param(4.0, 1.0, 1e6, doc="miss work and compute capacity")}),
+    "successor": (successor, {
+        **_THEORY, "load": Param(0.9, 0.0, 10.0, doc="normalized load"),
+        "mu_u": Param(2.0, 0.0, 1e6, low_open=True, doc="upstream compute per slot"),
+        "mu_v": Param(1.0, 0.0, 1e6, low_open=True, doc="verifier compute per slot"),
+        "pi_h": Param(1.0, 0.0, 1.0, doc="P(verifier job) after a miss"),
+        "pi_l": Param(0.0, 0.0, 1.0, doc="P(verifier job) after a hit"),
+        "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="upstream-verifier link")}),
+    "separation": (separation, {
+        **_COMMON, "load": Param(0.5, 0.0, 10.0, doc="normalized load (of mu)"),
+        "mu": Param(1.0, 0.0, 1e6, low_open=True, doc="compute per slot")}),
+    "boundary": (boundary, {
+        **_COMMON, "K": Param(2.0, 1.0, 1e6, doc="noncached factor"),
+        "beta": Param(0.5, 0.0, 1.0, low_open=True, doc="budget fraction of B_i^max"),
+        "mu": Param(2.0, 0.0, 1e6, low_open=True, doc="compute per slot of each server"),
+        "share0": Param(0.5, 0.0, 1.0, doc="arrival share of commodity c0"),
+        "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="units per slot per link"),
+        "bandwidth": Param(1.0, 0.0, 1e6, doc="transfer bandwidth"),
+        "link_cost": Param(0.1, 0.0, 1e6, doc="penalty d per routed unit"),
+        "credit": Param(0.5, 0.0, 1e6, doc="reuse credit v per unit on a hit"),
+        "penalty_scale": Param(0.02, 0.0, 1e6, doc="unit of every penalty"),
+        "migration_cost": Param(2.0, 0.0, 1e6, doc="penalty per size unit moved"),
+        "theta": Param(0.01, 0.0, 1e6, doc="holding penalty per size unit per slot"),
+        "omega": Param(0.05, 0.0, 1e6, doc="write penalty per retained generated object")}),
+    "mixed": (mixed, _MIXED),
+    "rag": (rag, _SERVICE_GRAPH),
+    "moe": (moe, _SERVICE_GRAPH),
+    "agentic": (agentic, _SERVICE_GRAPH),
+}
+WORKLOADS = tuple(BUILDERS)
+
+
+def workload_params(name: str) -> dict[str, Param]:
+    """The parameters ``make_workload(name, ...)`` accepts, with defaults and ranges."""
+    if name not in BUILDERS:
+        raise ValueError(f"unknown workload {name!r}; choose one of {WORKLOADS}")
+    return dict(BUILDERS[name][1])
+
+
+def make_workload(name: str, **overrides: Any) -> Workload:
+    """Build the workload ``name`` with the SPEC defaults and validated ``overrides``.
+
+    Raises:
+        ValueError: unknown workload, unknown parameter, or a value out of its range
+            (the message names the field and the allowed range).
+    """
+    params = workload_params(name)
+    unknown = sorted(set(overrides) - set(params))
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {unknown} for workload {name!r}; allowed: "
+                         f"{sorted(params)}")
+    values = {key: param.check(key, overrides.get(key, param.default))
+              for key, param in params.items()}
+    builder = BUILDERS[name][0]
+    workload = builder(values)
+    from dataclasses import replace
+
+    return replace(workload, params=tuple(sorted(values.items())))

@@ -1,0 +1,1 @@
+"""Training entry points for the learned schedulers (GNN, Learn-MABP); not implemented yet."""
