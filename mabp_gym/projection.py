@@ -10,8 +10,11 @@ length ``D = A + R + T + K`` laid out as ``[service | route | transfer | retain]
    replica of the signature and the object has not moved this slot;
 2. units already in service take the compute they need first; then service candidates with
    score > 0, in descending score, each take the largest whole number of units their queue
-   and the node's compute allow. A candidate that cannot fit one whole unit starts one unit
-   in service with all the compute the node has left, and the node serves nothing else;
+   and the node's compute allow. If the candidate still has units waiting and the node has
+   compute left (too little for a whole unit), one more unit starts in service with all the
+   compute the node has left, and the node serves nothing else this slot. So a node never
+   idles compute while its best-scored queue is non-empty, and a fractional ``mu`` (or
+   ``mu`` not a multiple of the work) is used in full over time;
 3. then route candidates with score > 0, in descending score, move what is left of each
    queue within link capacities;
 4. retention uses the retain scores as the priority map: after outcomes each node keeps its
@@ -117,12 +120,15 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
             n = min(q, int((left[i] + EPS) // w))
             if n >= 1:
                 service[a] = n
-                avail[p] = q - n
+                q -= n
                 left[i] -= n * w
-            else:
+            if q > 0 and left[i] > EPS:
+                # The next unit does not fit whole: it starts in service with all the
+                # compute left, and the node serves nothing else this slot.
                 starts[i] = a
-                avail[p] = q - 1
+                q -= 1
                 left[i] = 0.0
+            avail[p] = q
 
     # 3. Routing in descending score with what is left of each queue.
     route: dict[int, int] = {}

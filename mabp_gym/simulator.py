@@ -111,6 +111,29 @@ class Simulator:
                 return m
         raise ValueError(f"no free replica identity of signature {signature}")
 
+    def add_units(self, node: int, commodity: int, count: int, birth: int | None = None) -> None:
+        """Append ``count`` waiting units of ``commodity`` at ``node`` (an initial backlog).
+
+        Each unit is a request born in slot ``birth`` (default: the current slot).
+        """
+        wl = self.workload
+        if not 0 <= node < wl.index.num_nodes or not 0 <= commodity < wl.index.num_commodities:
+            raise ValueError(f"node must be in [0, {wl.index.num_nodes}) and commodity in "
+                             f"[0, {wl.index.num_commodities}), got ({node}, {commodity})")
+        p = int(wl.index.pair_of[node, commodity])
+        if p < 0:
+            raise ValueError(f"commodity {wl.commodities[commodity].name!r} is not admissible "
+                             f"at node {wl.nodes[node].name!r}")
+        if int(count) != count or count < 0:
+            raise ValueError(f"count must be a nonnegative integer, got {count!r}")
+        st = self.state
+        born = st.t if birth is None else int(birth)
+        if born > st.t:
+            raise ValueError(f"birth must be <= the current slot {st.t}, got {born}")
+        st.queues[p].extend([born] * int(count))
+        st.queue_len[p] += int(count)
+        st.units += int(count)
+
     def project(self, scores: np.ndarray) -> Control:
         """The shared projection (SPEC 3.2) of ``scores`` in the current state."""
         return project(self.workload, self.state, scores, memory=self.memory)
@@ -293,40 +316,42 @@ class Simulator:
         Returns:
             Insertions, evicted ``(node, signature)`` pairs, total size held after retention.
         """
-        fx, st = self.workload.index.fast, self.state
+        ix, st = self.workload.index, self.state
+        fx = ix.fast
         holder, owner, used = st.holder, st.owner, st.memory_used
         size = fx.signature_size
-        priority_of = retain.tolist()
-        by_node: dict[int, list[tuple[int, int, bool]]] = {}
         nodes, sigs = np.nonzero(holder >= 0)
-        for i, s, m in zip(nodes.tolist(), sigs.tolist(), holder[nodes, sigs].tolist(),
-                           strict=True):
-            by_node.setdefault(i, []).append((s, m, False))
-        for i, s, m in generated:
-            by_node.setdefault(i, []).append((s, m, True))
+        # Only nodes that generated an object or hold one with a negative priority can
+        # change; every other node keeps all it holds (it fitted before and still does).
+        dropping = nodes[retain[ix.retain_of[nodes, sigs]] < 0]
+        affected = set(dropping.tolist())
+        affected.update(i for i, _, _ in generated)
         insertions = 0
-        held = 0.0
         evicted: list[tuple[int, int]] = []
-        for i, objects in by_node.items():
-            row = fx.retain_of[i]
-            ranked = [(-priority_of[row[s]], s, m, new) for s, m, new in objects]
-            total = sum(size[s] for _, s, _, _ in ranked)
-            budget = fx.budget[i] + EPS
-            if total > budget or any(key[0] > 0 for key in ranked):
+        if affected:
+            priority_of = retain.tolist()
+            by_node: dict[int, list[tuple[float, int, int, bool]]] = {i: [] for i in affected}
+            for i, s in zip(nodes.tolist(), sigs.tolist(), strict=True):
+                if i in affected:
+                    by_node[i].append((-priority_of[fx.retain_of[i][s]], s, int(holder[i, s]),
+                                       False))
+            for i, s, m in generated:
+                by_node[i].append((-priority_of[fx.retain_of[i][s]], s, m, True))
+            for i, ranked in by_node.items():
                 ranked.sort()
-            kept = 0.0
-            for negative_priority, s, m, new in ranked:
-                if negative_priority <= 0 and kept + size[s] <= budget:
-                    kept += size[s]
-                    if new:
-                        holder[i, s], owner[m] = m, i
-                        insertions += 1
-                elif not new:
-                    holder[i, s], owner[m] = -1, -1
-                    evicted.append((i, s))
-            used[i] = kept
-            held += kept
-        return insertions, evicted, held
+                budget = fx.budget[i] + EPS
+                kept = 0.0
+                for negative_priority, s, m, new in ranked:
+                    if negative_priority <= 0 and kept + size[s] <= budget:
+                        kept += size[s]
+                        if new:
+                            holder[i, s], owner[m] = m, i
+                            insertions += 1
+                    elif not new:
+                        holder[i, s], owner[m] = -1, -1
+                        evicted.append((i, s))
+                used[i] = kept
+        return insertions, evicted, float(used.sum())
 
     def _assert_invariants(self, outcome: SlotOutcome) -> None:
         """SPEC 6 invariants; the control was already checked for feasibility."""

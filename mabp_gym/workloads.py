@@ -350,7 +350,7 @@ def mixed(p: dict[str, Any]) -> Workload:
     Nodes ``gw`` (ingress), ``ret0``, ``ret1``, ``gen0``, ``gen1``, ``moe0``, ``tool0``,
     ``ver0``; families RAG / MoE / agentic with shares 0.4 / 0.3 / 0.3 and ``Z = 8`` Zipf
     state types. At the defaults the capacity LP gives: all-hit ``lambda_ref = 5.650``
-    requests per slot, no-memory ``1.376`` (0.243 of ``lambda_ref``).
+    requests per slot, no-memory ``1.375`` (0.243 of ``lambda_ref``).
     """
     shares = {"rag": p["rag_share"], "moe": p["moe_share"], "agentic": p["agentic_share"]}
     return _service_graph("mixed", p, shares)

@@ -1,0 +1,82 @@
+"""Capacity LPs against the paper's closed forms (Prop. 1, Thm. 2 / Cor. 1) and SPEC 2."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mabp_gym import capacity, make_workload
+from mabp_gym import workloads as builders
+
+
+@pytest.mark.parametrize("kappa_w", [1.5, 2.0, 3.0, 4.0, 7.5, 16.0])
+def test_capacity__work_reuse_is_1_without_memory_and_kappa_w_with(kappa_w):
+    wl = make_workload("work_reuse", kappa_w=kappa_w)
+    assert capacity(wl, reference="nomem") == pytest.approx(1.0, abs=1e-9)
+    assert capacity(wl, reference="full") == pytest.approx(kappa_w, abs=1e-9)
+    assert wl.lambda_ref == pytest.approx(kappa_w)
+    # load = 0.9 means 0.9 * kappa_w requests per slot.
+    assert make_workload("work_reuse", kappa_w=kappa_w, load=0.9).total_rate == \
+        pytest.approx(0.9 * kappa_w)
+
+
+@pytest.mark.parametrize(
+    ("mu_u", "mu_v", "pi_h", "pi_l"),
+    [(2.0, 1.0, 1.0, 0.0), (2.0, 1.0, 0.8, 0.2), (3.0, 1.0, 0.9, 0.5),
+     (1.0, 2.0, 1.0, 0.5), (4.0, 0.5, 0.25, 0.1), (2.5, 1.5, 1.0, 0.6)],
+)
+def test_capacity__successor_matches_corollary_1(mu_u, mu_v, pi_h, pi_l):
+    wl = make_workload("successor", mu_u=mu_u, mu_v=mu_v, pi_h=pi_h, pi_l=pi_l)
+    no_memory = min(mu_u, mu_v / pi_h)
+    with_memory = min(mu_u, mu_v / pi_l if pi_l > 0 else math.inf)
+    assert capacity(wl, "nomem") == pytest.approx(no_memory, rel=1e-9)
+    assert capacity(wl, "full") == pytest.approx(with_memory, rel=1e-9)
+
+
+def _noisy(p: float, eps: float) -> float:
+    """A two-outcome law (verify / exit) mixed with the uniform law."""
+    return (1 - eps) * p + eps / 2
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_capacity__mixed_matches_the_generator_bottleneck_by_hand(eps):
+    wl = make_workload("mixed", eps=eps)
+    # Generators (2 nodes, mu 2) carry RAG generate (0.4) and agentic plan, whose rate
+    # includes rethinks: x = 0.3 / (1 - P(verify | tool) P(rethink)).
+    plan_hit = 0.3 / (1 - _noisy(0.15, eps) * _noisy(0.1, eps))
+    plan_miss = 0.3 / (1 - _noisy(0.6, eps) * _noisy(0.1, eps))
+    assert capacity(wl, "full") == pytest.approx(4.0 / (0.4 + plan_hit), rel=1e-9)
+    assert capacity(wl, "nomem") == pytest.approx(4.0 / (4.0 * (0.4 + plan_miss)), rel=1e-9)
+
+
+def test_capacity__mixed_defaults_are_stated_in_the_docstring():
+    wl = make_workload("mixed")
+    full, nomem = capacity(wl, "full"), capacity(wl, "nomem")
+    assert full == pytest.approx(5.65, abs=0.01) and nomem == pytest.approx(1.376, abs=0.01)
+    assert f"{full:.3f}" in builders.mixed.__doc__
+    assert f"{nomem:.3f}" in builders.mixed.__doc__
+
+
+@pytest.mark.parametrize("name", ["rag", "moe", "agentic", "boundary", "separation"])
+def test_capacity__docstrings_state_the_computed_capacities(name):
+    wl = make_workload(name)
+    doc = getattr(builders, name).__doc__
+    for reference in ("full", "nomem"):
+        value = capacity(wl, reference)
+        assert f"{value:.3f}" in doc or f"{value:g}" in doc, (name, reference, value)
+
+
+def test_capacity__memory_never_lowers_capacity_and_rejects_unknown_reference():
+    for name in ("work_reuse", "successor", "boundary", "mixed", "rag", "moe", "agentic"):
+        wl = make_workload(name)
+        assert capacity(wl, "full") >= capacity(wl, "nomem") - 1e-9
+    with pytest.raises(ValueError, match="reference must be one of"):
+        capacity(make_workload("mixed"), reference="half")
+
+
+def test_capacity__link_capacity_binds_when_it_is_the_bottleneck():
+    wl = make_workload("successor", mu_u=2.0, mu_v=1.0, pi_h=1.0, pi_l=1.0, link_capacity=2)
+    assert capacity(wl, "full") == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="link_capacity must be >= mu_u"):
+        make_workload("successor", mu_u=3.0, link_capacity=2)
