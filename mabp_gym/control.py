@@ -74,9 +74,10 @@ def _as_int_array(name: str, value: np.ndarray, length: int | None) -> np.ndarra
         raise InfeasibleControlError("shape", f"control.{name}",
                                      f"expected shape {expected}, got {array.shape}")
     if array.dtype.kind not in "iu":
-        if array.size and not (np.all(np.isfinite(array)) and np.all(array == np.round(array))):
+        if array.dtype.kind not in "f" or (array.size and not (
+                np.all(np.abs(array) < 2.0**53) and np.all(array == np.round(array)))):
             raise InfeasibleControlError("integrality", f"control.{name}",
-                                         "amounts must be integers")
+                                         f"amounts must be integers, got dtype {array.dtype}")
         array = array.astype(np.int64)
     return array
 
@@ -185,11 +186,11 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
                                          f"action {a} is not an action of this node (or -1)")
         left = fx.mu[i] - spent[i]
         work = fx.work[hit[a]][a]
-        if left <= EPS or work <= left + EPS:
+        if left <= EPS or work <= fx.mu[i] + EPS:
             raise InfeasibleControlError(
                 "multi-slot start", f"node {names[i].name}",
-                f"a unit starts in service only when it does not fit whole; compute left "
-                f"{left:g}, work {work:g}")
+                f"only a unit whose work exceeds mu ({fx.mu[i]:g}) starts in service, "
+                f"with compute left; work {work:g}, compute left {left:g}")
         p = fx.action_pair[a]
         taken[p] = taken.get(p, 0) + 1
         starts.append((i, a))

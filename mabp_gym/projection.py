@@ -5,16 +5,17 @@ candidate and go through :func:`project`; only their scores differ. A score vect
 length ``D = A + R + T + K`` laid out as ``[service | route | transfer | retain]``
 (``workload.index.score_slices``). Only order and sign matter:
 
-1. transfers with score > 0, in descending score: move if the source holds the object, the
-   link's transfer bandwidth and the destination budget allow it, the destination holds no
-   replica of the signature and the object has not moved this slot;
+1. transfers with score > 0, in descending score: move if the source held the object at the
+   start of the slot and it has not moved yet, the link's transfer bandwidth and the
+   destination budget allow it, and the destination neither held nor receives a replica of
+   the signature this slot;
 2. units already in service take the compute they need first; then service candidates with
    score > 0, in descending score, each take the largest whole number of units their queue
-   and the node's compute allow. If the candidate still has units waiting and the node has
-   compute left (too little for a whole unit), one more unit starts in service with all the
-   compute the node has left, and the node serves nothing else this slot. So a node never
-   idles compute while its best-scored queue is non-empty, and a fractional ``mu`` (or
-   ``mu`` not a multiple of the work) is used in full over time;
+   and the node's compute allow. A unit whose work exceeds the node's ``mu`` can never fit
+   whole: its candidate starts one unit in service with all the compute the node has left,
+   and the node serves nothing else this slot. Units with work at most ``mu`` are always
+   served whole within a slot, so with every work at most ``mu`` this is exactly the
+   paper's per-slot constraint (SPEC 1 step 5);
 3. then route candidates with score > 0, in descending score, move what is left of each
    queue within link capacities;
 4. retention uses the retain scores as the priority map: after outcomes each node keeps its
@@ -73,6 +74,7 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
         if wanted:
             wanted.sort(key=lambda k: values[offset + k], reverse=True)
             holds = holder.tolist()
+            holder_before = holder.tolist()
             used = state.memory_used.tolist()
             bandwidth = ix.link_bandwidth.tolist()
             arrived: set[tuple[int, int]] = set()
@@ -80,7 +82,8 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
                 e, s = fx.transfer_link[k], fx.transfer_signature[k]
                 i, j = fx.link_src[e], fx.link_dst[e]
                 size = fx.signature_size[s]
-                if (holds[i][s] < 0 or (i, s) in arrived or holds[j][s] >= 0
+                if (holds[i][s] < 0 or (i, s) in arrived or holder_before[j][s] >= 0
+                        or (j, s) in arrived
                         or bandwidth[e] < size - EPS or used[j] + size > fx.budget[j] + EPS):
                     continue
                 holds[j][s], holds[i][s] = holds[i][s], -1
@@ -106,7 +109,7 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
     avail: dict[int, int] = {}
     if wanted:
         wanted.sort(key=values.__getitem__, reverse=True)
-        work = fx.work
+        work, mu = fx.work, fx.mu
         action_pair, action_node = fx.action_pair, fx.action_node
         for a in wanted:
             i = action_node[a]
@@ -117,17 +120,18 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
             if q == 0:
                 continue
             w = work[hit[a]][a]
-            n = min(q, int((left[i] + EPS) // w))
-            if n >= 1:
-                service[a] = n
-                q -= n
-                left[i] -= n * w
-            if q > 0 and left[i] > EPS:
-                # The next unit does not fit whole: it starts in service with all the
-                # compute left, and the node serves nothing else this slot.
+            if w > mu[i] + EPS:
+                # The unit can never fit whole: it starts in service with all the compute
+                # left, and the node serves nothing else this slot.
                 starts[i] = a
                 q -= 1
                 left[i] = 0.0
+            else:
+                n = min(q, int((left[i] + EPS) // w))
+                if n >= 1:
+                    service[a] = n
+                    q -= n
+                    left[i] -= n * w
             avail[p] = q
 
     # 3. Routing in descending score with what is left of each queue.

@@ -80,6 +80,8 @@ class Simulator:
         self.memory = bool(memory)
         self.check_invariants = bool(check_invariants)
         self._replicas = workload.replicas
+        self._generates = self.memory and not workload.fixed_memory
+        self._ready = False
         ix = workload.index
         self._total_rate = workload.total_rate
         self._arrival_pairs = ix.arrival_pair.tolist()
@@ -90,12 +92,18 @@ class Simulator:
 
     # ----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> SimState:
-        """Empty queues, the initial memory alternative ``seed % len(...)``, a fresh RNG."""
+        """Empty queues, a fresh generator seeded with ``seed``, and the initial memory.
+
+        The initial memory is alternative ``seed % len(workload.initial_memory)`` (drawn
+        from the generator when ``seed`` is None).
+        """
         self.rng = np.random.default_rng(seed)
         self.state = SimState.empty(self.workload)
+        self._ready = True
         alternatives = self.workload.initial_memory
         if self.memory and alternatives:
-            chosen = alternatives[(seed or 0) % len(alternatives)]
+            pick = int(self.rng.integers(len(alternatives))) if seed is None else seed
+            chosen = alternatives[pick % len(alternatives)]
             for node, signature in chosen:
                 self._place(node, signature)
         return self.state
@@ -114,7 +122,8 @@ class Simulator:
     def add_units(self, node: int, commodity: int, count: int, birth: int | None = None) -> None:
         """Append ``count`` waiting units of ``commodity`` at ``node`` (an initial backlog).
 
-        Each unit is a request born in slot ``birth`` (default: the current slot).
+        Each unit is a request born in slot ``birth``, which must be before the current slot
+        (default: the previous slot, as for an exogenous arrival that joined ``Q(t)``).
         """
         wl = self.workload
         if not 0 <= node < wl.index.num_nodes or not 0 <= commodity < wl.index.num_commodities:
@@ -127,9 +136,9 @@ class Simulator:
         if int(count) != count or count < 0:
             raise ValueError(f"count must be a nonnegative integer, got {count!r}")
         st = self.state
-        born = st.t if birth is None else int(birth)
-        if born > st.t:
-            raise ValueError(f"birth must be <= the current slot {st.t}, got {born}")
+        born = st.t - 1 if birth is None else int(birth)
+        if born >= st.t:
+            raise ValueError(f"birth must be < the current slot {st.t}, got {born}")
         st.queues[p].extend([born] * int(count))
         st.queue_len[p] += int(count)
         st.units += int(count)
@@ -146,6 +155,9 @@ class Simulator:
     # ----------------------------------------------------------------------------------
     def step(self, control: Control) -> SlotOutcome:
         """Execute one slot under ``control`` (checked for feasibility first)."""
+        if not self._ready:
+            raise RuntimeError("call reset(seed) before step(): the simulator draws all its "
+                               "randomness from the generator seeded there")
         wl, ix, st, rng = self.workload, self.workload.index, self.state, self.rng
         fx = ix.fast
         checked = check_control(wl, st, control, memory=self.memory)
@@ -236,7 +248,7 @@ class Simulator:
             else:
                 incoming.append((target, [done_birth[k]]))
             s = fx.action_signature[a]
-            if s >= 0 and self.memory:
+            if s >= 0 and self._generates:
                 i = fx.action_node[a]
                 if holder[i, s] < 0 and (i, s) not in pending:
                     free = self._free_identity(s, reserved)
@@ -247,8 +259,8 @@ class Simulator:
                         generated.append((i, s, free))
 
         # (7) Retention by the priority map fixed before outcomes.
-        insertions, evicted, held_size = 0, [], 0.0
-        if self.memory:
+        insertions, evicted, held_size = 0, [], float(used.sum())
+        if self._generates:
             insertions, evicted, held_size = self._retain(control.retain, generated)
         penalty_memory = transfer_cost + wl.theta * held_size + wl.omega * insertions
 

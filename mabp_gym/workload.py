@@ -137,7 +137,6 @@ class FastLists:
     signature_size: list[float]
     mu: list[float]
     budget: list[float]
-    hit_slot: list[int]
 
 
 @dataclass(frozen=True, eq=False)
@@ -226,7 +225,9 @@ class Workload:
 
     ``initial_memory`` lists alternatives of ``(node, signature)`` placements; an episode
     seeded with ``seed`` starts from alternative ``seed % len(initial_memory)`` (the paired
-    instances of the ``separation`` workload flip by seed parity).
+    instances of the ``separation`` workload flip by seed parity). With ``fixed_memory``
+    the initial memory is held for the whole episode: there are no transfer or retain
+    candidates and generated objects are discarded.
     """
 
     name: str
@@ -244,6 +245,7 @@ class Workload:
     theta: float = 0.0  # holding cost per size unit held per slot
     omega: float = 0.0  # write cost per generated object retained
     initial_memory: tuple[tuple[tuple[int, int], ...], ...] = ()
+    fixed_memory: bool = False  # memory stays as initialized: no transfers, no retention
     horizon: int = 600
     params: tuple[tuple[str, Any], ...] = ()  # builder parameters, for the record
     index: WorkloadIndex = field(init=False, repr=False, compare=False)
@@ -443,8 +445,9 @@ def _build_index(wl: Workload) -> WorkloadIndex:
         admissible[action.node, action.commodity] = True
         if action.signature >= 0:
             eligible[action.node, action.signature] = True
-        for commodity, _ in action.successors_hit + action.successors_miss:
-            admissible[action.node, commodity] = True
+        for commodity, prob in action.successors_hit + action.successors_miss:
+            if prob > 0:
+                admissible[action.node, commodity] = True
     for node, commodity, _ in wl.arrival_mix:
         admissible[node, commodity] = True
     pair_node, pair_commodity = np.nonzero(admissible)
@@ -473,12 +476,12 @@ def _build_index(wl: Workload) -> WorkloadIndex:
               "that does")
 
     transfer_link, transfer_signature = [], []
-    for e, link in enumerate(wl.links):
+    for e, link in enumerate(() if wl.fixed_memory else wl.links):
         for s in range(n_sig):
             if eligible[link.src, s] and eligible[link.dst, s] and link.bandwidth > 0:
                 transfer_link.append(e)
                 transfer_signature.append(s)
-    retain_node, retain_signature = np.nonzero(eligible)
+    retain_node, retain_signature = np.nonzero(eligible & (not wl.fixed_memory))
     retain_of = np.full((n_nodes, n_sig), -1, dtype=np.int64)
     retain_of[retain_node, retain_signature] = np.arange(len(retain_node))
 
@@ -543,11 +546,7 @@ def _build_index(wl: Workload) -> WorkloadIndex:
         retain_of=retain_of, arrival_pair=arrival_pair, arrival_share=arrival_share,
         successor_cum=cum, successor_pair=targets, fast=None,  # type: ignore[arg-type]
     )
-    fast = {name: getattr(index, name).tolist() for name in FastLists.__dataclass_fields__
-            if name != "hit_slot"}
-    # Flat position of (node(a), signature(a)) in a raveled (N, S) matrix, -1 if none.
-    fast["hit_slot"] = np.where(index.action_signature >= 0,
-                                index.action_node * n_sig + index.action_signature, -1).tolist()
+    fast = {name: getattr(index, name).tolist() for name in FastLists.__dataclass_fields__}
     object.__setattr__(index, "fast", FastLists(**fast))
     # Raveled (N * S + 1,) lookup position of each action's signature; actions with no
     # signature point at the extra last slot, which always reads "not held".

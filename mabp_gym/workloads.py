@@ -213,7 +213,7 @@ def separation(p: dict[str, Any]) -> Workload:
     flips with the seed's parity, so a rule that ignores memory pays ``(K + 1) / 2`` per
     request on average over a pair and a memory-aware rule pays 1. Capacity: ``mu`` (1).
     """
-    p = {**p, "K_w": 1.0, "penalty_scale": 1.0, "credit": 0.0, "loss": 1.0}
+    p = {**p, "K_w": 1.0, "penalty_scale": 1.0, "credit": 0.0, "loss": 1.0, "eps": 0.0}
     signatures = [Signature("obj0", 1.0, "obj"), Signature("obj1", 1.0, "obj")]
     actions = [_primitive(p, signature=s, hit_law={}, miss_law={}, node=0, commodity=0)
                for s in (0, 1)]
@@ -224,7 +224,7 @@ def separation(p: dict[str, Any]) -> Workload:
         links=(), commodities=(Commodity("job", "job", 0, 0),),
         signatures=tuple(signatures), actions=tuple(actions), arrival_mix=((0, 0, 1.0),),
         load=p["load"], replicas=1, horizon=p["horizon"], eta=0.0,
-        initial_memory=(((0, 0),), ((0, 1),)),
+        initial_memory=(((0, 0),), ((0, 1),)), fixed_memory=True,
     )
 
 
@@ -380,8 +380,9 @@ def agentic(p: dict[str, Any]) -> Workload:
     return _service_graph("agentic", p, {"agentic": 1.0})
 
 
-_THEORY = {**_COMMON, "beta": Param(1.0, 0.0, 1.0, low_open=True,
-                                    doc="budget fraction of B_i^max")}
+_THEORY = {**{k: v for k, v in _COMMON.items() if k != "K_w"},
+           "beta": Param(1.0, 0.0, 1.0, low_open=True, doc="budget fraction of B_i^max "
+                         "(below 1 the single object no longer fits)")}
 
 BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]]] = {
     "work_reuse": (work_reuse, {
@@ -395,7 +396,8 @@ BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]
         "pi_l": Param(0.0, 0.0, 1.0, doc="P(verifier job) after a hit"),
         "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="upstream-verifier link")}),
     "separation": (separation, {
-        **_COMMON, "load": Param(0.5, 0.0, 10.0, doc="normalized load (of mu)"),
+        "load": Param(0.5, 0.0, 10.0, doc="normalized load (of mu)"),
+        "horizon": _COMMON["horizon"], "K": _COMMON["K"],
         "mu": Param(1.0, 0.0, 1e6, low_open=True, doc="compute per slot")}),
     "boundary": (boundary, {
         **_COMMON, "K": Param(2.0, 1.0, 1e6, doc="noncached factor"),

@@ -39,12 +39,12 @@ def test_work_reuse__object_generated_in_slot_t_is_a_hit_only_from_t_plus_1():
     wl = idle_arrivals("work_reuse", kappa_w=4)
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
-    sim.add_units(0, 0, 3, birth=0)
+    sim.add_units(0, 0, 3)
 
     control, out = sim.step_scores(scores(wl))
     # Slot 0: no memory, a miss needs all 4 units of compute: one unit served, no start.
     assert control.service.tolist() == [1]
-    assert (out.served, out.hits, out.completed, out.delays) == (1, 0, 1, (0,))
+    assert (out.served, out.hits, out.completed, out.delays) == (1, 0, 1, (1,))
     assert out.generated == ((0, 0),) and out.insertions == 1 and out.evictions == 0
     assert out.penalty_compute == pytest.approx(4.0)  # l(miss) = K * l = 4, no credit
     assert out.backlog == 2
@@ -53,36 +53,37 @@ def test_work_reuse__object_generated_in_slot_t_is_a_hit_only_from_t_plus_1():
     control, out = sim.step_scores(scores(wl))
     # Slot 1: the object is resident, each unit is a hit with work 1: both served.
     assert control.service.tolist() == [2]
-    assert (out.served, out.hits, out.completed, out.delays) == (2, 2, 2, (1, 1))
+    assert (out.served, out.hits, out.completed, out.delays) == (2, 2, 2, (2, 2))
     assert out.generated == () and out.insertions == 0
     assert out.penalty_compute == pytest.approx(2.0)
     assert out.backlog == 0
 
 
-def test_work_reuse__miss_larger_than_leftover_compute_is_served_over_two_slots():
+def test_work_reuse__leftover_compute_does_not_start_a_unit_that_fits_mu():
     wl = idle_arrivals("work_reuse", kappa_w=4)
-    # mu = 5: after one miss (work 4) one unit of compute is left; the next unit is still
-    # a miss in this slot (the generated object is not usable yet) and starts in service.
+    # mu = 5: after one miss (work 4) one unit of compute is left. The next unit is still a
+    # miss in this slot (the generated object is not usable yet); its work 4 <= mu, so it
+    # is served whole in a later slot and never split (the paper's per-slot constraint).
     wl = Workload(**{**_fields(wl), "nodes": (Node("server", "server", mu=5.0, budget=1.0),)})
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
-    sim.add_units(0, 0, 3, birth=0)
+    sim.add_units(0, 0, 3)
 
     control, out = sim.step_scores(scores(wl))
-    assert control.service.tolist() == [1] and control.start.tolist() == [0]
-    assert (out.served, out.started, out.hits, out.work) == (1, 1, 0, 5.0)
-    assert out.backlog == 2  # the unit in service still counts in the backlog
-    assert sim.state.service_residual[0] == pytest.approx(3.0)
-    assert sim.state.queue_len.tolist() == [1]
-
-    control, out = sim.step_scores(scores(wl))
-    # Slot 1: the unit in service takes 3 first (a miss, fixed at its start), then the last
-    # unit is a hit (work 1).
     assert control.service.tolist() == [1] and control.start.tolist() == [-1]
-    assert (out.served, out.hits, out.completed) == (2, 1, 2)
-    assert out.work == pytest.approx(4.0)
-    assert out.penalty_compute == pytest.approx(4.0 + 1.0)
-    assert out.backlog == 0 and sim.state.service_action.tolist() == [-1]
+    assert (out.served, out.started, out.hits, out.work) == (1, 0, 0, 4.0)
+    assert out.backlog == 2
+
+    control, out = sim.step_scores(scores(wl))
+    # Slot 1: the object generated in slot 0 is resident: both units are hits (work 1).
+    assert control.service.tolist() == [2]
+    assert (out.served, out.hits, out.completed, out.work) == (2, 2, 2, 2.0)
+    assert out.penalty_compute == pytest.approx(2.0)
+    bad = Control(np.zeros(0, np.int64), np.zeros(0, np.int64), np.array([0]),
+                  np.array([0]), np.ones(1))
+    sim.add_units(0, 0, 1)
+    with pytest.raises(InfeasibleControlError, match="multi-slot start.*exceeds mu"):
+        sim.step(bad)  # a hit (work 1 <= mu) may not start in service
 
 
 def test_multi_slot_service__unit_in_service_cannot_be_routed_or_served_twice():
@@ -90,7 +91,7 @@ def test_multi_slot_service__unit_in_service_cannot_be_routed_or_served_twice():
     wl = Workload(**{**_fields(wl), "nodes": (Node("server", "server", mu=3.0, budget=1.0),)})
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
-    sim.add_units(0, 0, 1, birth=0)
+    sim.add_units(0, 0, 1)
     control, out = sim.step_scores(scores(wl))
     assert control.start.tolist() == [0] and out.served == 0 and out.backlog == 1
     assert sim.state.queue_len.tolist() == [0]
@@ -119,7 +120,7 @@ def test_successor__successors_join_the_same_node_and_routes_arrive_next_slot():
     job = wl.commodity_id("job")
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
-    sim.add_units(up, job, 2, birth=0)
+    sim.add_units(up, job, 2)
 
     def queues():
         return sim.state.backlog_matrix(wl)
@@ -134,14 +135,14 @@ def test_successor__successors_join_the_same_node_and_routes_arrive_next_slot():
     control, out = sim.step_scores(scores(wl))
     # Slot 1: the new job is a hit (pi_l = 0) and leaves at once; the two verifier jobs are
     # routed and are not at the verifier until slot 2.
-    assert (out.served, out.hits, out.completed, out.delays) == (1, 1, 1, (0,))
+    assert (out.served, out.hits, out.completed, out.delays) == (1, 1, 1, (1,))
     assert out.routed == 2 and control.route.tolist() == [2]
     assert queues()[up].tolist() == [0, 0] and queues()[ver].tolist() == [0, 2]
 
     _, out = sim.step_scores(scores(wl))
-    assert (out.served, out.completed, out.delays) == (1, 1, (2,))
-    _, out = sim.step_scores(scores(wl))
     assert (out.served, out.completed, out.delays) == (1, 1, (3,))
+    _, out = sim.step_scores(scores(wl))
+    assert (out.served, out.completed, out.delays) == (1, 1, (4,))
     assert out.backlog == 0
 
 
@@ -172,8 +173,8 @@ def test_memory__transfer_then_hit_generate_retain_and_evict_with_exact_penaltie
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
     assert sim.state.holder.tolist() == [[0, -1], [-1, -1]]
-    sim.add_units(1, 0, 1, birth=0)  # c0 at b: a hit once s0 has moved to b
-    sim.add_units(0, 1, 1, birth=0)  # c1 at a: a miss, generates s1 at a
+    sim.add_units(1, 0, 1)  # c0 at b: a hit once s0 has moved to b
+    sim.add_units(0, 1, 1)  # c1 at a: a miss, generates s1 at a
 
     transfer = np.where(ix.transfer_signature == 0, 1.0, -1.0)  # move s0 along a -> b
     control, out = sim.step_scores(scores(wl, route=-1.0, transfer=transfer))
@@ -201,7 +202,7 @@ def test_memory__retention_keeps_highest_priority_that_fits_and_frees_identities
     ix = wl.index
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
-    sim.add_units(0, 1, 1, birth=0)  # a holds s0; serving c1 generates s1 at a
+    sim.add_units(0, 1, 1)  # a holds s0; serving c1 generates s1 at a
     retain = np.zeros(ix.num_retains)
     retain[ix.retain_of[0, 1]] = 0.9  # a prefers the new s1 over s0 (budget 1: one fits)
     retain[ix.retain_of[0, 0]] = 0.1
@@ -216,7 +217,7 @@ def test_routing__transmission_penalty_and_arrival_at_t_plus_1():
     wl = two_node_memory_workload()
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
-    sim.add_units(0, 1, 3, birth=0)
+    sim.add_units(0, 1, 3)
     service = np.array([-1.0, -1.0, 1.0, 1.0])  # only b serves
     control, out = sim.step_scores(scores(wl, service=service, route=1.0))
     assert out.served == 0 and out.routed == 3
@@ -232,7 +233,7 @@ def test_no_memory_mode__every_action_misses_and_nothing_is_held():
     wl = idle_arrivals("work_reuse", kappa_w=4)
     sim = Simulator(wl, memory=False, check_invariants=True)
     sim.reset(0)
-    sim.add_units(0, 0, 3, birth=0)
+    sim.add_units(0, 0, 3)
     for expected_backlog in (2, 1, 0):
         _, out = sim.step_scores(scores(wl))
         assert (out.served, out.hits, out.generated) == (1, 0, ())
@@ -323,3 +324,49 @@ def _fields(wl: Workload) -> dict:
     from dataclasses import fields
 
     return {f.name: getattr(wl, f.name) for f in fields(wl) if f.init}
+
+
+def test_projection__transfers_into_a_node_that_just_sent_the_signature_stay_feasible():
+    # A holds one replica of s and C the other; moving A -> B frees A, but a replica may not
+    # arrive at a node that held one at the start of the slot: the projection skips C -> A
+    # instead of emitting a control that the feasibility check rejects.
+    actions = tuple(Action(node=i, commodity=0, signature=0) for i in range(3))
+    wl = Workload(
+        name="triangle",
+        nodes=tuple(Node(n, "server", mu=1.0, budget=1.0) for n in "ABC"),
+        links=(Link(0, 1, capacity=1, bandwidth=1.0), Link(2, 0, capacity=1, bandwidth=1.0)),
+        commodities=(Commodity("c"),), signatures=(Signature("s", 1.0),), actions=actions,
+        arrival_mix=((0, 0, 1.0),), load=0.0, replicas=2, initial_memory=(((0, 0), (2, 0)),),
+    )
+    sim = Simulator(wl, check_invariants=True)
+    sim.reset(0)
+    transfer = np.array([1.0, 0.5])  # A -> B first, then C -> A
+    control, out = sim.step_scores(scores(wl, transfer=transfer, route=-1.0))
+    assert control.transfers.tolist() == [0] and out.transfers == 1
+    assert (sim.state.holder[:, 0] >= 0).tolist() == [False, True, True]
+
+
+def test_separation__memory_is_fixed_for_the_episode_even_under_the_idle_control():
+    wl = make_workload("separation")
+    assert wl.index.num_retains == 0 and wl.index.num_transfers == 0
+    sim = Simulator(wl, check_invariants=True)
+    sim.reset(0)
+    for _ in range(20):
+        sim.step(Control.idle(wl))
+    assert sim.state.holder.tolist() == [[0, -1]]
+
+
+def test_simulator__step_before_reset_is_refused():
+    wl = make_workload("work_reuse")
+    with pytest.raises(RuntimeError, match=r"call reset\(seed\) before step"):
+        Simulator(wl).step(Control.idle(wl))
+
+
+def test_add_units__rejects_inadmissible_pairs_and_future_births():
+    wl = idle_arrivals("successor")
+    sim = Simulator(wl)
+    sim.reset(0)
+    with pytest.raises(ValueError, match="not admissible at node 'ver'"):
+        sim.add_units(wl.node_id("ver"), wl.commodity_id("job"), 1)
+    with pytest.raises(ValueError, match="birth must be < the current slot 0"):
+        sim.add_units(0, 0, 1, birth=0)
