@@ -1,10 +1,15 @@
 """mabp-gym: stateful foundation-model service networks (SFMSN) for scheduling research.
 
 The simulator core (workloads, state, controls, the one-slot transition, the shared
-projection and the capacity LPs) imports only numpy and scipy.
+projection and the capacity LPs) imports only numpy and scipy. Importing the package
+registers the Gymnasium ids; ``to_pyg`` loads torch and PyG on first use.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
 
 from mabp_gym.capacity import capacity
 from mabp_gym.control import Control, InfeasibleControlError, check_control
@@ -16,7 +21,41 @@ from mabp_gym.workloads import WORKLOADS, make_workload, workload_params
 
 __version__ = "0.1.0"
 
+ENV_IDS = {
+    "work_reuse": "mabp_gym/WorkReuse-v0",
+    "successor": "mabp_gym/Successor-v0",
+    "separation": "mabp_gym/Separation-v0",
+    "boundary": "mabp_gym/Boundary-v0",
+    "mixed": "mabp_gym/Mixed-v0",
+    "rag": "mabp_gym/Rag-v0",
+    "moe": "mabp_gym/Moe-v0",
+    "agentic": "mabp_gym/Agentic-v0",
+}
+"""Registered id of each workload; ``mabp_gym/SFMSN-v0`` takes ``workload=`` (default mixed)."""
+
+
+def _register() -> None:
+    entry = "mabp_gym.env:SFMSNEnv"
+    horizon = workload_params("mixed")["horizon"].default
+    ids = {"mabp_gym/SFMSN-v0": "mixed", **{v: k for k, v in ENV_IDS.items()}}
+    for env_id, workload in ids.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=entry, max_episode_steps=horizon,
+                               kwargs={"workload": workload})
+
+
+_register()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "to_pyg":
+        from mabp_gym.pyg import to_pyg
+
+        return to_pyg
+    raise AttributeError(f"module 'mabp_gym' has no attribute {name!r}")
+
 __all__ = [
+    "ENV_IDS",
     "WORKLOADS",
     "Action",
     "Commodity",
@@ -34,5 +73,6 @@ __all__ = [
     "check_control",
     "make_workload",
     "project",
+    "to_pyg",
     "workload_params",
 ]

@@ -47,6 +47,11 @@ class Control:
     start: np.ndarray  # (N,) int64, action starting one multi-slot unit, -1 for none
     retain: np.ndarray  # (K,) float64, retention priority per retain candidate
 
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The control as a dict of arrays (what the env puts in ``info["control"]``)."""
+        return {"transfers": self.transfers, "route": self.route, "service": self.service,
+                "start": self.start, "retain": self.retain}
+
     @staticmethod
     def idle(workload: Workload) -> Control:
         """The control that does nothing and drops every object."""

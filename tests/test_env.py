@@ -1,0 +1,249 @@
+"""The Gymnasium environment: every registered id, determinism, pickling, vector envs,
+bad actions, rewards, rendering, the PyG conversion and the stable-baselines3 adapter."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env
+
+import mabp_gym
+from mabp_gym import to_pyg
+
+ALL_IDS = ["mabp_gym/SFMSN-v0", *mabp_gym.ENV_IDS.values()]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_and_single_threaded():
+    # Tiny graphs: one torch thread is much faster than two fighting over a core.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Box observation space (min|max)imum.*")
+        yield
+    torch.set_num_threads(threads)
+
+
+def rollout(env: gym.Env, seed: int, steps: int) -> list:
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    rows = [obs]
+    for _ in range(steps):
+        action = rng.uniform(-1, 1, env.action_space.shape).astype(np.float32)
+        obs, reward, terminated, truncated, info = env.step(action)
+        rows.append((obs, reward, terminated, truncated, info["delays"], info["backlog"]))
+    return rows
+
+
+def same(a, b) -> bool:
+    from gymnasium.utils.env_checker import data_equivalence
+
+    return data_equivalence(a, b)
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_env__check_env_passes(env_id):
+    env = gym.make(env_id)
+    check_env(env.unwrapped, skip_render_check=False)
+    assert env.spec.max_episode_steps == 600
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_env__same_seed_same_rollout(env_id):
+    a = rollout(gym.make(env_id), seed=3, steps=30)
+    b = rollout(gym.make(env_id), seed=3, steps=30)
+    assert same(a, b)
+
+
+def test_env__different_seeds_differ():
+    a = rollout(gym.make("mabp_gym/Mixed-v0"), seed=1, steps=30)
+    b = rollout(gym.make("mabp_gym/Mixed-v0"), seed=2, steps=30)
+    assert not same(a, b)
+
+
+@pytest.mark.parametrize("env_id", ["mabp_gym/Mixed-v0", "mabp_gym/Successor-v0"])
+def test_env__pickles_mid_episode_and_continues_identically(env_id):
+    env = gym.make(env_id)
+    env.reset(seed=11)
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
+    clone = pickle.loads(pickle.dumps(env))
+    for _ in range(25):
+        action = rng.uniform(-1, 1, env.action_space.shape).astype(np.float32)
+        assert same(env.step(action), clone.step(action))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_env__make_vec_steps(mode):
+    envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=2, vectorization_mode=mode, load=0.5)
+    try:
+        obs, info = envs.reset(seed=[0, 1])
+        envs.action_space.seed(0)
+        assert obs["queues"].shape == (2, 8, 64)
+        for _ in range(20):
+            actions = envs.action_space.sample()
+            obs, reward, terminated, truncated, info = envs.step(actions)
+        assert reward.shape == (2,) and not terminated.any()
+        assert info["control"]["route"].shape[0] == 2
+        assert info["control"]["transfers"].shape == (2, 48)
+        assert obs["action_mask"].shape == (2, envs.single_action_space.shape[0])
+    finally:
+        envs.close()
+
+
+def test_env__truncates_at_horizon_and_never_terminates():
+    env = gym.make("mabp_gym/WorkReuse-v0", horizon=7, max_episode_steps=7)
+    env.reset(seed=0)
+    flags = [env.step(env.action_space.sample())[2:4] for _ in range(7)]
+    assert flags[-1] == (False, True) and all(f == (False, False) for f in flags[:-1])
+
+
+@pytest.mark.parametrize("bad", [np.zeros(3), np.full(384, np.nan), np.full(384, np.inf),
+                                 np.zeros((384, 1))])
+def test_env__bad_actions_raise_value_error_with_expected_shape(bad):
+    env = gym.make("mabp_gym/Mixed-v0")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"\(384,\)"):
+        env.step(bad)
+
+
+def test_env__all_negative_scores_are_a_legal_idle_action():
+    env = gym.make("mabp_gym/Mixed-v0", load=0.5)
+    env.reset(seed=0)
+    for _ in range(3):
+        _, _, _, _, info = env.step(-np.ones(384, dtype=np.float32))
+        assert info["served"] == 0 and info["routed"] == 0
+        assert not info["control"]["service"].any()
+    # Scores outside [-1, 1] are fine: only order and sign matter.
+    env.step(np.linspace(-50, 50, 384))
+
+
+def test_env__rewards_follow_spec_3_3():
+    nu, scale = 5.0, 100.0
+    env = gym.make("mabp_gym/Mixed-v0", load=0.6, nu=nu, reward_scale=scale)
+    env.reset(seed=0)
+    for _ in range(10):
+        _, reward, _, _, info = env.step(env.action_space.sample())
+        assert reward == pytest.approx(-(info["backlog"] + nu * info["penalty"]) / scale)
+    env = gym.make("mabp_gym/Mixed-v0", load=0.6, nu=nu, reward="drift_plus_penalty",
+                   reward_scale=1.0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(10):
+        before = 0.5 * float((obs["queues"].astype(np.float64) ** 2).sum())
+        obs, reward, _, _, info = env.step(env.action_space.sample())
+        after = 0.5 * float((obs["queues"].astype(np.float64) ** 2).sum())
+        assert reward == pytest.approx(-(after - before + nu * info["penalty"]))
+    with pytest.raises(ValueError, match="reward must be one of"):
+        gym.make("mabp_gym/Mixed-v0", reward="throughput")
+
+
+def test_env__parameters_pass_through_make():
+    env = gym.make("mabp_gym/SFMSN-v0", workload="successor", load=0.7, mu_u=3.0)
+    wl = env.unwrapped.workload
+    assert wl.name == "successor" and wl.load == 0.7 and wl.index.mu[0] == 3.0
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['mu_x'\]"):
+        gym.make("mabp_gym/Successor-v0", mu_x=1.0)
+    env = gym.make("mabp_gym/Mixed-v0", memory=False)
+    env.reset(seed=0)
+    for _ in range(20):
+        obs, *_ = env.step(np.ones(384, dtype=np.float32))
+    assert obs["memory"].sum() == 0 and obs["service"][:, 2].sum() == 0
+
+
+def test_env__observation_matches_state_and_mask_marks_live_candidates():
+    env = gym.make("mabp_gym/Mixed-v0", load=0.8)
+    env.reset(seed=0)
+    for _ in range(30):
+        obs, *_ = env.step(env.action_space.sample())
+    sim = env.unwrapped.sim
+    wl = env.unwrapped.workload
+    ix = wl.index
+    assert np.array_equal(obs["queues"], sim.state.backlog_matrix(wl))
+    assert np.array_equal(obs["memory"], sim.state.holder >= 0)
+    hit = obs["service"][:, 2].astype(bool)
+    assert np.array_equal(obs["service"][:, 0], np.where(hit, ix.work[1], ix.work[0]))
+    mask = obs["action_mask"].astype(bool)
+    service_mask = mask[ix.score_slices[0]]
+    assert np.array_equal(service_mask[sim.state.queue_len[ix.action_pair] == 0],
+                          np.zeros((sim.state.queue_len[ix.action_pair] == 0).sum(), bool))
+
+
+def test_env__render_modes():
+    env = gym.make("mabp_gym/Mixed-v0", render_mode="ansi")
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    text = env.render()
+    assert "gen0" in text and "slot 1" in text
+    env = gym.make("mabp_gym/Mixed-v0", render_mode="rgb_array")
+    env.reset(seed=0)
+    image = env.render()
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    assert image.std() > 0
+
+
+def test_to_pyg__round_trip_single_and_batch():
+    env = gym.make("mabp_gym/Mixed-v0")
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        obs, *_ = env.step(env.action_space.sample())
+    data = to_pyg(obs)
+    n, e = obs["node_features"].shape[0], obs["edge_index"].shape[1]
+    assert data.num_nodes == n and data.edge_index.shape == (2, e)
+    x = np.concatenate([obs["node_features"], obs["queues"], obs["memory"]], axis=1)
+    assert np.allclose(data.x.numpy(), x)
+    assert np.array_equal(data.edge_index.numpy(), obs["edge_index"])
+    assert np.allclose(data.service_x.numpy(), obs["service"])
+    assert np.array_equal(data.action_mask.numpy()[0], obs["action_mask"].astype(bool))
+    # A batch of three (as SB3 hands it: every Box as float) is offset, not looped.
+    obs2, *_ = env.step(env.action_space.sample())
+    obs3, *_ = env.step(env.action_space.sample())
+    batch = {k: torch.as_tensor(np.stack([o[k] for o in (obs, obs2, obs3)])).float()
+             for k in obs}
+    data = to_pyg(batch)
+    assert data.num_graphs == 3 and data.x.shape[0] == 3 * n
+    assert data.edge_index.shape == (2, 3 * e)
+    assert torch.equal(data.edge_index[:, e:2 * e] - n, torch.as_tensor(obs2["edge_index"]))
+    assert torch.equal(data.batch, torch.arange(3).repeat_interleave(n))
+    a = obs["service"].shape[0]
+    assert torch.equal(data.service_node[a:2 * a] - n,
+                       torch.as_tensor(obs2["service_index"][0]))
+    route_edge = torch.as_tensor(obs3["route_index"][0])
+    r = route_edge.shape[0]
+    assert torch.equal(data.route_src[2 * r:] - 2 * n,
+                       torch.as_tensor(obs3["edge_index"][0])[route_edge])
+    assert np.allclose(data.route_x[2 * r:].numpy(), obs3["route"])
+
+
+def test_sb3__ppo_multiinputpolicy_learns_a_few_hundred_steps():
+    from stable_baselines3 import PPO
+
+    env = gym.make("mabp_gym/Mixed-v0", load=0.5)
+    model = PPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
+                device="cpu")
+    model.learn(256)
+    assert model.num_timesteps >= 256
+    action, _ = model.predict(env.reset(seed=0)[0], deterministic=True)
+    assert action.shape == (384,)
+
+
+def test_sb3__ppo_with_the_pyg_features_extractor_learns():
+    from stable_baselines3 import PPO
+
+    from mabp_gym.sb3 import GraphFeaturesExtractor
+
+    env = gym.make("mabp_gym/Mixed-v0", load=0.5)
+    model = PPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
+                device="cpu",
+                policy_kwargs={"features_extractor_class": GraphFeaturesExtractor,
+                               "features_extractor_kwargs": {"hidden": 32}})
+    before = [p.detach().clone() for p in model.policy.features_extractor.parameters()]
+    model.learn(256)
+    after = list(model.policy.features_extractor.parameters())
+    assert model.num_timesteps >= 256
+    assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
