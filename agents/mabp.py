@@ -1,0 +1,140 @@
+"""Memory-Augmented Backpressure (paper Algorithm 2, the one-slot surrogate) and its ablations.
+
+With known primitives and the current memory ``Y`` (SPEC 4; paper (1), (14), (16)-(18)):
+
+- service score ``W_i^a / w_i(a, Y)`` with
+  ``W_i^a = Q_i^c - sum_c' P_i(c'|a, Y) Q_i^c' - nu p_i(a, Y)`` (memory-dependent work,
+  penalty with reuse credit ``p = l - eta v``, and downstream successor pressure);
+- routing ``Q_i^c - Q_j^c - nu d_ij``;
+- retention and transfers by the marginal value of an object per unit size: the
+  frozen-queue value of (17), ``Psi_i(R + m) - Psi_i(R - m)``, approximated action by action
+  as the service weight a hit adds at the node's compute
+  (``min(q, mu / w_hit) W_hit^+ - min(q, mu / w_miss) W_miss^+``), plus its value over the
+  next ``H`` slots: an exponentially averaged demand of the compatible commodities (queued
+  units the node could serve per slot with a hit) times the value of one hit
+  (``nu (p_miss - p_hit)`` plus the work it saves priced at the node's best pressure per
+  unit of work), net of ``nu`` times the holding cost over ``H`` slots; a transfer scores
+  the value gained at the destination minus the value lost at the source, net of ``nu``
+  times its migration cost. Without the demand term the memory would thrash: an object
+  whose queue is momentarily empty has frozen-queue value 0.
+
+Ablations (paper Fig. 6): ``mabp-no-transition`` drops the successor-pressure term,
+``mabp-no-reuse`` drops the reuse credit (``p = l``), ``mabp-no-retention`` keeps memory
+most-recently-used instead of by marginal value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.base import Policy, RecencyRetention
+from mabp_gym.workload import Workload
+
+
+class MABP(Policy):
+    """The MABP score rule.
+
+    Args:
+        horizon: ``H``, the slots over which retained memory is valued (default 20).
+        transition: keep the successor-pressure term.
+        reuse: keep the reuse credit in the penalty.
+        retention: marginal-value retention and transfers (else most-recently-used, no
+            transfers).
+    """
+
+    name = "mabp"
+    memory_aware = True
+
+    def __init__(self, workload: Workload, *, horizon: int = 20, transition: bool = True,
+                 reuse: bool = True, retention: bool = True, **kw) -> None:
+        super().__init__(workload, **kw)
+        if int(horizon) != horizon or horizon < 1:
+            raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
+        ix = self.ix
+        self.horizon = int(horizon)
+        self.transition = transition
+        self.reuse = reuse
+        self.retention = retention
+        self._law = ix.successor_law[:, :, :-1]  # (2, A, C)
+        self._penalty = ix.penalty if reuse else ix.loss  # (2, A)
+        self._work = ix.work  # (2, A)
+        self._arange = np.arange(ix.num_actions)
+        self._route_cost = ix.link_cost[ix.route_link]
+        self._mu = ix.mu[ix.action_node]
+        # Retain candidate k = (i, s) collects the actions of node i compatible with s.
+        members = np.zeros((ix.num_retains, ix.num_actions))
+        for a in np.flatnonzero(ix.action_signature >= 0):
+            k = ix.retain_of[ix.action_node[a], ix.action_signature[a]]
+            if k >= 0:
+                members[k, a] = 1.0
+        self._members = members
+        self._assisted = ix.action_signature >= 0
+        self._size = ix.signature_size[ix.retain_signature]
+        self._holding = self.nu * workload.theta * self.horizon
+        src = ix.link_src[ix.transfer_link]
+        dst = ix.link_dst[ix.transfer_link]
+        self._transfer_src = ix.retain_of[src, ix.transfer_signature]
+        self._transfer_dst = ix.retain_of[dst, ix.transfer_signature]
+        self._migration = self.nu * workload.migration_cost  # per size unit
+        self._demand = np.zeros(ix.num_actions)
+        self._recency = RecencyRetention(workload)
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self._demand[:] = 0.0
+        self._recency.reset()
+
+    def weights(self, queues: np.ndarray) -> np.ndarray:
+        """``W_i^a`` under a miss (row 0) and a hit (row 1), ``(2, A)``."""
+        ix = self.ix
+        own = self.pair_backlog(queues)[ix.action_pair]
+        weight = np.broadcast_to(own, (2, ix.num_actions)) - self.nu * self._penalty
+        if self.transition:
+            weight = weight - np.einsum("hac,ac->ha", self._law, queues[ix.action_node])
+        return weight
+
+    def _fill(self, obs, queues, out) -> None:
+        ix = self.ix
+        weight = self.weights(queues)
+        if self.memory:
+            hit = np.asarray(obs["service"])[:, 2].astype(np.int64)
+        else:
+            hit = np.zeros(ix.num_actions, dtype=np.int64)
+        current = weight[hit, self._arange]
+        work = self._work[hit, self._arange]
+        own = self.pair_backlog(queues)[ix.action_pair]
+        out[self.slices[0]] = np.where(own > 0, current / work, -1.0)
+        backlog = self.pair_backlog(queues)
+        out[self.slices[1]] = (backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
+                               - self.nu * self._route_cost)
+        if not ix.num_retains:
+            return
+        if not self.retention:
+            out[self.slices[3]] = self._recency.priorities(queues, self.t)
+            return
+        value = self._object_values(weight, current / work, own)
+        out[self.slices[3]] = value / self._size - self._holding
+        if ix.num_transfers:
+            gained = value[self._transfer_dst] - value[self._transfer_src]
+            size = ix.signature_size[ix.transfer_signature]
+            out[self.slices[2]] = gained / size - self._migration
+
+    def _object_values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray
+                       ) -> np.ndarray:
+        """Marginal value of holding each retain candidate's object, ``(K,)``."""
+        ix = self.ix
+        w_miss, w_hit = self._work
+        positive = np.maximum(weight, 0.0)
+        frozen = np.maximum(np.minimum(own, self._mu / w_hit) * positive[1]
+                            - np.minimum(own, self._mu / w_miss) * positive[0], 0.0)
+        # Price of a unit of compute at each node: its best pressure per unit of work.
+        price = np.ones(ix.num_nodes)
+        np.maximum.at(price, ix.action_node, ratio)
+        saved = self.nu * (self._penalty[0] - self._penalty[1]) \
+            + (w_miss - w_hit) * price[ix.action_node]
+        servable = np.minimum(own, self._mu / w_hit)
+        rate = 1.0 / self.horizon
+        self._demand = (1 - rate) * self._demand + rate * servable
+        future = self.horizon * self._demand * np.maximum(saved, 0.0)
+        per_action = np.where(self._assisted, frozen + future, 0.0)
+        return self._members @ per_action
