@@ -13,6 +13,7 @@ import gymnasium
 
 from mabp_gym.capacity import capacity
 from mabp_gym.control import Control, InfeasibleControlError, check_control
+from mabp_gym.evaluation import evaluate, read_records, stable_load, summarize_records
 from mabp_gym.projection import project
 from mabp_gym.simulator import InvariantError, Simulator, SlotOutcome
 from mabp_gym.state import SimState
@@ -71,8 +72,12 @@ __all__ = [
     "Workload",
     "capacity",
     "check_control",
+    "evaluate",
     "make_workload",
     "project",
+    "read_records",
+    "stable_load",
+    "summarize_records",
     "to_pyg",
     "workload_params",
 ]

@@ -1,23 +1,32 @@
 """The ``mabp-gym`` command line.
 
-``mabp-gym capacity`` prints a workload's no-memory and all-hit fluid capacities;
-``mabp-gym simulate`` runs the core under the fixed queue-length score rule and prints
-the SPEC 5 metrics per seed. Bad arguments exit with status 2 and a one-line reason.
+Subcommands: ``eval`` (one or more policies over a grid of loads and seeds), ``table`` (the
+paper's Table I layout, Markdown and CSV), ``sweep`` (load, beta, K, nu or skew sweeps of
+paper VI-A), ``plot`` (PNG figures from saved results), ``capacity`` (a workload's
+no-memory and all-hit capacities) and ``simulate`` (the core under the fixed queue-length
+score rule). ``--help`` on each. Bad arguments exit with status 2 and a one-line reason;
+results go to the JSON-lines / CSV / Markdown files named on the command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mabp_gym.capacity import capacity
-from mabp_gym.metrics import summarize
-from mabp_gym.rollout import rollout
-from mabp_gym.scores import queue_length_scores
 from mabp_gym.workloads import WORKLOADS, make_workload
+
+TABLE_POLICIES = ("sp", "jsq", "bp", "cost-bp", "greedycache-bp", "mabp", "oracle-sur",
+                  "mabp-no-transition", "mabp-no-reuse", "mabp-no-retention")
+DEFAULT_GRID = tuple(round(0.1 * k, 1) for k in range(1, 11))
+SWEEPS = ("load", "beta", "K", "nu", "skew")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,40 +35,127 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _number(raw: str) -> Any:
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:
+        return float(raw)
+    except ValueError:
+        return None if raw.lower() == "none" else raw
+
+
 def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise ValueError(f"--set expects NAME=VALUE, got {pair!r}")
-        try:
-            value: Any = int(raw)
-        except ValueError:
-            try:
-                value = float(raw)
-            except ValueError:
-                value = None if raw.lower() == "none" else raw
-        overrides[key] = value
+        overrides[key] = _number(raw)
     return overrides
 
 
-def _add_workload_args(parser: argparse.ArgumentParser) -> None:
+def _parse_grid(tokens: list[str], name: str) -> list[float]:
+    """Numbers, or ``start:stop:step`` ranges (stop included)."""
+    values: list[float] = []
+    for token in tokens:
+        for part in token.split(","):
+            if not part:
+                continue
+            if ":" in part:
+                pieces = part.split(":")
+                if len(pieces) != 3:
+                    raise ValueError(f"{name}: a range is start:stop:step, got {part!r}")
+                start, stop, step = (float(x) for x in pieces)
+                if step <= 0 or stop < start:
+                    raise ValueError(f"{name}: bad range {part!r}")
+                count = int(round((stop - start) / step)) + 1
+                values.extend(round(start + k * step, 10) for k in range(count))
+            else:
+                try:
+                    values.append(float(part))
+                except ValueError:
+                    raise ValueError(f"{name}: not a number: {part!r}") from None
+    if not values:
+        raise ValueError(f"{name}: give at least one value")
+    return values
+
+
+def _policies(tokens: list[str]) -> list[str]:
+    from agents import POLICIES
+
+    names = [p for token in tokens for p in token.split(",") if p]
+    for name in names:
+        if name not in POLICIES:
+            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    if not names:
+        raise ValueError("give at least one policy")
+    return names
+
+
+def _common(parser: argparse.ArgumentParser, *, loads: bool = True) -> None:
     parser.add_argument("--workload", default="mixed", choices=WORKLOADS,
                         help="built-in workload (default: mixed)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="NAME=VALUE", help="workload parameter override (repeatable)")
+    if loads:
+        parser.add_argument("--loads", nargs="+", default=None, metavar="RHO",
+                            help="normalized loads: numbers or start:stop:step")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--horizon", type=int, default=600, help="slots per run (600)")
+    parser.add_argument("--warmup", type=float, default=0.2, help="discarded fraction (0.2)")
+    parser.add_argument("--nu", type=float, default=5.0, help="penalty weight (5)")
+    parser.add_argument("--no-memory", action="store_true", help="the no-memory system")
+    parser.add_argument("--workers", type=int, default=None, help="processes (all cores)")
+    parser.add_argument("--backend", default="process", choices=("process", "serial", "ray"))
+    parser.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mabp-gym", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+    ev = commands.add_parser("eval", help="evaluate policies over loads and seeds")
+    ev.add_argument("--policy", nargs="+", default=["mabp"], help="policy name(s)")
+    _common(ev)
+    ev.add_argument("--out", metavar="PATH", help="JSON-lines results (resumable)")
+
+    table = commands.add_parser("table", help="the paper's Table I for any policies")
+    table.add_argument("--policies", nargs="+", default=list(TABLE_POLICIES))
+    _common(table)
+    table.add_argument("--at", type=float, default=0.85,
+                       help="load at which the fixed-load metrics are reported (0.85)")
+    table.add_argument("--out", metavar="PATH", default="results/table1.jsonl",
+                       help="JSON-lines results, reused and extended (resumable)")
+    table.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    table.add_argument("--csv", metavar="PATH", help="write the table as CSV")
+
+    sweep = commands.add_parser("sweep", help="load, beta, K, nu or skew sweep (paper VI-A)")
+    sweep.add_argument("--param", required=True, choices=SWEEPS)
+    sweep.add_argument("--values", nargs="+", required=True, help="values of the parameter")
+    sweep.add_argument("--policies", nargs="+", default=["cost-bp", "mabp"])
+    _common(sweep, loads=False)
+    sweep.add_argument("--at", type=float, default=0.85,
+                       help="load for the beta, K, nu and skew sweeps (0.85)")
+    sweep.add_argument("--out", metavar="PATH", required=True, help="JSON-lines results")
+
+    plot = commands.add_parser("plot", help="figures (PNG) from saved results")
+    plot.add_argument("--results", nargs="+", required=True, help="JSON-lines result files")
+    plot.add_argument("--out-dir", required=True, help="directory for the PNG files")
+    plot.add_argument("--policy", default="mabp", help="policy of the trace and heat map")
+
     cap = commands.add_parser("capacity", help="no-memory and all-hit fluid capacities")
-    _add_workload_args(cap)
+    cap.add_argument("--workload", default="mixed", choices=WORKLOADS)
+    cap.add_argument("--set", dest="overrides", action="append", default=[],
+                     metavar="NAME=VALUE", help="workload parameter override (repeatable)")
     cap.add_argument("--json", metavar="PATH", help="also write the result as JSON")
 
     sim = commands.add_parser("simulate", help="run the queue-length score rule on a workload")
-    _add_workload_args(sim)
+    sim.add_argument("--workload", default="mixed", choices=WORKLOADS)
+    sim.add_argument("--set", dest="overrides", action="append", default=[],
+                     metavar="NAME=VALUE", help="workload parameter override (repeatable)")
     sim.add_argument("--load", type=float, default=None, help="normalized load rho")
     sim.add_argument("--horizon", type=int, default=None, help="slots per run")
     sim.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default: 0)")
@@ -69,48 +165,199 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _workload(args: argparse.Namespace) -> Any:
+# -- printing ----------------------------------------------------------------------------------
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:.{digits}f}"
+
+
+def _print_summary(rows: list[dict[str, Any]]) -> None:
+    print(f"{'policy':<20} {'load':>5} {'stable':>6} {'slope':>7} {'backlog':>8} "
+          f"{'penalty':>8} {'p95':>7} {'hit':>5} {'churn':>6} {'compl':>6} {'dec us':>7}")
+    for row in rows:
+        print(f"{row['policy']:<20} {row['load']:>5.2f} {_fmt(row['stable']):>6} "
+              f"{_fmt(row['slope']):>7} {_fmt(row['mean_backlog'], 1):>8} "
+              f"{_fmt(row['penalty'], 4):>8} {_fmt(row['p95_delay'], 1):>7} "
+              f"{_fmt(row['hit_ratio'], 2):>5} {_fmt(row['churn']):>6} "
+              f"{_fmt(row['completion_ratio']):>6} {_fmt(row['decision_us_mean'], 0):>7}")
+
+
+def _grid_args(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(horizon=args.horizon, warmup=args.warmup, memory=not args.no_memory,
+                nu=args.nu)
+
+
+def _run_args(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(workers=args.workers, backend=args.backend, address=args.address,
+                progress=not args.no_progress)
+
+
+# -- subcommands -------------------------------------------------------------------------------
+def _eval(args: argparse.Namespace) -> None:
+    from mabp_gym.evaluation import execute, plan, stable_load, summarize_records
+
+    loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
+    specs = plan(_policies(args.policy), args.workload, loads, args.seeds,
+                 **_grid_args(args), **_parse_overrides(args.overrides))
+    records = execute(specs, output=args.out, **_run_args(args))
+    _print_summary(summarize_records(records))
+    print("stable load: " + ", ".join(f"{p} {v:g}" for p, v in stable_load(records).items()))
+
+
+TABLE_COLUMNS = ("Policy", "Stable load", "Penalty", "P95 delay", "Hit ratio", "Churn",
+                 "Completion")
+
+
+def table_rows(records: list[dict[str, Any]], policies: list[str], grid: list[float],
+               at: float) -> list[list[str]]:
+    """Paper Table I rows: the stable load over ``grid``, the other metrics as mean +- std
+    over seeds at load ``at``."""
+    from mabp_gym.evaluation import stable_load
+
+    on_grid = [r for r in records if any(abs(r["load"] - x) < 1e-9 for x in grid)]
+    stable = stable_load(on_grid)
+    rows = []
+    for policy in policies:
+        fixed = [r for r in records if r["policy"] == policy and abs(r["load"] - at) < 1e-9]
+        cells = [policy, f"{stable.get(policy, 0.0):.1f}"]
+        for key, digits in (("penalty", 4), ("p95_delay", 1), ("hit_ratio", 2),
+                            ("churn", 3), ("completion_ratio", 3)):
+            values = np.array([r[key] for r in fixed if r.get(key) is not None], dtype=float)
+            cells.append(f"{values.mean():.{digits}f} ± {values.std():.{digits}f}"
+                         if values.size else "-")
+        rows.append(cells)
+    return rows
+
+
+def _table(args: argparse.Namespace) -> None:
+    from mabp_gym.evaluation import execute, plan
+
+    loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
+    policies = _policies(args.policies)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    specs = plan(policies, args.workload, sorted(set(loads) | {args.at}), args.seeds,
+                 **_grid_args(args), **_parse_overrides(args.overrides))
+    records = execute(specs, output=args.out, **_run_args(args))
+    rows = table_rows(records, policies, loads, args.at)
+    markdown = ["| " + " | ".join(TABLE_COLUMNS) + " |",
+                "| " + " | ".join("---" for _ in TABLE_COLUMNS) + " |"]
+    markdown += ["| " + " | ".join(row) + " |" for row in rows]
+    text = "\n".join(markdown)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(TABLE_COLUMNS)
+            writer.writerows(rows)
+
+
+def _sweep(args: argparse.Namespace) -> None:
+    from mabp_gym.evaluation import execute, plan, summarize_records
+
+    values = _parse_grid(args.values, "--values")
+    policies = _policies(args.policies)
     overrides = _parse_overrides(args.overrides)
-    if getattr(args, "load", None) is not None:
-        overrides["load"] = args.load
-    if getattr(args, "horizon", None) is not None:
-        overrides["horizon"] = args.horizon
-    return make_workload(args.workload, **overrides)
+    base = _grid_args(args)
+    specs = []
+    if args.param == "load":
+        specs = plan(policies, args.workload, values, args.seeds, **base, **overrides)
+    else:
+        for value in values:
+            if args.param == "nu":
+                specs += plan(policies, args.workload, [args.at], args.seeds,
+                              **{**base, "nu": value}, **overrides)
+            else:
+                specs += plan(policies, args.workload, [args.at], args.seeds, **base,
+                              **{**overrides, args.param: _number(str(value))})
+    records = execute(specs, output=args.out, **_run_args(args))
+    print(f"{args.param:>8} {'policy':<20} {'stable':>6} {'backlog':>8} {'penalty':>8} "
+          f"{'p95':>7} {'hit':>5}")
+    for value in values:
+        chosen = [r for r in records if _sweep_value(r, args.param) == value]
+        for row in summarize_records(chosen):
+            print(f"{value:>8g} {row['policy']:<20} {_fmt(row['stable']):>6} "
+                  f"{_fmt(row['mean_backlog'], 1):>8} {_fmt(row['penalty'], 4):>8} "
+                  f"{_fmt(row['p95_delay'], 1):>7} {_fmt(row['hit_ratio'], 2):>5}")
+
+
+def _sweep_value(record: dict[str, Any], param: str) -> float | None:
+    if param == "load":
+        return record["load"]
+    if param == "nu":
+        return record["nu"]
+    value = record.get("overrides", {}).get(param)
+    return None if value is None else float(value)
+
+
+def _plot(args: argparse.Namespace) -> None:
+    from mabp_gym.evaluation import read_records
+    from mabp_gym.plots import make_figures
+
+    records = []
+    for path in args.results:
+        if not Path(path).exists():
+            raise ValueError(f"--results: no such file {path!r}")
+        records += read_records(path)
+    if not records:
+        raise ValueError("--results: the files hold no records")
+    made, skipped = make_figures(records, Path(args.out_dir), policy=args.policy)
+    for path in made:
+        print(f"wrote {path}")
+    for name, reason in skipped.items():
+        print(f"skipped {name}: {reason}")
 
 
 def _capacity(args: argparse.Namespace) -> dict[str, Any]:
-    wl = _workload(args)
+    wl = make_workload(args.workload, **_parse_overrides(args.overrides))
     nomem, full = capacity(wl, "nomem"), capacity(wl, "full")
     result = {"workload": wl.name, "nomem": nomem, "full": full, "ratio": nomem / full}
     print(f"{wl.name}: no-memory capacity {nomem:.4f}, all-hit capacity (lambda_ref) "
           f"{full:.4f} requests/slot; ratio {nomem / full:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
 
 
-def _simulate(args: argparse.Namespace) -> list[dict[str, Any]]:
+def _simulate(args: argparse.Namespace) -> None:
+    from mabp_gym.metrics import summarize
+    from mabp_gym.rollout import rollout
+    from mabp_gym.scores import queue_length_scores
+
     if not 0.0 <= args.warmup < 1.0:
         raise ValueError(f"--warmup must be in [0, 1), got {args.warmup}")
-    wl = _workload(args)
+    overrides = _parse_overrides(args.overrides)
+    if args.load is not None:
+        overrides["load"] = args.load
+    if args.horizon is not None:
+        overrides["horizon"] = args.horizon
+    wl = make_workload(args.workload, **overrides)
     records = []
-    header = (f"{'seed':>4} {'stable':>6} {'slope':>8} {'backlog':>8} {'p95':>7} {'hit':>5} "
-              f"{'churn':>6} {'compl':>6} {'penalty':>8} {'slots/s':>8}")
     print(f"{wl.name} at load {wl.load:g} ({wl.total_rate:.3f} requests/slot), "
           f"{wl.horizon} slots, queue-length scores, memory={'off' if args.no_memory else 'on'}")
-    print(header)
     for seed in args.seeds:
         started = time.perf_counter()
         trace = rollout(wl, queue_length_scores, seed, memory=not args.no_memory)
         elapsed = time.perf_counter() - started
-        record = {"policy": "queue-length", "workload": wl.name, "load": wl.load, "seed": seed,
-                  "memory": not args.no_memory, **summarize(trace, args.warmup),
-                  "slots_per_s": wl.horizon / elapsed}
-        records.append(record)
-        print(f"{seed:>4} {str(record['stable']):>6} {record['slope']:>8.3f} "
-              f"{record['mean_backlog']:>8.1f} {record['p95_delay']:>7.1f} "
-              f"{record['hit_ratio']:>5.2f} {record['churn']:>6.3f} "
-              f"{record['completion_ratio']:>6.3f} {record['penalty']:>8.4f} "
-              f"{record['slots_per_s']:>8.0f}")
-    return records
+        records.append({"policy": "queue-length", "workload": wl.name, "load": wl.load,
+                        "seed": seed, "memory": not args.no_memory,
+                        **summarize(trace, args.warmup), "slots_per_s": wl.horizon / elapsed})
+    for record in records:
+        print(f"seed {record['seed']}: stable {_fmt(record['stable'])}, backlog "
+              f"{record['mean_backlog']:.1f}, hit ratio {_fmt(record['hit_ratio'], 2)}, "
+              f"completion {_fmt(record['completion_ratio'])}, "
+              f"{record['slots_per_s']:.0f} slots/s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=2, default=str),
+                                   encoding="utf-8")
+
+
+COMMANDS = {"eval": _eval, "table": _table, "sweep": _sweep, "plot": _plot,
+            "capacity": _capacity, "simulate": _simulate}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,12 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
-        result: Any = _capacity(args) if args.command == "capacity" else _simulate(args)
+        COMMANDS[args.command](args)
     except ValueError as error:
-        parser.error(str(error))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
+        parser.error(str(error).splitlines()[0])
     return 0
 
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
 
 import pytest
 
+from mabp_gym import read_records
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args],
-                          capture_output=True, text=True, timeout=120)
+
+def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
 
 
 def test_cli__capacity_prints_and_writes_both_capacities(tmp_path):
@@ -34,7 +37,46 @@ def test_cli__simulate_reports_metrics_per_seed(tmp_path):
     assert [r["seed"] for r in records] == [0, 1]
     for record in records:
         assert record["stable"] is True and record["hit_ratio"] > 0.9
-        assert 0.9 < record["completion_ratio"] <= 1.1
+
+
+def test_cli__eval_prints_a_summary_and_streams_records(tmp_path):
+    out = tmp_path / "eval.jsonl"
+    result = run("eval", "--policy", "bp", "mabp", "--loads", "0.2,0.4", "--seeds", "0",
+                 "--horizon", "120", "--out", str(out), "--workers", "1", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "stable load: bp" in result.stdout and "mabp" in result.stdout
+    records = read_records(out)
+    assert sorted((r["policy"], r["load"]) for r in records) == \
+        [("bp", 0.2), ("bp", 0.4), ("mabp", 0.2), ("mabp", 0.4)]
+
+
+def test_cli__table_writes_markdown_and_csv_in_table_i_layout(tmp_path):
+    md, table_csv = tmp_path / "t.md", tmp_path / "t.csv"
+    result = run("table", "--policies", "bp,mabp", "--loads", "0.2:0.4:0.2", "--seeds", "0",
+                 "--horizon", "100", "--at", "0.4", "--out", str(tmp_path / "t.jsonl"),
+                 "--markdown", str(md), "--csv", str(table_csv), "--workers", "1",
+                 "--no-progress")
+    assert result.returncode == 0, result.stderr
+    lines = md.read_text().splitlines()
+    assert lines[0].startswith("| Policy | Stable load | Penalty | P95 delay | Hit ratio")
+    assert len(lines) == 4 and lines[2].startswith("| bp |")
+    rows = list(csv.reader(table_csv.open()))
+    assert rows[0][0] == "Policy" and [r[0] for r in rows[1:]] == ["bp", "mabp"]
+
+
+def test_cli__sweep_and_plot(tmp_path):
+    out = tmp_path / "k.jsonl"
+    result = run("sweep", "--workload", "separation", "--param", "K", "--values", "1", "4",
+                 "--policies", "bp", "mabp", "--seeds", "0", "1", "--horizon", "100",
+                 "--at", "0.5", "--out", str(out), "--workers", "1", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    records = read_records(out)
+    assert sorted({r["overrides"]["K"] for r in records}) == [1, 4]
+    figures = tmp_path / "fig"
+    result = run("plot", "--results", str(out), "--out-dir", str(figures))
+    assert result.returncode == 0, result.stderr
+    assert (figures / "fig3_separation_gap.png").stat().st_size > 1000
+    assert "skipped fig2_backlog_traces.png" in result.stdout
 
 
 @pytest.mark.parametrize("args", [
@@ -42,16 +84,22 @@ def test_cli__simulate_reports_metrics_per_seed(tmp_path):
     ("simulate", "--set", "nonsense"),
     ("simulate", "--warmup", "1.5"),
     ("capacity", "--workload", "nope"),
+    ("eval", "--policy", "nope", "--loads", "0.5"),
+    ("eval", "--loads", "0.x"),
+    ("eval", "--loads", "0.5", "--workers", "0"),
+    ("table", "--loads", "1:0:0.1"),
+    ("sweep", "--param", "gamma", "--values", "1", "--out", "x.jsonl"),
+    ("plot", "--results", "missing.jsonl", "--out-dir", "figs"),
     ("frobnicate",),
 ])
-def test_cli__bad_arguments_exit_2_with_one_line_reason(args):
-    result = run(*args)
-    assert result.returncode == 2
+def test_cli__bad_arguments_exit_2_with_one_line_reason(args, tmp_path):
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "error:" in lines[0]
+    assert len(lines) == 1 and "error:" in lines[0], result.stderr
 
 
 def test_cli__help_on_each_subcommand():
-    for sub in ("capacity", "simulate"):
+    for sub in ("eval", "table", "sweep", "plot", "capacity", "simulate"):
         result = run(sub, "--help")
-        assert result.returncode == 0 and "--workload" in result.stdout
+        assert result.returncode == 0 and "usage:" in result.stdout

@@ -1,0 +1,128 @@
+"""The evaluation harness: metric summaries, stable load, backends, resume, Table I."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mabp_gym import evaluate, read_records, stable_load, summarize_records
+from mabp_gym.evaluation import TIMING_KEYS
+
+
+def strip(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in TIMING_KEYS}
+
+
+def fake(policy: str, load: float, seed: int, slope: float, backlog: float) -> dict:
+    return {"policy": policy, "load": load, "seed": seed, "slope": slope,
+            "mean_backlog": backlog, "penalty": 1.0 + seed, "p95_delay": 10.0,
+            "hit_ratio": 0.5, "churn": 0.1, "completion_ratio": 1.0,
+            "work_per_request": 1.0, "compute_cost": 1.0, "transmission_cost": 0.0,
+            "memory_cost": 0.0, "decision_us_mean": 1.0, "decision_us_p95": 2.0}
+
+
+def test_stable_load__needs_every_smaller_grid_load_stable():
+    records = [
+        # 0.1 stable, 0.2 unstable, 0.3 stable again: the stable load is 0.1.
+        fake("a", 0.1, 0, 0.0, 10), fake("a", 0.2, 0, 0.5, 10), fake("a", 0.3, 0, 0.0, 10),
+        # seed-mean rule: one seed over the slope threshold, the mean under it.
+        fake("b", 0.1, 0, 0.06, 10), fake("b", 0.1, 1, 0.0, 10),
+        fake("b", 0.2, 0, 0.0, 130), fake("b", 0.2, 1, 0.0, 115),
+        # the smallest load already unstable: 0.
+        fake("c", 0.1, 0, 0.0, 500),
+    ]
+    assert stable_load(records) == {"a": 0.1, "b": 0.1, "c": 0.0}
+
+
+def test_summarize_records__mean_and_std_over_seeds():
+    rows = summarize_records([fake("a", 0.5, 0, 0.0, 10), fake("a", 0.5, 1, 0.02, 30)])
+    (row,) = rows
+    assert row["seeds"] == 2 and row["mean_backlog"] == 20 and row["mean_backlog_std"] == 10
+    assert row["penalty"] == 1.5 and row["penalty_std"] == 0.5 and row["stable"] is True
+
+
+def test_evaluate__records_carry_every_spec_5_key():
+    (record,) = evaluate("mabp", "mixed", loads=[0.3], seeds=[0], horizon=100,
+                         backend="serial")
+    for key in ("policy", "workload", "load", "seed", "stable", "slope", "mean_backlog",
+                "penalty", "p95_delay", "hit_ratio", "churn", "completion_ratio",
+                "work_per_request", "transmission_cost", "memory_cost", "decision_us_mean",
+                "decision_us_p95"):
+        assert key in record
+    assert record["workload"] == "mixed" and record["load"] == 0.3
+    assert 0 < record["hit_ratio"] < 1 and record["decision_us_p95"] > 0
+
+
+def test_evaluate__serial_process_pool_and_ray_give_identical_records():
+    grid = dict(loads=[0.3, 0.6], seeds=[0, 1], horizon=120)
+    serial = evaluate(["bp", "mabp"], "mixed", backend="serial", **grid)
+    pool = evaluate(["bp", "mabp"], "mixed", backend="process", workers=2, **grid)
+    ray = evaluate(["bp", "mabp"], "mixed", backend="ray", workers=2, **grid)
+    assert len(serial) == 8
+    assert [strip(r) for r in serial] == [strip(r) for r in pool] == [strip(r) for r in ray]
+
+
+def test_evaluate__rejects_bad_arguments_before_running():
+    with pytest.raises(ValueError, match="unknown policy 'nope'"):
+        evaluate("nope", "mixed", loads=[0.5], seeds=[0])
+    with pytest.raises(ValueError, match="warmup must be in"):
+        evaluate("bp", "mixed", loads=[0.5], seeds=[0], warmup=1.0)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        evaluate("bp", "mixed", loads=[0.5], seeds=[0], backend="mpi", horizon=10)
+    with pytest.raises(ValueError, match=r"load must be in \[0, 10\]"):
+        evaluate("bp", "mixed", loads=[-1], seeds=[0])
+
+
+def test_evaluate__output_file_is_reused_and_torn_lines_are_dropped(tmp_path):
+    out = tmp_path / "runs.jsonl"
+    first = evaluate("bp", "mixed", loads=[0.3], seeds=[0, 1], horizon=80, output=out,
+                     backend="serial")
+    with out.open("a") as handle:
+        handle.write('{"policy": "bp", "load"')  # a write cut by a kill
+    again = evaluate("bp", "mixed", loads=[0.3], seeds=[0, 1, 2], horizon=80, output=out,
+                     backend="serial")
+    records = read_records(out)
+    assert len(records) == 3 and [r["seed"] for r in again] == [0, 1, 2]
+    assert again[:2] == first  # reused from the file, timing fields included
+    assert out.read_text().endswith("\n")
+
+
+def test_cli_eval__killed_midway_then_rerun_equals_an_uninterrupted_run(tmp_path):
+    args = ["eval", "--policy", "bp", "mabp", "--loads", "0.2:0.6:0.1", "--seeds", "0", "1",
+            "--horizon", "150", "--workers", "1", "--no-progress"]
+    whole = tmp_path / "whole.jsonl"
+    subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args, "--out", str(whole)],
+                   check=True, capture_output=True, timeout=300)
+    cut = tmp_path / "cut.jsonl"
+    process = subprocess.Popen([sys.executable, "-m", "mabp_gym.cli", *args, "--out", str(cut)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(read_records(cut)) < 5:
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    interrupted = len(read_records(cut))
+    assert 5 <= interrupted < 20
+    subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args, "--out", str(cut)],
+                   check=True, capture_output=True, timeout=300)
+    key = lambda r: r["key"]  # noqa: E731
+    resumed = sorted(map(strip, read_records(cut)), key=key)
+    expected = sorted(map(strip, read_records(whole)), key=key)
+    assert len(expected) == 20 and resumed == expected
+    assert all(json.loads(line) for line in cut.read_text().splitlines())
+
+
+@pytest.mark.slow
+def test_table__reduced_table_i_orders_the_stable_loads():
+    policies = ["sp", "jsq", "bp", "mabp", "oracle-sur"]
+    records = evaluate(policies, "mixed", loads=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
+                       seeds=[0, 1], horizon=400, workers=2)
+    stable = stable_load(records)
+    assert stable["sp"] <= stable["bp"] and stable["jsq"] <= stable["bp"]
+    assert stable["bp"] < stable["mabp"] <= stable["oracle-sur"], stable
