@@ -13,6 +13,7 @@ from typing import Any
 from agents.backpressure import Backpressure, make_bp, make_cost_bp, make_greedycache_bp
 from agents.base import Policy, resolve_workload
 from agents.mabp import MABP
+from agents.oracle import OracleSur
 from agents.shortest_path import JoinShortestQueue, ShortestPath
 
 
@@ -34,6 +35,7 @@ _REGISTRY: dict[str, Callable[..., Policy]] = {
     "mabp-no-transition": _mabp(transition=False),
     "mabp-no-reuse": _mabp(reuse=False),
     "mabp-no-retention": _mabp(retention=False),
+    "oracle-sur": OracleSur,
 }
 POLICIES: tuple[str, ...] = tuple(_REGISTRY)
 
@@ -51,5 +53,5 @@ def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Policy:
     return policy
 
 
-__all__ = ["MABP", "POLICIES", "Backpressure", "JoinShortestQueue", "Policy", "ShortestPath",
-           "make_policy"]
+__all__ = ["MABP", "POLICIES", "Backpressure", "JoinShortestQueue", "OracleSur", "Policy",
+           "ShortestPath", "make_policy"]

@@ -1,0 +1,617 @@
+"""Oracle-Sur: a near-exact solver of MABP's one-slot surrogate objective (SPEC 4).
+
+MABP optimizes the paper's one-slot surrogate (16) greedily, through score order and the
+shared projection. Oracle-Sur optimizes the *same* objective with the same known primitives
+and the same weights, but exactly where that is cheap:
+
+1. **Transfers**: start from the transfers the shared projection makes from MABP's scores,
+   then local search (add, drop or swap one transfer candidate, or add two at once) on the
+   transfer value MABP's transfer scores stand for, ``V_dst - V_src - nu * kappa`` (value
+   gained at the destination minus value lost at the source minus the migration cost),
+   within the constraints of SPEC 1 step 2 (the source held the object at slot start, each
+   object moves once, link bandwidth, destination budget after all transfers, the
+   destination neither holds nor receives a replica).
+2. **Routing and service**: given the post-transfer memory (hence every hit bit), an
+   integer program solved by :func:`scipy.optimize.milp` (HiGHS) under a time limit:
+   whole-unit service ``S_a``, routing ``F_r`` and, for units whose work exceeds the node's
+   ``mu`` (they can only start multi-slot service, SPEC 3.2 step 2), a binary start
+   ``x_a`` with its compute ``c_a``. It maximizes
+   ``sum F_r W_r + sum S_a W_a + sum c_a W_a / w_a`` under compute, link, queue and
+   one-start-per-node constraints. The program separates by node; nodes whose bounds are
+   jointly feasible are solved in closed form, and the LP relaxation is tried first (when
+   its vertex is integral it is optimal and branch and bound is skipped).
+3. **Retention**: per node a 0/1 knapsack over the resident objects and those the slot may
+   generate, maximizing MABP's marginal object values net of holding; the optimal set
+   gets priorities above 1, the rest of the positive-value objects priorities in (0, 1),
+   negative-value ones -1.
+4. **Guarantee**: the control is scored with :meth:`OracleSur.one_slot_objective` against
+   MABP's own projected control; if the MILP fails, times out without a solution or scores
+   lower, MABP's control is returned. The returned control never scores below MABP's.
+
+``scores(obs)`` is MABP's score rule, so the agent also runs in any Gymnasium loop (where
+it behaves as MABP); :meth:`OracleSur.control` is the exact-control entry point for the
+simulator core.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from agents.mabp import MABP
+from mabp_gym.control import (
+    EPS,
+    Control,
+    InfeasibleControlError,
+    check_control,
+    hit_bits,
+)
+from mabp_gym.env import ObservationEncoder
+from mabp_gym.projection import project
+from mabp_gym.state import SimState
+from mabp_gym.workload import Workload
+
+TOLERANCE = 1e-9
+"""Relative tolerance of the never-worse-than-MABP gate (objectives are O(backlog))."""
+
+_KNAPSACK_SCALES = (1, 2, 4, 5, 8, 10, 16, 20, 25, 50, 100, 1000)
+_KNAPSACK_MAX_UNITS = 100_000
+_ENUMERATE_MAX_ITEMS = 16
+_PAIR_POOL = 40  # largest transfer pool for which the search tries adding two at once
+
+
+class OracleSur(MABP):
+    """Exact-control solver of MABP's one-slot objective with known primitives.
+
+    Args:
+        workload: the network.
+        time_limit: wall-clock limit of one MILP solve, seconds (default 0.02).
+        **kw: MABP's keyword arguments (``nu``, ``memory``, ``horizon``, ``transition``,
+            ``reuse``, ``retention``).
+
+    Attributes:
+        last_info: what the last :meth:`control` call did: ``source`` (``"milp"``: the
+            searched transfers with the MILP's routing and service; ``"milp-mabp-transfers"``:
+            MABP's transfers with the MILP's routing and service; ``"mabp"``: the fallback),
+            ``objective``, ``mabp_objective`` and ``milp_status`` (HiGHS status per solve,
+            ``"trivial"`` when no solve was needed, ``"error"`` when the solver raised).
+    """
+
+    name = "oracle-sur"
+    memory_aware = True
+
+    def __init__(self, workload: Workload, *, time_limit: float = 0.02, **kw: Any) -> None:
+        super().__init__(workload, **kw)
+        if not math.isfinite(time_limit) or time_limit <= 0:
+            raise ValueError(f"time_limit must be a finite number of seconds > 0, got "
+                             f"{time_limit!r}")
+        self.time_limit = float(time_limit)
+        ix = self.ix
+        self._encoder: ObservationEncoder | None = None
+        self._values: np.ndarray | None = None
+        self._node_mu = ix.mu[ix.action_node]
+        self._transfer_size = ix.signature_size[ix.transfer_signature]
+        self._transfer_src_node = ix.link_src[ix.transfer_link]
+        self._transfer_dst_node = ix.link_dst[ix.transfer_link]
+        self._route_capacity = ix.link_capacity[ix.route_link]
+        self._generates = self.memory and not workload.fixed_memory
+        self.last_info: dict[str, Any] = {}
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self._values = None
+        self.last_info = {}
+
+    # -- MABP hooks ---------------------------------------------------------------------
+    def _object_values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray
+                       ) -> np.ndarray:
+        # MABP's values update the demand average as a side effect, so they are computed
+        # once per slot (inside scores()) and kept for the transfer search and retention.
+        values = super()._object_values(weight, ratio, own)
+        self._values = values
+        return values
+
+    # -- the objective --------------------------------------------------------------------
+    def one_slot_objective(self, state: SimState, control: Control,
+                           obs: dict[str, np.ndarray] | None = None) -> float:
+        """Paper (16) for any feasible ``control`` in ``state`` (with MABP's weights).
+
+        ``sum F_r (Q_i^c - Q_j^c - nu d) + sum S_a W_a + sum_starts W_a c_a / w_a
+        - nu sum kappa u``, where ``W_a`` uses the hit bit under the post-transfer memory,
+        ``c_a`` is the compute a multi-slot start receives (all the node has left) and ``Q``
+        is the backlog with units in service (``obs["queues"]``). Units already in service
+        take their compute first; they are the same under every control and are left out.
+
+        Raises:
+            InfeasibleControlError: the control is infeasible in ``state``.
+        """
+        if obs is None:
+            obs = self._encode(state)
+        weight, route_weight = self._weights(obs)
+        return self._objective(state, control, weight, route_weight)
+
+    def _weights(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``W`` per hit bit and action ``(2, A)`` and routing weights ``(R,)``."""
+        queues = np.asarray(obs["queues"], dtype=np.float64)
+        backlog = self.pair_backlog(queues)
+        ix = self.ix
+        route_weight = (backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
+                        - self.nu * self._route_cost)
+        return self.weights(queues), route_weight
+
+    def _objective(self, state: SimState, control: Control, weight: np.ndarray,
+                   route_weight: np.ndarray) -> float:
+        ix = self.ix
+        checked = check_control(self.workload, state, control, memory=self.memory)
+        hit = np.asarray(checked.hit, dtype=np.int64)
+        gain = weight[hit, self._arange]
+        work = self._work[hit, self._arange]
+        service = np.asarray(control.service, dtype=np.float64)
+        value = float(np.asarray(control.route, dtype=np.float64) @ route_weight
+                      + service @ gain)
+        if checked.start:
+            spent = np.bincount(ix.action_node, weights=service * work,
+                                minlength=ix.num_nodes)
+            left = self._available(state) - spent
+            for i, a in checked.start:
+                value += gain[a] * left[i] / work[a]
+        if checked.transfers:
+            moved = ix.signature_size[ix.transfer_signature[checked.transfers]].sum()
+            value -= self._migration * float(moved)
+        return value
+
+    def _available(self, state: SimState) -> np.ndarray:
+        """Compute per node left after the units already in service take theirs, ``(N,)``."""
+        mu = self.ix.mu
+        busy = state.service_action >= 0
+        return mu - np.where(busy, np.minimum(mu, state.service_residual), 0.0)
+
+    def _encode(self, state: SimState) -> dict[str, np.ndarray]:
+        if self._encoder is None:
+            self._encoder = ObservationEncoder(self.workload, memory=self.memory)
+        return self._encoder.encode(state)
+
+    # -- the control ----------------------------------------------------------------------
+    def control(self, state: SimState, obs: dict[str, np.ndarray] | None = None) -> Control:
+        """An exact, feasible control for ``state`` (call once per slot, like ``scores``).
+
+        Args:
+            state: the simulator state at the start of the slot.
+            obs: its observation (encoded from ``state`` when omitted).
+
+        Returns:
+            A :class:`~mabp_gym.Control` whose one-slot objective is at least that of
+            MABP's projected control in the same state.
+        """
+        if obs is None:
+            obs = self._encode(state)
+        wl = self.workload
+        self._values = None
+        scores = self.scores(obs)  # MABP's scores; also refreshes the object values
+        weight, route_weight = self._weights(obs)
+        fallback = project(wl, state, scores, memory=self.memory)
+        baseline = self._objective(state, fallback, weight, route_weight)
+        floor = baseline - TOLERANCE * max(1.0, abs(baseline))
+
+        mabp_transfers = np.sort(np.asarray(fallback.transfers, dtype=np.int64))
+        searched = self._search_transfers(state, mabp_transfers)
+        plans = [(searched, "milp")]
+        if not np.array_equal(searched, mabp_transfers):
+            # The searched transfers are worth more over the retention horizon but may pay
+            # more migration than they return this slot; MABP's transfers with the exact
+            # routing and service are never worse than MABP on (16).
+            plans.append((mabp_transfers, "milp-mabp-transfers"))
+
+        statuses: list[Any] = []
+        chosen, source, objective = fallback, "mabp", baseline
+        for transfers, label in plans:
+            candidate, status = self._solve(state, transfers, weight, route_weight)
+            statuses.append(status)
+            if candidate is None:
+                break  # the solver failed or timed out empty-handed: MABP's control
+            try:
+                value = self._objective(state, candidate, weight, route_weight)
+            except InfeasibleControlError:  # rounding broke a constraint: treat as failure
+                statuses[-1] = "infeasible"
+                break
+            if value >= floor:
+                chosen, source, objective = candidate, label, value
+                break
+        if source != "mabp":
+            chosen = replace(chosen, retain=self._retention(state, chosen, scores))
+        if objective < floor:
+            raise AssertionError(f"oracle-sur objective {objective!r} below MABP's "
+                                 f"{baseline!r}")
+        self.last_info = {"source": source, "objective": objective,
+                          "mabp_objective": baseline, "milp_status": statuses}
+        return chosen
+
+    # -- transfers ------------------------------------------------------------------------
+    def transfer_values(self) -> np.ndarray:
+        """Value of each transfer candidate this slot, ``(T,)``: MABP's transfer score times
+        the object size, ``V_dst - V_src - nu * migration_cost * size``."""
+        ix = self.ix
+        if self._values is None or not ix.num_transfers:
+            return np.full(ix.num_transfers, -1.0)
+        values = self._values
+        return (values[self._transfer_dst] - values[self._transfer_src]
+                - self._migration * self._transfer_size)
+
+    def _search_transfers(self, state: SimState, start: np.ndarray) -> np.ndarray:
+        """Best-improvement local search over feasible transfer sets, from ``start``.
+
+        Moves: drop one transfer, add one, swap one for another, add two at once. Only
+        candidates worth more than 0 are added; the search stops at a local optimum.
+        """
+        ix = self.ix
+        if not self.memory or not ix.num_transfers or self._values is None:
+            return start
+        fx = ix.fast
+        value = self.transfer_values()
+        holder = state.holder
+        sig = ix.transfer_signature
+        pool = np.flatnonzero(
+            (value > 0) & (holder[self._transfer_src_node, sig] >= 0)
+            & (holder[self._transfer_dst_node, sig] < 0)
+            & (self._transfer_size <= ix.link_bandwidth[ix.transfer_link] + EPS)
+            & (self._transfer_size <= ix.budget[self._transfer_dst_node] + EPS)).tolist()
+        chosen = start.tolist()
+        if not pool:
+            return start
+        vals = value.tolist()
+        used = state.memory_used.tolist()
+        budget, bandwidth = fx.budget, ix.link_bandwidth.tolist()
+        size = self._transfer_size.tolist()
+        src, dst = self._transfer_src_node.tolist(), self._transfer_dst_node.tolist()
+        link, sig_list = fx.transfer_link, sig.tolist()
+
+        def feasible(plan: list[int]) -> bool:
+            moved: set[tuple[int, int]] = set()
+            arriving: set[tuple[int, int]] = set()
+            load: dict[int, float] = {}
+            change: dict[int, float] = {}
+            for k in plan:
+                key_out, key_in = (src[k], sig_list[k]), (dst[k], sig_list[k])
+                if key_out in moved or key_in in arriving:
+                    return False
+                moved.add(key_out)
+                arriving.add(key_in)
+                load[link[k]] = load.get(link[k], 0.0) + size[k]
+                change[src[k]] = change.get(src[k], 0.0) - size[k]
+                change[dst[k]] = change.get(dst[k], 0.0) + size[k]
+            return (all(total <= bandwidth[e] + EPS for e, total in load.items())
+                    and all(used[i] + d <= budget[i] + EPS for i, d in change.items()))
+
+        while True:
+            best_gain, best_plan = 1e-12, None
+            members = set(chosen)
+            for k in chosen:  # drop a transfer that loses value
+                if -vals[k] > best_gain:
+                    best_gain, best_plan = -vals[k], [q for q in chosen if q != k]
+            for k in pool:
+                if k in members:
+                    continue
+                if vals[k] > best_gain and feasible([*chosen, k]):  # add
+                    best_gain, best_plan = vals[k], [*chosen, k]
+                for out in chosen:  # swap
+                    gain = vals[k] - vals[out]
+                    if gain > best_gain:
+                        plan = [q for q in chosen if q != out] + [k]
+                        if feasible(plan):
+                            best_gain, best_plan = gain, plan
+            # Add two at once: an exchange between two full nodes (each object moving into
+            # the room the other frees) is infeasible one transfer at a time.
+            free = [k for k in pool if k not in members] if len(pool) <= _PAIR_POOL else []
+            for q, first in enumerate(free):
+                for second in free[q + 1:]:
+                    gain = vals[first] + vals[second]
+                    if gain > best_gain and feasible([*chosen, first, second]):
+                        best_gain, best_plan = gain, [*chosen, first, second]
+            if best_plan is None:
+                break
+            chosen = best_plan
+        return np.sort(np.asarray(chosen, dtype=np.int64))
+
+    # -- routing and service --------------------------------------------------------------
+    def _solve(self, state: SimState, transfers: np.ndarray, weight: np.ndarray,
+               route_weight: np.ndarray) -> tuple[Control | None, Any]:
+        """Optimal integer routing, service and starts given the transfers.
+
+        The program separates by node: every constraint (compute, link capacity, queue,
+        start) involves only the service, starts and outgoing routes of one node. Nodes
+        whose upper bounds are jointly feasible are solved in closed form (every variable
+        at its bound; a node that can only start picks its best start) and only the
+        others go to HiGHS, which keeps the MILP small.
+
+        Returns:
+            The control (retention placeholder -1 everywhere) and the solver status
+            (``"trivial"`` when no MILP was needed), or ``(None, status)`` when the solver
+            found no solution.
+        """
+        wl, ix = self.workload, self.ix
+        holder = state.holder
+        if len(transfers):
+            holder = holder.copy()
+            src = self._transfer_src_node[transfers]
+            dst = self._transfer_dst_node[transfers]
+            sig = ix.transfer_signature[transfers]
+            holder[dst, sig] = holder[src, sig]
+            holder[src, sig] = -1
+        hit = np.asarray(hit_bits(wl, holder, self.memory), dtype=np.int64)
+        gain = weight[hit, self._arange]
+        work = self._work[hit, self._arange]
+        queue = state.queue_len
+        avail = self._available(state)
+        node_avail = avail[ix.action_node]
+        waiting = queue[ix.action_pair]
+        fits = work <= self._node_mu + EPS
+
+        # Variables with weight <= 0 are 0 at an optimum (every constraint is a packing
+        # constraint), so they are left out.
+        serve = np.flatnonzero(fits & (gain > 0) & (waiting > 0) & (node_avail >= work - EPS))
+        serve_ub = np.minimum(waiting[serve],
+                              np.floor((node_avail[serve] + EPS) / work[serve]))
+        starts = np.flatnonzero(~fits & (gain > 0) & (waiting > 0) & (node_avail > EPS))
+        route_queue = queue[ix.route_src_pair]
+        routes = np.flatnonzero((route_weight > 0) & (route_queue > 0)
+                                & (self._route_capacity > 0))
+        route_ub = np.minimum(route_queue[routes], self._route_capacity[routes])
+        ns, nr, nx = len(serve), len(routes), len(starts)
+        o_r, o_x, o_c = ns, ns + nr, ns + nr + nx
+        n_var = ns + nr + 2 * nx
+        n_nodes, n_links = ix.num_nodes, ix.num_links
+
+        # Packing rows (node compute, link capacity, queue per pair) as COO entries.
+        rows = np.concatenate([
+            ix.action_node[serve], ix.action_node[starts],  # compute: S w_a, c_a
+            n_nodes + ix.route_link[routes],  # link: F
+            n_nodes + n_links + ix.action_pair[serve],  # queue: S, F, x
+            n_nodes + n_links + ix.route_src_pair[routes],
+            n_nodes + n_links + ix.action_pair[starts]])
+        cols = np.concatenate([
+            np.arange(ns), o_c + np.arange(nx), o_r + np.arange(nr), np.arange(ns),
+            o_r + np.arange(nr), o_x + np.arange(nx)])
+        data = np.concatenate([work[serve], np.ones(nx), np.ones(nr), np.ones(ns),
+                               np.ones(nr), np.ones(nx)])
+        rhs = np.concatenate([avail, ix.link_capacity.astype(np.float64),
+                              queue.astype(np.float64)])
+        row_node = np.concatenate([np.arange(n_nodes), ix.link_src, ix.pair_node])
+        start_node = ix.action_node[starts]
+        var_node = np.concatenate([ix.action_node[serve], ix.link_src[ix.route_link[routes]],
+                                   start_node, start_node])
+        upper = np.concatenate([serve_ub, route_ub, np.ones(nx), node_avail[starts]])
+        # A row that even the upper bounds cannot violate is redundant. A start's compute
+        # row counts only when the node also serves: one start per node, c_a <= avail.
+        is_start_c = cols >= o_c
+        reach = np.bincount(rows[~is_start_c], weights=(data * upper[cols])[~is_start_c],
+                            minlength=len(rhs)).astype(np.float64)
+        has_start = np.bincount(start_node, minlength=n_nodes) > 0
+        has_serve = np.bincount(ix.action_node[serve], minlength=n_nodes) > 0
+        reach[:n_nodes] += np.where(has_start & has_serve, avail, 0.0)
+        binding = reach > rhs + EPS
+        hard = np.zeros(n_nodes, dtype=bool)
+        hard[row_node[binding]] = True
+        hard |= has_start & has_serve
+
+        # Closed-form nodes: every variable at its upper bound, and the best single start.
+        service = np.zeros(ix.num_actions, dtype=np.int64)
+        route = np.zeros(ix.num_routes, dtype=np.int64)
+        start = np.full(ix.num_nodes, -1, dtype=np.int64)
+        easy_serve = ~hard[ix.action_node[serve]]
+        service[serve[easy_serve]] = serve_ub[easy_serve].astype(np.int64)
+        easy_route = ~hard[ix.link_src[ix.route_link[routes]]]
+        route[routes[easy_route]] = route_ub[easy_route].astype(np.int64)
+        if nx:
+            rate = gain[starts] / work[starts]
+            for q in np.argsort(rate, kind="stable").tolist():  # the best start wins
+                if not hard[start_node[q]]:
+                    start[start_node[q]] = starts[q]
+        kept = np.flatnonzero(hard[var_node])
+        if kept.size == 0:
+            return self._make(transfers, route, service, start), "trivial"
+
+        # The MILP over the hard nodes: their binding packing rows, c_a <= avail_i x_a,
+        # and at most one start per node where a node has several start candidates.
+        renumber_row = np.full(len(rhs), -1, dtype=np.int64)
+        used_rows = np.flatnonzero(binding & hard[row_node])
+        renumber_row[used_rows] = np.arange(used_rows.size)
+        n_rows = used_rows.size
+        row_rhs = [rhs[used_rows]]
+        hard_starts = np.flatnonzero(hard[start_node])
+        if hard_starts.size:
+            m = hard_starts.size
+            link_rows = n_rows + np.arange(m)
+            nodes_with, node_row, count = np.unique(start_node[hard_starts],
+                                                    return_inverse=True, return_counts=True)
+            one_rows = n_rows + m + node_row
+            several = count[node_row] > 1
+            rows = np.concatenate([renumber_row[rows], link_rows, link_rows,
+                                   one_rows[several]])
+            cols = np.concatenate([cols, o_c + hard_starts, o_x + hard_starts,
+                                   o_x + hard_starts[several]])
+            data = np.concatenate([data, np.ones(m), -node_avail[starts[hard_starts]],
+                                   np.ones(int(several.sum()))])
+            row_rhs += [np.zeros(m), np.ones(len(nodes_with))]
+            n_rows += m + len(nodes_with)
+        else:
+            rows = renumber_row[rows]
+        renumber_col = np.full(n_var, -1, dtype=np.int64)
+        renumber_col[kept] = np.arange(kept.size)
+        keep = (rows >= 0) & (renumber_col[cols] >= 0)
+        matrix = sparse.csr_array((data[keep], (rows[keep], renumber_col[cols[keep]])),
+                                  shape=(n_rows, kept.size))
+        value = np.concatenate([gain[serve], route_weight[routes], np.zeros(nx),
+                                gain[starts] / work[starts]])
+        integrality = (np.arange(n_var) < o_c).astype(np.float64)
+        bound = np.concatenate(row_rhs)
+        problem = {"c": -value[kept], "bounds": Bounds(np.zeros(kept.size), upper[kept]),
+                   "constraints": LinearConstraint(matrix, -np.inf, bound),
+                   "options": {"time_limit": self.time_limit, "mip_rel_gap": 0.0}}
+        x = np.zeros(n_var)
+        try:
+            # The LP relaxation first: it bounds the MILP, and on these programs its vertex
+            # is usually integral once each start's binary is opened where its compute
+            # flows (x_a gates c_a only and carries no objective). Then it is optimal and
+            # the branch-and-bound solve, several times slower, is skipped.
+            relaxed = milp(integrality=np.zeros(kept.size), **problem)
+            status: Any = "lp"
+            if relaxed.status != 0 or not self._integral_fix(
+                    x, kept, relaxed.x, o_x, o_c, hard_starts, matrix, bound):
+                result = milp(integrality=integrality[kept], **problem)
+                if result.x is None:
+                    return None, result.status
+                x[kept] = result.x
+                status = result.status
+        except (ValueError, RuntimeError):  # a solver failure is a fallback, not a crash
+            return None, "error"
+        hard_serve = ~easy_serve
+        service[serve[hard_serve]] = np.rint(x[:ns][hard_serve]).astype(np.int64)
+        hard_route = ~easy_route
+        route[routes[hard_route]] = np.rint(x[o_r:o_x][hard_route]).astype(np.int64)
+        if hard_starts.size:
+            spent = np.bincount(ix.action_node, weights=service * work, minlength=n_nodes)
+            chosen = hard_starts[(np.rint(x[o_x + hard_starts]) >= 1)
+                                 & (x[o_c + hard_starts] > EPS)]
+            for q in chosen.tolist():
+                a, i = int(starts[q]), int(start_node[q])
+                if start[i] < 0 and avail[i] - spent[i] > EPS:
+                    start[i] = a
+        return self._make(transfers, route, service, start), status
+
+    @staticmethod
+    def _integral_fix(x: np.ndarray, kept: np.ndarray, relaxed: np.ndarray | None, o_x: int,
+                      o_c: int, hard_starts: np.ndarray, matrix: sparse.csr_array,
+                      bound: np.ndarray) -> bool:
+        """Write the LP solution into ``x`` with start binaries opened where compute flows;
+        True when the result is integral and feasible (then it is MILP-optimal)."""
+        if relaxed is None:
+            return False
+        x[kept] = relaxed
+        compute = x[o_c + hard_starts]
+        x[o_x + hard_starts] = compute > EPS
+        x[o_c + hard_starts] = np.where(compute > EPS, compute, 0.0)
+        integer = x[:o_c]
+        rounded = np.rint(integer)
+        if np.abs(integer - rounded).max(initial=0.0) > 1e-7:
+            return False
+        x[:o_c] = rounded
+        return bool(np.all(matrix @ x[kept] <= bound + 1e-7))
+
+    def _make(self, transfers: np.ndarray, route: np.ndarray, service: np.ndarray,
+              start: np.ndarray) -> Control:
+        return Control(transfers=np.asarray(transfers, dtype=np.int64), route=route,
+                       service=service, start=start,
+                       retain=np.full(self.ix.num_retains, -1.0))
+
+    # -- retention ------------------------------------------------------------------------
+    def _retention(self, state: SimState, control: Control, scores: np.ndarray) -> np.ndarray:
+        """Knapsack-optimal retention priorities (SPEC 3.2 step 3) for ``control``.
+
+        Per node, the items are the objects resident after the transfers and the objects
+        this slot may generate there (signatures of actions completing at the node,
+        served whole or finishing multi-slot service, that the node does not hold; a unit
+        that only starts service completes in a later slot). Item value is MABP's marginal
+        value net of holding over its horizon. The optimal set gets ``1 + density``,
+        positive-value objects outside it ``density / (1 + density)`` in (0, 1) so that the
+        simulator fills leftover room with them, zero-value ones 0 and negative-value ones
+        -1.
+        """
+        ix = self.ix
+        retain_scores = scores[self.slices[3]]
+        if not ix.num_retains or self._values is None:
+            return retain_scores.copy()
+        net = self._values - self._holding * self._size
+        density = net / self._size
+        priority = np.where(net > 0, density / (1.0 + np.abs(density)),
+                            np.where(net < 0, -1.0, 0.0))
+        holder = state.holder
+        if len(control.transfers):
+            holder = holder.copy()
+            k = np.asarray(control.transfers, dtype=np.int64)
+            sig = ix.transfer_signature[k]
+            holder[self._transfer_dst_node[k], sig] = holder[self._transfer_src_node[k], sig]
+            holder[self._transfer_src_node[k], sig] = -1
+        item = np.zeros(ix.num_retains, dtype=bool)
+        resident = ix.retain_of[holder >= 0]
+        item[resident[resident >= 0]] = True
+        if self._generates:
+            completing = np.asarray(control.service) > 0
+            busy = np.flatnonzero(state.service_action >= 0)
+            finishing = state.service_action[busy][
+                state.service_residual[busy] <= ix.mu[busy] + EPS]
+            completing[finishing] = True
+            acts = np.flatnonzero(completing & (ix.action_signature >= 0))
+            nodes, sigs = ix.action_node[acts], ix.action_signature[acts]
+            new = ix.retain_of[nodes, sigs][holder[nodes, sigs] < 0]
+            item[new[new >= 0]] = True
+        candidates = np.flatnonzero(item & (net > 0))
+        for i in np.unique(ix.retain_node[candidates]).tolist():
+            members = candidates[ix.retain_node[candidates] == i]
+            take = knapsack(net[members], self._size[members], float(ix.budget[i]))
+            chosen = members[take]
+            priority[chosen] = 1.0 + density[chosen]
+        return priority
+
+
+def knapsack(values: np.ndarray, sizes: np.ndarray, capacity: float) -> np.ndarray:
+    """Exact 0/1 knapsack: which items to take, ``(n,)`` bool.
+
+    Sizes are scaled to integers (the smallest of a few scales that makes them integral)
+    and solved by dynamic programming over capacity units; when no scale works, up to 16
+    items are enumerated, and beyond that items are taken greedily by value density (an
+    approximation no built-in workload reaches).
+
+    Args:
+        values: item values (only positive ones can be worth taking).
+        sizes: item sizes, > 0.
+        capacity: the budget.
+
+    Returns:
+        A mask of the items in an optimal set (no item of value <= 0 is taken).
+    """
+    n = len(values)
+    take = np.zeros(n, dtype=bool)
+    if n == 0 or capacity <= 0:
+        return take
+    for scale in _KNAPSACK_SCALES:
+        scaled = sizes * scale
+        units = np.rint(scaled)
+        if np.all(np.abs(scaled - units) <= 1e-9 * scale) and capacity * scale <= \
+                _KNAPSACK_MAX_UNITS:
+            return _knapsack_dp(values, units.astype(np.int64),
+                                int(math.floor(capacity * scale + 1e-9)))
+    if n <= _ENUMERATE_MAX_ITEMS:
+        subsets = (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1
+        fit = subsets @ sizes <= capacity + EPS
+        best = int(np.argmax(np.where(fit, subsets @ values, -np.inf)))
+        return subsets[best].astype(bool)
+    room = capacity + EPS
+    for k in np.argsort(-values / sizes, kind="stable").tolist():
+        if values[k] > 0 and sizes[k] <= room:
+            take[k] = True
+            room -= sizes[k]
+    return take
+
+
+def _knapsack_dp(values: np.ndarray, units: np.ndarray, capacity: int) -> np.ndarray:
+    best = np.zeros(capacity + 1)  # best value within each capacity
+    took = np.zeros((len(values), capacity + 1), dtype=bool)
+    for k, (value, size) in enumerate(zip(values.tolist(), units.tolist(), strict=True)):
+        if value <= 0 or size > capacity:
+            continue
+        with_item = best[:capacity + 1 - size] + value
+        better = with_item > best[size:] + 1e-12
+        took[k, size:] = better
+        best[size:] = np.where(better, with_item, best[size:])
+    take = np.zeros(len(values), dtype=bool)
+    room = capacity
+    for k in range(len(values) - 1, -1, -1):
+        if took[k, room]:
+            take[k] = True
+            room -= int(units[k])
+    return take
