@@ -25,6 +25,18 @@ def _mabp(**fixed: Any) -> Callable[..., MABP]:
     return build
 
 
+def _gnn(workload, **kw) -> Policy:
+    from agents.gnn import GNNPolicy  # torch and PyG load only when a GNN is asked for
+
+    return GNNPolicy(workload, **kw)
+
+
+def _learn_mabp(workload, **kw) -> Policy:
+    from agents.learn_mabp import LearnMABP
+
+    return LearnMABP.from_checkpoint(workload, **kw)
+
+
 _REGISTRY: dict[str, Callable[..., Policy]] = {
     "sp": ShortestPath,
     "jsq": JoinShortestQueue,
@@ -36,6 +48,8 @@ _REGISTRY: dict[str, Callable[..., Policy]] = {
     "mabp-no-reuse": _mabp(reuse=False),
     "mabp-no-retention": _mabp(retention=False),
     "oracle-sur": OracleSur,
+    "gnn": _gnn,
+    "learn-mabp": _learn_mabp,
 }
 POLICIES: tuple[str, ...] = tuple(_REGISTRY)
 

@@ -1,6 +1,7 @@
 """The ``mabp-gym`` command line.
 
-Subcommands: ``eval`` (one or more policies over a grid of loads and seeds), ``table`` (the
+Subcommands: ``train gnn`` / ``train learn-mabp`` (the learned schedulers; ``--help`` after
+the learner lists their options), ``eval`` (policies over a grid of loads and seeds), ``table`` (the
 paper's Table I layout, Markdown and CSV), ``sweep`` (load, beta, K, nu or skew sweeps of
 paper VI-A), ``plot`` (PNG figures from saved results), ``capacity`` (a workload's
 no-memory and all-hit capacities) and ``simulate`` (the core under the fixed queue-length
@@ -151,6 +152,11 @@ def _build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="NAME=VALUE", help="workload parameter override (repeatable)")
     cap.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+
+    train = commands.add_parser("train", help="train a learned scheduler (gnn, learn-mabp)",
+                                add_help=False)
+    train.add_argument("learner", choices=("gnn", "learn-mabp"))
+    train.add_argument("rest", nargs=argparse.REMAINDER)
 
     sim = commands.add_parser("simulate", help="run the queue-length score rule on a workload")
     sim.add_argument("--workload", default="mixed", choices=WORKLOADS)
@@ -356,7 +362,15 @@ def _simulate(args: argparse.Namespace) -> None:
                                    encoding="utf-8")
 
 
-COMMANDS = {"eval": _eval, "table": _table, "sweep": _sweep, "plot": _plot,
+def _train(args: argparse.Namespace) -> None:
+    if args.learner == "gnn":
+        from training.gnn import main as train_main
+    else:
+        from training.learn_mabp import main as train_main
+    train_main(args.rest)
+
+
+COMMANDS = {"train": _train, "eval": _eval, "table": _table, "sweep": _sweep, "plot": _plot,
             "capacity": _capacity, "simulate": _simulate}
 
 

@@ -57,6 +57,9 @@ class SlotOutcome:
     penalty_memory: float
     backlog: int  # ||Q(t+1)||_1
     served_by_action: np.ndarray = field(repr=False)  # (A,) int64
+    # One (action, hit bit, successor commodity or -1 for exit, work, penalty) per completed
+    # unit: what a serving system observes per request and a learner of primitives uses.
+    units: tuple[tuple[int, int, int, float, float], ...] = field(default=(), repr=False)
 
     @property
     def penalty(self) -> float:
@@ -233,6 +236,8 @@ class Simulator:
         reserved: set[int] = set()
         penalty_compute = 0.0
         hits = 0
+        units: list[tuple[int, int, int, float, float]] = []
+        pair_commodity = fx.pair_commodity
         for k, a in enumerate(done_action):
             h = done_hit[k]
             hits += h
@@ -245,8 +250,10 @@ class Simulator:
                     break
             if target < 0:
                 delays.append(t - done_birth[k])
+                units.append((a, h, -1, fx.work[h][a], fx.penalty[h][a]))
             else:
                 incoming.append((target, [done_birth[k]]))
+                units.append((a, h, pair_commodity[target], fx.work[h][a], fx.penalty[h][a]))
             s = fx.action_signature[a]
             if s >= 0 and self._generates:
                 i = fx.action_node[a]
@@ -279,9 +286,7 @@ class Simulator:
 
         # (9) Penalty; the slot is over.
         st.t = t + 1
-        served_by_action = np.zeros(ix.num_actions, dtype=np.int64)
-        if done_action:
-            np.add.at(served_by_action, done_action, 1)
+        served_by_action = np.bincount(done_action, minlength=ix.num_actions).astype(np.int64)
         outcome = SlotOutcome(
             t=t, arrivals=arrived, served=len(done_action), hits=hits,
             started=len(checked.start), work=float(sum(spent)), routed=routed,
@@ -290,7 +295,7 @@ class Simulator:
             generated=tuple((i, s) for i, s, _ in generated), evicted=tuple(evicted),
             penalty_compute=penalty_compute, penalty_transmission=penalty_transmission,
             penalty_memory=penalty_memory, backlog=st.units,
-            served_by_action=served_by_action,
+            served_by_action=served_by_action, units=tuple(units),
         )
         if self.check_invariants:
             self._assert_invariants(outcome)

@@ -130,6 +130,7 @@ class FastLists:
     link_src: list[int]
     link_dst: list[int]
     link_cost: list[float]
+    pair_commodity: list[int]
     retain_of: list[list[int]]
     penalty: list[list[float]]
     work: list[list[float]]

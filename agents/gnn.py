@@ -1,0 +1,184 @@
+"""The PyTorch Geometric GNN scheduler: message passing over the observation graph, one score
+per candidate, the same telemetry as MABP and the same projection as every policy.
+
+:class:`GNNScheduler` is a plain ``nn.Module`` over the batched graph of
+:func:`mabp_gym.pyg.to_pyg` (graphs batched by index offsets, never
+``Batch.from_data_list``). :class:`GNNPolicy` wraps a trained checkpoint as a
+:class:`~agents.base.Policy`, so the evaluation harness runs it like any scripted agent;
+its ``scores_batch`` scores a whole vector of observations in one forward pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
+
+from agents.base import Policy
+from mabp_gym.pyg import to_pyg
+from mabp_gym.workload import Workload
+
+CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
+
+
+def symlog(x: torch.Tensor) -> torch.Tensor:
+    """``sign(x) log(1 + |x|)``: queues span orders of magnitude."""
+    return torch.sign(x) * torch.log1p(torch.abs(x))
+
+
+def _mlp(sizes: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for k in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[k], sizes[k + 1]))
+        if k < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def observation_dims(observation_space: Any) -> dict[str, int]:
+    """Input widths the model needs, from the env's observation space."""
+    def width(key: str) -> int:
+        return int(observation_space[key].shape[-1])
+
+    return {"node": width("node_features") + width("queues") + width("memory"),
+            "edge": width("edge_features"), "service": width("service"),
+            "route": width("route"), "transfer": width("transfer"), "retain": width("retain"),
+            "scores": int(observation_space["action_mask"].shape[0])}
+
+
+class GNNScheduler(nn.Module):
+    """GINE message passing with edge features and per-candidate read-outs.
+
+    Args:
+        dims: input widths (:func:`observation_dims`).
+        hidden: embedding width. layers: message-passing rounds.
+
+    Shapes:
+        input: a batched ``Data`` from :func:`mabp_gym.pyg.to_pyg` with ``B`` graphs;
+        output: scores ``(B, D)`` in ``(-1, 1)`` (softsign: monotone, so the projection
+        sees the raw order, and SB3's clipping of actions to the Box never ties them) and a
+        graph embedding ``(B, 2 * hidden)`` for a value head.
+    """
+
+    def __init__(self, dims: dict[str, int], hidden: int = 64, layers: int = 3) -> None:
+        super().__init__()
+        self.dims = dict(dims)
+        self.hidden = hidden
+        self.node_in = _mlp([dims["node"], hidden, hidden])
+        self.edge_in = nn.Linear(dims["edge"], hidden)
+        self.convs = nn.ModuleList(
+            GINEConv(_mlp([hidden, hidden, hidden]), edge_dim=hidden) for _ in range(layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
+        self.service_head = _mlp([hidden + dims["service"], hidden, 1])
+        self.route_head = _mlp([3 * hidden + dims["route"], hidden, 1])
+        self.transfer_head = _mlp([3 * hidden + dims["transfer"], hidden, 1])
+        self.retain_head = _mlp([hidden + dims["retain"], hidden, 1])
+
+    def forward(self, graph) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = graph.num_graphs
+        h = self.node_in(symlog(graph.x))
+        e = self.edge_in(symlog(graph.edge_attr))
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            h = norm(h + torch.relu(conv(h, graph.edge_index, e)))
+        src, dst = graph.edge_index
+        service = self.service_head(torch.cat([h[graph.service_node],
+                                               symlog(graph.service_x)], -1))
+        route = self.route_head(torch.cat([h[graph.route_src], h[graph.route_dst],
+                                           e[graph.route_edge], symlog(graph.route_x)], -1))
+        t_edge = graph.transfer_edge
+        transfer = self.transfer_head(torch.cat([h[src[t_edge]], h[dst[t_edge]], e[t_edge],
+                                                 symlog(graph.transfer_x)], -1))
+        retain = self.retain_head(torch.cat([h[graph.retain_node],
+                                             symlog(graph.retain_x)], -1))
+        raw = torch.cat([part.reshape(batch, part.shape[0] // batch)
+                         for part in (service, route, transfer, retain)], dim=1)
+        pooled = torch.cat([global_mean_pool(h, graph.batch, batch),
+                            global_max_pool(h, graph.batch, batch)], dim=-1)
+        return nn.functional.softsign(raw), pooled
+
+    def scores(self, obs: dict[str, Any]) -> torch.Tensor:
+        """Scores ``(B, D)`` for an observation dict (with or without a batch dimension)."""
+        return self(to_pyg(obs))[0]
+
+
+def shape_of(workload: Workload) -> dict[str, int]:
+    """What a checkpoint must match: the candidate counts and graph sizes."""
+    ix = workload.index
+    return {"nodes": ix.num_nodes, "links": ix.num_links, "commodities": ix.num_commodities,
+            "signatures": ix.num_signatures, "actions": ix.num_actions,
+            "routes": ix.num_routes, "transfers": ix.num_transfers,
+            "retains": ix.num_retains}
+
+
+def save_checkpoint(path: str | Path, model: GNNScheduler, workload: Workload,
+                    **extra: Any) -> None:
+    """Save the model with the workload shape it was trained for."""
+    torch.save({"kind": "gnn", "state_dict": model.state_dict(), "dims": model.dims,
+                "hidden": model.hidden, "layers": len(model.convs),
+                "workload": workload.name, "shape": shape_of(workload), **extra}, path)
+
+
+def load_checkpoint(path: str | Path, workload: Workload, device: str = "cpu"
+                    ) -> tuple[GNNScheduler, dict[str, Any]]:
+    """Load a GNN checkpoint; raise ``ValueError`` if it was made for another shape."""
+    payload = torch.load(path, map_location=device, weights_only=False)
+    if payload.get("kind") != "gnn":
+        raise ValueError(f"{path} is not a GNN checkpoint")
+    expected = shape_of(workload)
+    if payload["shape"] != expected:
+        raise ValueError(
+            f"checkpoint {path} was trained on workload {payload['workload']!r} with shape "
+            f"{payload['shape']}, but this workload {workload.name!r} has shape {expected}")
+    model = GNNScheduler(payload["dims"], hidden=payload["hidden"], layers=payload["layers"])
+    model.load_state_dict(payload["state_dict"])
+    model.to(device).eval()
+    return model, payload
+
+
+class GNNPolicy(Policy):
+    """A trained GNN scheduler as a policy (scores for the shared projection).
+
+    Args:
+        checkpoint: a file saved by :func:`save_checkpoint` (default: the checkpoint
+            shipped for ``mixed``).
+        device: ``"auto"`` (cuda when available), ``"cpu"`` or ``"cuda"``.
+    """
+
+    name = "gnn"
+    memory_aware = True
+
+    def __init__(self, workload: Workload, *, checkpoint: str | Path | None = None,
+                 device: str = "cpu", **kw: Any) -> None:
+        super().__init__(workload, **kw)
+        path = Path(checkpoint) if checkpoint else CHECKPOINT_DIR / f"gnn_{workload.name}.pt"
+        if not path.exists():
+            raise ValueError(f"no GNN checkpoint at {path}; train one with "
+                             f"`mabp-gym train gnn --workload {workload.name}`")
+        self.device = resolve_device(device)
+        self.model, self.info = load_checkpoint(path, workload, self.device)
+        self.checkpoint = str(path)
+
+    @torch.no_grad()
+    def scores_batch(self, obs: dict[str, Any]) -> np.ndarray:
+        """Scores ``(B, D)`` for a batch of observations (one forward pass)."""
+        tensors = {k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in obs.items()}
+        return self.model.scores(tensors).double().cpu().numpy()
+
+    def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        self.t += 1
+        return self.scores_batch(obs)[0]
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:k]', got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' asked for but torch sees no CUDA device")
+    return device

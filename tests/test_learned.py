@@ -1,0 +1,183 @@
+"""Learned schedulers: the GNN (imitation + PPO) and Learn-MABP, through their real entry
+points with tiny budgets, plus the properties that make them trustworthy."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import mabp_gym  # noqa: F401  (registers the ids)
+from agents import make_policy
+from agents.gnn import GNNScheduler, load_checkpoint, observation_dims, resolve_device
+from agents.learn_mabp import LearnMABP, PrimitiveEstimate
+from mabp_gym import Simulator, make_workload
+from mabp_gym.env import ObservationEncoder
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def observation(workload, slots: int = 30, seed: int = 0) -> dict[str, np.ndarray]:
+    sim = Simulator(workload)
+    sim.reset(seed)
+    encoder = ObservationEncoder(workload)
+    mabp = make_policy("mabp", workload)
+    for _ in range(slots):
+        sim.step_scores(mabp.scores(encoder.encode(sim.state)))
+    return encoder.encode(sim.state)
+
+
+def test_gnn__training_smoke_resume_and_evaluation(tmp_path):
+    from training.gnn import main
+
+    tiny = ["--imitation-loads", "0.5", "--imitation-slots", "40", "--imitation-epochs", "1",
+            "--ppo-envs", "2", "--ppo-rollout", "64", "--checkpoint-every", "128",
+            "--select-loads", "0.4",
+            "--eval-loads", "0.3", "--eval-seeds", "1", "--hidden", "16", "--layers", "2",
+            "--no-progress", "--out", str(tmp_path), "--device", "auto"]
+    first = main([*tiny, "--ppo-steps", "256"])
+    assert first["ppo_steps"] == 256 and first["device"] == "cpu"
+    assert (tmp_path / "ppo_checkpoint.zip").exists()
+    # Resume from the PPO checkpoint: training continues from its step count.
+    resumed = main([*tiny, "--ppo-steps", "512", "--resume",
+                    str(tmp_path / "ppo_checkpoint.zip")])
+    assert resumed["ppo_steps"] == 512
+    wl = make_workload("mixed")
+    model, info = load_checkpoint(resumed["checkpoint"], wl)
+    assert info["selected"] in ("imitation", "ppo") and "command" in info
+    policy = make_policy("gnn", wl, checkpoint=resumed["checkpoint"])
+    scores = policy.scores(observation(wl, slots=5))
+    assert scores.shape == (wl.index.num_scores,) and np.all(np.abs(scores) < 1)
+    assert (tmp_path / "eval.jsonl").exists() and (tmp_path / "tensorboard").exists()
+
+
+def test_gnn__checkpoint_for_another_shape_is_refused(tmp_path):
+    from agents.gnn import save_checkpoint
+
+    wl = make_workload("mixed")
+    model = GNNScheduler(observation_dims(ObservationEncoder(wl).space), hidden=8, layers=1)
+    path = tmp_path / "g.pt"
+    save_checkpoint(path, model, wl)
+    with pytest.raises(ValueError, match=r"trained on workload 'mixed'.*'rag' has shape"):
+        make_policy("gnn", make_workload("rag"), checkpoint=path)
+    with pytest.raises(ValueError, match="no GNN checkpoint"):
+        make_policy("gnn", wl, checkpoint=tmp_path / "missing.pt")
+
+
+def test_gnn__relabelling_nodes_permutes_its_scores():
+    wl = make_workload("mixed", load=0.7)
+    obs = observation(wl, slots=40)
+    torch.manual_seed(0)
+    model = GNNScheduler(observation_dims(ObservationEncoder(wl).space), hidden=16, layers=2)
+    model.eval()
+    n = obs["node_features"].shape[0]
+    perm = np.random.default_rng(1).permutation(n)  # new node k is old node perm[k]
+    inverse = np.argsort(perm)
+    relabelled = dict(obs)
+    for key in ("node_features", "queues", "memory"):
+        relabelled[key] = obs[key][perm]
+    relabelled["edge_index"] = inverse[obs["edge_index"]]
+    relabelled["service_index"] = obs["service_index"].copy()
+    relabelled["service_index"][0] = inverse[obs["service_index"][0]]
+    relabelled["retain_index"] = obs["retain_index"].copy()
+    relabelled["retain_index"][0] = inverse[obs["retain_index"][0]]
+    # Candidates also listed in another order: the scores follow them.
+    order = np.random.default_rng(2).permutation(obs["service"].shape[0])
+    relabelled["service"] = obs["service"][order]
+    relabelled["service_index"] = relabelled["service_index"][:, order]
+    with torch.no_grad():
+        a = model.scores({k: torch.as_tensor(v) for k, v in obs.items()})[0]
+        b = model.scores({k: torch.as_tensor(v) for k, v in relabelled.items()})[0]
+    a_service, b_service = a[:len(order)], b[:len(order)]
+    assert torch.allclose(a_service[order], b_service, atol=1e-5)
+    assert torch.allclose(a[len(order):], b[len(order):], atol=1e-5)
+
+
+def test_gnn__scores_a_batch_of_vector_env_observations_in_one_pass(tmp_path):
+    from agents.gnn import save_checkpoint
+
+    wl = make_workload("mixed")
+    model = GNNScheduler(observation_dims(ObservationEncoder(wl).space), hidden=8, layers=1)
+    save_checkpoint(tmp_path / "g.pt", model, wl)
+    policy = make_policy("gnn", wl, checkpoint=tmp_path / "g.pt")
+    envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=3, vectorization_mode="sync")
+    obs, _ = envs.reset(seed=0)
+    batch = policy.scores_batch(obs)
+    assert batch.shape == (3, wl.index.num_scores)
+    single = policy.scores({k: v[1] for k, v in obs.items()})
+    assert np.allclose(batch[1], single, atol=1e-6)
+    envs.step(batch)
+    envs.close()
+
+
+def test_learn_mabp__exact_primitives_reproduce_mabp():
+    wl = make_workload("mixed", load=0.6)
+    ix = wl.index
+    exact = PrimitiveEstimate(ix.work.copy(), ix.penalty.copy(),
+                              ix.successor_law[:, :, :-1].copy(),
+                              np.ones((2, ix.num_actions), bool), np.ones((2, ix.num_actions)))
+    learned, mabp = LearnMABP(wl, exact), make_policy("mabp", wl)
+    sim = Simulator(wl)
+    sim.reset(4)
+    encoder = ObservationEncoder(wl)
+    for _ in range(60):
+        obs = encoder.encode(sim.state)
+        a, b = learned.scores(obs), mabp.scores(obs)
+        assert np.allclose(a, b)
+        sim.step_scores(b)
+
+
+def test_learn_mabp__fit_recovers_seen_pairs_and_uses_miss_primitives_for_unseen():
+    wl = make_workload("mixed")
+    ix = wl.index
+    assisted = np.flatnonzero(ix.action_signature >= 0)
+    a, b = int(assisted[0]), int(assisted[1])
+    c = int(np.flatnonzero(ix.successor_law[0, a, :-1])[0])
+    units = [(a, 0, c, ix.work[0, a], ix.penalty[0, a])] * 3 + \
+        [(a, 0, -1, ix.work[0, a], ix.penalty[0, a])] + \
+        [(b, 1, -1, ix.work[1, b], ix.penalty[1, b])] * 2
+    estimate = PrimitiveEstimate.fit(wl, units)
+    assert estimate.seen[0, a] and not estimate.seen[1, a]
+    assert estimate.law[0, a, c] == pytest.approx(0.75)
+    assert estimate.work[0, a] == ix.work[0, a] and estimate.penalty[0, a] == ix.penalty[0, a]
+    # (a, hit) was never seen: it falls back to a's miss primitives.
+    assert estimate.work[1, a] == estimate.work[0, a]
+    assert np.array_equal(estimate.law[1, a], estimate.law[0, a])
+    errors = estimate.errors(wl)
+    assert errors["work_abs_error"] == 0.0 and errors["pairs_seen"] == 2
+
+
+def test_learn_mabp__training_entry_point_fits_and_reports_errors(tmp_path):
+    from training.learn_mabp import main
+
+    report = main(["--explore-loads", "0.5", "--explore-slots", "150", "--eval-loads", "0.3",
+                   "--eval-seeds", "1", "--no-progress", "--out", str(tmp_path)])
+    assert report["errors"]["work_abs_error"] < 1e-9
+    assert report["errors"]["successor_tv_mean"] < 0.3
+    assert set(report["stable_load"]) == {"mabp", "learn-mabp"}
+    policy = make_policy("learn-mabp", make_workload("mixed"), checkpoint=report["checkpoint"])
+    assert policy.estimate.seen.sum() == report["errors"]["pairs_seen"]
+    with pytest.raises(ValueError, match="has shape"):
+        make_policy("learn-mabp", make_workload("moe"), checkpoint=report["checkpoint"])
+
+
+def test_shipped_checkpoints__load_right_after_install():
+    env = gym.make("mabp_gym/Mixed-v0")
+    obs, _ = env.reset(seed=0)
+    for name in ("gnn", "learn-mabp"):
+        policy = make_policy(name, env)
+        scores = policy.scores(obs)
+        assert scores.shape == env.action_space.shape and np.all(np.isfinite(scores))
+
+
+def test_resolve_device__auto_and_bad_values():
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_device("tpu")

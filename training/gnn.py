@@ -1,0 +1,295 @@
+"""Train the GNN scheduler: imitation of MABP (or Oracle-Sur), then PPO (stable-baselines3).
+
+Reads top to bottom: arguments, seeding, imitation data and fit, PPO fine-tuning, model
+selection on held-out seeds, evaluation through ``mabp_gym.evaluate``. Uses ``cuda`` when
+there is one (``--device auto``) and the CPU otherwise; logs to TensorBoard under
+``--out``; checkpoints every ``--checkpoint-every`` PPO steps; ``--resume`` continues from
+a checkpoint's step count.
+
+    mabp-gym train gnn --out runs/gnn --ppo-steps 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents import make_policy
+from agents.gnn import GNNScheduler, observation_dims, resolve_device, save_checkpoint
+from mabp_gym.env import ObservationEncoder
+from mabp_gym.pyg import to_pyg
+from mabp_gym.workloads import make_workload
+from training.common import (
+    add_dataclass_arguments,
+    from_namespace,
+    rollout,
+    seed_everything,
+)
+
+
+@dataclass
+class GNNArgs:
+    """Arguments of ``mabp-gym train gnn``."""
+
+    workload: str = "mixed"
+    seed: int = 0
+    teacher: str = "mabp"
+    imitation_loads: list[float] = field(default_factory=lambda: [0.3, 0.5, 0.6, 0.7, 0.8])
+    imitation_slots: int = 600
+    imitation_noise: float = 0.3
+    imitation_epochs: int = 20
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    hidden: int = 64
+    layers: int = 3
+    ppo_steps: int = 8192
+    ppo_load: float = 0.6
+    ppo_envs: int = 4
+    ppo_rollout: int = 256
+    ppo_learning_rate: float = 5e-5
+    checkpoint_every: int = 4096
+    select_loads: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7])
+    eval_loads: list[float] = field(default_factory=lambda: [0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    eval_seeds: int = 2
+    device: str = "auto"
+    threads: int = 1
+    out: str = "runs/gnn"
+    resume: str | None = None
+    progress: bool = True
+
+    __field_docs__ = {
+        "workload": "workload to train on (its shape fixes the checkpoint's)",
+        "seed": "seeds torch, numpy and every rollout",
+        "teacher": "policy imitated first: mabp or oracle-sur",
+        "imitation_loads": "loads of the teacher's episodes (one episode per load)",
+        "imitation_slots": "slots per imitation episode",
+        "imitation_noise": "std of the noise on executed scores in every other episode",
+        "imitation_epochs": "passes over the imitation data",
+        "batch_size": "graphs per gradient step in imitation",
+        "learning_rate": "Adam learning rate of the imitation phase",
+        "hidden": "embedding width", "layers": "message-passing rounds",
+        "ppo_steps": "PPO environment steps after imitation (0: imitation only)",
+        "ppo_load": "load of the PPO environments",
+        "ppo_envs": "vectorized environments for PPO",
+        "ppo_rollout": "steps per environment per PPO update (PPO's n_steps)",
+        "ppo_learning_rate": "PPO learning rate (small: fine-tuning a pretrained policy)",
+        "checkpoint_every": "save a resumable checkpoint every this many PPO steps",
+        "select_loads": "held-out loads on which the imitation and PPO models are compared",
+        "eval_loads": "loads of the final evaluation", "eval_seeds": "seeds per load",
+        "device": "auto (cuda if available), cpu or cuda",
+        "threads": "torch CPU threads (1 is fastest for these small graphs)",
+        "out": "directory for checkpoints, TensorBoard logs and the report",
+        "resume": "a checkpoint of this script to continue from",
+        "progress": "show progress bars",
+    }
+
+
+def stack(observations: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {key: np.stack([o[key] for o in observations]) for key in observations[0]}
+
+
+def collect_imitation_data(args: GNNArgs) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Observations and teacher scores along teacher (and noisy-teacher) trajectories."""
+    observations, targets = [], []
+    for k, load in enumerate(args.imitation_loads):
+        workload = make_workload(args.workload, load=load)
+        teacher = make_policy(args.teacher, workload)
+        teacher.reset(args.seed + k)
+        noise = args.imitation_noise if k % 2 else 0.0
+        for obs, target, _ in rollout(workload, teacher.scores, args.seed + k,
+                                      args.imitation_slots, noise=noise):
+            observations.append(obs)
+            targets.append(target)
+    return stack(observations), np.stack(targets)
+
+
+def imitation_loss(model: GNNScheduler, batch: dict[str, torch.Tensor],
+                   target: torch.Tensor) -> torch.Tensor:
+    """MSE to the teacher's scores squashed the same way as the model's (softsign), with
+    candidates that cannot act this slot weighted down."""
+    scores, _ = model(to_pyg(batch))
+    weight = 0.1 + 0.9 * batch["action_mask"].float()
+    return (weight * (scores - torch.nn.functional.softsign(target)) ** 2).mean()
+
+
+def fit_imitation(model: GNNScheduler, data: dict[str, np.ndarray], targets: np.ndarray,
+                  args: GNNArgs, device: str, start_epoch: int, save: Any) -> list[float]:
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
+    tensors = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
+    target = torch.as_tensor(targets, dtype=torch.float32, device=device)
+    generator = torch.Generator().manual_seed(args.seed)
+    losses = []
+    epochs = range(start_epoch, args.imitation_epochs)
+    if args.progress:
+        from tqdm import tqdm
+
+        epochs = tqdm(epochs, desc="imitation", unit="epoch")
+    for epoch in epochs:
+        order = torch.randperm(len(target), generator=generator).to(device)
+        total = 0.0
+        for start in range(0, len(order), args.batch_size):
+            index = order[start:start + args.batch_size]
+            loss = imitation_loss(model, {k: v[index] for k, v in tensors.items()},
+                                  target[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(index)
+        losses.append(total / len(order))
+        save(epoch + 1)
+    return losses
+
+
+def quick_stable_load(checkpoint: Path, args: GNNArgs, loads: list[float]) -> float:
+    from mabp_gym import evaluate, stable_load
+
+    records = evaluate("gnn", args.workload, loads=loads, seeds=range(100, 100 + 2),
+                       policy_kw={"checkpoint": str(checkpoint)}, backend="serial")
+    summary = stable_load(records)["gnn"]
+    backlog = float(np.mean([r["mean_backlog"] for r in records]))
+    return summary - 1e-4 * backlog  # ties go to the smaller backlog
+
+
+def train(args: GNNArgs) -> dict[str, Any]:
+    started = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    device = resolve_device(args.device)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    workload = make_workload(args.workload)
+    encoder = ObservationEncoder(workload)
+    model = GNNScheduler(observation_dims(encoder.space), hidden=args.hidden,
+                         layers=args.layers).to(device)
+    imitation_path = out / "gnn_imitation.pt"
+    command = "mabp-gym train gnn " + " ".join(
+        f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+        for k, v in dataclasses.asdict(args).items()
+        if v is not None and not isinstance(v, bool))
+
+    # -- resume ------------------------------------------------------------------------------
+    start_epoch, ppo_zip = 0, None
+    if args.resume:
+        resume = Path(args.resume)
+        if resume.suffix == ".zip":
+            ppo_zip = resume
+            start_epoch = args.imitation_epochs
+        else:
+            payload = torch.load(resume, map_location=device, weights_only=False)
+            model.load_state_dict(payload["state_dict"])
+            start_epoch = int(payload.get("epoch", args.imitation_epochs))
+
+    def save_imitation(epoch: int) -> None:
+        save_checkpoint(imitation_path, model.cpu(), workload, epoch=epoch, phase="imitation",
+                        args=dataclasses.asdict(args), command=command)
+        model.to(device)
+
+    # -- imitation -----------------------------------------------------------------------------
+    losses: list[float] = []
+    if start_epoch < args.imitation_epochs:
+        data, targets = collect_imitation_data(args)
+        losses = fit_imitation(model, data, targets, args, device, start_epoch, save_imitation)
+    elif not imitation_path.exists():
+        save_imitation(start_epoch)
+
+    # -- PPO -------------------------------------------------------------------------------------
+    final_path = out / f"gnn_{workload.name}.pt"
+    ppo_steps_done = 0
+    candidates = {"imitation": imitation_path}
+    if args.ppo_steps > 0:
+        ppo_path, ppo_steps_done = _ppo(args, model, device, out, ppo_zip, workload, command)
+        candidates["ppo"] = ppo_path
+
+    # -- model selection on held-out seeds, then the report ------------------------------------
+    scores = {name: quick_stable_load(path, args, args.select_loads)
+              for name, path in candidates.items()}
+    chosen = max(scores, key=lambda name: scores[name])
+    chosen_model = torch.load(candidates[chosen], map_location="cpu", weights_only=False)
+    torch.save({**chosen_model, "selected": chosen, "selection": scores,
+                "ppo_steps": ppo_steps_done, "command": command}, final_path)
+
+    from mabp_gym import evaluate, stable_load
+
+    records = evaluate("gnn", args.workload, loads=args.eval_loads,
+                       seeds=range(args.eval_seeds), policy_kw={"checkpoint": str(final_path)},
+                       output=out / "eval.jsonl")
+    report = {"checkpoint": str(final_path), "selected": chosen, "selection": scores,
+              "imitation_losses": losses, "ppo_steps": ppo_steps_done, "device": device,
+              "stable_load": stable_load(records)["gnn"],
+              "wall_s": time.perf_counter() - started, "command": command}
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Path | None,
+         workload, command: str) -> tuple[Path, int]:
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from agents.gnn_sb3 import GNNActorCriticPolicy
+
+    def make(rank: int):
+        def thunk():
+            env = gym.make("mabp_gym/SFMSN-v0", workload=args.workload, load=args.ppo_load)
+            env.reset(seed=args.seed + 1000 + rank)
+            return env
+        return thunk
+
+    envs = DummyVecEnv([make(rank) for rank in range(args.ppo_envs)])
+    ppo_path = out / "gnn_ppo.pt"
+
+    class Checkpoint(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.last = 0
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps - self.last >= args.checkpoint_every:
+                self.last = self.num_timesteps
+                self.model.save(out / "ppo_checkpoint.zip")
+            return True
+
+    # tensorboard is a dependency of the package; SB3 writes the PPO curves there.
+    tensorboard = str(out / "tensorboard")
+    if resume is not None:
+        agent = PPO.load(resume, env=envs, device=device)
+    else:
+        agent = PPO(GNNActorCriticPolicy, envs, learning_rate=args.ppo_learning_rate,
+                    n_steps=args.ppo_rollout,
+                    batch_size=min(256, args.ppo_rollout * args.ppo_envs), n_epochs=4,
+                    gamma=0.99, seed=args.seed,
+                    device=device, tensorboard_log=tensorboard, verbose=0,
+                    policy_kwargs={"hidden": args.hidden, "layers": args.layers})
+        agent.policy.gnn.load_state_dict(model.state_dict())
+    remaining = args.ppo_steps - agent.num_timesteps
+    if remaining > 0:
+        agent.learn(remaining, callback=Checkpoint(), reset_num_timesteps=False,
+                    progress_bar=args.progress, tb_log_name=f"gnn_seed{args.seed}")
+    agent.save(out / "ppo_checkpoint.zip")
+    gnn = agent.policy.gnn
+    save_checkpoint(ppo_path, gnn.cpu(), workload, phase="ppo", steps=agent.num_timesteps,
+                    args=dataclasses.asdict(args), command=command)
+    return ppo_path, int(agent.num_timesteps)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="mabp-gym train gnn", description=__doc__)
+    add_dataclass_arguments(parser, GNNArgs)
+    args = from_namespace(GNNArgs, parser.parse_args(argv))
+    report = train(args)
+    print(json.dumps({k: v for k, v in report.items() if k != "imitation_losses"}, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()
