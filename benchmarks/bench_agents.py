@@ -12,11 +12,10 @@ memory-oblivious baselines <= 200 us.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import time
 
 import numpy as np
+from _report import emit
 
 from agents import POLICIES, make_policy
 from mabp_gym import Simulator, make_workload
@@ -64,12 +63,8 @@ def main() -> None:
     for row in rows:
         print(f"{row['policy']:<20} {row['mean_us']:>9.0f} {row['p95_us']:>9.0f}")
     result = {"benchmark": "bench_agents", "workload": "mixed", "load": 0.85,
-              "slots": args.slots, "machine": platform.machine(),
-              "python": platform.python_version(), "rows": rows}
-    print(json.dumps(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
+              "slots": args.slots, "rows": rows}
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,12 @@ JSON line (``--json PATH`` also writes it). Target (issue 3): single env >= 2,00
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
 
 import gymnasium as gym
 import numpy as np
+from _report import emit
 
 import mabp_gym  # noqa: F401  (registers the ids)
 
@@ -65,12 +64,8 @@ def main() -> None:
     for row in rows:
         print(f"{row['case']:<30} {row['steps_per_s']:>9.0f}")
     result = {"benchmark": "bench_env", "workload": "mixed", "load": 0.85,
-              "steps": args.steps, "repeats": args.repeats, "machine": platform.machine(),
-              "python": platform.python_version(), "rows": rows}
-    print(json.dumps(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
+              "steps": args.steps, "repeats": args.repeats, "rows": rows}
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

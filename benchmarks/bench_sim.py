@@ -12,10 +12,10 @@ JSON line (``--json PATH`` also writes it). Target (issue 2): at least 3,000 slo
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
+
+from _report import emit
 
 from mabp_gym import Simulator, make_workload
 from mabp_gym.scores import queue_length_scores
@@ -56,12 +56,8 @@ def main() -> None:
         print(f"{row['workload']:<11} {row['load']:>5.2f} {str(row['invariants']):>10} "
               f"{row['slots_per_s']:>9.0f} {row['final_backlog']:>8.0f}")
     result = {"benchmark": "bench_sim", "slots": args.slots, "repeats": args.repeats,
-              "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-              "python": platform.python_version(), "rows": rows}
-    print(json.dumps(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
+              "rows": rows}
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

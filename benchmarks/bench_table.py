@@ -10,11 +10,11 @@ table, the wall time and a JSON line. Target (issue 5): at most 10 minutes on 2 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import time
 from pathlib import Path
+
+from _report import emit
 
 from mabp_gym.cli import DEFAULT_GRID, TABLE_COLUMNS, TABLE_POLICIES, table_rows
 from mabp_gym.evaluation import execute, plan
@@ -45,11 +45,8 @@ def main() -> None:
         print("| " + " | ".join(row) + " |")
     print(f"{len(specs)} runs in {wall:.0f} s on {os.cpu_count()} cores")
     result = {"benchmark": "bench_table", "runs": len(specs), "wall_s": wall,
-              "cores": os.cpu_count(), "machine": platform.machine(),
-              "python": platform.python_version()}
-    print(json.dumps(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
+              "cores": os.cpu_count()}
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

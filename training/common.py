@@ -43,6 +43,17 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             raise TypeError(f"unsupported field type {kind} for {f.name}")
 
 
+def command_line(learner: str, args: Any) -> str:
+    """The ``mabp-gym train`` command that reproduces a run (recorded in checkpoints)."""
+    parts = []
+    for key, value in dataclasses.asdict(args).items():
+        if value is None or isinstance(value, bool):
+            continue
+        text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+        parts.append(f"--{key.replace('_', '-')} {text}")
+    return f"mabp-gym train {learner} " + " ".join(parts)
+
+
 def from_namespace(cls: type, namespace: argparse.Namespace) -> Any:
     return cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)})
 

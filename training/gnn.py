@@ -29,6 +29,7 @@ from mabp_gym.pyg import to_pyg
 from mabp_gym.workloads import make_workload
 from training.common import (
     add_dataclass_arguments,
+    command_line,
     from_namespace,
     rollout,
     seed_everything,
@@ -170,10 +171,7 @@ def train(args: GNNArgs) -> dict[str, Any]:
     model = GNNScheduler(observation_dims(encoder.space), hidden=args.hidden,
                          layers=args.layers).to(device)
     imitation_path = out / "gnn_imitation.pt"
-    command = "mabp-gym train gnn " + " ".join(
-        f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in dataclasses.asdict(args).items()
-        if v is not None and not isinstance(v, bool))
+    command = command_line("gnn", args)
 
     # -- resume ------------------------------------------------------------------------------
     start_epoch, ppo_zip = 0, None

@@ -23,7 +23,13 @@ from agents import make_policy
 from agents.gnn import resolve_device
 from agents.learn_mabp import PrimitiveEstimate
 from mabp_gym.workloads import make_workload
-from training.common import add_dataclass_arguments, from_namespace, rollout, seed_everything
+from training.common import (
+    add_dataclass_arguments,
+    command_line,
+    from_namespace,
+    rollout,
+    seed_everything,
+)
 
 
 @dataclass
@@ -82,9 +88,7 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
     units = log_units(args)
     estimate = PrimitiveEstimate.fit(workload, units, device=device)
     errors = estimate.errors(workload)
-    command = "mabp-gym train learn-mabp " + " ".join(
-        f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in dataclasses.asdict(args).items() if not isinstance(v, bool))
+    command = command_line("learn-mabp", args)
     path = out / f"learn_mabp_{workload.name}.pt"
     estimate.save(path, workload, errors=errors, units=len(units), command=command,
                   args=dataclasses.asdict(args))
