@@ -76,7 +76,7 @@ class Backpressure(Policy):
         weight = own - pressure
         if self.cost:
             weight = weight - self.nu * self._penalty
-        out[self.slices[0]] = np.where(own > 0, weight / self._work, -1.0)
+        out[self.slices[0]] = np.where(own > 0, weight / np.maximum(self._work, 1e-9), -1.0)
         route = backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
         if self.cost:
             route = route - self.nu * self._route_cost

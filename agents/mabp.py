@@ -101,7 +101,8 @@ class MABP(Policy):
         else:
             hit = np.zeros(ix.num_actions, dtype=np.int64)
         current = weight[hit, self._arange]
-        work = self._work[hit, self._arange]
+        # Zero work (instant delivery, e.g. a multihop network's destination) ranks first.
+        work = np.maximum(self._work[hit, self._arange], 1e-9)
         own = self.pair_backlog(queues)[ix.action_pair]
         out[self.slices[0]] = np.where(own > 0, current / work, -1.0)
         backlog = self.pair_backlog(queues)
@@ -123,7 +124,7 @@ class MABP(Policy):
                        ) -> np.ndarray:
         """Marginal value of holding each retain candidate's object, ``(K,)``."""
         ix = self.ix
-        w_miss, w_hit = self._work
+        w_miss, w_hit = np.maximum(self._work, 1e-9)
         positive = np.maximum(weight, 0.0)
         frozen = np.maximum(np.minimum(own, self._mu / w_hit) * positive[1]
                             - np.minimum(own, self._mu / w_miss) * positive[0], 0.0)

@@ -355,7 +355,7 @@ class OracleSur(MABP):
         # constraint), so they are left out.
         serve = np.flatnonzero(fits & (gain > 0) & (waiting > 0) & (node_avail >= work - EPS))
         serve_ub = np.minimum(waiting[serve],
-                              np.floor((node_avail[serve] + EPS) / work[serve]))
+                              np.floor((node_avail[serve] + EPS) / np.maximum(work[serve], EPS)))
         starts = np.flatnonzero(~fits & (gain > 0) & (waiting > 0) & (node_avail > EPS))
         route_queue = queue[ix.route_src_pair]
         routes = np.flatnonzero((route_weight > 0) & (route_queue > 0)

@@ -57,6 +57,20 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return overrides
 
 
+def _workload_name(value: str) -> str:
+    from mabp_gym.workloads import is_workload_file
+
+    if value in WORKLOADS:
+        return value
+    if is_workload_file(value):
+        if not Path(value).is_file():
+            raise argparse.ArgumentTypeError(f"no workload file {value!r}")
+        return value
+    raise argparse.ArgumentTypeError(
+        f"{value!r} is neither a built-in workload ({', '.join(WORKLOADS)}) nor a .json / "
+        ".yaml workload file")
+
+
 def _parse_grid(tokens: list[str], name: str) -> list[float]:
     """Numbers, or ``start:stop:step`` ranges (stop included)."""
     values: list[float] = []
@@ -96,8 +110,8 @@ def _policies(tokens: list[str]) -> list[str]:
 
 
 def _common(parser: argparse.ArgumentParser, *, loads: bool = True) -> None:
-    parser.add_argument("--workload", default="mixed", choices=WORKLOADS,
-                        help="built-in workload (default: mixed)")
+    parser.add_argument("--workload", default="mixed", type=_workload_name,
+                        help="built-in workload or a workload file (default: mixed)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="NAME=VALUE", help="workload parameter override (repeatable)")
     if loads:
@@ -148,7 +162,8 @@ def _build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--policy", default="mabp", help="policy of the trace and heat map")
 
     cap = commands.add_parser("capacity", help="no-memory and all-hit fluid capacities")
-    cap.add_argument("--workload", default="mixed", choices=WORKLOADS)
+    cap.add_argument("--workload", default="mixed", type=_workload_name,
+                     help="built-in workload or a workload file (default: mixed)")
     cap.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="NAME=VALUE", help="workload parameter override (repeatable)")
     cap.add_argument("--json", metavar="PATH", help="also write the result as JSON")
@@ -159,7 +174,8 @@ def _build_parser() -> argparse.ArgumentParser:
     train.add_argument("rest", nargs=argparse.REMAINDER)
 
     sim = commands.add_parser("simulate", help="run the queue-length score rule on a workload")
-    sim.add_argument("--workload", default="mixed", choices=WORKLOADS)
+    sim.add_argument("--workload", default="mixed", type=_workload_name,
+                     help="built-in workload or a workload file (default: mixed)")
     sim.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="NAME=VALUE", help="workload parameter override (repeatable)")
     sim.add_argument("--load", type=float, default=None, help="normalized load rho")

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from mabp_gym.workload import Workload
 
 EPS = 1e-9
+# The check accepts a little more than the projection fills: both sum the same floats in a
+# different order, and the last bit must never turn a projected control into a rejected one.
+CHECK_TOLERANCE = 1e-6
 
 
 class InfeasibleControlError(ValueError):
@@ -179,7 +182,7 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
         p = fx.action_pair[a]
         taken[p] = taken.get(p, 0) + n
     for i, total in enumerate(spent):
-        if total > fx.mu[i] + EPS:
+        if total > fx.mu[i] + CHECK_TOLERANCE:
             raise InfeasibleControlError("compute capacity", f"node {names[i].name}",
                                          f"work {total:g} exceeds mu {fx.mu[i]:g}")
     starts: list[tuple[int, int]] = []
@@ -191,7 +194,9 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
                                          f"action {a} is not an action of this node (or -1)")
         left = fx.mu[i] - spent[i]
         work = fx.work[hit[a]][a]
-        if left <= EPS or work <= fx.mu[i] + EPS:
+        # The projection starts a unit only with more than EPS of compute left; the check
+        # wants clearly more than nothing, far below EPS, so the two never disagree.
+        if left <= 1e-3 * EPS or work <= fx.mu[i] + EPS:
             raise InfeasibleControlError(
                 "multi-slot start", f"node {names[i].name}",
                 f"only a unit whose work exceeds mu ({fx.mu[i]:g}) starts in service, "
@@ -253,12 +258,12 @@ def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
         after[j, s] = holder[i, s]
         after[i, s] = -1
     for e, size in enumerate(bandwidth):
-        if size > ix.link_bandwidth[e] + EPS:
+        if size > ix.link_bandwidth[e] + CHECK_TOLERANCE:
             raise InfeasibleControlError("transfer bandwidth", _link_name(workload, e),
                                          f"{size:g} size units moved, bandwidth "
                                          f"{ix.link_bandwidth[e]:g}")
     used = (after >= 0) @ ix.signature_size
-    over = np.flatnonzero(used > ix.budget + EPS)
+    over = np.flatnonzero(used > ix.budget + CHECK_TOLERANCE)
     if over.size:
         i = int(over[0])
         raise InfeasibleControlError("memory budget", f"node {names[i].name}",

@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -79,7 +80,8 @@ def _workload_digest(workload: Workload) -> str:
     text = repr((workload.name, workload.nodes, workload.links, workload.commodities,
                  workload.signatures, workload.actions, workload.arrival_mix,
                  workload.replicas, workload.eta, workload.migration_cost, workload.theta,
-                 workload.omega, workload.initial_memory, workload.fixed_memory))
+                 workload.omega, workload.initial_memory, workload.fixed_memory,
+                 workload.transit))
     return f"{workload.name}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
 
@@ -96,6 +98,10 @@ def run(spec: RunSpec) -> dict[str, Any]:
     policy = make_policy(spec.policy, workload, nu=spec.nu, memory=spec.memory,
                          **dict(spec.policy_kw))
     policy.reset(spec.seed)
+    if "torch" in sys.modules:
+        # A learned policy scores one small graph per slot: one thread is several times
+        # faster than several threads fighting over the cores the other runs use.
+        sys.modules["torch"].set_num_threads(1)
     exact = hasattr(policy, "control")
     trace = Trace()
     decisions = np.empty(spec.horizon)
@@ -191,6 +197,11 @@ def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[floa
     seeds = [int(s) for s in seeds]
     if not loads or not seeds:
         raise ValueError("loads and seeds must not be empty")
+    from mabp_gym.workloads import is_workload_file
+
+    if isinstance(workload, str) and is_workload_file(workload):
+        workload = make_workload(workload, **overrides, horizon=horizon)
+        overrides = {}
     if isinstance(workload, Workload):
         if overrides:
             raise ValueError("overrides need a workload name, not a Workload object")

@@ -127,7 +127,7 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
                 q -= 1
                 left[i] = 0.0
             else:
-                n = min(q, int((left[i] + EPS) // w))
+                n = q if w <= 0 else min(q, int((left[i] + EPS) // w))
                 if n >= 1:
                     service[a] = n
                     q -= n

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mabp_gym.control import EPS, Control, check_control
+from mabp_gym.control import CHECK_TOLERANCE, EPS, Control, check_control
 from mabp_gym.projection import project
 from mabp_gym.state import SimState
 from mabp_gym.workload import Workload
@@ -400,5 +400,5 @@ class Simulator:
         recomputed = resident @ ix.signature_size
         if np.abs(st.memory_used - recomputed).max() > 1e-6:
             raise InvariantError("memory accounting is off")
-        if (recomputed > ix.budget + EPS).any():
+        if (recomputed > ix.budget + CHECK_TOLERANCE).any():
             raise InvariantError("memory over budget")

@@ -224,6 +224,10 @@ class Workload:
     is computed by the capacity LP when left ``None``. Arrival rates are
     ``load * lambda_ref * share`` per arrival pair.
 
+    ``transit`` lists ``(node, commodity)`` pairs where units may wait and be forwarded
+    without being served there (the relays of a multihop network); everywhere else a unit
+    of ``c`` is routed only toward a node that serves ``c``.
+
     ``initial_memory`` lists alternatives of ``(node, signature)`` placements; an episode
     seeded with ``seed`` starts from alternative ``seed % len(initial_memory)`` (the paired
     instances of the ``separation`` workload flip by seed parity). With ``fixed_memory``
@@ -247,13 +251,14 @@ class Workload:
     omega: float = 0.0  # write cost per generated object retained
     initial_memory: tuple[tuple[tuple[int, int], ...], ...] = ()
     fixed_memory: bool = False  # memory stays as initialized: no transfers, no retention
+    transit: tuple[tuple[int, int], ...] = ()  # (node, commodity) pairs that relay units
     horizon: int = 600
     params: tuple[tuple[str, Any], ...] = ()  # builder parameters, for the record
     index: WorkloadIndex = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("nodes", "links", "commodities", "signatures", "actions", "arrival_mix",
-                     "initial_memory", "params"):
+                     "initial_memory", "transit", "params"):
             object.__setattr__(self, name, _freeze(getattr(self, name)))
         self._validate()
         object.__setattr__(self, "index", _build_index(self))
@@ -296,6 +301,19 @@ class Workload:
             if signature.name == name:
                 return s
         raise KeyError(f"no signature named {name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """This workload in the file format (see :mod:`mabp_gym.fileformat`)."""
+        from mabp_gym.fileformat import workload_to_dict
+
+        return workload_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **overrides: Any) -> Workload:
+        """A workload from the file format (``overrides``: ``load``, ``horizon``)."""
+        from mabp_gym.fileformat import workload_from_dict
+
+        return workload_from_dict(data, **overrides)
 
     def with_load(self, load: float) -> Workload:
         """The same network at another normalized load (``lambda_ref`` is kept)."""
@@ -357,7 +375,7 @@ class Workload:
                 _fail(f"{path}.node", f"node {self.nodes[action.node].name!r} has mu = 0 and "
                       "cannot serve")
             for key in ("work_hit", "work_miss"):
-                _check_number(f"{path}.{key}", getattr(action, key), low=0.0, low_open=True)
+                _check_number(f"{path}.{key}", getattr(action, key), low=0.0)
             for key in ("loss_hit", "loss_miss", "credit_hit"):
                 _check_number(f"{path}.{key}", getattr(action, key))
             _check_number(f"{path}.gen_prob", action.gen_prob, low=0.0, high=1.0)
@@ -375,6 +393,10 @@ class Workload:
                 if total > 1.0 + 1e-9:
                     _fail(f"{path}.{key}", f"probabilities must sum to at most 1 (the rest "
                           f"exits), got {total:.6g}")
+        for k, (node, commodity) in enumerate(self.transit):
+            _check_number(f"transit[{k}].node", node, low=0, high=n_nodes - 1, integer=True)
+            _check_number(f"transit[{k}].commodity", commodity, low=0, high=n_comm - 1,
+                          integer=True)
         if not self.arrival_mix:
             _fail("arrival_mix", "at least one arrival pair is required")
         total = 0.0
@@ -451,6 +473,10 @@ def _build_index(wl: Workload) -> WorkloadIndex:
                 admissible[action.node, commodity] = True
     for node, commodity, _ in wl.arrival_mix:
         admissible[node, commodity] = True
+    relays = np.zeros((n_nodes, n_comm), dtype=bool)
+    for node, commodity in wl.transit:
+        relays[node, commodity] = True
+    admissible |= relays
     pair_node, pair_commodity = np.nonzero(admissible)
     pair_of = np.full((n_nodes, n_comm), -1, dtype=np.int64)
     pair_of[pair_node, pair_commodity] = np.arange(len(pair_node))
@@ -458,7 +484,7 @@ def _build_index(wl: Workload) -> WorkloadIndex:
     route_link, route_commodity = [], []
     for e, link in enumerate(wl.links):
         for c in range(n_comm):
-            if admissible[link.src, c] and serves[link.dst, c]:
+            if admissible[link.src, c] and (serves[link.dst, c] or relays[link.dst, c]):
                 route_link.append(e)
                 route_commodity.append(c)
     link_src = _int_array([link.src for link in wl.links])

@@ -420,6 +420,11 @@ BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]
 WORKLOADS = tuple(BUILDERS)
 
 
+def is_workload_file(name: str) -> bool:
+    """Whether ``name`` names a workload file rather than a built-in workload."""
+    return isinstance(name, str) and name.lower().endswith((".json", ".yaml", ".yml"))
+
+
 def workload_params(name: str) -> dict[str, Param]:
     """The parameters ``make_workload(name, ...)`` accepts, with defaults and ranges."""
     if name not in BUILDERS:
@@ -430,10 +435,20 @@ def workload_params(name: str) -> dict[str, Param]:
 def make_workload(name: str, **overrides: Any) -> Workload:
     """Build the workload ``name`` with the SPEC defaults and validated ``overrides``.
 
+    ``name`` may also be ``"file"`` with ``path=...``, or the path of a workload file
+    itself (``.json``, ``.yaml``); a file accepts the overrides ``load`` and ``horizon``.
+
     Raises:
         ValueError: unknown workload, unknown parameter, or a value out of its range
             (the message names the field and the allowed range).
     """
+    if name == "file" or is_workload_file(name):
+        from mabp_gym.fileformat import load_workload
+
+        path = overrides.pop("path", None) if name == "file" else name
+        if path is None:
+            raise ValueError("make_workload('file', path=...) needs the path of a workload file")
+        return load_workload(path, **overrides)
     params = workload_params(name)
     unknown = sorted(set(overrides) - set(params))
     if unknown:
