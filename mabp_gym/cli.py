@@ -30,7 +30,9 @@ DEFAULT_GRID = tuple(round(0.1 * k, 1) for k in range(1, 11))
 SWEEPS = ("load", "beta", "K", "nu", "skew")
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2."""
+
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
@@ -129,8 +131,8 @@ def _common(parser: argparse.ArgumentParser, *, loads: bool = True) -> None:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="mabp-gym", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = OneLineParser(prog="mabp-gym", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     ev = commands.add_parser("eval", help="evaluate policies over loads and seeds")
     ev.add_argument("--policy", nargs="+", default=["mabp"], help="policy name(s)")

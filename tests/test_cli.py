@@ -90,6 +90,8 @@ def test_cli__sweep_and_plot(tmp_path):
     ("table", "--loads", "1:0:0.1"),
     ("sweep", "--param", "gamma", "--values", "1", "--out", "x.jsonl"),
     ("plot", "--results", "missing.jsonl", "--out-dir", "figs"),
+    ("train", "gnn", "--bogus"),
+    ("train", "learn-mabp", "--device", "tpu"),
     ("frobnicate",),
 ])
 def test_cli__bad_arguments_exit_2_with_one_line_reason(args, tmp_path):

@@ -11,7 +11,6 @@ a checkpoint's step count.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -24,6 +23,7 @@ import torch
 
 from agents import make_policy
 from agents.gnn import GNNScheduler, observation_dims, resolve_device, save_checkpoint
+from mabp_gym.cli import OneLineParser
 from mabp_gym.env import ObservationEncoder
 from mabp_gym.pyg import to_pyg
 from mabp_gym.workloads import make_workload
@@ -281,7 +281,7 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="mabp-gym train gnn", description=__doc__)
+    parser = OneLineParser(prog="mabp-gym train gnn", description=__doc__)
     add_dataclass_arguments(parser, GNNArgs)
     args = from_namespace(GNNArgs, parser.parse_args(argv))
     report = train(args)

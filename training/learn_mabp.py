@@ -9,7 +9,6 @@ checkpoint, and the evaluation through ``mabp_gym.evaluate``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -22,6 +21,7 @@ import torch
 from agents import make_policy
 from agents.gnn import resolve_device
 from agents.learn_mabp import PrimitiveEstimate
+from mabp_gym.cli import OneLineParser
 from mabp_gym.workloads import make_workload
 from training.common import (
     add_dataclass_arguments,
@@ -109,7 +109,7 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="mabp-gym train learn-mabp", description=__doc__)
+    parser = OneLineParser(prog="mabp-gym train learn-mabp", description=__doc__)
     add_dataclass_arguments(parser, LearnMABPArgs)
     args = from_namespace(LearnMABPArgs, parser.parse_args(argv))
     torch.set_num_threads(1)
