@@ -9,7 +9,7 @@ mabp-gym table --policies $POLICIES --out results/table1.jsonl \
 mabp-gym eval --policy bp --no-memory --loads 0.1:0.5:0.1 --out results/nomem.jsonl --no-progress
 mabp-gym sweep --param nu --values 0 1 2 5 10 20 --policies mabp --at 0.6 \
   --out results/nu.jsonl --no-progress
-mabp-gym sweep --workload separation --param K --values 1 2 4 8 16 --policies bp mabp \
+mabp-gym sweep --workload separation --param K --values 1 2 4 8 16 --policies bp mabp --seeds 0 1 2 3 \
   --at 0.5 --out results/k.jsonl --no-progress
 mabp-gym sweep --param beta --values 0.05 0.1 0.2 0.3 0.4 0.5 --policies cost-bp mabp \
   --at 0.5 --out results/beta.jsonl --no-progress

@@ -99,7 +99,9 @@ def hit_bits(workload: Workload, holder: np.ndarray, memory: bool) -> list[int]:
     ix = workload.index
     if not memory or not ix.num_signatures:
         return [0] * ix.num_actions
-    flat = np.append(holder.ravel(), -1)
+    flat = np.empty(holder.size + 1, dtype=np.int64)
+    flat[:-1] = holder.ravel()
+    flat[-1] = -1  # actions without a signature point here: never a hit
     return (flat[ix.hit_slot] >= 0).astype(np.int64).tolist()
 
 

@@ -222,8 +222,20 @@ class ObservationEncoder:
             np.int64)
         self._retain_index = np.stack([ix.retain_node, ix.retain_signature]).astype(np.int64)
         self._arange_a = np.arange(a)
-        # Successor law restricted to the node's own queues: (2, A, C).
-        self._law = ix.successor_law[:, :, :c].astype(np.float32)
+        # Successor laws are sparse (a few outcomes per action): keep, per action, the flat
+        # positions of its successor queues in an (N * C + 1) vector (the extra last entry
+        # reads 0) and their probabilities per hit bit, so that the successor pressure is a
+        # gather instead of an (A, C) product.
+        width = max(1, int((ix.successor_law[:, :, :c] > 0).any(axis=0).sum(axis=1).max(
+            initial=0)))
+        positions = np.full((a, width), n * c, dtype=np.int64)
+        probs = np.zeros((2, a, width), dtype=np.float32)
+        for act in range(a):
+            outcomes = np.flatnonzero((ix.successor_law[:, act, :c] > 0).any(axis=0))
+            positions[act, :outcomes.size] = ix.action_node[act] * c + outcomes
+            probs[:, act, :outcomes.size] = ix.successor_law[:, act, outcomes]
+        self._successor_positions = positions
+        self._successor_probs = probs
         self._route_dst_node = ix.link_dst[ix.route_link]
         self._route_cost = ix.link_cost[ix.route_link].astype(np.float32)
         self._transfer_src = ix.link_src[ix.transfer_link]
@@ -235,8 +247,16 @@ class ObservationEncoder:
         assisted = ix.action_signature >= 0
         compat[ix.action_node[assisted], ix.action_signature[assisted],
                ix.action_commodity[assisted]] = True
-        self._retain_commodities = compat[ix.retain_node, ix.retain_signature].astype(
-            np.float32)
+        retain_commodities = compat[ix.retain_node, ix.retain_signature]  # (K, C)
+        width = max(1, int(retain_commodities.sum(axis=1).max(initial=0)))
+        self._retain_positions = np.full((k, width), n * c, dtype=np.int64)
+        for cand in range(k):
+            served = np.flatnonzero(retain_commodities[cand])
+            self._retain_positions[cand, :served.size] = ix.retain_node[cand] * c + served
+        # Scratch vectors with one extra entry that always reads "nothing" (-1 / 0), so that
+        # padded positions can be gathered without masks.
+        self._holder_flat = np.full(n * s + 1, -1, dtype=np.int64)
+        self._queue_flat = np.zeros(n * c + 1, dtype=np.float32)
         sizes = ix.signature_size
         self._transfer_size = sizes[ix.transfer_signature].astype(np.float32)
         self._retain_size = sizes[ix.retain_signature].astype(np.float32)
@@ -271,7 +291,8 @@ class ObservationEncoder:
         queues[ix.pair_node, ix.pair_commodity] = pairs
         resident = state.holder >= 0  # (N, S)
         if self.memory and ix.num_signatures:
-            hit = np.append(state.holder.ravel(), -1)[ix.hit_slot] >= 0
+            self._holder_flat[:-1] = state.holder.ravel()
+            hit = self._holder_flat[ix.hit_slot] >= 0
         else:
             hit = np.zeros(n_act, dtype=bool)
         hit_int = hit.astype(np.int64)
@@ -280,8 +301,10 @@ class ObservationEncoder:
         service[:, 0] = ix.work[hit_int, self._arange_a]
         service[:, 1] = self._penalty[hit_int, self._arange_a]
         service[:, 2] = hit
-        node_queues = queues[ix.action_node]  # (A, C)
-        service[:, 3] = np.einsum("ac,ac->a", self._law[hit_int, self._arange_a], node_queues)
+        flat = self._queue_flat
+        flat[:-1] = queues.ravel()
+        service[:, 3] = (self._successor_probs[hit_int, self._arange_a]
+                         * flat[self._successor_positions]).sum(axis=1)
         service[:, 4] = pairs[ix.action_pair] + 0  # the input queue
 
         route = np.empty((n_route, len(ROUTE_FEATURES)), dtype=np.float32)
@@ -303,7 +326,7 @@ class ObservationEncoder:
         retain = np.empty((ix.num_retains, len(RETAIN_FEATURES)), dtype=np.float32)
         retain[:, 0] = resident[ix.retain_node, ix.retain_signature]
         retain[:, 1] = self._retain_size
-        retain[:, 2] = np.einsum("kc,kc->k", self._retain_commodities, queues[ix.retain_node])
+        retain[:, 2] = flat[self._retain_positions].sum(axis=1)
 
         # Masks: a service candidate can act when its queue has waiting units and its node
         # is not fully taken by a unit in service; a route when its source queue has waiting

@@ -168,6 +168,15 @@ def test_env__observation_matches_state_and_mask_marks_live_candidates():
     assert np.array_equal(obs["memory"], sim.state.holder >= 0)
     hit = obs["service"][:, 2].astype(bool)
     assert np.array_equal(obs["service"][:, 0], np.where(hit, ix.work[1], ix.work[0]))
+    law = ix.successor_law[hit.astype(int), np.arange(ix.num_actions), :-1]
+    pressure = (law * sim.state.backlog_matrix(wl)[ix.action_node]).sum(axis=1)
+    assert np.allclose(obs["service"][:, 3], pressure, rtol=1e-5)
+    compatible = np.zeros((ix.num_retains, ix.num_commodities))
+    for a in np.flatnonzero(ix.action_signature >= 0):
+        compatible[ix.retain_of[ix.action_node[a], ix.action_signature[a]],
+                   ix.action_commodity[a]] = 1
+    demand = (compatible * sim.state.backlog_matrix(wl)[ix.retain_node]).sum(axis=1)
+    assert np.allclose(obs["retain"][:, 2], demand) and demand.sum() > 0
     mask = obs["action_mask"].astype(bool)
     service_mask = mask[ix.score_slices[0]]
     assert np.array_equal(service_mask[sim.state.queue_len[ix.action_pair] == 0],
