@@ -71,7 +71,7 @@ class Control:
 def _sparse(name: str, value: np.ndarray, length: int) -> list[tuple[int, int]]:
     """``(index, amount)`` of the nonzero entries of an integer control vector."""
     array = _as_int_array(name, value, length)
-    nonzero = np.flatnonzero(array)
+    nonzero = array.nonzero()[0]
     return list(zip(nonzero.tolist(), array[nonzero].tolist(), strict=True))
 
 
@@ -146,7 +146,7 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
     if retain.shape != (ix.num_retains,):
         raise InfeasibleControlError("shape", "control.retain",
                                      f"expected shape ({ix.num_retains},), got {retain.shape}")
-    if retain.size and not np.all(np.isfinite(retain)):
+    if retain.size and not np.isfinite(retain).all():
         raise InfeasibleControlError("finite priorities", "control.retain",
                                      "retention priorities must be finite")
 
@@ -234,41 +234,46 @@ def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
                                      "the no-memory system has no objects to move")
     holder = state.holder
     after = holder.copy()
-    bandwidth = [0.0] * ix.num_links
+    bandwidth: dict[int, float] = {}
+    used = state.memory_used.tolist()
     moved: set[tuple[int, int]] = set()
     arriving: set[tuple[int, int]] = set()
+
+    def where(i: int, j: int, s: int) -> str:
+        return f"link {names[i].name}->{names[j].name}, signature " \
+               f"{workload.signatures[s].name!r}"
+
     for k in transfers:
         if not 0 <= k < ix.num_transfers:
             raise InfeasibleControlError("candidate range", "control.transfers",
                                          f"index {k} not in [0, {ix.num_transfers})")
         e, s = fx.transfer_link[k], fx.transfer_signature[k]
         i, j = fx.link_src[e], fx.link_dst[e]
-        where = f"link {names[i].name}->{names[j].name}, signature " \
-                f"{workload.signatures[s].name!r}"
         if holder[i, s] < 0:
-            raise InfeasibleControlError("transfer source", where,
+            raise InfeasibleControlError("transfer source", where(i, j, s),
                                          "the source does not hold the object")
         if (i, s) in moved:
-            raise InfeasibleControlError("object moves at most once", where,
+            raise InfeasibleControlError("object moves at most once", where(i, j, s),
                                          "the object is moved twice in one slot")
         if holder[j, s] >= 0 or (j, s) in arriving:
-            raise InfeasibleControlError("one replica per node", where,
+            raise InfeasibleControlError("one replica per node", where(i, j, s),
                                          "the destination already holds or receives a replica")
         moved.add((i, s))
         arriving.add((j, s))
-        bandwidth[e] += fx.signature_size[s]
+        size = fx.signature_size[s]
+        bandwidth[e] = bandwidth.get(e, 0.0) + size
+        used[i] -= size
+        used[j] += size
         after[j, s] = holder[i, s]
         after[i, s] = -1
-    for e, size in enumerate(bandwidth):
+    for e, size in bandwidth.items():
         if size > ix.link_bandwidth[e] + CHECK_TOLERANCE:
             raise InfeasibleControlError("transfer bandwidth", _link_name(workload, e),
                                          f"{size:g} size units moved, bandwidth "
                                          f"{ix.link_bandwidth[e]:g}")
-    used = (after >= 0) @ ix.signature_size
-    over = np.flatnonzero(used > ix.budget + CHECK_TOLERANCE)
-    if over.size:
-        i = int(over[0])
-        raise InfeasibleControlError("memory budget", f"node {names[i].name}",
-                                     f"{used[i]:g} size units resident after transfers, "
-                                     f"budget {ix.budget[i]:g}")
+    for i in {node for pair in arriving for node in pair[:1]}:
+        if used[i] > fx.budget[i] + CHECK_TOLERANCE:
+            raise InfeasibleControlError("memory budget", f"node {names[i].name}",
+                                         f"{used[i]:g} size units resident after transfers, "
+                                         f"budget {fx.budget[i]:g}")
     return after

@@ -8,7 +8,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from mabp_gym.projection import validate_scores
 from mabp_gym.simulator import Simulator, SlotOutcome
 from mabp_gym.workload import ROLES, Workload
 from mabp_gym.workloads import make_workload
@@ -147,7 +146,8 @@ class SFMSNEnv(gym.Env):
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool,
                                                  dict[str, Any]]:
-        scores = validate_scores(self.workload, action)
+        # The projection validates the scores (shape, finiteness) before anything changes.
+        scores = action
         state = self.sim.state
         if self.reward_kind == "drift_plus_penalty":
             before = _lyapunov(state, self.workload)
@@ -284,9 +284,11 @@ class ObservationEncoder:
         ix = self.workload.index
         n_act, n_route = ix.num_actions, ix.num_routes
         pairs = state.queue_len.copy()  # backlog per admissible pair, units in service too
+        action_pair = ix.fast.action_pair
+        for a in state.service_action.tolist():
+            if a >= 0:
+                pairs[action_pair[a]] += 1
         busy = state.service_action >= 0
-        if busy.any():
-            np.add.at(pairs, ix.action_pair[state.service_action[busy]], 1)
         queues = np.zeros((ix.num_nodes, ix.num_commodities), dtype=np.float32)
         queues[ix.pair_node, ix.pair_commodity] = pairs
         resident = state.holder >= 0  # (N, S)
@@ -305,7 +307,7 @@ class ObservationEncoder:
         flat[:-1] = queues.ravel()
         service[:, 3] = (self._successor_probs[hit_int, self._arange_a]
                          * flat[self._successor_positions]).sum(axis=1)
-        service[:, 4] = pairs[ix.action_pair] + 0  # the input queue
+        service[:, 4] = pairs[ix.action_pair]  # the input queue
 
         route = np.empty((n_route, len(ROUTE_FEATURES)), dtype=np.float32)
         src_q = pairs[ix.route_src_pair]

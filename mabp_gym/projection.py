@@ -62,7 +62,6 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
     ix = workload.index
     fx = ix.fast
     scores = validate_scores(workload, scores)
-    values = scores.tolist()
     n_act, n_route, n_transfer = ix.num_actions, ix.num_routes, ix.num_transfers
 
     # 1. Transfers.
@@ -70,9 +69,9 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
     holder = state.holder
     if memory and n_transfer:
         offset = n_act + n_route
-        wanted = (np.flatnonzero(scores[offset:offset + n_transfer] > 0)).tolist()
+        transfer_scores = scores[offset:offset + n_transfer]
+        wanted = _descending(transfer_scores, transfer_scores > 0)
         if wanted:
-            wanted.sort(key=lambda k: values[offset + k], reverse=True)
             holds = holder.tolist()
             holder_before = holder.tolist()
             used = state.memory_used.tolist()
@@ -103,12 +102,11 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
             left[i] -= min(fx.mu[i], float(state.service_residual[i]))
     queue = state.queue_len
     service_scores = scores[:n_act]
-    wanted = np.flatnonzero((service_scores > 0) & (queue[ix.action_pair] > 0)).tolist()
+    wanted = _descending(service_scores, (service_scores > 0) & (queue[ix.action_pair] > 0))
     service: dict[int, int] = {}
     starts: dict[int, int] = {}
     avail: dict[int, int] = {}
     if wanted:
-        wanted.sort(key=values.__getitem__, reverse=True)
         work, mu = fx.work, fx.mu
         action_pair, action_node = fx.action_pair, fx.action_node
         for a in wanted:
@@ -138,9 +136,8 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
     route: dict[int, int] = {}
     if n_route:
         route_scores = scores[n_act:n_act + n_route]
-        wanted = np.flatnonzero((route_scores > 0) & (queue[ix.route_src_pair] > 0)).tolist()
+        wanted = _descending(route_scores, (route_scores > 0) & (queue[ix.route_src_pair] > 0))
         if wanted:
-            wanted.sort(key=lambda r: values[n_act + r], reverse=True)
             capacity = ix.link_capacity.tolist()
             src_pair, route_link = fx.route_src_pair, fx.route_link
             for r in wanted:
@@ -159,6 +156,14 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
         start=_dense(starts, ix.num_nodes, fill=-1),
         retain=scores[ix.score_slices[3]].copy(),
     )
+
+
+def _descending(block: np.ndarray, live: np.ndarray) -> list[int]:
+    """Indices of the live candidates in descending score, ties by index (stable)."""
+    candidates = np.flatnonzero(live)
+    if candidates.size > 1:
+        candidates = candidates[np.argsort(-block[candidates], kind="stable")]
+    return candidates.tolist()
 
 
 def _dense(entries: dict[int, int], length: int, fill: int = 0) -> np.ndarray:
