@@ -59,11 +59,3 @@ class SimState:
         matrix = np.zeros((ix.num_nodes, ix.num_commodities), dtype=np.int64)
         matrix[ix.pair_node, ix.pair_commodity] = self.backlog_pairs(workload)
         return matrix
-
-    def total_backlog(self) -> int:
-        """``||Q(t)||_1``: waiting units plus units in service."""
-        return self.units
-
-    def resident(self) -> np.ndarray:
-        """``(N, S)`` bool: which signatures each node holds."""
-        return self.holder >= 0
