@@ -283,11 +283,7 @@ class ObservationEncoder:
         """The observation of ``state`` (fresh arrays every call)."""
         ix = self.workload.index
         n_act, n_route = ix.num_actions, ix.num_routes
-        pairs = state.queue_len.copy()  # backlog per admissible pair, units in service too
-        action_pair = ix.fast.action_pair
-        for a in state.service_action.tolist():
-            if a >= 0:
-                pairs[action_pair[a]] += 1
+        pairs = state.backlog_pairs(self.workload)  # units in service included
         busy = state.service_action >= 0
         queues = np.zeros((ix.num_nodes, ix.num_commodities), dtype=np.float32)
         queues[ix.pair_node, ix.pair_commodity] = pairs

@@ -49,8 +49,10 @@ class SimState:
     def backlog_pairs(self, workload: Workload) -> np.ndarray:
         """Units per admissible pair, those in service included: ``(P,)`` int64."""
         backlog = self.queue_len.copy()
-        busy = np.flatnonzero(self.service_action >= 0)
-        np.add.at(backlog, workload.index.action_pair[self.service_action[busy]], 1)
+        action_pair = workload.index.fast.action_pair
+        for a in self.service_action.tolist():  # a few nodes: cheaper than np.add.at
+            if a >= 0:
+                backlog[action_pair[a]] += 1
         return backlog
 
     def backlog_matrix(self, workload: Workload) -> np.ndarray:
