@@ -52,6 +52,9 @@ class Backpressure(Policy):
         self._law = (mix * ix.successor_law[1] + (1 - mix) * ix.successor_law[0])[:, :-1]
         self._work = weight * ix.work[1] + (1 - weight) * ix.work[0]
         self._penalty = weight * ix.penalty[1] + (1 - weight) * ix.penalty[0]
+        # Route candidates whose source itself serves the commodity (sibling links).
+        self._sibling = ix.serves[ix.pair_node[ix.route_src_pair],
+                                  ix.pair_commodity[ix.route_src_pair]]
         self._route_cost = ix.link_cost[ix.route_link]
         self._recency = RecencyRetention(workload)
         compat = self._recency._compat.astype(np.float64)
@@ -80,6 +83,12 @@ class Backpressure(Policy):
         route = backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
         if self.cost:
             route = route - self.nu * self._route_cost
+            # A unit that its own server defers for cost gains nothing from a sibling server
+            # that defers it for the same cost: moving it only pays d, and moving it back.
+            best = np.full(ix.num_pairs, -np.inf)
+            np.maximum.at(best, ix.action_pair, weight)
+            held = self._sibling & (best[ix.route_src_pair] < 0)
+            route = np.where(held, -1.0, route)
         out[self.slices[1]] = route
         if self.cache == "recency":
             out[self.slices[3]] = self._recency.priorities(queues, self.t)

@@ -6,17 +6,23 @@ With known primitives and the current memory ``Y`` (SPEC 4; paper (1), (14), (16
   ``W_i^a = Q_i^c - sum_c' P_i(c'|a, Y) Q_i^c' - nu p_i(a, Y)`` (memory-dependent work,
   penalty with reuse credit ``p = l - eta v``, and downstream successor pressure);
 - routing ``Q_i^c - Q_j^c - nu d_ij``;
-- retention and transfers by the marginal value of an object per unit size: the
-  frozen-queue value of (17), ``Psi_i(R + m) - Psi_i(R - m)``, approximated action by action
-  as the service weight a hit adds at the node's compute
+- retention and transfers by the marginal value of an object per unit size (paper (17)-(18),
+  SPEC 9.4): the frozen-queue value of (17), ``Psi_i(R + m) - Psi_i(R - m)``, approximated
+  action by action as the service weight a hit adds at the node's compute
   (``min(q, mu / w_hit) W_hit^+ - min(q, mu / w_miss) W_miss^+``), plus its value over the
-  next ``H`` slots: an exponentially averaged demand of the compatible commodities (queued
-  units the node could serve per slot with a hit) times the value of one hit
-  (``nu (p_miss - p_hit)`` plus the work it saves priced at the node's best pressure per
-  unit of work), net of ``nu`` times the holding cost over ``H`` slots; a transfer scores
-  the value gained at the destination minus the value lost at the source, net of ``nu``
-  times its migration cost. Without the demand term the memory would thrash: an object
-  whose queue is momentarily empty has frozen-queue value 0.
+  next ``H`` slots: the evidence of compatible demand (units queued at the node and those
+  queued one hop upstream on a route into it, that the node could serve per slot with a hit)
+  times the value of one hit (``nu (p_miss - p_hit)`` plus the work it saves priced at the
+  node's best pressure per unit of work), net of ``nu`` times the holding cost over ``H``
+  slots; a transfer scores the value gained at the destination minus the value lost at the
+  source, net of ``nu`` times its migration cost. Demand evidence is an exponential average
+  with a memory of ``evidence`` slots (default 4), and it fades at that rate over the
+  horizon, so the value of the next ``H`` slots is ``sum_{tau < H} (1 - 1/evidence)^tau``
+  times the current evidence: bounded as ``H`` grows. v1 averaged the evidence over ``H``
+  slots and multiplied it by ``H``, which kept valuing objects whose queues had moved on
+  (at ``H = 20`` it lost to most-recently-used retention; see docs/results.md). Without a
+  demand term the memory would thrash: an object whose queue is momentarily empty has
+  frozen-queue value 0.
 
 Ablations (paper Fig. 6): ``mabp-no-transition`` drops the successor-pressure term,
 ``mabp-no-reuse`` drops the reuse credit (``p = l``), ``mabp-no-retention`` keeps memory
@@ -36,6 +42,8 @@ class MABP(Policy):
 
     Args:
         horizon: ``H``, the slots over which retained memory is valued (default 20).
+        evidence: memory of the demand evidence, in slots (default 4); it also sets how
+            fast that evidence fades over the horizon.
         transition: keep the successor-pressure term.
         reuse: keep the reuse credit in the penalty.
         retention: marginal-value retention and transfers (else most-recently-used, no
@@ -46,10 +54,13 @@ class MABP(Policy):
     memory_aware = True
 
     def __init__(self, workload: Workload, *, horizon: int = 20, transition: bool = True,
-                 reuse: bool = True, retention: bool = True, **kw) -> None:
+                 reuse: bool = True, retention: bool = True, evidence: float = 4.0,
+                 **kw) -> None:
         super().__init__(workload, **kw)
         if int(horizon) != horizon or horizon < 1:
             raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
+        if not np.isfinite(evidence) or evidence < 1:
+            raise ValueError(f"evidence must be a number of slots >= 1, got {evidence!r}")
         ix = self.ix
         self.horizon = int(horizon)
         self.transition = transition
@@ -78,6 +89,22 @@ class MABP(Policy):
         self._migration = self.nu * workload.migration_cost  # per size unit
         self._demand = np.zeros(ix.num_actions)
         self._recency = RecencyRetention(workload)
+        self.evidence = float(evidence)
+        # Evidence of demand fades by 1 / evidence per slot, so the value of the next H slots
+        # sums a geometric series that stays bounded as H grows.
+        keep = 1.0 - 1.0 / self.evidence
+        self._effective_horizon = float(sum(keep**tau for tau in range(self.horizon)))
+        # Compatible units about to arrive: those queued one hop upstream on a route into the
+        # action's pair, shared among the destinations the source can route them to.
+        fanout = np.bincount(ix.route_src_pair, minlength=ix.num_pairs).astype(np.float64)
+        inflow_action, inflow_pair = [], []
+        for a in range(ix.num_actions):
+            for r in np.flatnonzero(ix.route_dst_pair == ix.action_pair[a]):
+                inflow_action.append(a)
+                inflow_pair.append(int(ix.route_src_pair[r]))
+        self._inflow_action = np.asarray(inflow_action, dtype=np.int64)
+        self._inflow_pair = np.asarray(inflow_pair, dtype=np.int64)
+        self._inflow_share = 1.0 / np.maximum(fanout[self._inflow_pair], 1.0)
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
@@ -113,15 +140,15 @@ class MABP(Policy):
         if not self.retention:
             out[self.slices[3]] = self._recency.priorities(queues, self.t)
             return
-        value = self._object_values(weight, current / work, own)
+        value = self._object_values(weight, current / work, own, backlog)
         out[self.slices[3]] = value / self._size - self._holding
         if ix.num_transfers:
             gained = value[self._transfer_dst] - value[self._transfer_src]
             size = ix.signature_size[ix.transfer_signature]
             out[self.slices[2]] = gained / size - self._migration
 
-    def _object_values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray
-                       ) -> np.ndarray:
+    def _object_values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray,
+                       backlog: np.ndarray) -> np.ndarray:
         """Marginal value of holding each retain candidate's object, ``(K,)``."""
         ix = self.ix
         w_miss, w_hit = np.maximum(self._work, 1e-9)
@@ -133,9 +160,12 @@ class MABP(Policy):
         np.maximum.at(price, ix.action_node, ratio)
         saved = self.nu * (self._penalty[0] - self._penalty[1]) \
             + (w_miss - w_hit) * price[ix.action_node]
-        servable = np.minimum(own, self._mu / w_hit)
-        rate = 1.0 / self.horizon
+        coming = own + np.bincount(self._inflow_action,
+                                   self._inflow_share * backlog[self._inflow_pair],
+                                   minlength=ix.num_actions)
+        servable = np.minimum(coming, self._mu / w_hit)
+        rate = 1.0 / self.evidence
         self._demand = (1 - rate) * self._demand + rate * servable
-        future = self.horizon * self._demand * np.maximum(saved, 0.0)
+        future = self._effective_horizon * self._demand * np.maximum(saved, 0.0)
         per_action = np.where(self._assisted, frozen + future, 0.0)
         return self._members @ per_action

@@ -81,7 +81,7 @@ _SERVICE_GRAPH = {
     "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="units per slot per link"),
     "bandwidth": Param(4.0, 0.0, 1e6, doc="transfer bandwidth, size units per slot"),
     "replicas": Param(2, 1, 64, integer=True, doc="identities per signature network-wide"),
-    "penalty_scale": Param(0.02, 0.0, 1e6, doc="unit of every penalty"),
+    "penalty_scale": Param(0.04, 0.0, 1e6, doc="unit of every penalty"),
     "credit": Param(0.5, 0.0, 1e6, doc="reuse credit v per unit on a hit"),
     "link_cost": Param(0.1, 0.0, 1e6, doc="penalty d per routed unit"),
     "migration_cost": Param(2.0, 0.0, 1e6, doc="penalty per size unit moved"),

