@@ -13,7 +13,13 @@ import gymnasium
 
 from mabp_gym.capacity import capacity
 from mabp_gym.control import Control, InfeasibleControlError, check_control
-from mabp_gym.evaluation import evaluate, read_records, stable_load, summarize_records
+from mabp_gym.evaluation import (
+    evaluate,
+    paper_load,
+    read_records,
+    stable_load,
+    summarize_records,
+)
 from mabp_gym.projection import project
 from mabp_gym.simulator import InvariantError, Simulator, SlotOutcome
 from mabp_gym.state import SimState
@@ -75,6 +81,7 @@ __all__ = [
     "evaluate",
     "make_workload",
     "project",
+    "paper_load",
     "read_records",
     "stable_load",
     "summarize_records",

@@ -2,6 +2,18 @@
 
 A :class:`Trace` accumulates :class:`~mabp_gym.simulator.SlotOutcome` records; every metric
 is taken over the window after the first ``warmup`` fraction of slots.
+
+Two stability verdicts per run (SPEC 9.2), each named for what it measures:
+
+* ``stable``: the backlog does not grow. Its least-squares slope over the window, divided by
+  the arrival rate in the window (requests per slot), is the fraction of arrivals that the
+  network leaves behind; the run grows when that fraction reaches ``GROWTH_LIMIT``. The
+  ratio is free of the network's size and of the load, so one limit serves every workload;
+  an absolute slope limit mistakes the slow rise toward a high stationary backlog near the
+  boundary for growth, and an absolute backlog cap measures queue length, not growth.
+* ``paper_stable``: the paper's rule on the run's first ``PAPER_HORIZON`` slots (warm-up
+  20%): slope < 0.035 units per slot and mean backlog < 120 units. A long run's first 600
+  slots are exactly the 600-slot run of the same seed, so one run gives both verdicts.
 """
 
 from __future__ import annotations
@@ -12,8 +24,11 @@ import numpy as np
 
 from mabp_gym.simulator import SlotOutcome
 
-STABLE_SLOPE = 0.035  # units per slot
-STABLE_BACKLOG = 120.0  # units
+STABLE_SLOPE = 0.035  # units per slot (the paper's rule)
+STABLE_BACKLOG = 120.0  # units (the paper's rule)
+PAPER_HORIZON = 600  # slots the paper's rule looks at
+PAPER_WARMUP = 0.2
+GROWTH_LIMIT = 0.01  # fraction of arrivals left behind; see docs/results.md for the choice
 
 
 @dataclass
@@ -55,8 +70,27 @@ def backlog_slope(backlog: np.ndarray) -> float:
 
 
 def is_stable(slope: float, mean_backlog: float) -> bool:
-    """SPEC 5: a run (or a seed-mean) is stable when slope < 0.035 and mean backlog < 120."""
+    """The paper's rule (SPEC 5): slope < 0.035 and mean backlog < 120 (a run or a
+    seed-mean)."""
     return bool(slope < STABLE_SLOPE and mean_backlog < STABLE_BACKLOG)
+
+
+def growth(slope: float, arrival_rate: float) -> float:
+    """Fraction of arrivals the network leaves behind: backlog slope / arrival rate."""
+    return float(slope / arrival_rate) if arrival_rate > 0 else 0.0
+
+
+def does_not_grow(growth_fraction: float) -> bool:
+    """SPEC 9.2's per-run verdict: less than ``GROWTH_LIMIT`` of the arrivals left behind."""
+    return bool(growth_fraction < GROWTH_LIMIT)
+
+
+def paper_window(backlog: list[int] | np.ndarray) -> tuple[float, float]:
+    """Slope and mean backlog of the paper's window: slots ``[120, 600)`` of a run (all of a
+    shorter run after its 20% warm-up)."""
+    first = np.asarray(backlog[:PAPER_HORIZON], dtype=np.float64)
+    window = first[int(len(first) * PAPER_WARMUP):]
+    return backlog_slope(window), float(window.mean()) if window.size else 0.0
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -72,6 +106,9 @@ def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
     backlog = np.asarray(trace.backlog[window], dtype=np.float64)
     slope = backlog_slope(backlog)
     mean_backlog = float(backlog.mean()) if backlog.size else 0.0
+    arrivals = float(sum(trace.arrivals[window]))
+    fraction = growth(slope, arrivals / backlog.size if backlog.size else 0.0)
+    paper_slope, paper_backlog = paper_window(trace.backlog)
     completed = float(sum(trace.completed[window]))
     served = float(sum(trace.served[window]))
     delays = [d for slot in trace.delays[window] for d in slot]
@@ -81,7 +118,11 @@ def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
     return {
         "slope": slope,
         "mean_backlog": mean_backlog,
-        "stable": is_stable(slope, mean_backlog),
+        "growth": fraction,
+        "stable": does_not_grow(fraction),
+        "paper_slope": paper_slope,
+        "paper_backlog": paper_backlog,
+        "paper_stable": is_stable(paper_slope, paper_backlog),
         "penalty": _ratio(compute + transmission + memory, completed),
         "p95_delay": float(np.percentile(delays, 95)) if delays else float("nan"),
         "hit_ratio": _ratio(sum(trace.hits[window]), served),

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mabp_gym import evaluate, read_records, stable_load, summarize_records
+from mabp_gym import evaluate, paper_load, read_records, stable_load, summarize_records
 from mabp_gym.evaluation import TIMING_KEYS
 
 
@@ -19,25 +19,48 @@ def strip(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in TIMING_KEYS}
 
 
-def fake(policy: str, load: float, seed: int, slope: float, backlog: float) -> dict:
+def fake(policy: str, load: float, seed: int, slope: float, backlog: float,
+         stable: bool = True) -> dict:
+    """A record whose paper window has ``slope`` and ``backlog`` and whose growth verdict is
+    ``stable``."""
     return {"policy": policy, "load": load, "seed": seed, "slope": slope,
-            "mean_backlog": backlog, "penalty": 1.0 + seed, "p95_delay": 10.0,
+            "mean_backlog": backlog, "growth": 0.0 if stable else 0.1, "stable": stable,
+            "paper_slope": slope, "paper_backlog": backlog,
+            "penalty": 1.0 + seed, "p95_delay": 10.0,
             "hit_ratio": 0.5, "churn": 0.1, "completion_ratio": 1.0,
             "work_per_request": 1.0, "compute_cost": 1.0, "transmission_cost": 0.0,
             "memory_cost": 0.0, "decision_us_mean": 1.0, "decision_us_p95": 2.0}
 
 
-def test_stable_load__needs_every_smaller_grid_load_stable():
+def test_paper_load__needs_every_smaller_grid_load_to_pass_on_seed_means():
     records = [
-        # 0.1 stable, 0.2 unstable, 0.3 stable again: the stable load is 0.1.
+        # 0.1 passes, 0.2 fails, 0.3 passes again: the paper load is 0.1.
         fake("a", 0.1, 0, 0.0, 10), fake("a", 0.2, 0, 0.5, 10), fake("a", 0.3, 0, 0.0, 10),
         # seed-mean rule: one seed over the slope threshold, the mean under it.
         fake("b", 0.1, 0, 0.06, 10), fake("b", 0.1, 1, 0.0, 10),
         fake("b", 0.2, 0, 0.0, 130), fake("b", 0.2, 1, 0.0, 115),
-        # the smallest load already unstable: 0.
+        # the smallest load already fails: 0.
         fake("c", 0.1, 0, 0.0, 500),
     ]
-    assert stable_load(records) == {"a": 0.1, "b": 0.1, "c": 0.0}
+    assert paper_load(records) == {"a": 0.1, "b": 0.1, "c": 0.0}
+    assert stable_load(records, verdict="paper") == paper_load(records)
+    # The growth verdict ignores the paper window: every run here does not grow.
+    assert stable_load(records) == {"a": 0.3, "b": 0.2, "c": 0.1}
+
+
+def test_stable_load__majority_of_seeds_and_every_smaller_load():
+    runs = [(0.1, [True, True, True]), (0.2, [True, False, True]),  # 2 of 3: stable
+            (0.3, [False, False, True]), (0.4, [True, True, True])]  # 0.3 breaks the chain
+    records = [fake("a", load, seed, 0.0, 10, stable=flag)
+               for load, flags in runs for seed, flag in enumerate(flags)]
+    assert stable_load(records) == {"a": 0.2}
+    (row,) = [r for r in summarize_records(records) if r["load"] == 0.3]
+    assert row["stable_seeds"] == 1 and row["stable"] is False
+    # A tie is not a majority.
+    tie = [fake("b", 0.1, 0, 0.0, 10, stable=True), fake("b", 0.1, 1, 0.0, 10, stable=False)]
+    assert stable_load(tie) == {"b": 0.0}
+    with pytest.raises(ValueError, match="verdict"):
+        stable_load(records, verdict="slope")
 
 
 def test_summarize_records__mean_and_std_over_seeds():
@@ -45,6 +68,7 @@ def test_summarize_records__mean_and_std_over_seeds():
     (row,) = rows
     assert row["seeds"] == 2 and row["mean_backlog"] == 20 and row["mean_backlog_std"] == 10
     assert row["penalty"] == 1.5 and row["penalty_std"] == 0.5 and row["stable"] is True
+    assert row["paper_stable"] is True and row["stable_seeds"] == 2
 
 
 def test_evaluate__records_carry_every_spec_5_key():
