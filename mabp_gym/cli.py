@@ -148,6 +148,21 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="JSON-lines results, reused and extended (resumable)")
     table.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     table.add_argument("--csv", metavar="PATH", help="write the table as CSV")
+    table.add_argument("--search", action="store_true",
+                       help="walk the loads upward and stop each policy at its first load "
+                            "that grows (the stable load needs nothing above it)")
+    table.add_argument("--from-results", action="store_true",
+                       help="tabulate the records already in --out; run nothing")
+
+    verdicts = commands.add_parser(
+        "verdicts", help="stable load per seed set and horizon, from saved long runs")
+    verdicts.add_argument("--results", nargs="+", required=True, help="JSON-lines result files")
+    verdicts.add_argument("--horizons", type=int, nargs="+", required=True,
+                          help="horizons to cut the saved runs at (each <= the runs' own)")
+    verdicts.add_argument("--seed-sets", nargs="+", required=True, metavar="SEEDS",
+                          help="disjoint seed sets, each as comma-separated seeds or a:b "
+                               "(b excluded), e.g. 100:105 105:110 110:115")
+    verdicts.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
 
     sweep = commands.add_parser("sweep", help="load, beta, K, nu or skew sweep (paper VI-A)")
     sweep.add_argument("--param", required=True, choices=SWEEPS)
@@ -231,22 +246,22 @@ def _eval(args: argparse.Namespace) -> None:
     print("stable load: " + ", ".join(f"{p} {v:g}" for p, v in stable_load(records).items()))
 
 
-TABLE_COLUMNS = ("Policy", "Stable load", "Penalty", "P95 delay", "Hit ratio", "Churn",
-                 "Completion")
+TABLE_COLUMNS = ("Policy", "Stable load", "Paper load", "Penalty", "P95 delay", "Hit ratio",
+                 "Churn", "Completion")
 
 
 def table_rows(records: list[dict[str, Any]], policies: list[str], grid: list[float],
                at: float) -> list[list[str]]:
-    """Paper Table I rows: the stable load over ``grid``, the other metrics as mean +- std
-    over seeds at load ``at``."""
-    from mabp_gym.evaluation import stable_load
+    """Paper Table I rows: both verdicts over ``grid`` (SPEC 9.2), the other metrics as
+    mean +- std over seeds at load ``at``."""
+    from mabp_gym.evaluation import paper_load, stable_load
 
     on_grid = [r for r in records if any(abs(r["load"] - x) < 1e-9 for x in grid)]
-    stable = stable_load(on_grid)
+    stable, paper = stable_load(on_grid), paper_load(on_grid)
     rows = []
     for policy in policies:
         fixed = [r for r in records if r["policy"] == policy and abs(r["load"] - at) < 1e-9]
-        cells = [policy, f"{stable.get(policy, 0.0):.1f}"]
+        cells = [policy, f"{stable.get(policy, 0.0):.2f}", f"{paper.get(policy, 0.0):.2f}"]
         for key, digits in (("penalty", 4), ("p95_delay", 1), ("hit_ratio", 2),
                             ("churn", 3), ("completion_ratio", 3)):
             values = np.array([r[key] for r in fixed if r.get(key) is not None], dtype=float)
@@ -261,10 +276,23 @@ def _table(args: argparse.Namespace) -> None:
 
     loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
     policies = _policies(args.policies)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    specs = plan(policies, args.workload, sorted(set(loads) | {args.at}), args.seeds,
-                 **_grid_args(args), **_parse_overrides(args.overrides))
-    records = execute(specs, output=args.out, **_run_args(args))
+    if args.from_results:
+        from mabp_gym.evaluation import read_records
+
+        if not Path(args.out).is_file():
+            raise ValueError(f"--from-results: no results file {args.out!r}")
+        records = [r for r in read_records(args.out) if r["policy"] in policies]
+    else:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        grid = dict(**_grid_args(args), **_parse_overrides(args.overrides))
+        if args.search:
+            records = _search_loads(policies, args, sorted(loads), grid)
+            records += execute(plan(policies, args.workload, [args.at], args.seeds, **grid),
+                               output=args.out, **_run_args(args))
+        else:
+            specs = plan(policies, args.workload, sorted(set(loads) | {args.at}), args.seeds,
+                         **grid)
+            records = execute(specs, output=args.out, **_run_args(args))
     rows = table_rows(records, policies, loads, args.at)
     markdown = ["| " + " | ".join(TABLE_COLUMNS) + " |",
                 "| " + " | ".join("---" for _ in TABLE_COLUMNS) + " |"]
@@ -278,6 +306,70 @@ def _table(args: argparse.Namespace) -> None:
             writer = csv.writer(handle)
             writer.writerow(TABLE_COLUMNS)
             writer.writerows(rows)
+
+
+def _search_loads(policies: list[str], args: argparse.Namespace, loads: list[float],
+                  grid: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run the loads in ascending order; a policy stops at its first load that grows."""
+    from mabp_gym.evaluation import execute, plan, summarize_records
+
+    records: list[dict[str, Any]] = []
+    active = list(policies)
+    for load in loads:
+        batch = execute(plan(active, args.workload, [load], args.seeds, **grid),
+                        output=args.out, **_run_args(args))
+        records += batch
+        verdict = {row["policy"]: row["stable"] for row in summarize_records(batch)}
+        active = [p for p in active if verdict.get(p)]
+        if not active:
+            break
+    return records
+
+
+def _verdicts(args: argparse.Namespace) -> None:
+    from mabp_gym.evaluation import read_records
+    from mabp_gym.verdicts import horizon_sensitivity
+
+    records = []
+    for path in args.results:
+        if not Path(path).is_file():
+            raise ValueError(f"--results: no such file {path!r}")
+        records += read_records(path)
+    if not records:
+        raise ValueError("--results: the files hold no records")
+    seed_sets = [_parse_seeds(token) for token in args.seed_sets]
+    shortest = min(r["horizon"] for r in records)
+    if max(args.horizons) > shortest:
+        raise ValueError(f"--horizons: the shortest saved run has {shortest} slots")
+    rows = horizon_sensitivity(records, args.horizons, seed_sets)
+    header = ["policy", *(f"H={h}" for h in args.horizons)]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    for policy in sorted({row["policy"] for row in rows}):
+        cells = [policy]
+        for horizon in args.horizons:
+            (row,) = [r for r in rows if r["policy"] == policy and r["horizon"] == horizon]
+            text = " / ".join(f"{x:.2f}" for x in row["stable_loads"])
+            cells.append(text if row["agree"] else f"**{text}**")
+        lines.append("| " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+
+
+def _parse_seeds(token: str) -> list[int]:
+    try:
+        if ":" in token:
+            start, stop = (int(x) for x in token.split(":"))
+            seeds = list(range(start, stop))
+        else:
+            seeds = [int(x) for x in token.split(",") if x]
+    except ValueError:
+        raise ValueError(f"--seed-sets: {token!r} is not 'a:b' or comma-separated seeds") \
+            from None
+    if not seeds:
+        raise ValueError(f"--seed-sets: {token!r} holds no seed")
+    return seeds
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -388,7 +480,8 @@ def _train(args: argparse.Namespace) -> None:
     train_main(args.rest)
 
 
-COMMANDS = {"train": _train, "eval": _eval, "table": _table, "sweep": _sweep, "plot": _plot,
+COMMANDS = {"train": _train, "eval": _eval, "table": _table, "verdicts": _verdicts,
+            "sweep": _sweep, "plot": _plot,
             "capacity": _capacity, "simulate": _simulate}
 
 

@@ -28,7 +28,7 @@ STABLE_SLOPE = 0.035  # units per slot (the paper's rule)
 STABLE_BACKLOG = 120.0  # units (the paper's rule)
 PAPER_HORIZON = 600  # slots the paper's rule looks at
 PAPER_WARMUP = 0.2
-GROWTH_LIMIT = 0.01  # fraction of arrivals left behind; see docs/results.md for the choice
+GROWTH_LIMIT = 0.015  # fraction of arrivals left behind; see docs/results.md for the choice
 
 
 @dataclass

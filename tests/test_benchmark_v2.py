@@ -110,3 +110,21 @@ def test_growth__is_the_fraction_of_arrivals_left_behind():
     for record in records:
         assert record["growth"] == pytest.approx(1 / 6, abs=0.03)
         assert not record["stable"]
+
+
+def test_growth_at__recomputes_a_saved_runs_verdict_at_shorter_horizons():
+    from mabp_gym.verdicts import cut, growth_at, horizon_sensitivity
+
+    records = evaluate(["bp"], "mixed", loads=[0.3, 0.6], seeds=[0, 1], horizon=1000,
+                       backend="serial")
+    for record in records:
+        # The full horizon from the stored trace (every 5th slot, configured arrival rate)
+        # matches the run's own growth to sampling noise.
+        assert growth_at(record, 1000) == pytest.approx(record["growth"], abs=0.01)
+        with pytest.raises(ValueError, match="longer than the run"):
+            growth_at(record, 1001)
+    short = cut(records, 500)
+    assert [r["stable"] for r in short] == [r["growth"] < GROWTH_LIMIT for r in short]
+    rows = horizon_sensitivity(records, [500, 1000], [[0], [1]])
+    assert [(r["horizon"], r["stable_loads"], r["agree"]) for r in rows] == [
+        (500, [0.3, 0.3], True), (1000, [0.3, 0.3], True)]

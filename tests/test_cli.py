@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mabp_gym import read_records
+from mabp_gym import evaluate, read_records
 
 
 def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -105,3 +105,33 @@ def test_cli__help_on_each_subcommand():
     for sub in ("eval", "table", "sweep", "plot", "capacity", "simulate"):
         result = run(sub, "--help")
         assert result.returncode == 0 and "usage:" in result.stdout
+
+
+def test_table__search_stops_a_policy_at_its_first_growing_load_and_from_results_reuses(
+        tmp_path):
+    out = tmp_path / "t.jsonl"
+    common = ["table", "--policies", "bp", "--loads", "0.3", "0.6", "0.9", "--seeds", "0",
+              "--horizon", "400", "--at", "0.6", "--out", str(out), "--no-progress"]
+    result = subprocess.run([sys.executable, "-m", "mabp_gym.cli", *common, "--search"],
+                            capture_output=True, text=True, check=True)
+    loads = sorted({r["load"] for r in read_records(out)})
+    assert loads == [0.3, 0.6]  # 0.6 grows for BP, so 0.9 never ran
+    assert "| bp | 0.30 |" in result.stdout
+    again = subprocess.run([sys.executable, "-m", "mabp_gym.cli", *common, "--from-results"],
+                           capture_output=True, text=True, check=True)
+    assert again.stdout == result.stdout
+
+
+def test_verdicts__prints_stable_loads_per_seed_set_and_rejects_long_horizons(tmp_path):
+    out = tmp_path / "v.jsonl"
+    evaluate("bp", "mixed", loads=[0.3, 0.6], seeds=[0, 1], horizon=500, backend="serial",
+             output=out)
+    ok = subprocess.run([sys.executable, "-m", "mabp_gym.cli", "verdicts", "--results",
+                         str(out), "--horizons", "300", "500", "--seed-sets", "0", "1:2"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "| bp | 0.30 / 0.30 | 0.30 / 0.30 |" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "mabp_gym.cli", "verdicts", "--results",
+                          str(out), "--horizons", "600", "--seed-sets", "0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "shortest saved run has 500 slots" in bad.stderr

@@ -1,0 +1,71 @@
+"""How the stability verdicts depend on the horizon and the seeds (SPEC 9.2), from saved runs.
+
+A record keeps its backlog every ``TRACE_STRIDE`` slots, so the growth verdict of the same
+run cut at any shorter horizon ``H`` (window ``[0.2 H, H)``) can be recomputed without
+simulating again; so can the stable load of any subset of its seeds. This is how the
+horizon of the ``stable load`` verdict was chosen: the shortest horizon at which every
+Table I policy gets the same stable load on three disjoint sets of five seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.evaluation import TRACE_STRIDE, stable_load
+from mabp_gym.metrics import PAPER_WARMUP, backlog_slope, does_not_grow, growth
+
+
+def growth_at(record: dict[str, Any], horizon: int, warmup: float = PAPER_WARMUP) -> float:
+    """Growth (slope / arrival rate) of a saved run cut at ``horizon`` slots.
+
+    The slope is fitted to the stored trace (every ``TRACE_STRIDE``-th slot) and divided by
+    the configured arrival rate, so it differs from the run's own ``growth`` (every slot,
+    measured arrivals) by sampling noise only.
+
+    Raises:
+        ValueError: the run is shorter than ``horizon``.
+    """
+    if horizon > record["horizon"]:
+        raise ValueError(f"horizon {horizon} is longer than the run ({record['horizon']} slots)")
+    trace = np.asarray(record["backlog_trace"], dtype=np.float64)
+    slots = np.arange(len(trace)) * TRACE_STRIDE
+    keep = (slots >= int(horizon * warmup)) & (slots < horizon)
+    slope = backlog_slope(trace[keep]) / TRACE_STRIDE
+    return growth(slope, record["arrival_rate"])
+
+
+def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]:
+    """The records as if every run had stopped after ``horizon`` slots (growth verdict)."""
+    result = []
+    for record in records:
+        fraction = growth_at(record, horizon)
+        result.append({**record, "growth": fraction, "stable": does_not_grow(fraction)})
+    return result
+
+
+def seed_set_stable_loads(records: Iterable[dict[str, Any]],
+                          seed_sets: Sequence[Sequence[int]]) -> list[dict[str, float]]:
+    """The stable load of every policy on each set of seeds."""
+    records = list(records)
+    return [stable_load([r for r in records if r["seed"] in set(seeds)]) for seeds in seed_sets]
+
+
+def horizon_sensitivity(records: Iterable[dict[str, Any]], horizons: Sequence[int],
+                        seed_sets: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
+    """Per policy and horizon: the stable load on each seed set, and whether they agree.
+
+    Returns:
+        Rows ``{"policy", "horizon", "stable_loads": [...], "agree": bool}``.
+    """
+    records = list(records)
+    rows = []
+    for horizon in horizons:
+        per_set = seed_set_stable_loads(cut(records, horizon), seed_sets)
+        for policy in sorted({r["policy"] for r in records}):
+            loads = [result.get(policy, 0.0) for result in per_set]
+            rows.append({"policy": policy, "horizon": int(horizon), "stable_loads": loads,
+                         "agree": len(set(loads)) == 1})
+    return rows
