@@ -22,7 +22,13 @@ import numpy as np
 import torch
 
 from agents import make_policy
-from agents.gnn import GNNScheduler, observation_dims, resolve_device, save_checkpoint
+from agents.gnn import (
+    GNNScheduler,
+    load_checkpoint,
+    observation_dims,
+    resolve_device,
+    save_checkpoint,
+)
 from mabp_gym.cli import OneLineParser
 from mabp_gym.env import ObservationEncoder
 from mabp_gym.pyg import to_pyg
@@ -181,9 +187,9 @@ def train(args: GNNArgs) -> dict[str, Any]:
             ppo_zip = resume
             start_epoch = args.imitation_epochs
         else:
-            payload = torch.load(resume, map_location=device, weights_only=False)
-            model.load_state_dict(payload["state_dict"])
-            start_epoch = int(payload.get("epoch", args.imitation_epochs))
+            resumed, info = load_checkpoint(resume, workload, device)
+            model.load_state_dict(resumed.state_dict())
+            start_epoch = int(info.get("epoch", args.imitation_epochs))
 
     def save_imitation(epoch: int) -> None:
         save_checkpoint(imitation_path, model.cpu(), workload, epoch=epoch, phase="imitation",
@@ -210,9 +216,12 @@ def train(args: GNNArgs) -> dict[str, Any]:
     scores = {name: quick_stable_load(path, args, args.select_loads)
               for name, path in candidates.items()}
     chosen = max(scores, key=lambda name: scores[name])
-    chosen_model = torch.load(candidates[chosen], map_location="cpu", weights_only=False)
-    torch.save({**chosen_model, "selected": chosen, "selection": scores,
-                "ppo_steps": ppo_steps_done, "command": command}, final_path)
+    chosen_model, chosen_info = load_checkpoint(candidates[chosen], workload)
+    notes = {k: v for k, v in chosen_info.items()
+             if k not in ("dims", "hidden", "layers", "workload", "shape", "workload_identity")}
+    save_checkpoint(final_path, chosen_model, workload, **{
+        **notes, "selected": chosen, "selection": scores, "ppo_steps": ppo_steps_done,
+        "command": command})
 
     from mabp_gym import evaluate, stable_load
 
