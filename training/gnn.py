@@ -289,13 +289,47 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
     return ppo_path, int(agent.num_timesteps)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def validate(args: GNNArgs) -> None:
+    """Raise ``ValueError`` naming the first bad argument, before any work starts."""
+    from agents import POLICIES
+
+    make_workload(args.workload)
+    resolve_device(args.device)
+    if args.teacher not in POLICIES:
+        raise ValueError(f"--teacher must be one of {POLICIES}, got {args.teacher!r}")
+    for name in ("imitation_slots", "imitation_epochs", "batch_size", "hidden", "layers",
+                 "ppo_envs", "ppo_rollout", "checkpoint_every", "eval_seeds", "threads"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
+                             f"{getattr(args, name)}")
+    if args.ppo_steps < 0:
+        raise ValueError(f"--ppo-steps must be >= 0, got {args.ppo_steps}")
+    for name in ("imitation_loads", "select_loads", "eval_loads"):
+        for load in getattr(args, name):
+            make_workload(args.workload, load=load, horizon=10)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out!r} exists and is not a directory")
+    if args.resume and not Path(args.resume).is_file():
+        raise ValueError(f"--resume: no such file {args.resume!r}")
+
+
+def parse(argv: list[str] | None = None) -> GNNArgs:
+    """The arguments of ``mabp-gym train gnn``, validated."""
     parser = OneLineParser(prog="mabp-gym train gnn", description=__doc__)
     add_dataclass_arguments(parser, GNNArgs)
     args = from_namespace(GNNArgs, parser.parse_args(argv))
-    report = train(args)
-    print(json.dumps({k: v for k, v in report.items() if k != "imitation_losses"}, indent=2))
-    return report
+    validate(args)
+    return args
+
+
+def report(result: dict[str, Any]) -> None:
+    print(json.dumps({k: v for k, v in result.items() if k != "imitation_losses"}, indent=2))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    result = train(parse(argv))
+    report(result)
+    return result
 
 
 if __name__ == "__main__":
