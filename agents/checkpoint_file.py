@@ -109,10 +109,13 @@ def check_workload(meta: dict[str, Any], workload: Workload, path: str | Path) -
     if not isinstance(stored, dict):
         raise ValueError(f"{path}: the checkpoint records no workload description")
     current = workload_identity(workload)
-    old_params, new_params = stored.get("params", {}), current["params"]
+    old_params, new_params = stored.get("params") or {}, current["params"]
+    # Builder parameters name the difference best; a workload read from a file has none,
+    # and is compared by its description alone.
     changed = [f"{key}={old_params.get(key)!r} in the checkpoint, {new_params.get(key)!r} here"
                for key in sorted(set(old_params) | set(new_params))
-               if old_params.get(key) != new_params.get(key)]
+               if old_params.get(key) != new_params.get(key)] \
+        if old_params and new_params else []
     if changed:
         raise ValueError(f"{path} was made for workload {stored.get('name')!r} with other "
                          f"parameters: {'; '.join(changed)}")
