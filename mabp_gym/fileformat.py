@@ -373,6 +373,7 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         assert workload.lambda_ref is not None
         load = rate / workload.lambda_ref if workload.lambda_ref > 0 else rate
     assert workload.lambda_ref is not None
+    _check_completion(r, workload)
     if not math.isfinite(workload.lambda_ref):
         r.fail("nodes", "the network's all-hit capacity is unbounded (work 0 everywhere "
                "a request goes): give some action work > 0")
@@ -380,7 +381,6 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         r.fail(where, f"requests arrive (load {load:g}) but the network's all-hit capacity "
                "lambda_ref is 0: no arrival pair can reach a node that serves it with "
                "compute and links to spare (total capacity 0)")
-    _check_completion(r, workload)
     return workload.with_load(load)
 
 
