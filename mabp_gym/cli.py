@@ -326,15 +326,15 @@ def _table(args: argparse.Namespace) -> None:
         overrides = _parse_overrides(args.overrides)
         _no_grid_overrides(overrides, "table", {"load": "sets the loads with --loads and --at",
                                                 "horizon": "sets it with --horizon"})
-        out = Path(args.out)
-        if not out.parent.exists():
-            out.parent.mkdir(parents=True, exist_ok=True)
-        _writable(args.out, "--out")
         _writable(args.markdown, "--markdown")
         _writable(args.csv, "--csv")
         _check_run_args(args)
         specs = plan(policies, args.workload, sorted(set(loads) | {args.at}), args.seeds,
                      **_grid_args(args), **overrides)
+        out = Path(args.out)
+        if not out.parent.exists():  # the default, results/, is made on first use
+            out.parent.mkdir(parents=True, exist_ok=True)
+        _writable(args.out, "--out")
     records = execute(specs, output=args.out, **_run_args(args))
     rows = table_rows(records, policies, loads, args.at)
     markdown = ["| " + " | ".join(TABLE_COLUMNS) + " |",
