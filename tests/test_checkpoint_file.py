@@ -144,3 +144,27 @@ def test_shipped_checkpoints__are_version_2_tensors_only_files(name):
     assert payload["digest"] == checkpoint_file.content_digest(payload["tensors"],
                                                                payload["meta"])
     assert os.path.getsize(SHIPPED / name) < 1_000_000
+
+
+def test_ppo_archive__no_pickled_field_is_unpickled_and_unknown_ones_are_refused(tmp_path):
+    import base64
+    import pickle
+    import types
+    import zipfile
+
+    from training.gnn import GNNArgs, _ppo_archive_objects
+
+    marker = tmp_path / "pwned"
+    evil = {":serialized:": base64.b64encode(pickle.dumps(_Exploit(str(marker)))).decode()}
+    envs = types.SimpleNamespace(observation_space="obs", action_space="act")
+    archive = tmp_path / "run.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("data", json.dumps({"policy_class": evil, "lr_schedule": evil,
+                                            "n_steps": 8}))
+    replaced = _ppo_archive_objects(archive, envs, GNNArgs())
+    assert set(replaced) == {"policy_class", "lr_schedule"} and not marker.exists()
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("data", json.dumps({"policy_class": evil, "payload": evil}))
+    with pytest.raises(ValueError, match=r"run\.zip: refused: pickled fields \['payload'\]"):
+        _ppo_archive_objects(archive, envs, GNNArgs())
+    assert not marker.exists()

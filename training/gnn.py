@@ -269,7 +269,8 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
     # tensorboard is a dependency of the package; SB3 writes the PPO curves there.
     tensorboard = str(out / "tensorboard")
     if resume is not None:
-        agent = PPO.load(resume, env=envs, device=device)
+        agent = PPO.load(resume, env=envs, device=device,
+                         custom_objects=_ppo_archive_objects(resume, envs, args))
     else:
         agent = PPO(GNNActorCriticPolicy, envs, learning_rate=args.ppo_learning_rate,
                     n_steps=args.ppo_rollout,
@@ -287,6 +288,34 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
     save_checkpoint(ppo_path, gnn.cpu(), workload, phase="ppo", steps=agent.num_timesteps,
                     args=dataclasses.asdict(args), command=command)
     return ppo_path, int(agent.num_timesteps)
+
+
+def _ppo_archive_objects(path: Path, envs: Any, args: GNNArgs) -> dict[str, Any]:
+    """Replacements for every cloudpickled field of a Stable-Baselines3 archive, so that
+    ``PPO.load`` unpickles none of them (cloudpickle can run code); an archive with a
+    pickled field PPO does not write is refused. The episode state (last observation,
+    episode statistics) is dropped: training resumes from a reset of the fresh envs."""
+    import zipfile
+
+    from agents.gnn_sb3 import GNNActorCriticPolicy
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{path}: not a Stable-Baselines3 archive ({error})") from None
+    replacements = {
+        "policy_class": GNNActorCriticPolicy, "observation_space": envs.observation_space,
+        "action_space": envs.action_space, "rollout_buffer_class": None,
+        "clip_range": 0.2, "lr_schedule": lambda _: args.ppo_learning_rate,
+        "_last_obs": None, "_last_episode_starts": None, "_last_original_obs": None,
+        "ep_info_buffer": None, "ep_success_buffer": None}
+    pickled = sorted(key for key, value in data.items()
+                     if isinstance(value, dict) and ":serialized:" in value)
+    unknown = [key for key in pickled if key not in replacements]
+    if unknown:
+        raise ValueError(f"{path}: refused: pickled fields {unknown} that PPO does not write")
+    return {key: replacements[key] for key in pickled}
 
 
 def validate(args: GNNArgs) -> None:
