@@ -63,7 +63,7 @@ def main() -> None:
 
         rows.append({"what": f"repair: torn tail of a {megabytes:.0f} MB, 13,536-record file "
                              "(read, scan, truncate in place)", "seconds": timed(torn)})
-        rows.append({"what": f"repair: a junk line in the middle of the same file (set aside, "
+        rows.append({"what": "repair: a junk line in the middle of the same file (set aside, "
                              "rewrite to a temporary file, rename)", "seconds": timed(junk)})
 
         grid = dict(loads=[0.3, 0.6], seeds=range(20), horizon=20, backend="serial")

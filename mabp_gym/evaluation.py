@@ -7,8 +7,14 @@ flat record per run. Runs are independent and fully determined by their configur
 seeded generator), so serial, process-pool and Ray runs give identical records, apart from
 the wall-clock fields (``decision_us_mean``, ``decision_us_p95``, ``wall_s``).
 
-With ``output=path`` records stream to a JSON-lines file as runs finish, and a rerun skips
-every run already in the file, so an interrupted sweep loses nothing.
+With ``output=path`` records stream to a JSON-lines file as runs finish (each flushed to
+disk), and a rerun skips every run already in the file, so an interrupted sweep loses
+nothing. The file is locked for the whole sweep (a second writer is refused), repaired
+without ever rewriting a complete record in place (a torn tail is truncated; lines that
+are not records go to a ``.rejected`` sidecar and the cleaned file replaces the old one by
+an atomic rename), and runs are keyed on everything that determines them (:attr:`RunSpec.key`).
+Every argument is validated before the first run; a failing run cancels the pending ones
+and raises :class:`RunsFailedError`, keeping the finished ones. See ``docs/reliability.md``.
 """
 
 from __future__ import annotations
@@ -552,10 +558,11 @@ def _execute(wanted: dict[str, RunSpec], results: _ResultsFile | None,
         last = error.strip().splitlines()[-1] if error.strip() else "unknown error"
         where = f" ({finished} finished runs are in {results.path}; rerun to resume)" \
             if results is not None else ""
+        cancelled = len(wanted) - finished - len(failures)
         raise RunsFailedError(
-            f"{len(failures)} of {len(wanted)} runs failed, {len(wanted) - finished - len(failures)}"
-            f" cancelled{where}; first failure: policy {spec.policy}, load {spec.load:g}, "
-            f"seed {spec.seed}: {last}", [error for _, error in failures])
+            f"{len(failures)} of {len(wanted)} runs failed, {cancelled} cancelled{where}; "
+            f"first failure: policy {spec.policy}, load {spec.load:g}, seed {spec.seed}: "
+            f"{last}", [error for _, error in failures])
     return [done[key] for key in wanted]
 
 

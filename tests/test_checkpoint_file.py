@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents import make_policy
-from agents import checkpoint_file
+from agents import checkpoint_file, make_policy
 from agents.gnn import GNNScheduler, load_checkpoint, observation_dims, save_checkpoint
 from agents.learn_mabp import PrimitiveEstimate
 from mabp_gym import make_workload
