@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
 
+from agents import checkpoint_file
 from agents.base import Policy
 from mabp_gym.pyg import to_pyg
 from mabp_gym.workload import Workload
@@ -115,28 +116,54 @@ def shape_of(workload: Workload) -> dict[str, int]:
 
 
 def save_checkpoint(path: str | Path, model: GNNScheduler, workload: Workload,
-                    **extra: Any) -> None:
-    """Save the model with the workload shape it was trained for."""
-    torch.save({"kind": "gnn", "state_dict": model.state_dict(), "dims": model.dims,
-                "hidden": model.hidden, "layers": len(model.convs),
-                "workload": workload.name, "shape": shape_of(workload), **extra}, path)
+                    **extra: Any) -> str:
+    """Save the model with the full description of the workload it was trained for
+    (``extra``: JSON-serializable notes such as the epoch or the command); return the
+    content digest. See :mod:`agents.checkpoint_file` for the format."""
+    meta = {"dims": model.dims, "hidden": model.hidden, "layers": len(model.convs),
+            "workload": workload.name, "shape": shape_of(workload),
+            "workload_identity": checkpoint_file.workload_identity(workload), **extra}
+    return checkpoint_file.save(path, "gnn", dict(model.state_dict()), meta)
 
 
-def load_checkpoint(path: str | Path, workload: Workload, device: str = "cpu"
-                    ) -> tuple[GNNScheduler, dict[str, Any]]:
-    """Load a GNN checkpoint; raise ``ValueError`` if it was made for another shape."""
-    payload = torch.load(path, map_location=device, weights_only=False)
-    if payload.get("kind") != "gnn":
-        raise ValueError(f"{path} is not a GNN checkpoint")
+def load_checkpoint(path: str | Path, workload: Workload, device: str = "cpu", *,
+                    any_parameters: bool = False) -> tuple[GNNScheduler, dict[str, Any]]:
+    """Load a GNN checkpoint (read with ``weights_only=True``, digest verified).
+
+    Args:
+        path: the checkpoint file.
+        workload: the workload it will schedule.
+        device: where the model goes.
+        any_parameters: accept a workload of the same shape whose parameters differ from
+            the training workload's (a transfer experiment); by default that is refused.
+
+    Raises:
+        ValueError: the file is not a sound GNN checkpoint, or was made for another shape
+            (or, unless ``any_parameters``, for other parameters; they are named).
+    """
+    tensors, meta = checkpoint_file.load(path, "gnn")
     expected = shape_of(workload)
-    if payload["shape"] != expected:
+    if meta.get("shape") != expected:
         raise ValueError(
-            f"checkpoint {path} was trained on workload {payload['workload']!r} with shape "
-            f"{payload['shape']}, but this workload {workload.name!r} has shape {expected}")
-    model = GNNScheduler(payload["dims"], hidden=payload["hidden"], layers=payload["layers"])
-    model.load_state_dict(payload["state_dict"])
+            f"checkpoint {path} was trained on workload {meta.get('workload')!r} with shape "
+            f"{meta.get('shape')}, but this workload {workload.name!r} has shape {expected}")
+    if not any_parameters:
+        checkpoint_file.check_workload(meta, workload, path)
+    try:
+        model = GNNScheduler(meta["dims"], hidden=int(meta["hidden"]),
+                             layers=int(meta["layers"]))
+        model.load_state_dict(tensors)
+    except (KeyError, TypeError, RuntimeError) as error:
+        raise ValueError(f"{path}: the stored model does not fit the GNN "
+                         f"({type(error).__name__}: {str(error).splitlines()[0][:200]})") \
+            from None
     model.to(device).eval()
-    return model, payload
+    return model, meta
+
+
+def default_checkpoint(workload_name: str) -> Path:
+    """The shipped checkpoint ``make_policy("gnn", ...)`` loads for a workload."""
+    return checkpoint_file.default_checkpoint("gnn", workload_name)
 
 
 class GNNPolicy(Policy):
@@ -146,20 +173,23 @@ class GNNPolicy(Policy):
         checkpoint: a file saved by :func:`save_checkpoint` (default: the checkpoint
             shipped for ``mixed``).
         device: ``"auto"`` (cuda when available), ``"cpu"`` or ``"cuda"``.
+        any_parameters: run a checkpoint on a workload of the same shape but other
+            parameters (refused by default: see :func:`load_checkpoint`).
     """
 
     name = "gnn"
     memory_aware = True
 
     def __init__(self, workload: Workload, *, checkpoint: str | Path | None = None,
-                 device: str = "cpu", **kw: Any) -> None:
+                 device: str = "cpu", any_parameters: bool = False, **kw: Any) -> None:
         super().__init__(workload, **kw)
-        path = Path(checkpoint) if checkpoint else CHECKPOINT_DIR / f"gnn_{workload.name}.pt"
+        path = Path(checkpoint) if checkpoint else default_checkpoint(workload.name)
         if not path.exists():
             raise ValueError(f"no GNN checkpoint at {path}; train one with "
                              f"`mabp-gym train gnn --workload {workload.name}`")
         self.device = resolve_device(device)
-        self.model, self.info = load_checkpoint(path, workload, self.device)
+        self.model, self.info = load_checkpoint(path, workload, self.device,
+                                                any_parameters=bool(any_parameters))
         self.checkpoint = str(path)
 
     @torch.no_grad()

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents import checkpoint_file
 from agents.mabp import MABP
 from mabp_gym.workload import Workload
 
@@ -95,27 +96,53 @@ class PrimitiveEstimate:
             "successor_tv_max": float(total_variation[seen].max()),
         }
 
-    def save(self, path: str | Path, workload: Workload, **extra: Any) -> None:
+    _ARRAYS = ("work", "penalty", "law", "seen", "counts")
+
+    def save(self, path: str | Path, workload: Workload, **extra: Any) -> str:
+        """Save the estimates as tensors with the full description of ``workload``
+        (``extra``: JSON-serializable notes); return the content digest."""
         from agents.gnn import shape_of
 
-        torch.save({"kind": "learn-mabp", "work": self.work, "penalty": self.penalty,
-                    "law": self.law, "seen": self.seen, "counts": self.counts,
-                    "workload": workload.name, "shape": shape_of(workload), **extra}, path)
+        tensors = {name: torch.as_tensor(np.asarray(getattr(self, name)))
+                   for name in self._ARRAYS}
+        meta = {"workload": workload.name, "shape": shape_of(workload),
+                "workload_identity": checkpoint_file.workload_identity(workload), **extra}
+        return checkpoint_file.save(path, "learn-mabp", tensors, meta)
 
     @classmethod
     def load(cls, path: str | Path, workload: Workload) -> tuple[PrimitiveEstimate, dict]:
+        """Read estimates (``weights_only=True``, digest verified) made for ``workload``.
+
+        Raises:
+            ValueError: the file is not a sound Learn-MABP checkpoint, or was fitted on a
+                workload of another shape or with other parameters (they are named): the
+                estimates of one network say nothing about another.
+        """
         from agents.gnn import shape_of
 
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-        if payload.get("kind") != "learn-mabp":
-            raise ValueError(f"{path} is not a Learn-MABP checkpoint")
-        if payload["shape"] != shape_of(workload):
+        tensors, meta = checkpoint_file.load(path, "learn-mabp")
+        if meta.get("shape") != shape_of(workload):
             raise ValueError(
-                f"checkpoint {path} was fitted on workload {payload['workload']!r} with shape "
-                f"{payload['shape']}, but this workload {workload.name!r} has shape "
+                f"checkpoint {path} was fitted on workload {meta.get('workload')!r} with shape "
+                f"{meta.get('shape')}, but this workload {workload.name!r} has shape "
                 f"{shape_of(workload)}")
-        return cls(payload["work"], payload["penalty"], payload["law"], payload["seen"],
-                   payload["counts"]), payload
+        checkpoint_file.check_workload(meta, workload, path)
+        ix = workload.index
+        a_n, c_n = ix.num_actions, ix.num_commodities
+        expected = {"work": (2, a_n), "penalty": (2, a_n), "law": (2, a_n, c_n),
+                    "seen": (2, a_n), "counts": (2, a_n)}
+        for name, shape in expected.items():
+            if name not in tensors or tuple(tensors[name].shape) != shape:
+                raise ValueError(f"{path}: damaged checkpoint: {name} should have shape "
+                                 f"{shape}")
+        arrays = {name: tensors[name].numpy() for name in cls._ARRAYS}
+        return cls(arrays["work"], arrays["penalty"], arrays["law"], arrays["seen"],
+                   arrays["counts"]), meta
+
+
+def default_checkpoint(workload_name: str) -> Path:
+    """The shipped checkpoint ``make_policy("learn-mabp", ...)`` loads for a workload."""
+    return checkpoint_file.default_checkpoint("learn-mabp", workload_name)
 
 
 class LearnMABP(MABP):
@@ -133,8 +160,7 @@ class LearnMABP(MABP):
     @classmethod
     def from_checkpoint(cls, workload: Workload, checkpoint: str | Path | None = None,
                         **kw: Any) -> LearnMABP:
-        path = Path(checkpoint) if checkpoint else CHECKPOINT_DIR / \
-            f"learn_mabp_{workload.name}.pt"
+        path = Path(checkpoint) if checkpoint else default_checkpoint(workload.name)
         if not path.exists():
             raise ValueError(f"no Learn-MABP checkpoint at {path}; fit one with "
                              f"`mabp-gym train learn-mabp --workload {workload.name}`")

@@ -5,17 +5,22 @@ the learner lists their options), ``eval`` (policies over a grid of loads and se
 paper's Table I layout, Markdown and CSV), ``sweep`` (load, beta, K, nu or skew sweeps of
 paper VI-A), ``plot`` (PNG figures from saved results), ``capacity`` (a workload's
 no-memory and all-hit capacities) and ``simulate`` (the core under the fixed queue-length
-score rule). ``--help`` on each. Bad arguments exit with status 2 and a one-line reason;
-results go to the JSON-lines / CSV / Markdown files named on the command line.
+score rule). ``--help`` on each. Bad arguments (checked, output paths included, before
+any work starts) exit with status 2 and a one-line reason; an internal error keeps its
+traceback (status 1); a sweep whose runs fail keeps the finished ones and exits with
+status 1 and a summary. Results go to the JSON-lines / CSV / Markdown files named on the
+command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,37 @@ TABLE_POLICIES = ("sp", "jsq", "bp", "cost-bp", "greedycache-bp", "mabp", "oracl
                   "mabp-no-transition", "mabp-no-reuse", "mabp-no-retention")
 DEFAULT_GRID = tuple(round(0.1 * k, 1) for k in range(1, 11))
 SWEEPS = ("load", "beta", "K", "nu", "skew")
+
+
+class UsageError(Exception):
+    """A bad command line: reported on one line with exit status 2."""
+
+
+@contextlib.contextmanager
+def user_input() -> Iterator[None]:
+    """Within this block a ``ValueError`` or ``TypeError`` is the user's (a bad argument),
+    reported as a :class:`UsageError`; outside it, it is a bug and keeps its traceback."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        text = str(error).strip().splitlines()
+        raise UsageError(text[0] if text else type(error).__name__) from error
+
+
+def _writable(path: str | None, option: str) -> None:
+    """Check an output file option before any work starts."""
+    if path is not None:
+        from mabp_gym.evaluation import check_output_path
+
+        check_output_path(path, option)
+
+
+def _no_grid_overrides(overrides: dict[str, Any], command: str,
+                       settings: dict[str, str]) -> None:
+    """Refuse a ``--set`` the command would ignore or that another option sets."""
+    for key, option in settings.items():
+        if key in overrides:
+            raise ValueError(f"--set {key}={overrides[key]!r}: {command} {option}")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -185,10 +221,13 @@ def _build_parser() -> argparse.ArgumentParser:
                      metavar="NAME=VALUE", help="workload parameter override (repeatable)")
     cap.add_argument("--json", metavar="PATH", help="also write the result as JSON")
 
-    train = commands.add_parser("train", help="train a learned scheduler (gnn, learn-mabp)",
-                                add_help=False)
-    train.add_argument("learner", choices=("gnn", "learn-mabp"))
-    train.add_argument("rest", nargs=argparse.REMAINDER)
+    train = commands.add_parser(
+        "train", help="train a learned scheduler (gnn, learn-mabp)",
+        description="Train a learned scheduler. `mabp-gym train gnn --help` and "
+        "`mabp-gym train learn-mabp --help` list each learner's options.")
+    train.add_argument("learner", choices=("gnn", "learn-mabp"), help="the learner to train")
+    train.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
+                       help="the learner's options (see `mabp-gym train LEARNER --help`)")
 
     sim = commands.add_parser("simulate", help="run the queue-length score rule on a workload")
     sim.add_argument("--workload", default="mixed", type=_workload_name,
@@ -235,15 +274,37 @@ def _run_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- subcommands -------------------------------------------------------------------------------
+def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
+    """``stable load: bp 0.5, sp none of the tested loads (lowest 0.1)``."""
+    lowest = min(loads)
+    parts = [f"{policy} {value:g}" if value > 0 or lowest == 0
+             else f"{policy} none of the tested loads (lowest {lowest:g})"
+             for policy, value in stable.items()]
+    return "stable load: " + ", ".join(parts)
+
+
 def _eval(args: argparse.Namespace) -> None:
     from mabp_gym.evaluation import execute, plan, stable_load, summarize_records
 
-    loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
-    specs = plan(_policies(args.policy), args.workload, loads, args.seeds,
-                 **_grid_args(args), **_parse_overrides(args.overrides))
+    with user_input():
+        loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
+        overrides = _parse_overrides(args.overrides)
+        _no_grid_overrides(overrides, "eval", {"load": "sets the loads with --loads",
+                                               "horizon": "sets it with --horizon"})
+        _writable(args.out, "--out")
+        _check_run_args(args)
+        specs = plan(_policies(args.policy), args.workload, loads, args.seeds,
+                     **_grid_args(args), **overrides)
     records = execute(specs, output=args.out, **_run_args(args))
     _print_summary(summarize_records(records))
-    print("stable load: " + ", ".join(f"{p} {v:g}" for p, v in stable_load(records).items()))
+    print(_stable_load_line(stable_load(records), loads))
+
+
+def _check_run_args(args: argparse.Namespace) -> None:
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be a positive integer, got {args.workers}")
+    if args.address is not None and args.backend != "ray":
+        raise ValueError("--address is for --backend ray")
 
 
 TABLE_COLUMNS = ("Policy", "Stable load", "Paper load", "Penalty", "P95 delay", "Hit ratio",
@@ -274,25 +335,36 @@ def table_rows(records: list[dict[str, Any]], policies: list[str], grid: list[fl
 def _table(args: argparse.Namespace) -> None:
     from mabp_gym.evaluation import execute, plan
 
-    loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
-    policies = _policies(args.policies)
-    if args.from_results:
-        from mabp_gym.evaluation import read_records
+    with user_input():
+        loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
+        policies = _policies(args.policies)
+        overrides = _parse_overrides(args.overrides)
+        _no_grid_overrides(overrides, "table", {"load": "sets the loads with --loads and --at",
+                                                "horizon": "sets it with --horizon"})
+        _writable(args.markdown, "--markdown")
+        _writable(args.csv, "--csv")
+        if args.from_results:
+            from mabp_gym.evaluation import read_records
 
-        if not Path(args.out).is_file():
-            raise ValueError(f"--from-results: no results file {args.out!r}")
-        records = [r for r in read_records(args.out) if r["policy"] in policies]
-    else:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        grid = dict(**_grid_args(args), **_parse_overrides(args.overrides))
-        if args.search:
-            records = _search_loads(policies, args, sorted(loads), grid)
-            records += execute(plan(policies, args.workload, [args.at], args.seeds, **grid),
-                               output=args.out, **_run_args(args))
+            if not Path(args.out).is_file():
+                raise ValueError(f"--from-results: no results file {args.out!r}")
         else:
+            _check_run_args(args)
+            grid = dict(**_grid_args(args), **overrides)
             specs = plan(policies, args.workload, sorted(set(loads) | {args.at}), args.seeds,
                          **grid)
-            records = execute(specs, output=args.out, **_run_args(args))
+            out = Path(args.out)
+            if not out.parent.exists():  # the default, results/, is made on first use
+                out.parent.mkdir(parents=True, exist_ok=True)
+            _writable(args.out, "--out")
+    if args.from_results:
+        records = [r for r in read_records(args.out) if r["policy"] in policies]
+    elif args.search:
+        records = _search_loads(policies, args, sorted(loads), grid)
+        records += execute(plan(policies, args.workload, [args.at], args.seeds, **grid),
+                           output=args.out, **_run_args(args))
+    else:
+        records = execute(specs, output=args.out, **_run_args(args))
     rows = table_rows(records, policies, loads, args.at)
     markdown = ["| " + " | ".join(TABLE_COLUMNS) + " |",
                 "| " + " | ".join("---" for _ in TABLE_COLUMNS) + " |"]
@@ -331,16 +403,18 @@ def _verdicts(args: argparse.Namespace) -> None:
     from mabp_gym.verdicts import horizon_sensitivity
 
     records = []
-    for path in args.results:
-        if not Path(path).is_file():
-            raise ValueError(f"--results: no such file {path!r}")
-        records += read_records(path)
-    if not records:
-        raise ValueError("--results: the files hold no records")
-    seed_sets = [_parse_seeds(token) for token in args.seed_sets]
-    shortest = min(r["horizon"] for r in records)
-    if max(args.horizons) > shortest:
-        raise ValueError(f"--horizons: the shortest saved run has {shortest} slots")
+    with user_input():
+        _writable(args.markdown, "--markdown")
+        for path in args.results:
+            if not Path(path).is_file():
+                raise ValueError(f"--results: no such file {path!r}")
+            records += read_records(path)
+        if not records:
+            raise ValueError("--results: the files hold no records")
+        seed_sets = [_parse_seeds(token) for token in args.seed_sets]
+        shortest = min(r["horizon"] for r in records)
+        if max(args.horizons) > shortest:
+            raise ValueError(f"--horizons: the shortest saved run has {shortest} slots")
     rows = horizon_sensitivity(records, args.horizons, seed_sets)
     header = ["policy", *(f"H={h}" for h in args.horizons)]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
@@ -375,21 +449,28 @@ def _parse_seeds(token: str) -> list[int]:
 def _sweep(args: argparse.Namespace) -> None:
     from mabp_gym.evaluation import execute, plan, summarize_records
 
-    values = _parse_grid(args.values, "--values")
-    policies = _policies(args.policies)
-    overrides = _parse_overrides(args.overrides)
-    base = _grid_args(args)
-    specs = []
-    if args.param == "load":
-        specs = plan(policies, args.workload, values, args.seeds, **base, **overrides)
-    else:
-        for value in values:
-            if args.param == "nu":
-                specs += plan(policies, args.workload, [args.at], args.seeds,
-                              **{**base, "nu": value}, **overrides)
-            else:
-                specs += plan(policies, args.workload, [args.at], args.seeds, **base,
-                              **{**overrides, args.param: _number(str(value))})
+    with user_input():
+        values = _parse_grid(args.values, "--values")
+        policies = _policies(args.policies)
+        overrides = _parse_overrides(args.overrides)
+        _no_grid_overrides(overrides, "sweep", {
+            "load": "sets the load with --values (--param load) or --at",
+            "horizon": "sets it with --horizon",
+            args.param: "sweeps it with --param and --values"})
+        _writable(args.out, "--out")
+        _check_run_args(args)
+        base = _grid_args(args)
+        specs = []
+        if args.param == "load":
+            specs = plan(policies, args.workload, values, args.seeds, **base, **overrides)
+        else:
+            for value in values:
+                if args.param == "nu":
+                    specs += plan(policies, args.workload, [args.at], args.seeds,
+                                  **{**base, "nu": value}, **overrides)
+                else:
+                    specs += plan(policies, args.workload, [args.at], args.seeds, **base,
+                                  **{**overrides, args.param: _number(str(value))})
     records = execute(specs, output=args.out, **_run_args(args))
     print(f"{args.param:>8} {'policy':<20} {'stable':>6} {'backlog':>8} {'penalty':>8} "
           f"{'p95':>7} {'hit':>5}")
@@ -415,12 +496,16 @@ def _plot(args: argparse.Namespace) -> None:
     from mabp_gym.plots import make_figures
 
     records = []
-    for path in args.results:
-        if not Path(path).exists():
-            raise ValueError(f"--results: no such file {path!r}")
-        records += read_records(path)
-    if not records:
-        raise ValueError("--results: the files hold no records")
+    with user_input():
+        out_dir = Path(args.out_dir)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ValueError(f"--out-dir {args.out_dir!r} exists and is not a directory")
+        for path in args.results:
+            if not Path(path).is_file():
+                raise ValueError(f"--results: no such file {path!r}")
+            records += read_records(path)
+        if not records:
+            raise ValueError("--results: the files hold no records")
     made, skipped = make_figures(records, Path(args.out_dir), policy=args.policy)
     for path in made:
         print(f"wrote {path}")
@@ -429,7 +514,12 @@ def _plot(args: argparse.Namespace) -> None:
 
 
 def _capacity(args: argparse.Namespace) -> dict[str, Any]:
-    wl = make_workload(args.workload, **_parse_overrides(args.overrides))
+    with user_input():
+        overrides = _parse_overrides(args.overrides)
+        _no_grid_overrides(overrides, "capacity", {
+            "load": "does not depend on the load", "horizon": "does not depend on the horizon"})
+        _writable(args.json, "--json")
+        wl = make_workload(args.workload, **overrides)
     nomem, full = capacity(wl, "nomem"), capacity(wl, "full")
     result = {"workload": wl.name, "nomem": nomem, "full": full, "ratio": nomem / full}
     print(f"{wl.name}: no-memory capacity {nomem:.4f}, all-hit capacity (lambda_ref) "
@@ -444,14 +534,19 @@ def _simulate(args: argparse.Namespace) -> None:
     from mabp_gym.rollout import rollout
     from mabp_gym.scores import queue_length_scores
 
-    if not 0.0 <= args.warmup < 1.0:
-        raise ValueError(f"--warmup must be in [0, 1), got {args.warmup}")
-    overrides = _parse_overrides(args.overrides)
-    if args.load is not None:
-        overrides["load"] = args.load
-    if args.horizon is not None:
-        overrides["horizon"] = args.horizon
-    wl = make_workload(args.workload, **overrides)
+    with user_input():
+        if not 0.0 <= args.warmup < 1.0:
+            raise ValueError(f"--warmup must be in [0, 1), got {args.warmup}")
+        overrides = _parse_overrides(args.overrides)
+        for key in ("load", "horizon"):
+            if getattr(args, key) is not None:
+                if key in overrides:
+                    raise ValueError(f"give --{key} or --set {key}=..., not both")
+                overrides[key] = getattr(args, key)
+        if any(seed < 0 for seed in args.seeds):
+            raise ValueError(f"--seeds must be integers >= 0, got {args.seeds}")
+        _writable(args.json, "--json")
+        wl = make_workload(args.workload, **overrides)
     records = []
     print(f"{wl.name} at load {wl.load:g} ({wl.total_rate:.3f} requests/slot), "
           f"{wl.horizon} slots, queue-length scores, memory={'off' if args.no_memory else 'on'}")
@@ -474,10 +569,12 @@ def _simulate(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace) -> None:
     if args.learner == "gnn":
-        from training.gnn import main as train_main
+        from training import gnn as learner
     else:
-        from training.learn_mabp import main as train_main
-    train_main(args.rest)
+        from training import learn_mabp as learner
+    with user_input():
+        options = learner.parse(args.rest)
+    learner.report(learner.train(options))
 
 
 COMMANDS = {"train": _train, "eval": _eval, "table": _table, "verdicts": _verdicts,
@@ -487,12 +584,21 @@ COMMANDS = {"train": _train, "eval": _eval, "table": _table, "verdicts": _verdic
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mabp-gym`` console script."""
+    from mabp_gym.evaluation import ResultsFileBusyError, RunsFailedError
+
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except ValueError as error:
-        parser.error(str(error).splitlines()[0])
+    except UsageError as error:
+        parser.error(str(error))
+    except ResultsFileBusyError as error:
+        parser.error(str(error))
+    except RunsFailedError as error:
+        # The failing run's traceback (an internal error keeps it), then the summary.
+        sys.stderr.write(error.details[0].rstrip() + "\n")
+        sys.stderr.write(f"{parser.prog}: {error}\n")
+        return 1
     return 0
 
 

@@ -10,7 +10,7 @@ from gymnasium import spaces
 
 from mabp_gym.simulator import Simulator, SlotOutcome
 from mabp_gym.workload import ROLES, Workload
-from mabp_gym.workloads import make_workload
+from mabp_gym.workloads import check_number, is_workload_file, make_workload, workload_params
 
 REWARDS = ("backlog", "drift_plus_penalty")
 NODE_FEATURES = (*(f"role_{r}" for r in ROLES), "mu", "budget", "memory_used", "backlog",
@@ -20,6 +20,43 @@ SERVICE_FEATURES = ("work", "penalty", "hit", "successor_pressure", "queue")
 ROUTE_FEATURES = ("differential", "cost", "dst_compatible_memory", "queue")
 TRANSFER_FEATURES = ("src_holds", "size", "dst_free_budget")
 RETAIN_FEATURES = ("held", "size", "demand")
+
+
+def _reject_unknown_keywords(workload: Any, overrides: dict[str, Any]) -> None:
+    """A keyword that is neither an env argument nor a parameter of the workload is a
+    ``TypeError``, as Python raises for any unknown argument (wrappers such as TorchRL's
+    ``GymEnv`` try ``frameskip=`` and fall back on exactly that)."""
+    if isinstance(workload, Workload):
+        allowed = {"load"}
+    elif isinstance(workload, str) and (workload == "file" or is_workload_file(workload)):
+        allowed = {"load", "horizon", "path"}
+    elif isinstance(workload, str):
+        try:
+            allowed = set(workload_params(workload))
+        except ValueError:
+            return  # an unknown workload name: make_workload explains it
+    else:
+        return
+    unknown = sorted(set(overrides) - allowed)
+    if unknown:
+        raise TypeError(f"SFMSNEnv.__init__() got an unexpected keyword argument "
+                        f"{unknown[0]!r} (neither an env argument nor a parameter of "
+                        f"workload {getattr(workload, 'name', workload)!r}; its parameters: "
+                        f"{sorted(allowed)})")
+
+
+def _checked_action(action: Any) -> Any:
+    """Refuse scores that numpy would silently reinterpret: a masked array (the mask
+    would be dropped), complex numbers (the imaginary part would be dropped), strings,
+    booleans or objects. Shape and finiteness are checked by the projection."""
+    if isinstance(action, np.ma.MaskedArray):
+        raise ValueError("the action is a masked array; pass a plain array of scores (fill "
+                         "the masked entries, e.g. with -1 for 'do not act')")
+    kind = np.asarray(action).dtype.kind
+    if kind not in "fiu":
+        raise ValueError(f"the action must be real-valued scores (float or int), got dtype "
+                         f"{np.asarray(action).dtype}")
+    return action
 
 
 def _box(shape: tuple[int, ...], low: float = 0.0, high: float = np.inf,
@@ -98,22 +135,21 @@ class SFMSNEnv(gym.Env):
                  memory: bool = True, reward: str = "backlog", reward_scale: float = 100.0,
                  check_invariants: bool = False, render_mode: str | None = None,
                  **workload_overrides: Any) -> None:
+        _reject_unknown_keywords(workload, workload_overrides)
         if isinstance(workload, Workload):
             load = workload_overrides.pop("load", None)
-            if workload_overrides:
-                raise ValueError(f"workload overrides {sorted(workload_overrides)} need a "
-                                 "workload name; a Workload object accepts only load=")
             self.workload = workload if load is None else workload.with_load(load)
         elif isinstance(workload, str):
             self.workload = make_workload(workload, **workload_overrides)
         else:
             raise ValueError(f"workload must be a workload name or a Workload, got {workload!r}")
-        if reward not in REWARDS:
+        if not isinstance(reward, str) or reward not in REWARDS:
             raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
-        for name, value in (("nu", nu), ("reward_scale", reward_scale)):
-            if not np.isfinite(value) or value < 0 or (name == "reward_scale" and value == 0):
-                raise ValueError(f"{name} must be a finite number "
-                                 f"{'> 0' if name == 'reward_scale' else '>= 0'}, got {value!r}")
+        check_number(nu, "nu", low=0.0)
+        check_number(reward_scale, "reward_scale", low=0.0, low_open=True)
+        for name, flag in (("memory", memory), ("check_invariants", check_invariants)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or "
                              f"None, got {render_mode!r}")
@@ -147,7 +183,7 @@ class SFMSNEnv(gym.Env):
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool,
                                                  dict[str, Any]]:
         # The projection validates the scores (shape, finiteness) before anything changes.
-        scores = action
+        scores = _checked_action(action)
         state = self.sim.state
         if self.reward_kind == "drift_plus_penalty":
             before = _lyapunov(state, self.workload)

@@ -7,8 +7,14 @@ flat record per run. Runs are independent and fully determined by their configur
 seeded generator), so serial, process-pool and Ray runs give identical records, apart from
 the wall-clock fields (``decision_us_mean``, ``decision_us_p95``, ``wall_s``).
 
-With ``output=path`` records stream to a JSON-lines file as runs finish, and a rerun skips
-every run already in the file, so an interrupted sweep loses nothing.
+With ``output=path`` records stream to a JSON-lines file as runs finish (each flushed to
+disk), and a rerun skips every run already in the file, so an interrupted sweep loses
+nothing. The file is locked for the whole sweep (a second writer is refused), repaired
+without ever rewriting a complete record in place (a torn tail is truncated; lines that
+are not records go to a ``.rejected`` sidecar and the cleaned file replaces the old one by
+an atomic rename), and runs are keyed on everything that determines them (:attr:`RunSpec.key`).
+Every argument is validated before the first run; a failing run cancels the pending ones
+and raises :class:`RunsFailedError`, keeping the finished ones. See ``docs/reliability.md``.
 """
 
 from __future__ import annotations
@@ -19,8 +25,11 @@ import math
 import os
 import sys
 import time
+import traceback
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +50,20 @@ VERDICTS = ("stable", "paper")
 ``paper``: the paper's short-horizon rule on seed means (slope < 0.035, backlog < 120)."""
 BACKENDS = ("serial", "process", "ray")
 TRACE_STRIDE = 5  # the stored backlog trace keeps every 5th slot
+KEY_VERSION = 2  # bumped whenever what the run key covers changes
+RECORD_FIELDS = {"key": str, "policy": str, "workload": str, "load": (int, float),
+                 "seed": int, "horizon": int}
+"""Fields (and types) without which a line of a results file is not a record."""
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything that determines one run."""
+    """Everything that determines one run.
+
+    ``workload_digest`` (the workload's whole description, the load excepted) and
+    ``checkpoint_digest`` (the content of the checkpoint a learned policy reads) are filled
+    in by :func:`plan`; a hand-made spec without them computes them when its key is asked.
+    """
 
     policy: str
     workload: str
@@ -58,17 +76,33 @@ class RunSpec:
     overrides: tuple[tuple[str, Any], ...] = ()
     policy_kw: tuple[tuple[str, Any], ...] = ()
     workload_object: Workload | None = field(default=None, compare=False, repr=False)
+    workload_digest: str = field(default="", compare=False, repr=False)
+    checkpoint_digest: str | None = field(default=None, compare=False, repr=False)
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """A stable identifier of the run's configuration (used to skip finished runs)."""
-        wl = self.workload_object
-        workload = self.workload if wl is None else _workload_digest(wl)
-        payload = json.dumps([self.policy, workload, round(self.load, 9), self.seed,
-                              self.horizon, self.warmup, self.memory, self.nu,
-                              sorted(map(list, self.overrides)),
-                              sorted(map(list, self.policy_kw))], default=str)
-        return hashlib.sha1(payload.encode()).hexdigest()[:16]
+        """Identifier of everything that determines the run's record: the whole workload,
+        the policy and its parameters (a checkpoint by its content, not its path), the
+        exact load (no rounding), seed, horizon, warm-up, memory, ``nu`` and the package
+        version. A rerun skips a run whose key is already in the results file."""
+        from mabp_gym import __version__
+
+        workload_digest = self.workload_digest or workload_digest_of(self.build_workload())
+        checkpoint = self.checkpoint_digest
+        if checkpoint is None:
+            checkpoint = checkpoint_digest_of(self.policy, dict(self.policy_kw), self.workload
+                                              if self.workload_object is None
+                                              else self.workload_object.name)
+        policy_kw = {k: v for k, v in self.policy_kw if k != "checkpoint"}
+        payload = json.dumps({
+            "key_version": KEY_VERSION, "package": __version__, "policy": self.policy,
+            "policy_kw": sorted(map(list, policy_kw.items())), "checkpoint": checkpoint,
+            "workload": self.workload, "workload_digest": workload_digest,
+            "overrides": sorted(map(list, self.overrides)),
+            "load": float(self.load).hex(), "seed": int(self.seed), "horizon": int(self.horizon),
+            "warmup": float(self.warmup).hex(), "memory": bool(self.memory),
+            "nu": float(self.nu).hex()}, sort_keys=True, default=repr)
+        return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
     def build_workload(self) -> Workload:
         if self.workload_object is not None:
@@ -79,13 +113,36 @@ class RunSpec:
                                                "horizon": self.horizon})
 
 
-def _workload_digest(workload: Workload) -> str:
-    text = repr((workload.name, workload.nodes, workload.links, workload.commodities,
-                 workload.signatures, workload.actions, workload.arrival_mix,
-                 workload.replicas, workload.eta, workload.migration_cost, workload.theta,
-                 workload.omega, workload.initial_memory, workload.fixed_memory,
-                 workload.transit))
-    return f"{workload.name}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+def workload_digest_of(workload: Workload) -> str:
+    """SHA-256 of a workload's whole file-format description with its load left out (the
+    load is keyed exactly on its own) and its builder parameters."""
+    from mabp_gym.fileformat import workload_to_dict
+
+    description = workload_to_dict(workload)
+    description["arrivals"].pop("load", None)
+    params = [[k, v] for k, v in workload.params if k != "load"]
+    text = json.dumps([description, params, workload.lambda_ref], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: str
+                         ) -> str | None:
+    """The content digest of the checkpoint ``policy`` reads (``None``: it reads none).
+
+    Raises:
+        ValueError: the policy reads a checkpoint and there is no such file.
+    """
+    from agents.checkpoint_file import DEFAULT_FILES, default_checkpoint, file_digest
+
+    if policy_kw.get("checkpoint"):
+        path = Path(policy_kw["checkpoint"])
+    elif policy in DEFAULT_FILES:
+        path = default_checkpoint(policy, workload_name)
+    else:
+        return None
+    if not path.is_file():
+        raise ValueError(f"policy {policy!r}: no checkpoint file at {str(path)!r}")
+    return file_digest(path)
 
 
 def run(spec: RunSpec) -> dict[str, Any]:
@@ -154,52 +211,267 @@ def _clean(value: Any) -> Any:
 
 
 # -- the results file --------------------------------------------------------------------------
+class ResultsFileBusyError(ValueError):
+    """Another process holds the results file (two writers would duplicate runs)."""
+
+
+class RunsFailedError(RuntimeError):
+    """Some runs raised; the finished ones were kept. ``details`` holds their tracebacks."""
+
+    def __init__(self, message: str, details: list[str]) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def _record_problem(value: Any) -> str | None:
+    """Why a parsed line is not a record (``None`` when it is one)."""
+    if not isinstance(value, dict):
+        return f"a JSON {type(value).__name__}, not an object"
+    for name, kind in RECORD_FIELDS.items():
+        if name not in value:
+            return f"no {name!r} field"
+        if isinstance(value[name], bool) or not isinstance(value[name], kind):
+            return f"field {name!r} is {value[name]!r}"
+    missing = [k for k in METRIC_KEYS if k not in value]
+    if missing:
+        return f"no {missing[0]!r} field"
+    return None
+
+
+def _scan(data: bytes) -> tuple[list[tuple[bytes, dict[str, Any]]], list[tuple[bytes, str]]]:
+    """Split the complete lines of a results file into records (first of each key kept)
+    and rejected lines with the reason; a torn last line is left out of both."""
+    records: list[tuple[bytes, dict[str, Any]]] = []
+    rejected: list[tuple[bytes, str]] = []
+    seen: set[str] = set()
+    complete = data[: data.rfind(b"\n") + 1]
+    for raw in complete.splitlines(keepends=True):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            rejected.append((raw, "not JSON"))
+            continue
+        problem = _record_problem(value)
+        if problem is None and value["key"] in seen:
+            problem = f"a second record of run {value['key']}"
+        if problem is not None:
+            rejected.append((raw, problem))
+            continue
+        seen.add(value["key"])
+        records.append((raw, value))
+    return records, rejected
+
+
 def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Records of a JSON-lines file; a torn last line (an interrupted write) is ignored."""
+    """The records of a JSON-lines results file (read only; never modifies it).
+
+    A torn last line (a write cut by a kill) is ignored; a complete line that is not a
+    record (``42``, ``null``, a record missing fields, bad JSON) or repeats a run already
+    read is skipped with a warning. A missing file has no records.
+    """
     path = Path(path)
     if not path.exists():
         return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    if not path.is_file():
+        raise ValueError(f"{path}: not a regular file")
+    records, rejected = _scan(path.read_bytes())
+    if rejected:
+        warnings.warn(f"{path}: skipped {len(rejected)} line(s) that are not records "
+                      f"(first: {rejected[0][1]})", stacklevel=2)
+    return [value for _, value in records]
 
 
-def _repair(path: Path) -> None:
-    """Drop a torn last line so that appended records start on a line of their own."""
-    if not path.exists():
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _fsync_directory(path: Path) -> None:
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory handles
         return
-    text = path.read_text(encoding="utf-8")
-    if text and not text.endswith("\n"):
-        keep = text[: text.rfind("\n") + 1]
-        path.write_text(keep, encoding="utf-8")
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _set_aside(path: Path, rejected: list[tuple[bytes, str]]) -> None:
+    """Append rejected lines to the ``.rejected`` sidecar, each after a reason line."""
+    with _sidecar(path, ".rejected").open("ab") as sidecar:
+        for raw, reason in rejected:
+            note = json.dumps({"rejected_from": path.name, "reason": reason})
+            sidecar.write(note.encode() + b"\n" + raw.rstrip(b"\n") + b"\n")
+        sidecar.flush()
+        os.fsync(sidecar.fileno())
+
+
+def _repair(path: Path) -> dict[str, dict[str, Any]]:
+    """Make ``path`` a file of whole, distinct records and return them by key.
+
+    Never loses a complete record, whenever it is killed: a torn last line is cut off by
+    truncating the file in place (one system call; the complete lines before it are never
+    rewritten), and lines that are not records are copied to the ``.rejected`` sidecar
+    before a cleaned copy is written to a temporary file and renamed over the original
+    (atomic: a kill leaves either the old file or the new one). The caller holds the lock.
+    """
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        _set_aside(path, [(data[keep:], "torn last line (an interrupted write)")])
+        with path.open("r+b") as handle:
+            handle.truncate(keep)
+            handle.flush()
+            os.fsync(handle.fileno())
+        data = data[:keep]
+    records, rejected = _scan(data)
+    if rejected:
+        warnings.warn(f"{path}: set aside {len(rejected)} line(s) that are not records in "
+                      f"{_sidecar(path, '.rejected').name} (first: {rejected[0][1]}); their "
+                      "runs are recomputed", stacklevel=3)
+        _set_aside(path, rejected)
+        cleaned = _sidecar(path, ".repair")
+        with cleaned.open("wb") as handle:
+            handle.writelines(raw for raw, _ in records)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(cleaned, path)
+        _fsync_directory(path)
+    return {value["key"]: value for _, value in records}
+
+
+def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
+    """Raise ``ValueError`` unless ``path`` can be written as a regular file: not a
+    directory or a device, in an existing directory, writable."""
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        if path.is_dir():
+            raise ValueError(f"{what} {str(path)!r} is a directory; give a file path")
+        if not path.is_file():
+            raise ValueError(f"{what} {str(path)!r} is not a regular file (a device, a pipe "
+                             "or a broken link)")
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{what} {str(path)!r} is not writable")
+        return path
+    parent = path.parent
+    if not parent.is_dir():
+        raise ValueError(f"{what} {str(path)!r}: the directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {str(path)!r}: the directory {str(parent)!r} is not writable")
+    return path
+
+
+class _ResultsFile:
+    """A results file held under an exclusive ``fcntl`` lock (on a ``.lock`` sidecar, so
+    that the atomic rename of a repair keeps it) for as long as a sweep writes to it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock: Any = None
+        self.sink: Any = None
+
+    def __enter__(self) -> _ResultsFile:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no advisory locks
+            fcntl = None
+        self._lock = _sidecar(self.path, ".lock").open("a+")
+        if fcntl is not None:
+            try:
+                fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._lock.seek(0)
+                holder = self._lock.read().strip() or "unknown"
+                self._lock.close()
+                raise ResultsFileBusyError(
+                    f"{self.path} is being written by another process (pid {holder}); two "
+                    "writers would duplicate runs: wait for it to finish, or write to "
+                    "another file") from None
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(str(os.getpid()))
+        self._lock.flush()
+        return self
+
+    def open_for_append(self) -> None:
+        self.sink = self.path.open("ab")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.sink.write(json.dumps(record).encode() + b"\n")
+        self.sink.flush()
+        os.fsync(self.sink.fileno())
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.sink is not None:
+            self.sink.close()
+        self._lock.close()  # closing the descriptor releases the lock
 
 
 # -- running many ------------------------------------------------------------------------------
+def _check_seeds(seeds: Iterable[Any]) -> list[int]:
+    checked = []
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seeds must be integers >= 0, got {seed!r}")
+        checked.append(int(seed))
+    return checked
+
+
+def _check_loads(loads: Iterable[Any]) -> list[float]:
+    checked = []
+    for load in loads:
+        if isinstance(load, bool) or not isinstance(load, (int, float, np.integer,
+                                                           np.floating)):
+            raise ValueError(f"loads must be numbers, got {load!r}")
+        if not math.isfinite(float(load)):
+            raise ValueError(f"loads must be finite, got {load!r}")
+        checked.append(float(load))
+    return checked
+
+
 def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[float],
          seeds: Iterable[int], *, horizon: int = 600, warmup: float = 0.2,
          memory: bool = True, nu: float = 5.0, policy_kw: dict[str, Any] | None = None,
          **overrides: Any) -> list[RunSpec]:
-    """The runs of a grid, validated before anything runs."""
-    from agents import POLICIES
+    """The runs of a grid, every argument validated before anything runs.
 
-    if not 0.0 <= warmup < 1.0:
+    Builds the workload at every load and each policy once (a missing or mismatched
+    checkpoint, an unknown policy keyword fail here, not in the middle of a sweep).
+
+    Raises:
+        ValueError: naming the bad argument and what is allowed.
+    """
+    from agents import POLICIES, make_policy
+
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or \
+            not 0.0 <= warmup < 1.0:
         raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
-    if int(horizon) != horizon or horizon < 2:
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 2:
         raise ValueError(f"horizon must be an integer >= 2, got {horizon!r}")
+    if isinstance(nu, bool) or not isinstance(nu, (int, float)) or not math.isfinite(nu) \
+            or nu < 0:
+        raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
+    if not isinstance(memory, (bool, np.bool_)):
+        raise ValueError(f"memory must be True or False, got {memory!r}")
+    if isinstance(policies, str):
+        policies = [policies]
     for name in policies:
         if name not in POLICIES:
             raise ValueError(f"unknown policy {name!r}; choose one of {POLICIES}")
-    loads = [float(x) for x in loads]
-    seeds = [int(s) for s in seeds]
-    if not loads or not seeds:
-        raise ValueError("loads and seeds must not be empty")
+    loads = _check_loads(loads)
+    seeds = _check_seeds(seeds)
+    if not loads or not seeds or not policies:
+        raise ValueError("policies, loads and seeds must not be empty")
+    for key in ("load", "horizon"):
+        if key in overrides:
+            raise ValueError(f"{key} is set by the {key}s/horizon argument of the grid, not "
+                             f"as a workload override (got {key}={overrides[key]!r})")
     from mabp_gym.workloads import is_workload_file
 
     if isinstance(workload, str) and is_workload_file(workload):
@@ -209,49 +481,91 @@ def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[floa
         if overrides:
             raise ValueError("overrides need a workload name, not a Workload object")
         name, obj = workload.name, workload
-        workload.with_load(loads[0])
-    else:
+        base = [workload.with_load(load) for load in loads][0]
+    elif isinstance(workload, str):
+        from mabp_gym.workloads import workload_params
+
         name, obj = workload, None
-        make_workload(workload, **{**overrides, "load": loads[0], "horizon": horizon})
+        base = make_workload(workload, **{**overrides, "load": loads[0], "horizon": horizon})
+        for load in loads[1:]:
+            workload_params(workload)["load"].check("load", load)
+    else:
+        raise ValueError(f"workload must be a workload name, a workload file or a Workload, "
+                         f"got {workload!r}")
+    policy_kw = dict(policy_kw or {})
+    digests = {}
+    for policy in dict.fromkeys(policies):
+        try:
+            make_policy(policy, base, nu=float(nu), memory=bool(memory), **policy_kw)
+        except TypeError as error:
+            raise ValueError(f"policy {policy!r}: {error}") from None
+        digests[policy] = checkpoint_digest_of(policy, policy_kw, name)
+    workload_digest = workload_digest_of(base)
     return [RunSpec(policy=p, workload=name, load=load, seed=seed, horizon=int(horizon),
                     warmup=float(warmup), memory=bool(memory), nu=float(nu),
                     overrides=tuple(sorted(overrides.items())),
-                    policy_kw=tuple(sorted((policy_kw or {}).items())), workload_object=obj)
+                    policy_kw=tuple(sorted(policy_kw.items())), workload_object=obj,
+                    workload_digest=workload_digest, checkpoint_digest=digests[p])
             for p in policies for load in loads for seed in seeds]
 
 
 def execute(specs: Sequence[RunSpec], *, workers: int | None = None, backend: str = "process",
             output: str | os.PathLike | None = None, progress: bool = True,
             address: str | None = None) -> list[dict[str, Any]]:
-    """Run ``specs`` (skipping those already in ``output``) and return their records."""
+    """Run ``specs`` (skipping those already in ``output``) and return their records.
+
+    With ``output``: the file is locked for the whole sweep (a second writer gets
+    :class:`ResultsFileBusyError`), repaired without losing a complete record, and every
+    finished run is appended (and flushed to disk) as it completes.
+
+    Raises:
+        ValueError: a bad argument or output path (before any run starts), or the file is
+            busy.
+        RunsFailedError: some runs raised; pending runs were cancelled, finished runs kept.
+    """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if workers is not None and (int(workers) != workers or workers < 1):
+    if workers is not None and (isinstance(workers, bool) or int(workers) != workers
+                                or workers < 1):
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    done: dict[str, dict[str, Any]] = {}
-    path = Path(output) if output is not None else None
-    if path is not None:
-        _repair(path)
-        done = {r["key"]: r for r in read_records(path) if "key" in r}
+    path = check_output_path(output, "output file") if output is not None else None
     wanted = {spec.key: spec for spec in specs}
+    if path is None:
+        return _execute(wanted, None, {}, workers, backend, progress, address)
+    with _ResultsFile(path) as results:
+        done = _repair(path)
+        results.open_for_append()
+        return _execute(wanted, results, done, workers, backend, progress, address)
+
+
+def _execute(wanted: dict[str, RunSpec], results: _ResultsFile | None,
+             done: dict[str, dict[str, Any]], workers: int | None, backend: str,
+             progress: bool, address: str | None) -> list[dict[str, Any]]:
     todo = [spec for key, spec in wanted.items() if key not in done]
-    sink = path.open("a", encoding="utf-8") if path is not None else None
-
-    def emit(record: dict[str, Any]) -> None:
-        done[record["key"]] = record
-        if sink is not None:
-            sink.write(json.dumps(record) + "\n")
-            sink.flush()
-
+    failures: list[tuple[RunSpec, str]] = []
     bar = _progress(len(todo), progress)
     try:
-        for record in _dispatch(todo, backend, workers, address):
-            emit(record)
+        for spec, record, error in _dispatch(todo, backend, workers, address):
+            if error is not None:
+                failures.append((spec, error))
+                continue
+            done[record["key"]] = record
+            if results is not None:
+                results.write(record)
             bar(record)
     finally:
         bar(None)
-        if sink is not None:
-            sink.close()
+    if failures:
+        finished = sum(key in done for key in wanted)
+        spec, error = failures[0]
+        last = error.strip().splitlines()[-1] if error.strip() else "unknown error"
+        where = f" ({finished} finished runs are in {results.path}; rerun to resume)" \
+            if results is not None else ""
+        cancelled = len(wanted) - finished - len(failures)
+        raise RunsFailedError(
+            f"{len(failures)} of {len(wanted)} runs failed, {cancelled} cancelled{where}; "
+            f"first failure: policy {spec.policy}, load {spec.load:g}, seed {spec.seed}: "
+            f"{last}", [error for _, error in failures])
     return [done[key] for key in wanted]
 
 
@@ -272,26 +586,91 @@ def _progress(total: int, enabled: bool) -> Callable[[dict[str, Any] | None], No
     return update
 
 
+def _run_safely(spec: RunSpec) -> tuple[dict[str, Any] | None, str | None]:
+    """``(record, None)``, or ``(None, traceback)`` when the run raised."""
+    try:
+        return run(spec), None
+    except Exception:  # noqa: BLE001 - reported to the parent with its traceback
+        return None, traceback.format_exc()
+
+
+def _watch_parent(parent: int) -> None:
+    """Worker initializer: exit when the parent process is gone (a ``kill -9`` of the
+    sweep must not leave workers computing for nobody)."""
+    import threading
+
+    adopted_by = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.25)
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # pragma: no cover - a reused pid of another user
+                os._exit(1)
+            if os.getppid() != adopted_by:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
 def _dispatch(todo: Sequence[RunSpec], backend: str, workers: int | None,
-              address: str | None) -> Iterable[dict[str, Any]]:
+              address: str | None
+              ) -> Iterable[tuple[RunSpec, dict[str, Any] | None, str | None]]:
+    """Yield ``(spec, record, None)`` or ``(spec, None, traceback)`` as runs finish. After
+    the first failure the runs not yet started are cancelled."""
     if not todo:
         return
     if backend == "serial" or (backend == "process" and (workers == 1 or len(todo) == 1)):
         for spec in todo:
-            yield run(spec)
+            record, error = _run_safely(spec)
+            yield spec, record, error
+            if error is not None:
+                return
     elif backend == "process":
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-            futures = [pool.submit(run, spec) for spec in todo]
-            for future in as_completed(futures):
-                yield future.result()
+        pool = ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(todo)),
+                                   initializer=_watch_parent, initargs=(os.getpid(),))
+        clean = False
+        try:
+            pending = {pool.submit(_run_safely, spec): spec for spec in todo}
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                failed = False
+                for future in finished:
+                    spec = pending.pop(future)
+                    if future.cancelled():
+                        continue
+                    try:
+                        record, error = future.result()
+                    except Exception:  # noqa: BLE001 - a worker died (BrokenProcessPool)
+                        record, error = None, traceback.format_exc()
+                    failed = failed or error is not None
+                    yield spec, record, error
+                if failed:
+                    for future in pending:
+                        future.cancel()
+            clean = True
+        finally:
+            if clean:
+                pool.shutdown(wait=True)
+            else:
+                # Interrupted (Ctrl-C, an exception in the caller): stop the workers now
+                # instead of waiting for every queued run.
+                processes = list(getattr(pool, "_processes", {}).values())
+                pool.shutdown(wait=False, cancel_futures=True)
+                for process in processes:
+                    process.terminate()
     else:
-        yield from _ray(todo, workers, address)
+        for spec, (record, error) in _ray(todo, workers, address):
+            yield spec, record, error
 
 
-def _ray(todo: Sequence[RunSpec], workers: int | None,
-         address: str | None) -> Iterable[dict[str, Any]]:
+def _ray(todo: Sequence[RunSpec], workers: int | None, address: str | None
+         ) -> Iterable[tuple[RunSpec, tuple[dict[str, Any] | None, str | None]]]:
     try:
         import ray
     except ImportError as error:  # pragma: no cover - depends on the optional extra
@@ -303,11 +682,17 @@ def _ray(todo: Sequence[RunSpec], workers: int | None,
             "num_cpus": workers or os.cpu_count() or 1, "include_dashboard": False}
         ray.init(ignore_reinit_error=True, log_to_driver=False, **kwargs)
     try:
-        remote = ray.remote(num_cpus=1)(run)
-        pending = [remote.remote(spec) for spec in todo]
+        remote = ray.remote(num_cpus=1)(_run_safely)
+        pending = {remote.remote(spec): spec for spec in todo}
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(ready[0])
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            spec = pending.pop(ready[0])
+            outcome = ray.get(ready[0])
+            yield spec, outcome
+            if outcome[1] is not None:
+                for ref in pending:
+                    ray.cancel(ref)
+                return
     finally:
         if started_here:
             ray.shutdown()

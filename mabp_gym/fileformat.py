@@ -21,18 +21,25 @@ names everything and references by name:
 - ``costs`` (``eta``, ``migration_cost``, ``theta``, ``omega``), ``memory``
   (``replicas``, ``initial``, ``fixed``) and ``horizon``.
 
-Every problem raises ``ValueError`` naming the path in the file (``links[2].dst``) and what
-is allowed; nothing is built until the whole file has been read and checked.
+Every problem raises ``ValueError`` naming the file and the path in it (``links[2].dst``)
+and what is allowed; nothing is built until the whole file has been read and checked.
+Checking runs in two passes: the shipped JSON Schema (with ``jsonschema``: types, required
+fields, unknown keys, and the documented range of every number), then the meaning: names
+that resolve, probabilities that sum to at most 1, a network that can serve its arrivals
+(``lambda_ref > 0`` when requests arrive) and successor laws under which every request
+can still complete (no probability-1 loop).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from mabp_gym.workload import Action, Commodity, Link, Node, Signature, Workload
+from mabp_gym.workloads import check_number
 
 FORMAT = "mabp-gym.workload"
 VERSION = 1
@@ -49,6 +56,86 @@ _ACTION = {"node", "commodity", "signature", "work_hit", "work_miss", "loss_hit"
 _ARRIVALS = {"mix", "load", "rate"}
 _COSTS = {"eta", "migration_cost", "theta", "omega"}
 _MEMORY = {"replicas", "initial", "fixed"}
+MAX_DEPTH = 16  # the format nests 6 levels deep; deeper input is refused before parsing it
+
+
+@lru_cache(maxsize=1)
+def _schema_validator() -> Any:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _json_path(parts: Any) -> str:
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _schema_problem(error: Any) -> tuple[str, str]:
+    """``(path, message)`` of a ``jsonschema`` error, worded like the semantic checks."""
+    path = _json_path(error.absolute_path)
+    kind, bound, value = error.validator, error.validator_value, error.instance
+    join = (lambda key: f"{path}.{key}" if path else key)  # noqa: E731
+    if kind == "additionalProperties" and isinstance(value, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(value) - set(allowed), key=str)
+        return join(unknown[0]), f"unknown key; allowed: {allowed}"
+    if kind == "required" and isinstance(value, dict):
+        missing = [k for k in bound if k not in value]
+        return join(missing[0]), "missing required field"
+    messages = {
+        "minimum": lambda: f"must be >= {bound:g}, got {value!r}",
+        "maximum": lambda: f"must be <= {bound:g} (the documented range), got {value!r}",
+        "exclusiveMinimum": lambda: f"must be > {bound:g}, got {value!r}",
+        "enum": lambda: f"must be one of {bound}, got {value!r}",
+        "const": lambda: f"must be {bound!r}, got {value!r}",
+        "type": lambda: f"must be of type {bound}, got {value!r}",
+        "minLength": lambda: f"must be a non-empty string, got {value!r}",
+        "minItems": lambda: f"must have at least {bound} item(s)",
+        "maxItems": lambda: f"must have at most {bound} items (the documented range)",
+    }
+    if kind in messages:
+        return path, messages[kind]()
+    if kind in ("oneOf", "not", "anyOf") and isinstance(error.schema, dict) \
+            and "description" in error.schema:
+        return path, error.schema["description"]
+    return path, error.message
+
+
+def _depth_problem(data: Any) -> str | None:
+    """The path of a container nested deeper than :data:`MAX_DEPTH` (iteratively: a
+    recursive walk of hostile input would itself overflow the stack)."""
+    stack: list[tuple[Any, list[Any]]] = [(data, [])]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, (dict, list)):
+            if len(path) >= MAX_DEPTH:
+                return _json_path(path) or "(top)"
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((child, [*path, key]) for key, child in items)
+    return None
+
+
+def validate_schema(data: Any, source: str = "") -> None:
+    """Check ``data`` against the shipped JSON Schema; raise ``ValueError`` naming the
+    path of the first problem."""
+    prefix = f"{source}: " if source else ""
+    deep = _depth_problem(data)
+    if deep is not None:
+        raise ValueError(f"{prefix}{deep}: nested more than {MAX_DEPTH} levels deep; the "
+                         "format nests at most 6")
+    import jsonschema
+
+    errors = list(_schema_validator().iter_errors(data))
+    if errors:
+        error = jsonschema.exceptions.best_match(errors)
+        path, message = _schema_problem(error)
+        raise ValueError(f"{prefix}{path or '(top)'}: {message}")
 
 
 class _Reader:
@@ -79,16 +166,12 @@ class _Reader:
         return value
 
     def number(self, value: Any, path: str, *, low: float | None = None,
-               integer: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(path, f"must be a number, got {value!r}")
-        if not math.isfinite(value):
-            self.fail(path, f"must be finite, got {value!r}")
-        if integer and int(value) != value:
-            self.fail(path, f"must be an integer, got {value!r}")
-        if low is not None and value < low:
-            self.fail(path, f"must be >= {low:g}, got {value!r}")
-        return int(value) if integer else float(value)
+               high: float | None = None, integer: bool = False) -> float:
+        try:
+            return check_number(value, path, low=low, high=high, integer=integer)
+        except ValueError as error:
+            prefix = f"{self.source}: " if self.source else ""
+            raise ValueError(f"{prefix}{error}") from None
 
     def name(self, value: Any, path: str, known: dict[str, int], what: str) -> int:
         if value not in known:
@@ -117,11 +200,19 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
     if unknown:
         raise ValueError(f"a workload file accepts the overrides load and horizon only, got "
                          f"{unknown}")
+    validate_schema(data, source)
     top = r.mapping(data, "", _TOP, {"nodes", "commodities", "actions", "arrivals"})
     if top.get("format", FORMAT) != FORMAT:
         r.fail("format", f"must be {FORMAT!r}, got {top['format']!r}")
-    if top.get("version", VERSION) != VERSION:
-        r.fail("version", f"must be {VERSION}, got {top['version']!r}")
+    version = top.get("version", VERSION)
+    if type(version) is not int or version != VERSION:  # True == 1 in Python
+        r.fail("version", f"must be {VERSION}, got {version!r}")
+    name = top.get("name", Path(source).stem if source else "file")
+    if not isinstance(name, str) or not name:
+        r.fail("name", f"must be a non-empty string, got {name!r}")
+    fixed = r.mapping(top.get("memory", {}), "memory", _MEMORY, set()).get("fixed", False)
+    if not isinstance(fixed, bool):
+        r.fail("memory.fixed", f"must be true or false, got {fixed!r}")
 
     raw_nodes = r.items(top["nodes"], "nodes")
     raw_commodities = r.items(top["commodities"], "commodities")
@@ -225,7 +316,7 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         links.append(Link(r.name(raw["src"], f"{path}.src", node_id, "node"),
                           r.name(raw["dst"], f"{path}.dst", node_id, "node"),
                           r.number(raw["capacity"], f"{path}.capacity", low=0, integer=True),
-                          r.number(raw.get("cost", 0.0), f"{path}.cost"),
+                          r.number(raw.get("cost", 0.0), f"{path}.cost", low=0.0),
                           r.number(raw.get("bandwidth", 0.0), f"{path}.bandwidth", low=0.0)))
 
     arrivals = r.mapping(top["arrivals"], "arrivals", _ARRIVALS, {"mix"})
@@ -254,19 +345,19 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         initial.append(tuple(placed))
 
     spec = dict(
-        name=str(top.get("name", Path(source).stem if source else "file")),
+        name=name,
         nodes=tuple(nodes), links=tuple(links), commodities=tuple(commodities),
         signatures=tuple(signatures), actions=tuple(actions), arrival_mix=tuple(mix),
         transit=tuple(transit), initial_memory=tuple(initial),
         replicas=r.number(memory.get("replicas", 1), "memory.replicas", low=1, integer=True),
-        fixed_memory=bool(memory.get("fixed", False)),
+        fixed_memory=fixed,
         eta=r.number(costs.get("eta", 1.0), "costs.eta", low=0.0),
         migration_cost=r.number(costs.get("migration_cost", 0.0), "costs.migration_cost",
                                 low=0.0),
         theta=r.number(costs.get("theta", 0.0), "costs.theta", low=0.0),
         omega=r.number(costs.get("omega", 0.0), "costs.omega", low=0.0),
         horizon=r.number(overrides.get("horizon", top.get("horizon", 600)), "horizon", low=1,
-                         integer=True),
+                         high=10_000_000, integer=True),
     )
     try:
         workload = Workload(**spec, load=0.0)
@@ -274,14 +365,54 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         prefix = f"{source}: " if source else ""
         raise ValueError(f"{prefix}{error}") from None
     if "load" in overrides:
-        load = r.number(overrides["load"], "load", low=0.0)
+        load, where = r.number(overrides["load"], "load", low=0.0, high=10.0), "load"
     elif "load" in arrivals:
-        load = r.number(arrivals["load"], "arrivals.load", low=0.0)
+        load, where = r.number(arrivals["load"], "arrivals.load", low=0.0), "arrivals.load"
     else:
-        rate = r.number(arrivals["rate"], "arrivals.rate", low=0.0)
+        rate, where = r.number(arrivals["rate"], "arrivals.rate", low=0.0), "arrivals.rate"
         assert workload.lambda_ref is not None
-        load = rate / workload.lambda_ref if workload.lambda_ref > 0 else 0.0
+        load = rate / workload.lambda_ref if workload.lambda_ref > 0 else rate
+    assert workload.lambda_ref is not None
+    _check_completion(r, workload)
+    if not math.isfinite(workload.lambda_ref):
+        r.fail("nodes", "the network's all-hit capacity is unbounded (work 0 everywhere "
+               "a request goes): give some action work > 0")
+    if load > 0 and workload.lambda_ref <= 0:
+        r.fail(where, f"requests arrive (load {load:g}) but the network's all-hit capacity "
+               "lambda_ref is 0: no arrival pair can reach a node that serves it with "
+               "compute and links to spare (total capacity 0)")
     return workload.with_load(load)
+
+
+def _check_completion(r: _Reader, workload: Workload) -> None:
+    """Refuse successor laws under which a request can never leave: a commodity reachable
+    from the arrivals from which no sequence of services (hit or miss) reaches an exit."""
+    n = len(workload.commodities)
+    successors: list[set[int]] = [set() for _ in range(n)]
+    exits = [False] * n
+    for action in workload.actions:
+        for law in (action.successors_hit, action.successors_miss):
+            successors[action.commodity].update(c for c, p in law if p > 0)
+            if sum(p for _, p in law) < 1.0 - 1e-9:
+                exits[action.commodity] = True
+    can_finish = list(exits)
+    changed = True
+    while changed:  # fixed point: c can finish if it exits or leads to one that can
+        changed = False
+        for c in range(n):
+            if not can_finish[c] and any(can_finish[d] for d in successors[c]):
+                can_finish[c] = changed = True
+    reachable, frontier = set(), [c for _, c, share in workload.arrival_mix if share > 0]
+    while frontier:
+        c = frontier.pop()
+        if c not in reachable:
+            reachable.add(c)
+            frontier.extend(successors[c])
+    for c in sorted(reachable):
+        if not can_finish[c]:
+            r.fail(f"commodities[{c}]", f"a request at {workload.commodities[c].name!r} can "
+                   "never complete: every action serving it, hit or miss, passes it on with "
+                   "probability 1 into commodities that never exit (a probability-1 loop)")
 
 
 def workload_to_dict(workload: Workload) -> dict[str, Any]:
@@ -328,7 +459,11 @@ def load_workload(path: str | Path, **overrides: Any) -> Workload:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no workload file at {str(path)!r}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start}: "
+                         f"{error.reason})") from None
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
@@ -339,11 +474,15 @@ def load_workload(path: str | Path, **overrides: Any) -> Workload:
             data = yaml.safe_load(text)
         except yaml.YAMLError as error:
             raise ValueError(f"{path}: not valid YAML: {error}") from None
+        except RecursionError:
+            raise ValueError(f"{path}: nested too deeply to be a workload file") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}: not valid JSON: {error}") from None
+        except RecursionError:
+            raise ValueError(f"{path}: nested too deeply to be a workload file") from None
     return workload_from_dict(data, source=str(path), **overrides)
 
 

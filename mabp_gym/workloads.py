@@ -19,6 +19,31 @@ from mabp_gym.workload import Action, Commodity, Link, Node, Signature, Workload
 Law = dict[int, float]  # successor commodity -> nominal probability (the rest exits)
 
 
+def check_number(value: Any, name: str, *, low: float | None = None,
+                 high: float | None = None, low_open: bool = False,
+                 integer: bool = False) -> Any:
+    """The one validator of a number given by a user (a builder parameter, a workload-file
+    field, an env argument): a real number (Python or numpy; not a bool, a string, a
+    complex or an array), finite, an integer when asked, within ``[low, high]``
+    (``(low, high]`` with ``low_open``). Returns it as ``int`` or ``float``.
+
+    Raises:
+        ValueError: ``"{name}: must be ..., got {value!r}"``.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name}: must be a number, got {value!r}")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{name}: must be finite, got {value!r}")
+    if integer and int(value) != value:
+        raise ValueError(f"{name}: must be an integer, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ValueError(f"{name}: must be {'>' if low_open else '>='} {low:g}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name}: must be <= {high:g}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
 @dataclass(frozen=True)
 class Param:
     """A builder parameter: default, allowed range and meaning."""
@@ -34,19 +59,15 @@ class Param:
     def check(self, name: str, value: Any) -> Any:
         if value is None and self.optional:
             return None
-        allowed = self.describe()
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
-        if not math.isfinite(float(value)):
-            raise ValueError(f"{name} must be finite {allowed}, got {value!r}")
-        if self.integer and int(value) != value:
-            raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
-        low = self.low
-        too_low = low is not None and (value <= low if self.low_open else value < low)
-        too_high = self.high is not None and value > self.high
-        if too_low or too_high:
-            raise ValueError(f"{name} must be {allowed}, got {value!r}")
-        return int(value) if self.integer else float(value)
+        try:
+            return check_number(value, name, low=self.low, high=self.high,
+                                low_open=self.low_open, integer=self.integer)
+        except ValueError as error:
+            # Same check, worded with the parameter's whole allowed range.
+            what = next((w for w in ("a number", "finite", "an integer")
+                         if f"must be {w}" in str(error)), "")
+            raise ValueError(f"{name} must be {what + ' ' if what else ''}{self.describe()}, "
+                             f"got {value!r}") from None
 
     def describe(self) -> str:
         left = "(" if self.low_open else "["

@@ -58,7 +58,7 @@ def test_cli__table_writes_markdown_and_csv_in_table_i_layout(tmp_path):
                  "--no-progress")
     assert result.returncode == 0, result.stderr
     lines = md.read_text().splitlines()
-    assert lines[0].startswith("| Policy | Stable load | Penalty | P95 delay | Hit ratio")
+    assert lines[0].startswith("| Policy | Stable load | Paper load | Penalty | P95 delay |")
     assert len(lines) == 4 and lines[2].startswith("| bp |")
     rows = list(csv.reader(table_csv.open()))
     assert rows[0][0] == "Policy" and [r[0] for r in rows[1:]] == ["bp", "mabp"]

@@ -114,7 +114,9 @@ def test_multihop__backpressure_stable_below_lp_capacity_unstable_above():
     # 0.2 x 12 = 2.4 units/slot, must show as a slope above 1 in every seed.
     below = mabp_gym.evaluate("bp", str(MULTIHOP), loads=[0.7], seeds=[0, 1], horizon=2000,
                               warmup=0.5, workers=2)
-    assert all(r["slope"] < 0.035 and r["completion_ratio"] > 0.98 for r in below), below
+    # The completion ratio counts requests born in the 1000-slot window; those born in its
+    # last ~50 slots (about the mean delay) are still in flight at the end.
+    assert all(r["slope"] < 0.035 and r["completion_ratio"] > 0.93 for r in below), below
     above = mabp_gym.evaluate("bp", str(MULTIHOP), loads=[1.2], seeds=[0, 1], horizon=1000,
                               warmup=0.5, workers=2)
     assert all(r["slope"] > 1.0 for r in above), [r["slope"] for r in above]

@@ -44,7 +44,9 @@ def test_metrics__summary_uses_only_the_window_after_warmup():
     summary = summarize(trace, warmup=0.2)
     assert summary["mean_backlog"] == 10 and summary["slope"] == pytest.approx(0.0)
     assert summary["stable"] is True
-    assert summary["completion_ratio"] == pytest.approx(15 / 16)
+    # Only requests born in the window (slot >= 2) count: slot 3 finishes one born in 2,
+    # slots 4-8 two each; slot 2's and slot 9's completions were born before the window.
+    assert summary["completion_ratio"] == pytest.approx(11 / 16)
     assert summary["hit_ratio"] == pytest.approx(16 / 24)
     assert summary["churn"] == pytest.approx(8 / 24)
     assert summary["penalty"] == pytest.approx(8 * 1.75 / 15)

@@ -22,7 +22,13 @@ import numpy as np
 import torch
 
 from agents import make_policy
-from agents.gnn import GNNScheduler, observation_dims, resolve_device, save_checkpoint
+from agents.gnn import (
+    GNNScheduler,
+    load_checkpoint,
+    observation_dims,
+    resolve_device,
+    save_checkpoint,
+)
 from mabp_gym.cli import OneLineParser
 from mabp_gym.env import ObservationEncoder
 from mabp_gym.pyg import to_pyg
@@ -181,9 +187,9 @@ def train(args: GNNArgs) -> dict[str, Any]:
             ppo_zip = resume
             start_epoch = args.imitation_epochs
         else:
-            payload = torch.load(resume, map_location=device, weights_only=False)
-            model.load_state_dict(payload["state_dict"])
-            start_epoch = int(payload.get("epoch", args.imitation_epochs))
+            resumed, info = load_checkpoint(resume, workload, device)
+            model.load_state_dict(resumed.state_dict())
+            start_epoch = int(info.get("epoch", args.imitation_epochs))
 
     def save_imitation(epoch: int) -> None:
         save_checkpoint(imitation_path, model.cpu(), workload, epoch=epoch, phase="imitation",
@@ -210,9 +216,12 @@ def train(args: GNNArgs) -> dict[str, Any]:
     scores = {name: quick_stable_load(path, args, args.select_loads)
               for name, path in candidates.items()}
     chosen = max(scores, key=lambda name: scores[name])
-    chosen_model = torch.load(candidates[chosen], map_location="cpu", weights_only=False)
-    torch.save({**chosen_model, "selected": chosen, "selection": scores,
-                "ppo_steps": ppo_steps_done, "command": command}, final_path)
+    chosen_model, chosen_info = load_checkpoint(candidates[chosen], workload)
+    notes = {k: v for k, v in chosen_info.items()
+             if k not in ("dims", "hidden", "layers", "workload", "shape", "workload_identity")}
+    save_checkpoint(final_path, chosen_model, workload, **{
+        **notes, "selected": chosen, "selection": scores, "ppo_steps": ppo_steps_done,
+        "command": command})
 
     from mabp_gym import evaluate, stable_load
 
@@ -260,7 +269,8 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
     # tensorboard is a dependency of the package; SB3 writes the PPO curves there.
     tensorboard = str(out / "tensorboard")
     if resume is not None:
-        agent = PPO.load(resume, env=envs, device=device)
+        agent = PPO.load(resume, env=envs, device=device,
+                         custom_objects=_ppo_archive_objects(resume, envs, args))
     else:
         agent = PPO(GNNActorCriticPolicy, envs, learning_rate=args.ppo_learning_rate,
                     n_steps=args.ppo_rollout,
@@ -280,13 +290,75 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
     return ppo_path, int(agent.num_timesteps)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def _ppo_archive_objects(path: Path, envs: Any, args: GNNArgs) -> dict[str, Any]:
+    """Replacements for every cloudpickled field of a Stable-Baselines3 archive, so that
+    ``PPO.load`` unpickles none of them (cloudpickle can run code); an archive with a
+    pickled field PPO does not write is refused. The episode state (last observation,
+    episode statistics) is dropped: training resumes from a reset of the fresh envs."""
+    import zipfile
+
+    from agents.gnn_sb3 import GNNActorCriticPolicy
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{path}: not a Stable-Baselines3 archive ({error})") from None
+    replacements = {
+        "policy_class": GNNActorCriticPolicy, "observation_space": envs.observation_space,
+        "action_space": envs.action_space, "rollout_buffer_class": None,
+        "clip_range": 0.2, "lr_schedule": lambda _: args.ppo_learning_rate,
+        "_last_obs": None, "_last_episode_starts": None, "_last_original_obs": None,
+        "ep_info_buffer": None, "ep_success_buffer": None}
+    pickled = sorted(key for key, value in data.items()
+                     if isinstance(value, dict) and ":serialized:" in value)
+    unknown = [key for key in pickled if key not in replacements]
+    if unknown:
+        raise ValueError(f"{path}: refused: pickled fields {unknown} that PPO does not write")
+    return {key: replacements[key] for key in pickled}
+
+
+def validate(args: GNNArgs) -> None:
+    """Raise ``ValueError`` naming the first bad argument, before any work starts."""
+    from agents import POLICIES
+
+    make_workload(args.workload)
+    resolve_device(args.device)
+    if args.teacher not in POLICIES:
+        raise ValueError(f"--teacher must be one of {POLICIES}, got {args.teacher!r}")
+    for name in ("imitation_slots", "imitation_epochs", "batch_size", "hidden", "layers",
+                 "ppo_envs", "ppo_rollout", "checkpoint_every", "eval_seeds", "threads"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
+                             f"{getattr(args, name)}")
+    if args.ppo_steps < 0:
+        raise ValueError(f"--ppo-steps must be >= 0, got {args.ppo_steps}")
+    for name in ("imitation_loads", "select_loads", "eval_loads"):
+        for load in getattr(args, name):
+            make_workload(args.workload, load=load, horizon=10)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out!r} exists and is not a directory")
+    if args.resume and not Path(args.resume).is_file():
+        raise ValueError(f"--resume: no such file {args.resume!r}")
+
+
+def parse(argv: list[str] | None = None) -> GNNArgs:
+    """The arguments of ``mabp-gym train gnn``, validated."""
     parser = OneLineParser(prog="mabp-gym train gnn", description=__doc__)
     add_dataclass_arguments(parser, GNNArgs)
     args = from_namespace(GNNArgs, parser.parse_args(argv))
-    report = train(args)
-    print(json.dumps({k: v for k, v in report.items() if k != "imitation_losses"}, indent=2))
-    return report
+    validate(args)
+    return args
+
+
+def report(result: dict[str, Any]) -> None:
+    print(json.dumps({k: v for k, v in result.items() if k != "imitation_losses"}, indent=2))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    result = train(parse(argv))
+    report(result)
+    return result
 
 
 if __name__ == "__main__":

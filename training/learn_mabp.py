@@ -80,6 +80,7 @@ def log_units(args: LearnMABPArgs) -> list[tuple[int, int, int, float, float]]:
 
 def train(args: LearnMABPArgs) -> dict[str, Any]:
     started = time.perf_counter()
+    torch.set_num_threads(1)  # small tensors: more threads only contend for the cores
     seed_everything(args.seed)
     device = resolve_device(args.device)
     out = Path(args.out)
@@ -108,14 +109,40 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
     return report
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def validate(args: LearnMABPArgs) -> None:
+    """Raise ``ValueError`` naming the first bad argument, before any work starts."""
+    make_workload(args.workload)
+    resolve_device(args.device)
+    for name in ("explore_slots", "eval_seeds"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
+                             f"{getattr(args, name)}")
+    if not args.explore_noise >= 0:
+        raise ValueError(f"--explore-noise must be >= 0, got {args.explore_noise}")
+    for name in ("explore_loads", "eval_loads"):
+        for load in getattr(args, name):
+            make_workload(args.workload, load=load, horizon=10)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out!r} exists and is not a directory")
+
+
+def parse(argv: list[str] | None = None) -> LearnMABPArgs:
+    """The arguments of ``mabp-gym train learn-mabp``, validated."""
     parser = OneLineParser(prog="mabp-gym train learn-mabp", description=__doc__)
     add_dataclass_arguments(parser, LearnMABPArgs)
     args = from_namespace(LearnMABPArgs, parser.parse_args(argv))
-    torch.set_num_threads(1)
-    report = train(args)
-    print(json.dumps(report, indent=2))
-    return report
+    validate(args)
+    return args
+
+
+def report(result: dict[str, Any]) -> None:
+    print(json.dumps(result, indent=2))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    result = train(parse(argv))
+    report(result)
+    return result
 
 
 if __name__ == "__main__":

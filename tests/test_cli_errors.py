@@ -1,0 +1,94 @@
+"""The command line's errors: user errors on one line with status 2 before any work,
+internal errors with their traceback, a sweep's failures summarized, honest wording."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mabp_gym
+from mabp_gym import cli, evaluation
+
+EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
+
+
+def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("eval", "--set", "load=0.3", "--loads", "0.5"), "--set load=0.3: eval sets the loads"),
+    (("eval", "--workload", EXAMPLE, "--set", "horizon=50"), "--set horizon=50: eval sets it"),
+    (("table", "--set", "load=0.3"), "--set load=0.3: table sets the loads"),
+    (("sweep", "--param", "K", "--values", "1", "--set", "K=2", "--out", "k.jsonl"),
+     "--set K=2: sweep sweeps it"),
+    (("capacity", "--set", "load=0.3"), "capacity does not depend on the load"),
+    (("simulate", "--load", "0.3", "--set", "load=0.4"), "give --load or --set load"),
+    (("simulate", "--workload", EXAMPLE, "--set", "K=3"), "accepts the overrides load and"),
+    (("eval", "--loads", "0.5", "--seeds", "-1"), "seeds must be integers >= 0"),
+    (("eval", "--loads", "0.5", "--out", "."), "--out '.' is a directory"),
+    (("eval", "--loads", "0.5", "--out", "/dev/null"), "not a regular file"),
+    (("eval", "--loads", "0.5", "--out", "missing/r.jsonl"), "does not exist"),
+    (("table", "--loads", "0.5", "--markdown", "missing/t.md"), "--markdown 'missing/t.md'"),
+    (("table", "--loads", "0.5", "--csv", "."), "--csv '.' is a directory"),
+    (("capacity", "--json", "."), "--json '.' is a directory"),
+    (("simulate", "--json", "missing/s.json"), "does not exist"),
+    (("plot", "--results", "r.jsonl", "--out-dir", "r.jsonl"), "exists and is not a directory"),
+    (("train", "gnn", "--workload", "nope"), "unknown workload 'nope'"),
+])
+def test_cli__a_bad_argument_is_one_line_with_status_2_before_any_work(args, message,
+                                                                        tmp_path):
+    (tmp_path / "r.jsonl").write_text("")
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # nothing written
+
+
+def test_cli__train_help_lists_the_learners():
+    result = run("train", "--help")
+    assert result.returncode == 0 and "usage:" in result.stdout
+    assert "gnn" in result.stdout and "learn-mabp" in result.stdout
+
+
+def test_cli__an_internal_error_keeps_its_traceback(monkeypatch):
+    def broken(*args, **kw):
+        raise ValueError("a bug, not a usage error")
+
+    monkeypatch.setattr(cli, "capacity", broken)
+    with pytest.raises(ValueError, match="a bug, not a usage error"):
+        cli.main(["capacity", "--workload", "work_reuse"])
+
+
+def test_cli__failing_runs_exit_1_with_the_traceback_and_a_summary(monkeypatch, capsys,
+                                                                   tmp_path):
+    real = evaluation.run
+
+    def flaky(spec):
+        if spec.seed == 1:
+            raise RuntimeError("run exploded")
+        return real(spec)
+
+    monkeypatch.setattr(evaluation, "run", flaky)
+    out = tmp_path / "r.jsonl"
+    status = cli.main(["eval", "--policy", "bp", "--workload", "work_reuse", "--loads", "0.3",
+                       "--seeds", "0", "1", "--horizon", "30", "--workers", "1",
+                       "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "Traceback" in err and "RuntimeError: run exploded" in err
+    assert "1 of 2 runs failed" in err and f"1 finished runs are in {out}" in err
+    assert [r["seed"] for r in mabp_gym.read_records(out)] == [0]
+
+
+def test_cli__eval_says_none_of_the_tested_loads_when_nothing_is_stable(tmp_path):
+    result = run("eval", "--policy", "sp", "--workload", "work_reuse", "--loads", "4",
+                 "--seeds", "0", "--horizon", "200", "--workers", "1", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "stable load: sp none of the tested loads (lowest 4)" in result.stdout
+    assert "sp 0" not in result.stdout

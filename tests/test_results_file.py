@@ -1,0 +1,312 @@
+"""Results files never lose or duplicate a run: in-place repair, rejected lines set aside,
+run keys that cover everything, one writer at a time, failures that keep finished runs,
+no orphaned workers, and kills at random moments (during repair too)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+import mabp_gym
+from mabp_gym import evaluation, read_records
+from mabp_gym.evaluation import (
+    METRIC_KEYS,
+    ResultsFileBusyError,
+    RunsFailedError,
+    _ResultsFile,
+    evaluate,
+    execute,
+    plan,
+)
+
+GRID = dict(loads=[0.3], seeds=[0, 1], horizon=30, backend="serial")
+
+
+def complete_lines(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    return data[: data.rfind(b"\n") + 1].splitlines(keepends=True)
+
+
+def test_repair__cuts_only_the_torn_tail_in_place(tmp_path):
+    out = tmp_path / "runs.jsonl"
+    evaluate("bp", "work_reuse", output=out, **GRID)
+    before = out.read_bytes()
+    with out.open("ab") as handle:
+        handle.write(b'{"policy": "bp", "lo')  # a write cut by a kill
+    inode = out.stat().st_ino
+    again = evaluate("bp", "work_reuse", output=out, **GRID)
+    assert out.read_bytes() == before and out.stat().st_ino == inode  # truncated, not rewritten
+    assert [r["seed"] for r in again] == [0, 1]
+    assert b'"lo' in (tmp_path / "runs.jsonl.rejected").read_bytes()
+
+
+@pytest.mark.parametrize("line", [b"42", b'"x"', b"null", b'{"key": [1]}', b"[1, 2]",
+                                  b'{"key": "abc", "policy": "bp"}', b"{not json",
+                                  b"\xff\xfe not utf-8"])
+def test_read_records__a_line_that_is_not_a_record_is_set_aside_and_recomputed(line, tmp_path):
+    out = tmp_path / "runs.jsonl"
+    first = evaluate("bp", "work_reuse", output=out, **GRID)
+    lines = complete_lines(out)
+    out.write_bytes(lines[0] + line + b"\n")  # seed 1's record replaced by junk
+    with pytest.warns(UserWarning, match="not records"):
+        assert len(read_records(out)) == 1
+    with pytest.warns(UserWarning, match=r"set aside 1 line\(s\)"):
+        again = evaluate("bp", "work_reuse", output=out, **GRID)
+    assert [r["seed"] for r in again] == [0, 1]
+    assert again[0] == first[0]  # the good record was reused, not recomputed
+    assert line in (tmp_path / "runs.jsonl.rejected").read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the file is clean now: no more warnings
+        assert sorted(r["seed"] for r in read_records(out)) == [0, 1]
+
+
+def test_read_records__a_duplicated_run_counts_once(tmp_path):
+    out = tmp_path / "runs.jsonl"
+    evaluate("bp", "work_reuse", output=out, **GRID)
+    lines = complete_lines(out)
+    out.write_bytes(b"".join(lines + lines))  # what two concurrent writers used to leave
+    with pytest.warns(UserWarning):
+        assert len(read_records(out)) == 2
+    with pytest.warns(UserWarning, match="set aside 2"):
+        evaluate("bp", "work_reuse", output=out, **GRID)
+    assert complete_lines(out) == lines
+
+
+def keys(**changes) -> list[str]:
+    args = {"policies": ["bp"], "workload": "mixed", "loads": [0.5], "seeds": [0],
+            "horizon": 50, **changes}
+    return [spec.key for spec in plan(args.pop("policies"), args.pop("workload"),
+                                      args.pop("loads"), args.pop("seeds"), **args)]
+
+
+def test_run_key__covers_everything_that_determines_the_record(monkeypatch):
+    base = keys()
+    assert keys() == base  # stable
+    assert keys(loads=[0.5000000001]) != base  # no rounding collisions
+    for change in (dict(seeds=[1]), dict(horizon=51), dict(warmup=0.25), dict(nu=4.0),
+                   dict(memory=False), dict(policies=["cost-bp"]), dict(K=5.0),
+                   dict(eps=0.2), dict(workload="rag")):
+        assert keys(**change) != base, change
+    monkeypatch.setattr(mabp_gym, "__version__", "9.9.9")
+    assert keys() != base
+
+
+def test_run_key__a_checkpoint_counts_by_content_not_path(tmp_path):
+    from agents.learn_mabp import PrimitiveEstimate
+
+    wl = mabp_gym.make_workload("mixed")
+    ix = wl.index
+    estimate = PrimitiveEstimate(ix.work.copy(), ix.penalty.copy(),
+                                 ix.successor_law[:, :, :-1].copy(),
+                                 ix.work > -1, ix.work * 0 + 1)
+    path = tmp_path / "lm.pt"
+    estimate.save(path, wl)
+    first = keys(policies=["learn-mabp"], policy_kw={"checkpoint": str(path)})
+    copy = tmp_path / "elsewhere.pt"
+    shutil.copy(path, copy)
+    assert keys(policies=["learn-mabp"], policy_kw={"checkpoint": str(copy)}) == first
+    estimate.work[0, 0] += 1.0  # a retrained checkpoint replaces the old one at one path
+    estimate.save(path, wl)
+    assert keys(policies=["learn-mabp"], policy_kw={"checkpoint": str(path)}) != first
+
+
+def test_results_file__a_second_writer_is_refused_with_a_clear_message(tmp_path):
+    out = tmp_path / "runs.jsonl"
+    with _ResultsFile(out), pytest.raises(ResultsFileBusyError,
+                                          match=rf"is being written by another process "
+                                                rf"\(pid {os.getpid()}\)"):
+        evaluate("bp", "work_reuse", output=out, **GRID)
+    assert not out.exists()  # refused before anything ran
+    # Through the command line: one line, exit status 2, nothing written.
+    with _ResultsFile(out):
+        result = subprocess.run(
+            [sys.executable, "-m", "mabp_gym.cli", "eval", "--policy", "bp", "--workload",
+             "work_reuse", "--loads", "0.3", "--seeds", "0", "--horizon", "30", "--out",
+             str(out), "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "being written by another process" in result.stderr and not out.exists()
+    evaluate("bp", "work_reuse", output=out, **GRID)  # the lock is released afterwards
+    assert len(read_records(out)) == 2
+
+
+@pytest.mark.parametrize("bad", ["dir", "device", "no-parent"])
+def test_execute__output_path_is_checked_before_any_run(bad, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(evaluation, "run", lambda spec: calls.append(spec))
+    output = {"dir": tmp_path, "device": Path(os.devnull),
+              "no-parent": tmp_path / "missing" / "runs.jsonl"}[bad]
+    with pytest.raises(ValueError, match="is a directory|not a regular file|does not exist"):
+        evaluate("bp", "work_reuse", output=output, **GRID)
+    assert calls == []
+
+
+@pytest.mark.parametrize(("seeds", "message"), [([-1], "seeds must be integers >= 0"),
+                                                ([1.5], "seeds must be integers"),
+                                                ([True], "seeds must be integers"),
+                                                ([], "must not be empty")])
+def test_plan__bad_seeds_are_refused(seeds, message):
+    with pytest.raises(ValueError, match=message):
+        plan(["bp"], "work_reuse", [0.3], seeds)
+
+
+def test_plan__a_missing_checkpoint_or_bad_policy_keyword_fails_before_running(tmp_path):
+    with pytest.raises(ValueError, match="no Learn-MABP checkpoint"):
+        plan(["learn-mabp"], "mixed", [0.3], [0], policy_kw={"checkpoint": str(tmp_path / "x")})
+    with pytest.raises(ValueError, match="policy 'bp'.*unexpected keyword"):
+        plan(["bp"], "mixed", [0.3], [0], policy_kw={"frobnicate": 1})
+
+
+def _failing_run(spec):
+    if spec.seed == 1:
+        raise ZeroDivisionError("a bug in one run")
+    return _real_run(spec)
+
+
+_real_run = evaluation.run
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_execute__a_failing_run_keeps_the_finished_ones(workers, tmp_path, monkeypatch):
+    # Workers are forked, so they see the patched module attribute too.
+    monkeypatch.setattr(evaluation, "run", _failing_run)
+    out = tmp_path / "runs.jsonl"
+    specs = plan(["bp"], "work_reuse", [0.3], [0, 1, 2, 3, 4, 5], horizon=30)
+    with pytest.raises(RunsFailedError, match=r"1 of 6 runs failed.*seed 1: ZeroDivisionError"
+                                              r": a bug in one run") as caught:
+        execute(specs, output=out, workers=workers, backend="process", progress=False)
+    assert "Traceback" in caught.value.details[0]
+    kept = read_records(out)
+    assert 1 not in {r["seed"] for r in kept} and 0 in {r["seed"] for r in kept}
+    monkeypatch.setattr(evaluation, "run", _real_run)
+    records = execute(specs, output=out, workers=1, progress=False)  # resume
+    assert [r["seed"] for r in records] == [0, 1, 2, 3, 4, 5]
+    assert len(complete_lines(out)) == 6
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_execute__killing_the_parent_leaves_no_orphaned_workers(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mabp_gym.cli", "eval", "--policy", "mabp", "--loads", "0.5",
+         "--seeds", "0", "1", "2", "3", "--horizon", "100000", "--workers", "2",
+         "--no-progress", "--out", str(tmp_path / "runs.jsonl")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 90
+    workers: list[int] = []
+    while time.time() < deadline and len(workers) < 2:
+        time.sleep(0.2)
+        workers = _children(process.pid)
+    assert len(workers) >= 2, "the pool never started"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.time() + 15
+    while time.time() < deadline and any(map(_alive, workers)):
+        time.sleep(0.1)
+    survivors = [pid for pid in workers if _alive(pid)]
+    for pid in survivors:  # clean up before failing
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == []
+
+
+# -- kills at random moments -------------------------------------------------------------------
+SWEEP = textwrap.dedent("""
+    import sys
+    from mabp_gym.evaluation import evaluate
+    evaluate(["sp", "bp"], "work_reuse", loads=[0.3, 0.6], seeds=range(25), horizon=30,
+             backend="serial", output=sys.argv[1])
+""")
+
+
+def _padding(count: int) -> bytes:
+    """Complete records of other runs, so that reading and repairing the file takes time."""
+    lines = []
+    for k in range(count):
+        record = {"key": f"padding{k:08d}", "policy": "pad", "workload": "pad", "load": 0.5,
+                  "seed": k, "horizon": 1, **{name: 0.0 for name in METRIC_KEYS},
+                  "backlog_trace": list(range(40))}
+        lines.append(json.dumps(record).encode() + b"\n")
+    return b"".join(lines)
+
+
+def _complete_records(path: Path) -> dict[str, bytes]:
+    """Key -> line of every complete, valid record; asserts no key appears twice."""
+    found: dict[str, bytes] = {}
+    for line in complete_lines(path):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("key"), str) and \
+                all(k in value for k in METRIC_KEYS):
+            assert value["key"] not in found, f"run {value['key']} written twice"
+            found[value["key"]] = line
+    return found
+
+
+@pytest.mark.slow
+def test_results_file__kills_at_random_moments_never_lose_or_duplicate_a_record(tmp_path):
+    out = tmp_path / "runs.jsonl"
+    out.write_bytes(_padding(12_000))
+    rng = random.Random(11)
+    seen: dict[str, bytes] = _complete_records(out)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    during_repair = 0
+    for attempt in range(14):
+        # Junk in the middle and a torn tail: the next start must truncate, set aside and
+        # rewrite (temporary file + rename), the moments a kill used to empty the file.
+        with out.open("ab") as handle:
+            handle.write(b"42\n" + b'{"key": "torn", "pol')
+        process = subprocess.Popen([sys.executable, "-c", SWEEP, str(out)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if attempt % 2 == 0:  # kill as soon as the rewrite of the repair has begun
+            repair = out.with_name(out.name + ".repair")
+            deadline = time.time() + 30
+            while time.time() < deadline and not repair.exists() and process.poll() is None:
+                time.sleep(0.0005)
+            during_repair += repair.exists()
+        else:
+            time.sleep(rng.uniform(0.5, 4.0))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        now = _complete_records(out)
+        lost = [key for key in seen if now.get(key) != seen[key]]
+        assert lost == [], f"attempt {attempt}: {len(lost)} complete records lost or altered"
+        seen = now
+    assert during_repair >= 3, "no kill landed inside a repair"
+    subprocess.run([sys.executable, "-c", SWEEP, str(out)], env=env, check=True, timeout=300,
+                   capture_output=True)
+    final = _complete_records(out)
+    assert all(final.get(key) == line for key, line in seen.items())
+    assert sum(not key.startswith("padding") for key in final) == 100
+    assert sum(key.startswith("padding") for key in final) == 12_000
