@@ -104,7 +104,7 @@ def plot_occupation(path: str | Path, workload: str = "mixed",
                color="gray", label="no memory")
     right.set_xlabel("memory budget beta")
     right.set_ylim(0, 1.05)
-    right.set_title("boundary: exact vs relaxation (mu = 2.5: whole units)")
+    right.set_title("boundary: exact LP vs relaxation")
     right.legend(fontsize=7)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
