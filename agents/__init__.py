@@ -12,6 +12,7 @@ from typing import Any
 
 from agents.backpressure import Backpressure, make_bp, make_cost_bp, make_greedycache_bp
 from agents.base import Policy, resolve_workload
+from agents.frame_mabp import FrameMABP
 from agents.mabp import MABP
 from agents.oracle import OracleSur
 from agents.shortest_path import JoinShortestQueue, ShortestPath
@@ -48,6 +49,7 @@ _REGISTRY: dict[str, Callable[..., Policy]] = {
     "mabp-no-reuse": _mabp(reuse=False),
     "mabp-no-retention": _mabp(retention=False),
     "oracle-sur": OracleSur,
+    "frame-mabp": FrameMABP,
     "gnn": _gnn,
     "learn-mabp": _learn_mabp,
 }
@@ -67,5 +69,5 @@ def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Policy:
     return policy
 
 
-__all__ = ["MABP", "POLICIES", "Backpressure", "JoinShortestQueue", "OracleSur", "Policy",
-           "ShortestPath", "make_policy"]
+__all__ = ["MABP", "POLICIES", "Backpressure", "FrameMABP", "JoinShortestQueue", "OracleSur",
+           "Policy", "ShortestPath", "make_policy"]

@@ -11,7 +11,9 @@
 ``reference="full"`` evaluates every memory-assisted action as a hit (the all-hit system;
 its value is ``lambda_ref``, the normalizer of ``load``); ``"nomem"`` evaluates every action
 as a miss (the paper's ``Lambda_no-mem``). Both use the realized successor laws (with
-transition noise), the laws the simulator samples.
+transition noise), the laws the simulator samples. ``"occ"`` is the per-node relaxation of
+the occupation-measure bound (paper Thm. 1, SPEC 9.1; :mod:`mabp_gym.occupation`), which
+lies between the two.
 """
 
 from __future__ import annotations
@@ -24,22 +26,27 @@ from scipy.optimize import linprog
 if TYPE_CHECKING:
     from mabp_gym.workload import Workload
 
-REFERENCES = ("full", "nomem")
+REFERENCES = ("full", "nomem", "occ")
 
 
-def capacity(workload: Workload, reference: Literal["full", "nomem"] = "full") -> float:
+def capacity(workload: Workload, reference: Literal["full", "nomem", "occ"] = "full") -> float:
     """Fluid capacity in requests per slot (``inf`` if no resource binds).
 
     Args:
         workload: the network.
-        reference: ``"full"`` (every memory-assisted action a hit) or ``"nomem"``
-            (every action a miss).
+        reference: ``"full"`` (every memory-assisted action a hit), ``"nomem"``
+            (every action a miss) or ``"occ"`` (the occupation-measure relaxation, see
+            :func:`mabp_gym.occupation.occupation_bound`).
 
     Returns:
         The largest total arrival rate the fluid network carries with the workload's mix.
     """
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    if reference == "occ":
+        from mabp_gym.occupation import occupation_bound
+
+        return occupation_bound(workload, exact=False)
     ix = workload.index
     hit = 1 if reference == "full" else 0
     has_memory = ix.action_signature >= 0

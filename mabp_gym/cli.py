@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mabp_gym.capacity import capacity
+from mabp_gym.capacity import REFERENCES, capacity
 from mabp_gym.workloads import WORKLOADS, make_workload
 
 TABLE_POLICIES = ("sp", "jsq", "bp", "cost-bp", "greedycache-bp", "mabp", "oracle-sur",
@@ -214,12 +214,20 @@ def _build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out-dir", required=True, help="directory for the PNG files")
     plot.add_argument("--policy", default="mabp", help="policy of the trace and heat map")
 
-    cap = commands.add_parser("capacity", help="no-memory and all-hit fluid capacities")
+    cap = commands.add_parser("capacity", help="no-memory, all-hit and occupation capacities")
     cap.add_argument("--workload", default="mixed", type=_workload_name,
                      help="built-in workload or a workload file (default: mixed)")
     cap.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="NAME=VALUE", help="workload parameter override (repeatable)")
     cap.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    cap.add_argument("--reference", nargs="+", choices=REFERENCES, default=["nomem", "full"],
+                     help="capacities to report: nomem, full, occ (the occupation-measure "
+                          "relaxation of paper Thm. 1); default nomem full")
+    cap.add_argument("--exact", action="store_true",
+                     help="with occ: also the exact occupation LP (tiny workloads only)")
+    cap.add_argument("--figure", metavar="PNG",
+                     help="also draw Fig. 2b (occ / full against beta and skew) for the "
+                          "workload's family (mixed, rag, moe, agentic)")
 
     train = commands.add_parser(
         "train", help="train a learned scheduler (gnn, learn-mabp)",
@@ -521,9 +529,28 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
         _writable(args.json, "--json")
         wl = make_workload(args.workload, **overrides)
     nomem, full = capacity(wl, "nomem"), capacity(wl, "full")
-    result = {"workload": wl.name, "nomem": nomem, "full": full, "ratio": nomem / full}
+    result: dict[str, Any] = {"workload": wl.name, "nomem": nomem, "full": full,
+                              "ratio": nomem / full}
     print(f"{wl.name}: no-memory capacity {nomem:.4f}, all-hit capacity (lambda_ref) "
           f"{full:.4f} requests/slot; ratio {nomem / full:.3f}")
+    if "occ" in args.reference or args.exact:
+        from mabp_gym.occupation import occupation_bound
+
+        result["occ"] = capacity(wl, "occ")
+        print(f"{wl.name}: occupation bound (relaxation, SPEC 9.1) {result['occ']:.4f} "
+              f"requests/slot; occ / full {result['occ'] / full:.3f}")
+        if args.exact:
+            result["occ_exact"] = occupation_bound(wl, exact=True)
+            print(f"{wl.name}: occupation bound (exact LP, paper (6)-(9)) "
+                  f"{result['occ_exact']:.4f} requests/slot")
+    if args.figure:
+        from mabp_gym.plots_occupation import plot_occupation
+
+        if wl.name not in ("mixed", "rag", "moe", "agentic"):
+            raise ValueError(f"--figure sweeps beta and skew of mixed, rag, moe or agentic, "
+                             f"got {wl.name!r}")
+        plot_occupation(args.figure, wl.name)
+        print(f"wrote {args.figure}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
