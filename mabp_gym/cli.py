@@ -540,15 +540,18 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{wl.name}: occupation bound (relaxation, SPEC 9.1) {result['occ']:.4f} "
               f"requests/slot; occ / full {result['occ'] / full:.3f}")
         if args.exact:
-            result["occ_exact"] = occupation_bound(wl, exact=True)
+            with user_input():  # too large for the enumeration: the user's choice of workload
+                result["occ_exact"] = occupation_bound(wl, exact=True)
             print(f"{wl.name}: occupation bound (exact LP, paper (6)-(9)) "
                   f"{result['occ_exact']:.4f} requests/slot")
     if args.figure:
         from mabp_gym.plots_occupation import plot_occupation
 
-        if wl.name not in ("mixed", "rag", "moe", "agentic"):
-            raise ValueError(f"--figure sweeps beta and skew of mixed, rag, moe or agentic, "
-                             f"got {wl.name!r}")
+        with user_input():
+            _writable(args.figure, "--figure")
+            if wl.name not in ("mixed", "rag", "moe", "agentic"):
+                raise ValueError(f"--figure sweeps beta and skew of mixed, rag, moe or "
+                                 f"agentic, got {wl.name!r}")
         plot_occupation(args.figure, wl.name)
         print(f"wrote {args.figure}")
     if args.json:
