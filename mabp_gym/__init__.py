@@ -2,7 +2,8 @@
 
 The simulator core (workloads, state, controls, the one-slot transition, the shared
 projection and the capacity LPs) imports only numpy and scipy. Importing the package
-registers the Gymnasium ids; ``to_pyg`` loads torch and PyG on first use.
+registers the Gymnasium ids; ``to_pyg`` loads torch and PyG on first use, and
+``parallel_env`` (the decentralized PettingZoo view) loads PettingZoo on first use.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def __getattr__(name: str) -> Any:
         from mabp_gym.pyg import to_pyg
 
         return to_pyg
+    if name == "parallel_env":  # PettingZoo loads only when the decentralized view is asked for
+        from mabp_gym.parallel import parallel_env
+
+        return parallel_env
     raise AttributeError(f"module 'mabp_gym' has no attribute {name!r}")
 
 __all__ = [
@@ -74,6 +79,7 @@ __all__ = [
     "check_control",
     "evaluate",
     "make_workload",
+    "parallel_env",
     "project",
     "read_records",
     "stable_load",
