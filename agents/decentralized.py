@@ -33,6 +33,7 @@ import numpy as np
 from mabp_gym.workload import Workload
 
 LOCAL_POLICIES = ("mabp", "bp", "cost-bp")
+"""Score rules with a local version (:func:`make_local_policy`)."""
 
 
 class _NodeRule:
@@ -67,6 +68,16 @@ class _NodeRule:
         self.members = members
         self.assisted = self.signatures >= 0
         self.demand = np.zeros(acts.size)
+        # Constants of the per-slot arithmetic, computed once (the same floats MABP
+        # recomputes every slot).
+        self.nu_penalty = self.nu * self.penalty
+        self.rows = np.zeros(acts.size, dtype=np.int64)
+        self.w_miss, self.w_hit = np.maximum(self.work, 1e-9)
+        self.cap_hit = self.mu / self.w_hit
+        self.cap_miss = self.mu / self.w_miss
+        self.saved_penalty = self.nu * (self.penalty[0] - self.penalty[1])
+        self.saved_work = self.w_miss - self.w_hit
+        self.signature_slot = np.where(self.assisted, self.signatures, -1)
 
     def reset(self) -> None:
         self.demand[:] = 0.0
@@ -74,27 +85,25 @@ class _NodeRule:
     def weights(self, queues: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(W under miss and hit (2, A_n), own backlog (A_n,))`` from the node's queues."""
         own = queues[self.commodities]
-        weight = np.broadcast_to(own, (2, own.size)) - self.nu * self.penalty
+        weight = own - self.nu_penalty
         if self.transition:
-            rows = np.broadcast_to(queues, (own.size, queues.size)).copy()
-            weight = weight - np.einsum("hac,ac->ha", self.law, rows)
+            weight = weight - np.einsum("hac,ac->ha", self.law, queues[None, :][self.rows])
         return weight, own
 
     def hits(self, memory: np.ndarray) -> np.ndarray:
         """Hit bit of each action from the node's residency ``(S,)``."""
-        held = np.append(memory, 0.0)[np.where(self.assisted, self.signatures, -1)]
+        held = np.append(memory, 0.0)[self.signature_slot]
         return (held > 0).astype(np.int64)
 
     def values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray) -> np.ndarray:
         """Marginal value of each of the node's retain candidates, ``(K_n,)``; advances the
         demand average one slot (as MABP's ``_object_values``)."""
-        w_miss, w_hit = np.maximum(self.work, 1e-9)
         positive = np.maximum(weight, 0.0)
-        frozen = np.maximum(np.minimum(own, self.mu / w_hit) * positive[1]
-                            - np.minimum(own, self.mu / w_miss) * positive[0], 0.0)
+        servable = np.minimum(own, self.cap_hit)
+        frozen = np.maximum(servable * positive[1]
+                            - np.minimum(own, self.cap_miss) * positive[0], 0.0)
         price = max(1.0, float(ratio.max(initial=-np.inf)))
-        saved = self.nu * (self.penalty[0] - self.penalty[1]) + (w_miss - w_hit) * price
-        servable = np.minimum(own, self.mu / w_hit)
+        saved = self.saved_penalty + self.saved_work * price
         rate = 1.0 / self.horizon
         self.demand = (1 - rate) * self.demand + rate * servable
         future = self.horizon * self.demand * np.maximum(saved, 0.0)
@@ -300,3 +309,33 @@ def make_local_policy(name: str, env: Any, agent: str, **kw: Any) -> LocalPolicy
 def local_policies(name: str, env: Any, **kw: Any) -> dict[str, LocalPolicy]:
     """One local rule ``name`` per agent of ``env``."""
     return {agent: make_local_policy(name, env, agent, **kw) for agent in env.possible_agents}
+
+
+def run_decentralized(name: str, workload: str | Workload, *, load: float, seed: int,
+                      staleness: Any = 0, horizon: int = 600, warmup: float = 0.2,
+                      **env_kw: Any) -> dict[str, Any]:
+    """One episode of local rule ``name`` on every agent; a record of the SPEC 5 metrics.
+
+    The record has the fields :func:`mabp_gym.stable_load` reads, with ``policy`` set to
+    ``"{name}@{staleness}"`` so that stable loads come out per staleness.
+    """
+    from mabp_gym.metrics import Trace, summarize
+    from mabp_gym.parallel import parallel_env
+
+    env = parallel_env(workload, staleness=staleness, load=load, horizon=horizon, **env_kw)
+    rules = local_policies(name, env)
+    for rule in rules.values():
+        rule.reset(seed)
+    obs, _ = env.reset(seed=seed)
+    trace = Trace()
+    while env.agents:
+        obs, *_ = env.step({a: rules[a].scores(obs[a]) for a in env.agents})
+        assert env.last_outcome is not None
+        trace.record(env.last_outcome)
+    label = staleness if isinstance(staleness, int) else "per-link"
+    return {"policy": f"{name}@{label}", "local_policy": name, "staleness": label,
+            "workload": env.workload.name, "load": float(load), "seed": int(seed),
+            "horizon": int(horizon), "warmup": float(warmup),
+            "telemetry_per_agent": float(np.mean([x.telemetry_received
+                                                  for x in env.layouts])),
+            **summarize(trace, warmup)}

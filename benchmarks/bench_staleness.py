@@ -1,0 +1,136 @@
+"""Stable load of BP and MABP run as one agent per node, against telemetry staleness.
+
+Every (policy, staleness, load, seed) is one episode of the decentralized view
+(:func:`agents.decentralized.run_decentralized`); the stable load is SPEC 5's rule
+(:func:`mabp_gym.stable_load`: the largest grid load such that it and every smaller grid
+load are stable on the seed-mean). Records stream to ``--out`` (JSON lines; a rerun skips
+finished runs). Prints a markdown table and a JSON line, and draws the figure of
+``docs/decentralized.md``.
+
+    python benchmarks/bench_staleness.py --out results/staleness.jsonl \
+        --figure docs/figures/decentralized_staleness.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _report import emit
+
+from agents.decentralized import run_decentralized
+from mabp_gym import read_records, stable_load, summarize_records
+
+
+def _run(job: tuple[str, int, float, int, int]) -> dict[str, Any]:
+    name, staleness, load, seed, horizon = job
+    return run_decentralized(name, "mixed", load=load, seed=seed, staleness=staleness,
+                             horizon=horizon)
+
+
+def _key(record: dict[str, Any]) -> tuple:
+    return (record["local_policy"], int(record["staleness"]), round(record["load"], 6),
+            record["seed"], record["horizon"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policies", nargs="+", default=["bp", "mabp"])
+    parser.add_argument("--staleness", nargs="+", type=int, default=[0, 1, 2, 5, 10])
+    parser.add_argument("--loads", nargs="+", type=float,
+                        default=[round(0.1 * k, 1) for k in range(1, 11)])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--horizon", type=int, default=600)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--out", default="results/staleness.jsonl")
+    parser.add_argument("--figure", default=None, help="write the figure (PNG) here")
+    parser.add_argument("--json", default=None, help="also write the JSON result here")
+    args = parser.parse_args()
+
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Loads run in ascending order per (policy, staleness), and a series stops at its
+    # first load whose seed-mean is unstable: the stable load never looks further, and
+    # unstable runs (growing queues) are the slow ones.
+    series = [(p, d) for p in args.policies for d in args.staleness]
+    with path.open("a", encoding="utf-8") as sink, \
+            ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for p, d in series:
+            for load in sorted(args.loads):
+                done = {_key(r): r for r in read_records(path)}
+                keys = [(p, d, round(load, 6), seed, args.horizon) for seed in args.seeds]
+                jobs = [(p, d, load, seed, args.horizon)
+                        for seed, key in zip(args.seeds, keys, strict=True) if key not in done]
+                for record in pool.map(_run, jobs):
+                    sink.write(json.dumps(record) + "\n")
+                    sink.flush()
+                    done[_key(record)] = record
+                if not summarize_records([done[key] for key in keys])[0]["stable"]:
+                    break
+
+    wanted = {(p, d, round(load, 6), seed, args.horizon) for p in args.policies
+              for d in args.staleness for load in args.loads for seed in args.seeds}
+    records = [r for r in read_records(path) if _key(r) in wanted]
+    stable = stable_load(records)
+    rows = {(r["policy"], r["load"]): r for r in summarize_records(records)}
+    telemetry = {int(r["staleness"]): r["telemetry_per_agent"] for r in records}
+    table: dict[str, dict[str, Any]] = {}
+    print(f"mixed, {len(args.seeds)} seeds, {args.horizon} slots, loads "
+          f"{min(args.loads):g}-{max(args.loads):g}")
+    header = "| staleness | " + " | ".join(f"{p} stable load" for p in args.policies) \
+        + " | " + " | ".join(f"{p} backlog at 0.5" for p in args.policies) \
+        + " | telemetry numbers per agent per slot |"
+    print(header)
+    print("|" + " --- |" * (2 * len(args.policies) + 2))
+    for d in args.staleness:
+        entry = {p: stable.get(f"{p}@{d}", 0.0) for p in args.policies}
+        backlog = {p: rows.get((f"{p}@{d}", 0.5), {}).get("mean_backlog")
+                   for p in args.policies}
+        table[str(d)] = {"stable_load": entry, "mean_backlog_at_0.5": backlog}
+        cells = [f"{entry[p]:.1f}" for p in args.policies] + [
+            "-" if backlog[p] is None else f"{backlog[p]:.1f}" for p in args.policies]
+        print(f"| {d} | " + " | ".join(cells) + f" | {telemetry.get(d, float('nan')):.1f} |")
+    emit({"benchmark": "staleness_stable_load", "workload": "mixed", "seeds": args.seeds,
+          "horizon": args.horizon, "loads": args.loads, "table": table}, args.json)
+    if args.figure:
+        _figure(args, stable, rows, Path(args.figure))
+
+
+def _figure(args: argparse.Namespace, stable: dict[str, float],
+            rows: dict[tuple[str, float], dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3), dpi=90)
+    stale = np.asarray(args.staleness)
+    for p in args.policies:
+        left.plot(stale, [stable.get(f"{p}@{d}", 0.0) for d in args.staleness], "o-",
+                  label=p.upper())
+        for d in (args.staleness[0], args.staleness[-1]):
+            loads = sorted(load for (name, load) in rows if name == f"{p}@{d}")
+            right.plot(loads, [rows[(f"{p}@{d}", load)]["mean_backlog"] for load in loads],
+                       "o-" if d == args.staleness[0] else "s--", ms=3,
+                       label=f"{p.upper()}, staleness {d}")
+    left.set_xlabel("telemetry staleness (slots)")
+    left.set_ylabel("stable load")
+    left.set_ylim(0, 1)
+    left.legend()
+    left.set_title("stable load, one agent per node")
+    right.set_xlabel("load")
+    right.set_ylabel("mean backlog")
+    right.set_yscale("log")
+    right.legend(fontsize=7)
+    right.set_title("backlog against load")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+
+
+if __name__ == "__main__":
+    main()
