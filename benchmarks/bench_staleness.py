@@ -19,7 +19,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from _report import emit
 
 from agents.decentralized import run_decentralized
@@ -45,6 +44,12 @@ def main() -> None:
                         default=[round(0.1 * k, 1) for k in range(1, 11)])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--horizon", type=int, default=600)
+    parser.add_argument("--probe", nargs="*", default=["bp:0.4", "mabp:0.6"],
+                        help="policy:load pairs run at every --probe-staleness (the "
+                             "figure's right panel: backlog against staleness at one load)")
+    parser.add_argument("--probe-staleness", nargs="+", type=int,
+                        default=[0, 1, 2, 5, 10, 20, 50])
+    parser.add_argument("--probe-seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", default="results/staleness.jsonl")
     parser.add_argument("--figure", default=None, help="write the figure (PNG) here")
@@ -71,6 +76,14 @@ def main() -> None:
                     done[_key(record)] = record
                 if not summarize_records([done[key] for key in keys])[0]["stable"]:
                     break
+        probes = [(p, float(load)) for p, load in (x.split(":") for x in args.probe)]
+        done = {_key(r) for r in read_records(path)}
+        jobs = [(p, d, load, seed, args.horizon) for p, load in probes
+                for d in args.probe_staleness for seed in args.probe_seeds
+                if (p, d, round(load, 6), seed, args.horizon) not in done]
+        for record in pool.map(_run, jobs):
+            sink.write(json.dumps(record) + "\n")
+            sink.flush()
 
     wanted = {(p, d, round(load, 6), seed, args.horizon) for p in args.policies
               for d in args.staleness for load in args.loads for seed in args.seeds}
@@ -94,39 +107,67 @@ def main() -> None:
         cells = [f"{entry[p]:.1f}" for p in args.policies] + [
             "-" if backlog[p] is None else f"{backlog[p]:.1f}" for p in args.policies]
         print(f"| {d} | " + " | ".join(cells) + f" | {telemetry.get(d, float('nan')):.1f} |")
+    probe_rows = _probe_table(args, read_records(path))
     emit({"benchmark": "staleness_stable_load", "workload": "mixed", "seeds": args.seeds,
-          "horizon": args.horizon, "loads": args.loads, "table": table}, args.json)
+          "horizon": args.horizon, "loads": args.loads, "table": table,
+          "probe": probe_rows}, args.json)
     if args.figure:
-        _figure(args, stable, rows, Path(args.figure))
+        _figure(args, stable, probe_rows, Path(args.figure))
+
+
+def _probe_table(args: argparse.Namespace, records: list[dict[str, Any]]
+                 ) -> dict[str, dict[str, dict[str, float]]]:
+    """Mean backlog, its std over seeds, stability and hit ratio per probe and staleness."""
+    result: dict[str, dict[str, dict[str, float]]] = {}
+    print(f"\nprobes: {len(args.probe_seeds)} seeds, {args.horizon} slots")
+    print("| policy | load | staleness | mean backlog | std over seeds | stable | hit ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for probe in args.probe:
+        p, load = probe.split(":")
+        result[probe] = {}
+        for d in args.probe_staleness:
+            keys = {(p, d, round(float(load), 6), seed, args.horizon)
+                    for seed in args.probe_seeds}
+            chosen = [r for r in records if _key(r) in keys]
+            if not chosen:
+                continue
+            row = summarize_records(chosen)[0]
+            result[probe][str(d)] = {"mean_backlog": row["mean_backlog"],
+                                     "std": row["mean_backlog_std"], "stable": row["stable"],
+                                     "hit_ratio": row["hit_ratio"]}
+            print(f"| {p} | {load} | {d} | {row['mean_backlog']:.1f} | "
+                  f"{row['mean_backlog_std']:.1f} | {'yes' if row['stable'] else 'no'} | "
+                  f"{row['hit_ratio']:.2f} |")
+    return result
 
 
 def _figure(args: argparse.Namespace, stable: dict[str, float],
-            rows: dict[tuple[str, float], dict[str, Any]], path: Path) -> None:
+            probes: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3), dpi=90)
-    stale = np.asarray(args.staleness)
     for p in args.policies:
-        left.plot(stale, [stable.get(f"{p}@{d}", 0.0) for d in args.staleness], "o-",
-                  label=p.upper())
-        for d in (args.staleness[0], args.staleness[-1]):
-            loads = sorted(load for (name, load) in rows if name == f"{p}@{d}")
-            right.plot(loads, [rows[(f"{p}@{d}", load)]["mean_backlog"] for load in loads],
-                       "o-" if d == args.staleness[0] else "s--", ms=3,
-                       label=f"{p.upper()}, staleness {d}")
+        left.plot(args.staleness, [stable.get(f"{p}@{d}", 0.0) for d in args.staleness],
+                  "o-", label=p.upper())
     left.set_xlabel("telemetry staleness (slots)")
     left.set_ylabel("stable load")
     left.set_ylim(0, 1)
     left.legend()
-    left.set_title("stable load, one agent per node")
-    right.set_xlabel("load")
+    left.set_title(f"stable load ({len(args.seeds)} seeds)", fontsize=10)
+    for probe, rows in probes.items():
+        p, load = probe.split(":")
+        stale = [int(d) for d in rows]
+        right.errorbar(stale, [rows[d]["mean_backlog"] for d in rows],
+                       yerr=[rows[d]["std"] for d in rows], fmt="o-", capsize=3,
+                       label=f"{p.upper()} at load {load}")
+    right.set_xscale("symlog", linthresh=1)
+    right.set_xlabel("telemetry staleness (slots)")
     right.set_ylabel("mean backlog")
-    right.set_yscale("log")
-    right.legend(fontsize=7)
-    right.set_title("backlog against load")
+    right.legend(fontsize=8)
+    right.set_title(f"backlog at one load ({len(args.probe_seeds)} seeds)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
