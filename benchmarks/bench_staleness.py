@@ -22,22 +22,24 @@ from typing import Any
 from _report import emit
 
 from agents.decentralized import run_decentralized
-from mabp_gym import read_records, stable_load, summarize_records
+from mabp_gym import make_workload, read_records, stable_load, summarize_records
 
 
-def _run(job: tuple[str, int, float, int, int]) -> dict[str, Any]:
-    name, staleness, load, seed, horizon = job
-    return run_decentralized(name, "mixed", load=load, seed=seed, staleness=staleness,
+def _run(job: tuple[str, int, float, int, int, str]) -> dict[str, Any]:
+    name, staleness, load, seed, horizon, workload = job
+    return run_decentralized(name, workload, load=load, seed=seed, staleness=staleness,
                              horizon=horizon)
 
 
 def _key(record: dict[str, Any]) -> tuple:
     return (record["local_policy"], int(record["staleness"]), round(record["load"], 6),
-            record["seed"], record["horizon"])
+            record["seed"], record["horizon"], record["workload"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="mixed",
+                        help="a workload name or a workload file")
     parser.add_argument("--policies", nargs="+", default=["bp", "mabp"])
     parser.add_argument("--staleness", nargs="+", type=int, default=[0, 1, 2, 5, 10])
     parser.add_argument("--loads", nargs="+", type=float,
@@ -58,6 +60,7 @@ def main() -> None:
 
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
+    name = make_workload(args.workload).name
     # Loads run in ascending order per (policy, staleness), and a series stops at its
     # first load whose seed-mean is unstable: the stable load never looks further, and
     # unstable runs (growing queues) are the slow ones.
@@ -67,8 +70,9 @@ def main() -> None:
         for p, d in series:
             for load in sorted(args.loads):
                 done = {_key(r): r for r in read_records(path)}
-                keys = [(p, d, round(load, 6), seed, args.horizon) for seed in args.seeds]
-                jobs = [(p, d, load, seed, args.horizon)
+                keys = [(p, d, round(load, 6), seed, args.horizon, name)
+                        for seed in args.seeds]
+                jobs = [(p, d, load, seed, args.horizon, args.workload)
                         for seed, key in zip(args.seeds, keys, strict=True) if key not in done]
                 for record in pool.map(_run, jobs):
                     sink.write(json.dumps(record) + "\n")
@@ -78,44 +82,38 @@ def main() -> None:
                     break
         probes = [(p, float(load)) for p, load in (x.split(":") for x in args.probe)]
         done = {_key(r) for r in read_records(path)}
-        jobs = [(p, d, load, seed, args.horizon) for p, load in probes
+        jobs = [(p, d, load, seed, args.horizon, args.workload) for p, load in probes
                 for d in args.probe_staleness for seed in args.probe_seeds
-                if (p, d, round(load, 6), seed, args.horizon) not in done]
+                if (p, d, round(load, 6), seed, args.horizon, name) not in done]
         for record in pool.map(_run, jobs):
             sink.write(json.dumps(record) + "\n")
             sink.flush()
 
-    wanted = {(p, d, round(load, 6), seed, args.horizon) for p in args.policies
+    wanted = {(p, d, round(load, 6), seed, args.horizon, name) for p in args.policies
               for d in args.staleness for load in args.loads for seed in args.seeds}
     records = [r for r in read_records(path) if _key(r) in wanted]
     stable = stable_load(records)
-    rows = {(r["policy"], r["load"]): r for r in summarize_records(records)}
     telemetry = {int(r["staleness"]): r["telemetry_per_agent"] for r in records}
     table: dict[str, dict[str, Any]] = {}
-    print(f"mixed, {len(args.seeds)} seeds, {args.horizon} slots, loads "
+    print(f"{name}, {len(args.seeds)} seeds, {args.horizon} slots, loads "
           f"{min(args.loads):g}-{max(args.loads):g}")
-    header = "| staleness | " + " | ".join(f"{p} stable load" for p in args.policies) \
-        + " | " + " | ".join(f"{p} backlog at 0.5" for p in args.policies) \
-        + " | telemetry numbers per agent per slot |"
-    print(header)
-    print("|" + " --- |" * (2 * len(args.policies) + 2))
+    print("| staleness | " + " | ".join(f"{p} stable load" for p in args.policies)
+          + " | telemetry numbers per agent per slot |")
+    print("|" + " --- |" * (len(args.policies) + 2))
     for d in args.staleness:
         entry = {p: stable.get(f"{p}@{d}", 0.0) for p in args.policies}
-        backlog = {p: rows.get((f"{p}@{d}", 0.5), {}).get("mean_backlog")
-                   for p in args.policies}
-        table[str(d)] = {"stable_load": entry, "mean_backlog_at_0.5": backlog}
-        cells = [f"{entry[p]:.1f}" for p in args.policies] + [
-            "-" if backlog[p] is None else f"{backlog[p]:.1f}" for p in args.policies]
-        print(f"| {d} | " + " | ".join(cells) + f" | {telemetry.get(d, float('nan')):.1f} |")
-    probe_rows = _probe_table(args, read_records(path))
-    emit({"benchmark": "staleness_stable_load", "workload": "mixed", "seeds": args.seeds,
+        table[str(d)] = {"stable_load": entry}
+        print(f"| {d} | " + " | ".join(f"{entry[p]:.1f}" for p in args.policies)
+              + f" | {telemetry.get(d, float('nan')):.1f} |")
+    probe_rows = _probe_table(args, name, read_records(path))
+    emit({"benchmark": "staleness_stable_load", "workload": name, "seeds": args.seeds,
           "horizon": args.horizon, "loads": args.loads, "table": table,
           "probe": probe_rows}, args.json)
     if args.figure:
         _figure(args, stable, probe_rows, Path(args.figure))
 
 
-def _probe_table(args: argparse.Namespace, records: list[dict[str, Any]]
+def _probe_table(args: argparse.Namespace, name: str, records: list[dict[str, Any]]
                  ) -> dict[str, dict[str, dict[str, float]]]:
     """Mean backlog, its std over seeds, stability and hit ratio per probe and staleness."""
     result: dict[str, dict[str, dict[str, float]]] = {}
@@ -126,7 +124,7 @@ def _probe_table(args: argparse.Namespace, records: list[dict[str, Any]]
         p, load = probe.split(":")
         result[probe] = {}
         for d in args.probe_staleness:
-            keys = {(p, d, round(float(load), 6), seed, args.horizon)
+            keys = {(p, d, round(float(load), 6), seed, args.horizon, name)
                     for seed in args.probe_seeds}
             chosen = [r for r in records if _key(r) in keys]
             if not chosen:
