@@ -98,6 +98,22 @@ def test_decentralized__equals_centralized_control_at_staleness_0(workload, name
     assert _lockstep(workload, name, seed=1) == 600
 
 
+@pytest.mark.parametrize("workload", list(mabp_gym.WORKLOADS))
+def test_decentralized__equals_centralized_on_every_builtin_workload(workload):
+    for name in ("mabp", "cost-bp"):
+        assert _lockstep(workload, name, seed=1, horizon=100) == 100
+
+
+def test_parallel_env__pickles():
+    import pickle
+
+    env = parallel_env("mixed", staleness=2, horizon=5)
+    copy = pickle.loads(pickle.dumps(env))
+    a, _ = env.reset(seed=3)
+    b, _ = copy.reset(seed=3)
+    assert all(np.array_equal(a["gen0"][k], b["gen0"][k]) for k in a["gen0"])
+
+
 def test_decentralized__mabp_equivalence_holds_without_memory_and_with_drift_reward():
     assert _lockstep("mixed", "mabp", seed=2, horizon=150, memory=False) == 150
     assert _lockstep("mixed", "mabp", seed=3, horizon=150, load=0.5,
@@ -259,7 +275,8 @@ def test_ego_graph__self_and_neighbours_with_their_telemetry():
     graph = ego_graph(obs["gen0"])
     c, s = env.workload.index.num_commodities, env.workload.index.num_signatures
     nb = len(lay.neighbours)
-    assert graph["x"].shape == (1 + env._nb_max, 2 + c + s + 9)
+    slots = env.observation_space("gen0")["neighbour_queues"].shape[0]
+    assert graph["x"].shape == (1 + slots, 2 + c + s + 9)
     assert np.array_equal(graph["x"][0, 2:2 + c], obs["gen0"]["queues"])
     assert np.array_equal(graph["x"][1:1 + nb, 2:2 + c], obs["gen0"]["neighbour_queues"][:nb])
     assert graph["node_mask"].sum() == 1 + nb
