@@ -36,74 +36,84 @@ LOCAL_POLICIES = ("mabp", "bp", "cost-bp")
 """Score rules with a local version (:func:`make_local_policy`)."""
 
 
-class _NodeRule:
-    """MABP's per-node quantities for one node (the agent's own, or a neighbour's shadow).
+class _NodesRule:
+    """MABP's per-node quantities for a few nodes at once: the agent's own node first, then
+    the neighbours it shadows (one stacked computation keeps the numpy calls few).
 
-    Every expression mirrors :class:`agents.mabp.MABP` restricted to the node's actions,
+    Every expression mirrors :class:`agents.mabp.MABP` restricted to these nodes' actions,
     in the same order of floating-point operations, so that results are bit-identical.
     """
 
-    def __init__(self, workload: Workload, node: int, *, nu: float, horizon: int,
+    def __init__(self, workload: Workload, nodes: list[int], *, nu: float, horizon: int,
                  transition: bool, reuse: bool) -> None:
         ix = workload.index
-        acts = np.flatnonzero(ix.action_node == node)
-        self.actions = acts
+        per_node = [np.flatnonzero(ix.action_node == node) for node in nodes]
+        acts = np.concatenate(per_node).astype(np.int64)
+        self.num_own_actions = per_node[0].size
+        self.node_slot = np.repeat(np.arange(len(nodes)), [a.size for a in per_node])
         self.commodities = ix.action_commodity[acts]
         self.signatures = ix.action_signature[acts]
-        self.nu = nu
         self.horizon = horizon
         self.transition = transition
-        self.law = ix.successor_law[:, acts, :-1]  # (2, A_n, C)
-        self.penalty = (ix.penalty if reuse else ix.loss)[:, acts]  # (2, A_n)
+        self.law = ix.successor_law[:, acts, :-1]  # (2, A, C)
+        penalty = (ix.penalty if reuse else ix.loss)[:, acts]  # (2, A)
         self.work = ix.work[:, acts]
-        self.mu = ix.mu[ix.action_node[acts]]
+        mu = ix.mu[ix.action_node[acts]]
         self.arange = np.arange(acts.size)
-        retains = np.flatnonzero(ix.retain_node == node)
-        self.retains = retains
-        members = np.zeros((retains.size, acts.size))
+        self.num_nodes = len(nodes)
+        # Retain candidates node by node; offsets[k] is where node k's start.
+        retains = [np.flatnonzero(ix.retain_node == node) for node in nodes]
+        self.retain_offsets = np.cumsum([0, *(r.size for r in retains)])
+        members = np.zeros((int(self.retain_offsets[-1]), acts.size))
         for q, a in enumerate(acts):
-            s = ix.action_signature[a]
-            if s >= 0 and ix.retain_of[node, s] >= 0:
-                members[np.searchsorted(retains, ix.retain_of[node, s]), q] = 1.0
+            slot, sig = int(self.node_slot[q]), ix.action_signature[a]
+            if sig >= 0 and ix.retain_of[nodes[slot], sig] >= 0:
+                row = np.searchsorted(retains[slot], ix.retain_of[nodes[slot], sig])
+                members[self.retain_offsets[slot] + row, q] = 1.0
+        self.retains = retains
         self.members = members
         self.assisted = self.signatures >= 0
         self.demand = np.zeros(acts.size)
         # Constants of the per-slot arithmetic, computed once (the same floats MABP
         # recomputes every slot).
-        self.nu_penalty = self.nu * self.penalty
-        self.rows = np.zeros(acts.size, dtype=np.int64)
-        self.w_miss, self.w_hit = np.maximum(self.work, 1e-9)
-        self.cap_hit = self.mu / self.w_hit
-        self.cap_miss = self.mu / self.w_miss
-        self.saved_penalty = self.nu * (self.penalty[0] - self.penalty[1])
-        self.saved_work = self.w_miss - self.w_hit
-        self.signature_slot = np.where(self.assisted, self.signatures, -1)
+        self.nu_penalty = nu * penalty
+        w_miss, w_hit = np.maximum(self.work, 1e-9)
+        self.cap_hit = mu / w_hit
+        self.cap_miss = mu / w_miss
+        self.saved_penalty = nu * (penalty[0] - penalty[1])
+        self.saved_work = w_miss - w_hit
+        self.shadow_signature = np.where(self.assisted, self.signatures, -1)[
+            self.num_own_actions:]
 
     def reset(self) -> None:
         self.demand[:] = 0.0
 
     def weights(self, queues: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(W under miss and hit (2, A_n), own backlog (A_n,))`` from the node's queues."""
-        own = queues[self.commodities]
+        """``(W under miss and hit (2, A), own backlog (A,))`` from the nodes' queues
+        ``(num_nodes, C)``."""
+        own = queues[self.node_slot, self.commodities]
         weight = own - self.nu_penalty
         if self.transition:
-            weight = weight - np.einsum("hac,ac->ha", self.law, queues[None, :][self.rows])
+            weight = weight - np.einsum("hac,ac->ha", self.law, queues[self.node_slot])
         return weight, own
 
-    def hits(self, memory: np.ndarray) -> np.ndarray:
-        """Hit bit of each action from the node's residency ``(S,)``."""
-        held = np.append(memory, 0.0)[self.signature_slot]
+    def shadow_hits(self, memory: np.ndarray) -> np.ndarray:
+        """Hit bits of the shadowed nodes' actions from their residency ``(num_nodes - 1,
+        S)``."""
+        padded = np.concatenate([memory, np.zeros((memory.shape[0], 1))], axis=1)
+        held = padded[self.node_slot[self.num_own_actions:] - 1, self.shadow_signature]
         return (held > 0).astype(np.int64)
 
     def values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray) -> np.ndarray:
-        """Marginal value of each of the node's retain candidates, ``(K_n,)``; advances the
+        """Marginal value of every retain candidate of the nodes, ``(K,)``; advances the
         demand average one slot (as MABP's ``_object_values``)."""
         positive = np.maximum(weight, 0.0)
         servable = np.minimum(own, self.cap_hit)
         frozen = np.maximum(servable * positive[1]
                             - np.minimum(own, self.cap_miss) * positive[0], 0.0)
-        price = max(1.0, float(ratio.max(initial=-np.inf)))
-        saved = self.saved_penalty + self.saved_work * price
+        price = np.ones(self.num_nodes)
+        np.maximum.at(price, self.node_slot, ratio)
+        saved = self.saved_penalty + self.saved_work * price[self.node_slot]
         rate = 1.0 / self.horizon
         self.demand = (1 - rate) * self.demand + rate * servable
         future = self.horizon * self.demand * np.maximum(saved, 0.0)
@@ -178,65 +188,60 @@ class LocalMABP(LocalPolicy):
         if int(horizon) != horizon or horizon < 1:
             raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
         wl, ix, lay = self.workload, self.workload.index, self.layout
-        kw = {"nu": self.nu, "horizon": int(horizon), "transition": transition,
-              "reuse": reuse}
-        self.own = _NodeRule(wl, lay.node, **kw)
+        # The heads of the agent's transfer links are shadowed: their memory values are
+        # computed here from their telemetry (neighbour slots in ``shadow_slots``).
+        self.shadow_slots = np.unique(lay.transfer_neighbour)
+        nodes = [lay.node, *(int(lay.neighbours[k]) for k in self.shadow_slots)]
+        self.rule = _NodesRule(wl, nodes, nu=self.nu, horizon=int(horizon),
+                               transition=transition, reuse=reuse)
         self.holding = self.nu * wl.theta * int(horizon)
         self.migration = self.nu * wl.migration_cost
         self.retain_size = ix.signature_size[ix.retain_signature[lay.retains]]
-        # Shadows of the heads of the agent's transfer links, by neighbour slot.
-        self.shadows = {int(k): _NodeRule(wl, int(lay.neighbours[k]), **kw)
-                        for k in np.unique(lay.transfer_neighbour)}
+        rule = self.rule
         sig = ix.transfer_signature[lay.transfers]
         self.transfer_src = np.searchsorted(lay.retains, ix.retain_of[lay.node, sig])
-        self.transfer_dst = [
-            (int(k), int(np.searchsorted(self.shadows[int(k)].retains,
-                                         ix.retain_of[lay.neighbours[k], s])))
-            for k, s in zip(lay.transfer_neighbour, sig, strict=True)]
+        slot_of = {int(k): q + 1 for q, k in enumerate(self.shadow_slots)}
+        self.transfer_dst = np.asarray([
+            rule.retain_offsets[slot_of[int(k)]] + np.searchsorted(
+                rule.retains[slot_of[int(k)]], ix.retain_of[lay.neighbours[k], s])
+            for k, s in zip(lay.transfer_neighbour, sig, strict=True)], dtype=np.int64)
         self.transfer_size = ix.signature_size[sig]
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
-        self.own.reset()
-        for shadow in self.shadows.values():
-            shadow.reset()
+        self.rule.reset()
 
     def _fill(self, obs: dict[str, np.ndarray], out: np.ndarray) -> None:
-        rule = self.own
-        a_i = rule.actions.size
+        rule = self.rule
+        a_i = rule.num_own_actions
         queues = np.asarray(obs["queues"], dtype=np.float64)
-        weight, own = rule.weights(queues)
-        if self.memory:
-            hit = np.asarray(obs["service"])[:a_i, 2].astype(np.int64)
-        else:
-            hit = np.zeros(a_i, dtype=np.int64)
-        current = weight[hit, rule.arange]
-        work = np.maximum(rule.work[hit, rule.arange], 1e-9)
-        service, route, transfer, retain = self.slices
-        out[service.start:service.start + a_i] = np.where(own > 0, current / work, -1.0)
         neighbours = np.asarray(obs["neighbour_queues"], dtype=np.float64)
+        service, route, transfer, retain = self.slices
         out[route.start:route.start + self.route_commodity.size] = self._routes(
             queues, neighbours, cost=True)
-        k_i = rule.retains.size
+        if rule.num_nodes > 1:
+            stacked = np.concatenate([queues[None, :], neighbours[self.shadow_slots]])
+        else:
+            stacked = queues[None, :]
+        weight, own = rule.weights(stacked)
+        hit = np.zeros(own.size, dtype=np.int64)
+        if self.memory:
+            hit[:a_i] = np.asarray(obs["service"])[:a_i, 2]
+            if rule.num_nodes > 1:
+                hit[a_i:] = rule.shadow_hits(np.asarray(
+                    obs["neighbour_memory"], dtype=np.float64)[self.shadow_slots])
+        current = weight[hit, rule.arange]
+        ratio = current / np.maximum(rule.work[hit, rule.arange], 1e-9)
+        out[service.start:service.start + a_i] = np.where(own[:a_i] > 0, ratio[:a_i], -1.0)
+        k_i = self.retain_size.size
         if not k_i:
             return
-        value = rule.values(weight, current / work, own)
-        out[retain.start:retain.start + k_i] = value / self.retain_size - self.holding
-        if not self.shadows:
-            return
-        memory = np.asarray(obs["neighbour_memory"])
-        shadow_values = {}
-        for k, shadow in self.shadows.items():
-            q = neighbours[k]
-            w, o = shadow.weights(q)
-            h = shadow.hits(memory[k]) if self.memory else np.zeros(o.size, dtype=np.int64)
-            cur = w[h, shadow.arange]
-            shadow_values[k] = shadow.values(w, cur / np.maximum(shadow.work[h, shadow.arange],
-                                                                  1e-9), o)
-        there = np.asarray([shadow_values[k][r] for k, r in self.transfer_dst])
-        gained = there - value[self.transfer_src]
-        out[transfer.start:transfer.start + there.size] = gained / self.transfer_size \
-            - self.migration
+        value = rule.values(weight, ratio, own)
+        out[retain.start:retain.start + k_i] = value[:k_i] / self.retain_size - self.holding
+        if self.transfer_size.size:
+            gained = value[self.transfer_dst] - value[self.transfer_src]
+            out[transfer.start:transfer.start + gained.size] = gained / self.transfer_size \
+                - self.migration
 
 
 class LocalBP(LocalPolicy):
