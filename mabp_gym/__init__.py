@@ -3,7 +3,8 @@
 The simulator core (workloads, state, controls, the one-slot transition, the shared
 projection and the capacity LPs) imports only numpy and scipy. Importing the package
 registers the Gymnasium ids; ``to_pyg`` loads torch and PyG on first use, and
-``parallel_env`` (the decentralized PettingZoo view) loads PettingZoo on first use.
+``parallel_env`` (the decentralized PettingZoo view, extra ``marl``) loads PettingZoo on
+first use; it is left out of ``__all__`` so that ``import *`` works without PettingZoo.
 """
 
 from __future__ import annotations
@@ -55,8 +56,13 @@ def __getattr__(name: str) -> Any:
 
         return to_pyg
     if name == "parallel_env":  # PettingZoo loads only when the decentralized view is asked for
-        from mabp_gym.parallel import parallel_env
-
+        try:
+            from mabp_gym.parallel import parallel_env
+        except ModuleNotFoundError as error:
+            if error.name != "pettingzoo":
+                raise
+            raise ImportError("mabp_gym.parallel_env needs PettingZoo: "
+                              "pip install 'mabp-gym[marl]'") from error
         return parallel_env
     raise AttributeError(f"module 'mabp_gym' has no attribute {name!r}")
 
@@ -79,7 +85,6 @@ __all__ = [
     "check_control",
     "evaluate",
     "make_workload",
-    "parallel_env",
     "project",
     "read_records",
     "stable_load",
