@@ -395,12 +395,11 @@ class SFMSNParallelEnv(ParallelEnv):
         after = self.sim.state.backlog_pairs(self.workload).astype(np.float64)
         penalty = self._node_penalty(control, outcome)
         cost = self.nu * penalty
+        backlog = self._per_agent(after)
         if self.reward_kind == "backlog":
-            backlog = self._per_agent(after)
             share = -(backlog + cost) / self.reward_scale
             total = -(outcome.backlog + self.nu * outcome.penalty) / self.reward_scale
         else:
-            backlog = self._per_agent(after)
             drift = self._per_agent(0.5 * after * after) - self._per_agent(0.5 * before * before)
             share = -(drift + cost) / self.reward_scale
             # The same sum, in the same order, as the single-agent env's reward.
