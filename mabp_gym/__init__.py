@@ -2,7 +2,9 @@
 
 The simulator core (workloads, state, controls, the one-slot transition, the shared
 projection and the capacity LPs) imports only numpy and scipy. Importing the package
-registers the Gymnasium ids; ``to_pyg`` loads torch and PyG on first use.
+registers the Gymnasium ids; ``to_pyg`` loads torch and PyG on first use, and
+``parallel_env`` (the decentralized PettingZoo view, extra ``marl``) loads PettingZoo on
+first use; it is left out of ``__all__`` so that ``import *`` works without PettingZoo.
 """
 
 from __future__ import annotations
@@ -59,6 +61,15 @@ def __getattr__(name: str) -> Any:
         from mabp_gym.pyg import to_pyg
 
         return to_pyg
+    if name == "parallel_env":  # PettingZoo loads only when the decentralized view is asked for
+        try:
+            from mabp_gym.parallel import parallel_env
+        except ModuleNotFoundError as error:
+            if error.name != "pettingzoo":
+                raise
+            raise ImportError("mabp_gym.parallel_env needs PettingZoo: "
+                              "pip install 'mabp-gym[marl]'") from error
+        return parallel_env
     raise AttributeError(f"module 'mabp_gym' has no attribute {name!r}")
 
 __all__ = [

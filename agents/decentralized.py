@@ -1,0 +1,346 @@
+"""MABP and BP as one agent per node, each scoring from its local observation only.
+
+These are the rules of :mod:`agents.mabp` and :mod:`agents.backpressure` rewritten for the
+decentralized view (:func:`mabp_gym.parallel_env`, SPEC 10). A local rule reads only its
+agent's observation: its own queues, its own memory and its service rows (hit bits), and
+its out-neighbours' telemetry (queue lengths and memory residency, possibly stale). What
+it takes from the workload is static: its own primitives and its neighbours' (the "known
+primitives" every MABP variant assumes) and the layout of its candidates.
+
+What each score needs:
+
+- service (both rules): the node's own queues, hit bits and primitives;
+- routes (both rules): the own queue and the head's queue of that commodity;
+- retention (MABP): the node's marginal value of each object, a function of its own
+  queues, hit bits and a per-action demand average it keeps;
+- transfers (MABP): the value gained at the head minus the value lost here. The head's
+  value is a function of the head's queues, its hit bits and its demand average, so the
+  agent keeps a *shadow* of the head's demand average, updated every slot from the head's
+  telemetry; with fresh telemetry (``staleness=0``) the shadow equals the head's own
+  average and the score equals the centralized one. BP never transfers.
+
+With ``staleness=0``, the scores assembled from every agent equal the centralized
+policy's score vector entry for entry, so the shared projection returns the same control
+(``tests/test_parallel_env.py`` checks this slot by slot over whole episodes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.workload import Workload
+
+LOCAL_POLICIES = ("mabp", "bp", "cost-bp")
+"""Score rules with a local version (:func:`make_local_policy`)."""
+
+
+class _NodesRule:
+    """MABP's per-node quantities for a few nodes at once: the agent's own node first, then
+    the neighbours it shadows (one stacked computation keeps the numpy calls few).
+
+    Every expression mirrors :class:`agents.mabp.MABP` restricted to these nodes' actions,
+    in the same order of floating-point operations, so that results are bit-identical.
+    """
+
+    def __init__(self, workload: Workload, nodes: list[int], *, nu: float, horizon: int,
+                 transition: bool, reuse: bool) -> None:
+        ix = workload.index
+        per_node = [np.flatnonzero(ix.action_node == node) for node in nodes]
+        acts = np.concatenate(per_node).astype(np.int64)
+        self.num_own_actions = per_node[0].size
+        self.node_slot = np.repeat(np.arange(len(nodes)), [a.size for a in per_node])
+        self.commodities = ix.action_commodity[acts]
+        self.signatures = ix.action_signature[acts]
+        self.horizon = horizon
+        self.transition = transition
+        self.law = ix.successor_law[:, acts, :-1]  # (2, A, C)
+        penalty = (ix.penalty if reuse else ix.loss)[:, acts]  # (2, A)
+        self.work = ix.work[:, acts]
+        mu = ix.mu[ix.action_node[acts]]
+        self.arange = np.arange(acts.size)
+        self.num_nodes = len(nodes)
+        # Retain candidates node by node; offsets[k] is where node k's start.
+        retains = [np.flatnonzero(ix.retain_node == node) for node in nodes]
+        self.retain_offsets = np.cumsum([0, *(r.size for r in retains)])
+        members = np.zeros((int(self.retain_offsets[-1]), acts.size))
+        for q, a in enumerate(acts):
+            slot, sig = int(self.node_slot[q]), ix.action_signature[a]
+            if sig >= 0 and ix.retain_of[nodes[slot], sig] >= 0:
+                row = np.searchsorted(retains[slot], ix.retain_of[nodes[slot], sig])
+                members[self.retain_offsets[slot] + row, q] = 1.0
+        self.retains = retains
+        self.members = members
+        self.assisted = self.signatures >= 0
+        self.demand = np.zeros(acts.size)
+        # Constants of the per-slot arithmetic, computed once (the same floats MABP
+        # recomputes every slot).
+        self.nu_penalty = nu * penalty
+        w_miss, w_hit = np.maximum(self.work, 1e-9)
+        self.cap_hit = mu / w_hit
+        self.cap_miss = mu / w_miss
+        self.saved_penalty = nu * (penalty[0] - penalty[1])
+        self.saved_work = w_miss - w_hit
+        self.shadow_signature = np.where(self.assisted, self.signatures, -1)[
+            self.num_own_actions:]
+
+    def reset(self) -> None:
+        self.demand[:] = 0.0
+
+    def weights(self, queues: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(W under miss and hit (2, A), own backlog (A,))`` from the nodes' queues
+        ``(num_nodes, C)``."""
+        own = queues[self.node_slot, self.commodities]
+        weight = own - self.nu_penalty
+        if self.transition:
+            weight = weight - np.einsum("hac,ac->ha", self.law, queues[self.node_slot])
+        return weight, own
+
+    def shadow_hits(self, memory: np.ndarray) -> np.ndarray:
+        """Hit bits of the shadowed nodes' actions from their residency ``(num_nodes - 1,
+        S)``."""
+        padded = np.concatenate([memory, np.zeros((memory.shape[0], 1))], axis=1)
+        held = padded[self.node_slot[self.num_own_actions:] - 1, self.shadow_signature]
+        return (held > 0).astype(np.int64)
+
+    def values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """Marginal value of every retain candidate of the nodes, ``(K,)``; advances the
+        demand average one slot (as MABP's ``_object_values``)."""
+        positive = np.maximum(weight, 0.0)
+        servable = np.minimum(own, self.cap_hit)
+        frozen = np.maximum(servable * positive[1]
+                            - np.minimum(own, self.cap_miss) * positive[0], 0.0)
+        price = np.ones(self.num_nodes)
+        np.maximum.at(price, self.node_slot, ratio)
+        saved = self.saved_penalty + self.saved_work * price[self.node_slot]
+        rate = 1.0 / self.horizon
+        self.demand = (1 - rate) * self.demand + rate * servable
+        future = self.horizon * self.demand * np.maximum(saved, 0.0)
+        per_action = np.where(self.assisted, frozen + future, 0.0)
+        return self.members @ per_action
+
+
+class LocalPolicy:
+    """Base class: a score rule for one agent of :class:`mabp_gym.parallel.SFMSNParallelEnv`.
+
+    Args:
+        env: the parallel env (read for static structure only: the workload, the agent's
+            layout and the local action layout).
+        agent: the agent's name.
+        nu: penalty weight (default: the env's).
+    """
+
+    name = "local"
+
+    def __init__(self, env: Any, agent: str, *, nu: float | None = None) -> None:
+        self.workload: Workload = env.workload
+        self.layout = env.layout(agent)
+        self.agent = agent
+        self.nu = float(env.nu if nu is None else nu)
+        if not np.isfinite(self.nu) or self.nu < 0:
+            raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
+        self.memory = env.memory
+        self.slices = env.local_slices
+        self.size = self.slices[3].stop
+        ix = self.workload.index
+        lay = self.layout
+        self.route_commodity = ix.route_commodity[lay.routes]
+        self.route_slot = lay.route_neighbour
+        self.route_cost = ix.link_cost[ix.route_link[lay.routes]]
+        self.t = 0
+
+    def reset(self, seed: int | None = None) -> None:
+        """Forget per-episode state."""
+        self.t = 0
+
+    def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """The agent's action ``(D_l,)`` float64 for its local observation."""
+        out = np.full(self.size, -1.0)
+        self._fill(obs, out)
+        self.t += 1
+        return out
+
+    __call__ = scores
+
+    def _fill(self, obs: dict[str, np.ndarray], out: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _routes(self, queues: np.ndarray, neighbours: np.ndarray, cost: bool) -> np.ndarray:
+        """``Q_i^c - Q_j^c`` (minus ``nu d`` with ``cost``) per own route."""
+        route = queues[self.route_commodity] \
+            - neighbours[self.route_slot, self.route_commodity]
+        return route - self.nu * self.route_cost if cost else route
+
+
+class LocalMABP(LocalPolicy):
+    """:class:`agents.mabp.MABP` for one agent (marginal-value retention and transfers).
+
+    Args:
+        horizon, transition, reuse: as for :class:`agents.mabp.MABP`.
+    """
+
+    name = "mabp"
+
+    def __init__(self, env: Any, agent: str, *, horizon: int = 20, transition: bool = True,
+                 reuse: bool = True, nu: float | None = None) -> None:
+        super().__init__(env, agent, nu=nu)
+        if int(horizon) != horizon or horizon < 1:
+            raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
+        wl, ix, lay = self.workload, self.workload.index, self.layout
+        # The heads of the agent's transfer links are shadowed: their memory values are
+        # computed here from their telemetry (neighbour slots in ``shadow_slots``).
+        self.shadow_slots = np.unique(lay.transfer_neighbour)
+        nodes = [lay.node, *(int(lay.neighbours[k]) for k in self.shadow_slots)]
+        self.rule = _NodesRule(wl, nodes, nu=self.nu, horizon=int(horizon),
+                               transition=transition, reuse=reuse)
+        self.holding = self.nu * wl.theta * int(horizon)
+        self.migration = self.nu * wl.migration_cost
+        self.retain_size = ix.signature_size[ix.retain_signature[lay.retains]]
+        rule = self.rule
+        sig = ix.transfer_signature[lay.transfers]
+        self.transfer_src = np.searchsorted(lay.retains, ix.retain_of[lay.node, sig])
+        slot_of = {int(k): q + 1 for q, k in enumerate(self.shadow_slots)}
+        self.transfer_dst = np.asarray([
+            rule.retain_offsets[slot_of[int(k)]] + np.searchsorted(
+                rule.retains[slot_of[int(k)]], ix.retain_of[lay.neighbours[k], s])
+            for k, s in zip(lay.transfer_neighbour, sig, strict=True)], dtype=np.int64)
+        self.transfer_size = ix.signature_size[sig]
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.rule.reset()
+
+    def _fill(self, obs: dict[str, np.ndarray], out: np.ndarray) -> None:
+        rule = self.rule
+        a_i = rule.num_own_actions
+        queues = np.asarray(obs["queues"], dtype=np.float64)
+        neighbours = np.asarray(obs["neighbour_queues"], dtype=np.float64)
+        service, route, transfer, retain = self.slices
+        out[route.start:route.start + self.route_commodity.size] = self._routes(
+            queues, neighbours, cost=True)
+        if rule.num_nodes > 1:
+            stacked = np.concatenate([queues[None, :], neighbours[self.shadow_slots]])
+        else:
+            stacked = queues[None, :]
+        weight, own = rule.weights(stacked)
+        hit = np.zeros(own.size, dtype=np.int64)
+        if self.memory:
+            hit[:a_i] = np.asarray(obs["service"])[:a_i, 2]
+            if rule.num_nodes > 1:
+                hit[a_i:] = rule.shadow_hits(np.asarray(
+                    obs["neighbour_memory"], dtype=np.float64)[self.shadow_slots])
+        current = weight[hit, rule.arange]
+        ratio = current / np.maximum(rule.work[hit, rule.arange], 1e-9)
+        out[service.start:service.start + a_i] = np.where(own[:a_i] > 0, ratio[:a_i], -1.0)
+        k_i = self.retain_size.size
+        if not k_i:
+            return
+        value = rule.values(weight, ratio, own)
+        out[retain.start:retain.start + k_i] = value[:k_i] / self.retain_size - self.holding
+        if self.transfer_size.size:
+            gained = value[self.transfer_dst] - value[self.transfer_src]
+            out[transfer.start:transfer.start + gained.size] = gained / self.transfer_size \
+                - self.migration
+
+
+class LocalBP(LocalPolicy):
+    """:class:`agents.backpressure.Backpressure` (``bp`` or ``cost-bp``) for one agent:
+    memory-averaged primitives, most-recently-used retention, no transfers."""
+
+    name = "bp"
+
+    def __init__(self, env: Any, agent: str, *, cost: bool = False,
+                 nu: float | None = None) -> None:
+        super().__init__(env, agent, nu=nu)
+        ix, lay = self.workload.index, self.layout
+        acts = lay.actions
+        self.cost = cost
+        self.commodities = ix.action_commodity[acts]
+        assisted = ix.action_signature[acts] >= 0
+        weight = np.where(assisted & self.memory, 0.5, 0.0)
+        mix = weight[:, None]
+        self.law = (mix * ix.successor_law[1, acts] + (1 - mix) * ix.successor_law[0, acts]
+                    )[:, :-1]
+        self.work = weight * ix.work[1, acts] + (1 - weight) * ix.work[0, acts]
+        self.penalty = weight * ix.penalty[1, acts] + (1 - weight) * ix.penalty[0, acts]
+        # Recency retention over the node's own queues (agents.base.RecencyRetention).
+        compat = np.zeros((lay.retains.size, ix.num_commodities), dtype=bool)
+        for a in acts:
+            s = ix.action_signature[a]
+            if s >= 0 and ix.retain_of[lay.node, s] >= 0:
+                compat[np.searchsorted(lay.retains, ix.retain_of[lay.node, s]),
+                       ix.action_commodity[a]] = True
+        self.compat = compat
+        self.last_used = np.full(lay.retains.size, -1e9)
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.last_used[:] = -1e9
+
+    def _fill(self, obs: dict[str, np.ndarray], out: np.ndarray) -> None:
+        queues = np.asarray(obs["queues"], dtype=np.float64)
+        a_i = self.commodities.size
+        own = queues[self.commodities]
+        rows = np.broadcast_to(queues, (a_i, queues.size)).copy()
+        weight = own - np.einsum("ac,ac->a", self.law, rows)
+        if self.cost:
+            weight = weight - self.nu * self.penalty
+        service, route, _, retain = self.slices
+        out[service.start:service.start + a_i] = np.where(
+            own > 0, weight / np.maximum(self.work, 1e-9), -1.0)
+        neighbours = np.asarray(obs["neighbour_queues"], dtype=np.float64)
+        out[route.start:route.start + self.route_commodity.size] = self._routes(
+            queues, neighbours, cost=self.cost)
+        k_i = self.last_used.size
+        if k_i:
+            wanted = (self.compat * queues).sum(axis=1) > 0
+            self.last_used[wanted] = self.t
+            out[retain.start:retain.start + k_i] = \
+                1.0 / (1.0 + np.minimum(self.t - self.last_used, 1e6))
+
+
+def make_local_policy(name: str, env: Any, agent: str, **kw: Any) -> LocalPolicy:
+    """A local score rule ``name`` (``mabp``, ``bp`` or ``cost-bp``) for ``agent``."""
+    if name == "mabp":
+        return LocalMABP(env, agent, **kw)
+    if name in ("bp", "cost-bp"):
+        policy = LocalBP(env, agent, cost=name == "cost-bp", **kw)
+        policy.name = name
+        return policy
+    raise ValueError(f"unknown local policy {name!r}; choose one of {LOCAL_POLICIES}")
+
+
+def local_policies(name: str, env: Any, **kw: Any) -> dict[str, LocalPolicy]:
+    """One local rule ``name`` per agent of ``env``."""
+    return {agent: make_local_policy(name, env, agent, **kw) for agent in env.possible_agents}
+
+
+def run_decentralized(name: str, workload: str | Workload, *, load: float, seed: int,
+                      staleness: Any = 0, horizon: int = 600, warmup: float = 0.2,
+                      **env_kw: Any) -> dict[str, Any]:
+    """One episode of local rule ``name`` on every agent; a record of the SPEC 5 metrics.
+
+    The record has the fields :func:`mabp_gym.stable_load` reads, with ``policy`` set to
+    ``"{name}@{staleness}"`` so that stable loads come out per staleness.
+    """
+    from mabp_gym.metrics import Trace, summarize
+    from mabp_gym.parallel import parallel_env
+
+    env = parallel_env(workload, staleness=staleness, load=load, horizon=horizon, **env_kw)
+    rules = local_policies(name, env)
+    for rule in rules.values():
+        rule.reset(seed)
+    obs, _ = env.reset(seed=seed)
+    trace = Trace()
+    while env.agents:
+        obs, *_ = env.step({a: rules[a].scores(obs[a]) for a in env.agents})
+        assert env.last_outcome is not None
+        trace.record(env.last_outcome)
+    label = staleness if isinstance(staleness, int) else "per-link"
+    return {"policy": f"{name}@{label}", "local_policy": name, "staleness": label,
+            "workload": env.workload.name, "load": float(load), "seed": int(seed),
+            "horizon": int(horizon), "warmup": float(warmup),
+            "telemetry_per_agent": float(np.mean([x.telemetry_received
+                                                  for x in env.layouts])),
+            **summarize(trace, warmup)}
