@@ -1,14 +1,44 @@
 #!/usr/bin/env bash
-# Regenerates every number and figure of docs/results.md (about 15 minutes on 2 cores).
-# Results stream to results/*.jsonl; rerunning skips the runs already there.
+# Regenerates every number and figure of docs/results.md (benchmark v2, SPEC 9).
+# Results stream to results/*.jsonl; rerunning skips the runs already there, and
+# `mabp-gym table --from-results` re-tabulates without running anything.
+# Cost on 2 cores: Table I about 1.5 hours (Oracle-Sur and the GNN dominate), the seed-set
+# check about 1 hour, the rest about 10 minutes (benchmarks/RESULTS.md has the figures).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-POLICIES="sp jsq bp cost-bp greedycache-bp gnn learn-mabp mabp oracle-sur mabp-no-transition mabp-no-reuse mabp-no-retention"
-mabp-gym table --policies $POLICIES --out results/table1.jsonl \
+POLICIES="sp jsq bp cost-bp greedycache-bp gnn learn-mabp mabp frame-mabp oracle-sur mabp-no-transition mabp-no-reuse mabp-no-retention"
+SEEDS_A="100 101 102 103 104"
+
+# Table I: both verdicts from the same 4,000-slot runs (the paper load reads their first
+# 600 slots), loads 0.05-1.0 in steps of 0.05, each policy stopped at its first growing
+# load; fixed-load metrics at 0.85.
+mabp-gym table --search --policies $POLICIES --loads 0.05:1.0:0.05 --seeds $SEEDS_A \
+  --horizon 4000 --at 0.85 --out results/table1.jsonl \
   --markdown docs/table1.md --csv docs/table1.csv --no-progress
-mabp-gym eval --policy bp --no-memory --loads 0.1:0.5:0.1 --out results/nomem.jsonl --no-progress
-mabp-gym sweep --param nu --values 0 1 2 5 10 20 --policies mabp --at 0.6 \
+
+# The stable load on two more disjoint seed sets, at the loads around each boundary, and
+# its sensitivity to the horizon (cuts of the same runs).
+mabp-gym eval --policy sp --loads 0.15:0.3:0.05 --seeds 105 106 107 108 109 110 111 112 113 114 \
+  --horizon 4000 --out results/seedsets.jsonl --no-progress
+mabp-gym eval --policy jsq --loads 0.25:0.4:0.05 --seeds 105 106 107 108 109 110 111 112 113 114 \
+  --horizon 4000 --out results/seedsets.jsonl --no-progress
+mabp-gym eval --policy bp cost-bp greedycache-bp --loads 0.35:0.5:0.05 \
+  --seeds 105 106 107 108 109 110 111 112 113 114 --horizon 4000 --out results/seedsets.jsonl \
+  --no-progress
+mabp-gym eval --policy gnn learn-mabp mabp frame-mabp oracle-sur mabp-no-transition mabp-no-reuse \
+  mabp-no-retention --loads 0.85:1.0:0.05 --seeds 105 106 107 108 109 110 111 112 113 114 \
+  --horizon 4000 --out results/seedsets.jsonl --no-progress
+mabp-gym verdicts --results results/table1.jsonl results/seedsets.jsonl \
+  --horizons 600 1000 2000 3000 4000 --seed-sets 100:105 105:110 110:115 \
+  --markdown docs/verdicts.md
+
+# The no-memory system, the paper's sweeps (600 slots, fixed loads).
+mabp-gym eval --policy bp --no-memory --loads 0.1:0.5:0.05 --horizon 4000 \
+  --out results/nomem.jsonl --no-progress
+mabp-gym sweep --param nu --values 0 1 2 5 10 20 --policies mabp --at 0.5 \
   --out results/nu.jsonl --no-progress
+mabp-gym sweep --param nu --values 0 5 20 --policies bp cost-bp --at 0.3 \
+  --out results/nu_costbp.jsonl --no-progress
 mabp-gym sweep --workload separation --param K --values 1 2 4 8 16 --policies bp mabp --seeds 0 1 2 3 \
   --at 0.5 --out results/k.jsonl --no-progress
 mabp-gym sweep --param beta --values 0.05 0.1 0.2 0.3 0.4 0.5 --policies cost-bp mabp \
@@ -19,4 +49,7 @@ for workload in rag moe agentic; do
   mabp-gym eval --policy mabp --workload "$workload" --loads 0.5 0.85 \
     --out "results/$workload.jsonl" --no-progress
 done
-mabp-gym plot --results results/*.jsonl --out-dir docs/figures
+mabp-gym plot --results results/table1.jsonl results/nu.jsonl results/k.jsonl \
+  results/beta.jsonl results/skew.jsonl results/rag.jsonl results/moe.jsonl \
+  results/agentic.jsonl --out-dir docs/figures
+mabp-gym capacity --workload mixed --reference occ --figure docs/figures/fig2b_occupation.png
