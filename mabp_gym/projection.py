@@ -64,36 +64,35 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
     scores = validate_scores(workload, scores)
     n_act, n_route, n_transfer = ix.num_actions, ix.num_routes, ix.num_transfers
 
-    # 1. Transfers.
+    # 1. Transfers. Only the holder entries at the ends of the wanted transfers are read.
     transfers: list[int] = []
-    holder = state.holder
     if memory and n_transfer:
         offset = n_act + n_route
         transfer_scores = scores[offset:offset + n_transfer]
         wanted = _descending(transfer_scores, transfer_scores > 0)
         if wanted:
-            holds = holder.tolist()
-            holder_before = holder.tolist()
+            flat = state.holder.ravel()
+            src_held = (flat[ix.transfer_src_slot[wanted]] >= 0).tolist()
+            dst_held = (flat[ix.transfer_dst_slot[wanted]] >= 0).tolist()
             used = state.memory_used.tolist()
             bandwidth = ix.link_bandwidth.tolist()
+            moved: set[tuple[int, int]] = set()
             arrived: set[tuple[int, int]] = set()
-            for k in wanted:
+            for q, k in enumerate(wanted):
                 e, s = fx.transfer_link[k], fx.transfer_signature[k]
                 i, j = fx.link_src[e], fx.link_dst[e]
                 size = fx.signature_size[s]
-                if (holds[i][s] < 0 or (i, s) in arrived or holder_before[j][s] >= 0
+                if (not src_held[q] or (i, s) in moved or (i, s) in arrived or dst_held[q]
                         or (j, s) in arrived
                         or bandwidth[e] < size - EPS or used[j] + size > fx.budget[j] + EPS):
                     continue
-                holds[j][s], holds[i][s] = holds[i][s], -1
+                moved.add((i, s))
                 arrived.add((j, s))
                 used[i] -= size
                 used[j] += size
                 bandwidth[e] -= size
                 transfers.append(k)
-            if transfers:
-                holder = np.asarray(holds, dtype=np.int64)
-    hit = hit_bits(workload, holder, memory)
+    hit = hit_bits(workload, state.holder, memory, transfers)
 
     # 2. Units in service take their compute first; then service in descending score.
     left = list(fx.mu)

@@ -337,7 +337,12 @@ class Simulator:
         fx = ix.fast
         holder, owner, used = st.holder, st.owner, st.memory_used
         size = fx.signature_size
-        nodes, sigs = np.nonzero(holder >= 0)
+        # The held objects from the identities' owners (O(M), not O(N * S)), in the
+        # (node, signature) order of the holder matrix.
+        ids = np.flatnonzero(owner >= 0)
+        nodes, sigs = owner[ids], ix.object_signature[ids]
+        order = np.lexsort((sigs, nodes))
+        nodes, sigs = nodes[order], sigs[order]
         # Only nodes that generated an object or hold one with a negative priority can
         # change; every other node keeps all it holds (it fitted before and still does).
         dropping = nodes[retain[ix.retain_of[nodes, sigs]] < 0]
