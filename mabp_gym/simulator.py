@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mabp_gym.control import CHECK_TOLERANCE, EPS, Control, check_control
-from mabp_gym.projection import project
+from mabp_gym.control import CHECK_TOLERANCE, EPS, CheckedControl, Control, check_control
+from mabp_gym.projection import project, project_checked
 from mabp_gym.state import SimState
 from mabp_gym.workload import Workload
 
@@ -151,19 +151,35 @@ class Simulator:
         return project(self.workload, self.state, scores, memory=self.memory)
 
     def step_scores(self, scores: np.ndarray) -> tuple[Control, SlotOutcome]:
-        """Project ``scores`` and execute the resulting control."""
-        control = self.project(scores)
-        return control, self.step(control)
+        """Project ``scores`` and execute the resulting control.
+
+        The projected control is feasible by construction and is executed without
+        :func:`~mabp_gym.control.check_control` (the training path), unless
+        ``check_invariants`` is on; :meth:`step` checks every control it is given.
+        """
+        self._require_reset()
+        control, checked = project_checked(self.workload, self.state, scores,
+                                           memory=self.memory)
+        if self.check_invariants:
+            checked = check_control(self.workload, self.state, control, memory=self.memory)
+        return control, self._execute(control, checked)
 
     # ----------------------------------------------------------------------------------
     def step(self, control: Control) -> SlotOutcome:
         """Execute one slot under ``control`` (checked for feasibility first)."""
+        self._require_reset()
+        return self._execute(control, check_control(self.workload, self.state, control,
+                                                    memory=self.memory))
+
+    def _require_reset(self) -> None:
         if not self._ready:
             raise RuntimeError("call reset(seed) before step(): the simulator draws all its "
                                "randomness from the generator seeded there")
+
+    def _execute(self, control: Control, checked: CheckedControl) -> SlotOutcome:
+        """The slot's transition under a feasible ``control`` (``checked``: its sparse form)."""
         wl, ix, st, rng = self.workload, self.workload.index, self.state, self.rng
         fx = ix.fast
-        checked = check_control(wl, st, control, memory=self.memory)
         hit = checked.hit
         t = st.t
         queues = st.queues
