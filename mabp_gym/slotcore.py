@@ -191,3 +191,97 @@ class CompiledProjection:
             ix.action_pair, ix.action_node, self.work, ix.route_src_pair, ix.route_link,
             self.flags, transfers, hit, route, service, start)
         return transfers[:count], hit, route, service, start
+
+
+def _encode_kernel(queue_len, service_action, service_residual, holder_flat, memory_used,
+                   memory, pair_node, pair_commodity, action_pair, action_node, hit_slot,
+                   work, penalty, route_src_pair, route_dst_pair, route_cost, compat_ptr,
+                   compat_action, transfer_src_slot, transfer_dst_slot, transfer_dst_node,
+                   transfer_size, transfer_bandwidth, budget, retain_slot, retain_size,
+                   retain_positions, mu, static_nodes, queue_flat, hit, nodes, queues,
+                   resident, service, route, transfer, retain, mask):  # pragma: no cover
+    """The observation of :class:`mabp_gym.env.ObservationEncoder` over flat arrays.
+
+    Fills every output but the successor-pressure column ``service[:, 3]`` (a float32 sum
+    whose order numpy fixes; the caller computes it with numpy from ``queue_flat`` and
+    ``hit``). Sums of queue counts are exact in float32 in any order.
+    """
+    n_nodes, n_comm = queues.shape
+    n_act = action_pair.shape[0]
+    n_route = route_src_pair.shape[0]
+    n_transfer = transfer_src_slot.shape[0]
+    n_sig = resident.shape[1]
+    pairs = queue_len.copy()  # the backlog per pair, units in service included
+    for i in range(n_nodes):
+        if service_action[i] >= 0:
+            pairs[action_pair[service_action[i]]] += 1
+    for p in range(pairs.shape[0]):
+        value = np.float32(pairs[p])
+        queues[pair_node[p], pair_commodity[p]] = value
+        queue_flat[pair_node[p] * n_comm + pair_commodity[p]] = value
+    size_flat = holder_flat.shape[0]
+    for q in range(size_flat):
+        resident[q // n_sig, q % n_sig] = 1.0 if holder_flat[q] >= 0 else 0.0
+    for a in range(n_act):
+        slot = hit_slot[a]
+        hit[a] = 1 if memory and n_sig > 0 and slot < size_flat and holder_flat[slot] >= 0 \
+            else 0
+        h = hit[a]
+        service[a, 0] = work[h, a]
+        service[a, 1] = penalty[h, a]
+        service[a, 2] = h
+        service[a, 4] = pairs[action_pair[a]]
+    for r in range(n_route):
+        src_q = pairs[route_src_pair[r]]
+        route[r, 0] = src_q - pairs[route_dst_pair[r]]
+        route[r, 1] = route_cost[r]
+        compatible = 0.0
+        for m in range(compat_ptr[r], compat_ptr[r + 1]):
+            if hit[compat_action[m]]:
+                compatible = 1.0
+                break
+        route[r, 2] = compatible
+        route[r, 3] = src_q
+    free = budget - memory_used
+    for k in range(n_transfer):
+        src_holds = holder_flat[transfer_src_slot[k]] >= 0
+        dst = transfer_dst_node[k]
+        transfer[k, 0] = 1.0 if src_holds else 0.0
+        transfer[k, 1] = transfer_size[k]
+        transfer[k, 2] = free[dst]
+        mask[n_act + n_route + k] = (
+            src_holds and holder_flat[transfer_dst_slot[k]] < 0
+            and np.float64(transfer_size[k]) <= transfer_bandwidth[k]
+            and np.float64(transfer_size[k]) <= free[dst] + 1e-9)
+    for k in range(retain_slot.shape[0]):
+        retain[k, 0] = 1.0 if holder_flat[retain_slot[k]] >= 0 else 0.0
+        retain[k, 1] = retain_size[k]
+        demand = np.float32(0.0)
+        for w in range(retain_positions.shape[1]):
+            demand += queue_flat[retain_positions[k, w]]
+        retain[k, 2] = demand
+    width = static_nodes.shape[1]
+    for i in range(n_nodes):
+        busy = service_action[i] >= 0
+        for f in range(width):
+            nodes[i, f] = static_nodes[i, f]
+        nodes[i, width] = memory_used[i]
+        total = np.float32(0.0)
+        for c in range(n_comm):
+            total += queues[i, c]
+        nodes[i, width + 1] = total
+        nodes[i, width + 2] = 1.0 if busy else 0.0
+        nodes[i, width + 3] = service_residual[i] if busy else 0.0
+    for a in range(n_act):
+        i = action_node[a]
+        busy = service_action[i] >= 0
+        residual = service_residual[i] if busy else 0.0
+        mask[a] = queue_len[action_pair[a]] > 0 and (mu[i] - min(mu[i], residual)) > 1e-9
+    for r in range(n_route):
+        mask[n_act + r] = queue_len[route_src_pair[r]] > 0
+    for k in range(n_act + n_route + n_transfer, mask.shape[0]):
+        mask[k] = 1
+
+
+if AVAILABLE:
+    encode_compiled = njit(cache=True, nogil=True)(_encode_kernel)

@@ -81,3 +81,21 @@ def test_slotcore__compiled_request_without_numba_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(slotcore, "AVAILABLE", False)
     with pytest.raises(RuntimeError, match="needs numba"):
         project_checked(wl, sim.state, np.zeros(wl.index.num_scores), compiled=True)
+
+
+@pytest.mark.parametrize("name, overrides", WORKLOADS, ids=lambda v: str(v)[-20:])
+def test_slotcore__observation_identical_to_the_reference_encoding(name, overrides):
+    wl = make_workload(name, **overrides)
+    for memory in (True, False):
+        sim = Simulator(wl, memory=memory)
+        sim.reset(4)
+        encoder = ObservationEncoder(wl, memory=memory)
+        rng = np.random.default_rng(5)
+        for _ in range(120 if memory else 40):
+            obs = encoder.encode(sim.state)
+            reference = encoder.encode_reference(sim.state)
+            assert obs.keys() == reference.keys()
+            for key, value in obs.items():
+                assert value.dtype == reference[key].dtype, key
+                assert np.array_equal(value, reference[key]), key
+            sim.step_scores(rng.uniform(-1, 1, wl.index.num_scores))
