@@ -92,6 +92,11 @@ class Simulator:
         self._arrival_cum = cum[:-1].tolist()
         self.rng = np.random.default_rng()
         self.state = SimState.empty(workload)
+        # Retain candidates per node (they are sorted by node, then signature).
+        self._retain_slot = ix.retain_node * ix.num_signatures + ix.retain_signature
+        self._retain_signature = ix.retain_signature.tolist()
+        self._node_retain_ptr = np.searchsorted(
+            ix.retain_node, np.arange(ix.num_nodes + 1)).tolist()
 
     # ----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> SimState:
@@ -220,10 +225,14 @@ class Simulator:
             h, p = hit[a], fx.action_pair[a]
             queue = queues[p]
             touched.add(p)
-            for _ in range(n):
+            if n == 1:
                 done_action.append(a)
                 done_hit.append(h)
                 done_birth.append(queue.popleft())
+            else:
+                done_action.extend([a] * n)
+                done_hit.extend([h] * n)
+                done_birth.extend([queue.popleft() for _ in range(n)])
             spent[fx.action_node[a]] += n * fx.work[h][a]
         for i, a in checked.start:
             h, p = hit[a], fx.action_pair[a]
@@ -254,24 +263,28 @@ class Simulator:
         hits = 0
         units: list[tuple[int, int, int, float, float]] = []
         pair_commodity = fx.pair_commodity
+        penalty, work, signature_of = fx.penalty, fx.work, fx.action_signature
+        successor_cum, successor_pair = ix.successor_cum, ix.successor_pair
+        generates = self._generates
         for k, a in enumerate(done_action):
             h = done_hit[k]
             hits += h
-            penalty_compute += fx.penalty[h][a]
+            cost = penalty[h][a]
+            penalty_compute += cost
             u = uniforms[k]
             target = -1
-            for q, bound in enumerate(ix.successor_cum[h][a]):
+            for q, bound in enumerate(successor_cum[h][a]):
                 if u < bound:
-                    target = ix.successor_pair[h][a][q]
+                    target = successor_pair[h][a][q]
                     break
             if target < 0:
                 delays.append(t - done_birth[k])
-                units.append((a, h, -1, fx.work[h][a], fx.penalty[h][a]))
+                units.append((a, h, -1, work[h][a], cost))
             else:
                 incoming.append((target, [done_birth[k]]))
-                units.append((a, h, pair_commodity[target], fx.work[h][a], fx.penalty[h][a]))
-            s = fx.action_signature[a]
-            if s >= 0 and self._generates:
+                units.append((a, h, pair_commodity[target], work[h][a], cost))
+            s = signature_of[a]
+            if s >= 0 and generates:
                 i = fx.action_node[a]
                 if holder[i, s] < 0 and (i, s) not in pending:
                     free = self._free_identity(s, reserved)
@@ -353,15 +366,11 @@ class Simulator:
         fx = ix.fast
         holder, owner, used = st.holder, st.owner, st.memory_used
         size = fx.signature_size
-        # The held objects from the identities' owners (O(M), not O(N * S)), in the
-        # (node, signature) order of the holder matrix.
-        ids = np.flatnonzero(owner >= 0)
-        nodes, sigs = owner[ids], ix.object_signature[ids]
-        order = np.lexsort((sigs, nodes))
-        nodes, sigs = nodes[order], sigs[order]
         # Only nodes that generated an object or hold one with a negative priority can
         # change; every other node keeps all it holds (it fitted before and still does).
-        dropping = nodes[retain[ix.retain_of[nodes, sigs]] < 0]
+        # Objects sit only at retain candidates, which are ordered by node then signature.
+        flat = holder.ravel()
+        dropping = ix.retain_node[(flat[self._retain_slot] >= 0) & (retain < 0)]
         affected = set(dropping.tolist())
         affected.update(i for i, _, _ in generated)
         insertions = 0
@@ -369,10 +378,13 @@ class Simulator:
         if affected:
             priority_of = retain.tolist()
             by_node: dict[int, list[tuple[float, int, int, bool]]] = {i: [] for i in affected}
-            for i, s in zip(nodes.tolist(), sigs.tolist(), strict=True):
-                if i in affected:
-                    by_node[i].append((-priority_of[fx.retain_of[i][s]], s, int(holder[i, s]),
-                                       False))
+            ptr, signature_of = self._node_retain_ptr, self._retain_signature
+            for i, ranked in by_node.items():
+                for k in range(ptr[i], ptr[i + 1]):
+                    s = signature_of[k]
+                    m = int(holder[i, s])
+                    if m >= 0:
+                        ranked.append((-priority_of[k], s, m, False))
             for i, s, m in generated:
                 by_node[i].append((-priority_of[fx.retain_of[i][s]], s, m, True))
             for i, ranked in by_node.items():
