@@ -154,7 +154,7 @@ def _project_kernel(scores, memory, n_act, n_route, n_transfer,
 
 
 if AVAILABLE:
-    _project_compiled = njit(cache=True, nogil=True)(_project_kernel)
+    _project_compiled = njit(cache=True)(_project_kernel)
 
 
 class CompiledProjection:
@@ -284,4 +284,4 @@ def _encode_kernel(queue_len, service_action, service_residual, holder_flat, mem
 
 
 if AVAILABLE:
-    encode_compiled = njit(cache=True, nogil=True)(_encode_kernel)
+    encode_compiled = njit(cache=True)(_encode_kernel)
