@@ -99,3 +99,41 @@ def test_slotcore__observation_identical_to_the_reference_encoding(name, overrid
                 assert value.dtype == reference[key].dtype, key
                 assert np.array_equal(value, reference[key]), key
             sim.step_scores(rng.uniform(-1, 1, wl.index.num_scores))
+
+
+_TRAJECTORY = """
+import sys
+{block}
+from mabp_gym import Simulator, make_workload, slotcore
+from mabp_gym.env import ObservationEncoder
+from agents import make_policy
+wl = make_workload("mixed")
+sim = Simulator(wl)
+sim.reset(6)
+encoder, policy = ObservationEncoder(wl), make_policy("mabp", wl)
+rows = []
+for _ in range(150):
+    control, out = sim.step_scores(policy.scores(encoder.encode(sim.state)))
+    rows.append((out.backlog, out.delays, out.generated, control.route.tolist()))
+print(slotcore.AVAILABLE, hash(repr(rows)))
+"""
+
+
+def test_slotcore__without_numba_the_reference_path_gives_the_same_run():
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parent.parent)
+
+    def run(block: str) -> list[str]:
+        result = subprocess.run([sys.executable, "-c", _TRAJECTORY.format(block=block)],
+                                capture_output=True, text=True, cwd=root, check=True,
+                                env={"PYTHONPATH": root, "PYTHONHASHSEED": "0",
+                                     "PATH": ""})
+        return result.stdout.split()
+
+    # sys.modules["numba"] = None makes "import numba" fail as if it were not installed.
+    without = run('sys.modules["numba"] = None')
+    with_numba = run("")
+    assert without[0] == "False" and with_numba[0] == "True"
+    assert without[1] == with_numba[1]
