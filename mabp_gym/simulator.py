@@ -249,7 +249,8 @@ class Simulator:
             p = fx.route_src_pair[r]
             queue = queues[p]
             touched.add(p)
-            incoming.append((fx.route_dst_pair[r], [queue.popleft() for _ in range(n)]))
+            births = [queue.popleft()] if n == 1 else [queue.popleft() for _ in range(n)]
+            incoming.append((fx.route_dst_pair[r], births))
             routed += n
             penalty_transmission += n * fx.link_cost[fx.route_link[r]]
 
@@ -315,7 +316,8 @@ class Simulator:
 
         # (9) Penalty; the slot is over.
         st.t = t + 1
-        served_by_action = np.bincount(done_action, minlength=ix.num_actions).astype(np.int64)
+        served_by_action = np.bincount(done_action, minlength=ix.num_actions).astype(
+            np.int64, copy=False)
         outcome = SlotOutcome(
             t=t, arrivals=arrived, served=len(done_action), hits=hits,
             started=len(checked.start), work=float(sum(spent)), routed=routed,
@@ -369,8 +371,8 @@ class Simulator:
         # Only nodes that generated an object or hold one with a negative priority can
         # change; every other node keeps all it holds (it fitted before and still does).
         # Objects sit only at retain candidates, which are ordered by node then signature.
-        flat = holder.ravel()
-        dropping = ix.retain_node[(flat[self._retain_slot] >= 0) & (retain < 0)]
+        held = holder.ravel()[self._retain_slot]  # (K,) identity at each candidate, -1 none
+        dropping = ix.retain_node[(held >= 0) & (retain < 0)]
         affected = set(dropping.tolist())
         affected.update(i for i, _, _ in generated)
         insertions = 0
@@ -378,13 +380,12 @@ class Simulator:
         if affected:
             priority_of = retain.tolist()
             by_node: dict[int, list[tuple[float, int, int, bool]]] = {i: [] for i in affected}
-            ptr, signature_of = self._node_retain_ptr, self._retain_signature
+            ptr, signature_of, held_of = self._node_retain_ptr, self._retain_signature, \
+                held.tolist()
             for i, ranked in by_node.items():
                 for k in range(ptr[i], ptr[i + 1]):
-                    s = signature_of[k]
-                    m = int(holder[i, s])
-                    if m >= 0:
-                        ranked.append((-priority_of[k], s, m, False))
+                    if held_of[k] >= 0:
+                        ranked.append((-priority_of[k], signature_of[k], held_of[k], False))
             for i, s, m in generated:
                 by_node[i].append((-priority_of[fx.retain_of[i][s]], s, m, True))
             for i, ranked in by_node.items():
