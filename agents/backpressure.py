@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.base import Policy, RecencyRetention
+from agents.base import Policy, RecencyRetention, successor_support
 from mabp_gym.workload import Workload
 
 
@@ -49,7 +49,8 @@ class Backpressure(Policy):
         # system only ever misses).
         weight = np.where(assisted & self.memory, 0.5, 0.0)
         mix = weight[:, None]
-        self._law = (mix * ix.successor_law[1] + (1 - mix) * ix.successor_law[0])[:, :-1]
+        self._law_positions, law = successor_support(ix)  # (A, W), (2, A, W)
+        self._law = mix * law[1] + (1 - mix) * law[0]  # (A, W)
         self._work = weight * ix.work[1] + (1 - weight) * ix.work[0]
         self._penalty = weight * ix.penalty[1] + (1 - weight) * ix.penalty[0]
         # Route candidates whose source itself serves the commodity (sibling links).
@@ -57,8 +58,6 @@ class Backpressure(Policy):
                                   ix.pair_commodity[ix.route_src_pair]]
         self._route_cost = ix.link_cost[ix.route_link]
         self._recency = RecencyRetention(workload)
-        compat = self._recency._compat.astype(np.float64)
-        self._compat = compat
         self._popularity = np.zeros(ix.num_retains)
         # Transfer candidate -> retain candidates at its two ends.
         src = ix.link_src[ix.transfer_link]
@@ -75,7 +74,7 @@ class Backpressure(Policy):
         ix = self.ix
         backlog = self.pair_backlog(queues)
         own = backlog[ix.action_pair]
-        pressure = np.einsum("ac,ac->a", self._law, queues[ix.action_node])
+        pressure = (self._law * queues.ravel()[self._law_positions]).sum(axis=1)
         weight = own - pressure
         if self.cost:
             weight = weight - self.nu * self._penalty
@@ -93,7 +92,7 @@ class Backpressure(Policy):
         if self.cache == "recency":
             out[self.slices[3]] = self._recency.priorities(queues, self.t)
         else:
-            demand = (self._compat * queues[ix.retain_node]).sum(axis=1)
+            demand = self._recency.demand(queues)
             self._popularity = self.decay * self._popularity + demand
             size = ix.signature_size[ix.retain_signature]
             out[self.slices[3]] = self._popularity / size

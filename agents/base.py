@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mabp_gym.workload import Workload
+from mabp_gym.workload import Workload, WorkloadIndex
 from mabp_gym.workloads import make_workload
 
 
@@ -76,6 +76,51 @@ class Policy:
         return queues[self.ix.pair_node, self.ix.pair_commodity]
 
 
+def successor_support(ix: WorkloadIndex, law: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The successor laws as a gather over their support (they have a few outcomes each).
+
+    Args:
+        ix: the workload's index.
+        law: ``(2, A, C)`` successor probabilities (default: the workload's own, exits
+            excluded), e.g. a learner's estimate; the support is where it is nonzero.
+
+    Returns:
+        ``positions`` ``(A, W)`` int64, raveled ``(N, C)`` positions of every action's
+        successor queues at its node, in commodity order, and ``probs`` ``(2, A, W)``
+        float64, their probabilities per hit bit. Padding repeats the node's first
+        position with probability 0, so ``(probs * queues.ravel()[positions]).sum(-1)``
+        is the successor pressure ``sum_c' P(c'|a) Q_i^c'`` without an ``(A, C)`` product.
+    """
+    n_comm = ix.num_commodities
+    law = ix.successor_law[:, :, :n_comm] if law is None else np.asarray(law, dtype=np.float64)
+    support = [np.flatnonzero((law[:, a] > 0).any(axis=0)) for a in range(ix.num_actions)]
+    width = max([1, *(len(c) for c in support)])
+    positions = np.repeat((ix.action_node * n_comm)[:, None], width, axis=1)
+    probs = np.zeros((2, ix.num_actions, width))
+    for a, outcomes in enumerate(support):
+        positions[a, :len(outcomes)] = ix.action_node[a] * n_comm + outcomes
+        probs[:, a, :len(outcomes)] = law[:, a, outcomes]
+    return positions, probs
+
+
+def compatible_support(ix: WorkloadIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Per retain candidate ``(i, s)``, the raveled ``(N, C)`` positions of the commodities
+    that ``s`` makes hits at ``i``: ``positions`` ``(K, W)`` int64 and ``valid`` ``(K, W)``
+    float64 (1 for a position, 0 for padding)."""
+    n_comm = ix.num_commodities
+    served = [sorted({int(ix.action_commodity[a]) for a in members})
+              for members in ix.retain_actions]
+    width = max([1, *(len(c) for c in served)])
+    positions = np.repeat((ix.retain_node * n_comm)[:, None], width, axis=1)
+    valid = np.zeros((ix.num_retains, width))
+    for k, commodities in enumerate(served):
+        positions[k, :len(commodities)] = ix.retain_node[k] * n_comm + np.asarray(
+            commodities, dtype=np.int64)
+        valid[k, :len(commodities)] = 1.0
+    return positions, valid
+
+
 class RecencyRetention:
     """Most-recently-used retention that never reads memory.
 
@@ -86,20 +131,18 @@ class RecencyRetention:
 
     def __init__(self, workload: Workload) -> None:
         ix = workload.index
-        compat = np.zeros((ix.num_retains, ix.num_commodities), dtype=bool)
-        retain_of = ix.retain_of
-        for a in np.flatnonzero(ix.action_signature >= 0):
-            k = retain_of[ix.action_node[a], ix.action_signature[a]]
-            if k >= 0:
-                compat[k, ix.action_commodity[a]] = True
-        self._compat = compat
-        self._node = ix.retain_node
+        self._positions, self._valid = compatible_support(ix)  # (K, W), (K, W)
         self.last_used = np.full(ix.num_retains, -1e9)
 
     def reset(self) -> None:
         self.last_used[:] = -1e9
 
     def priorities(self, queues: np.ndarray, t: int) -> np.ndarray:
-        wanted = (self._compat * queues[self._node]).sum(axis=1) > 0
+        wanted = self.demand(queues) > 0
         self.last_used[wanted] = t
         return 1.0 / (1.0 + np.minimum(t - self.last_used, 1e6))
+
+    def demand(self, queues: np.ndarray) -> np.ndarray:
+        """Queued units per retain candidate of the commodities its object makes hits,
+        ``(K,)`` (``queues``: the ``(N, C)`` backlog)."""
+        return (self._valid * queues.ravel()[self._positions]).sum(axis=1)

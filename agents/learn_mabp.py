@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from agents import checkpoint_file
+from agents.base import successor_support
 from agents.mabp import MABP
 from mabp_gym.workload import Workload
 
@@ -155,7 +156,7 @@ class LearnMABP(MABP):
         self.estimate = estimate
         self._work = estimate.work
         self._penalty = estimate.penalty
-        self._law = estimate.law
+        self._law_positions, self._law = successor_support(self.ix, estimate.law)
 
     @classmethod
     def from_checkpoint(cls, workload: Workload, checkpoint: str | Path | None = None,

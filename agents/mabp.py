@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.base import Policy, RecencyRetention
+from agents.base import Policy, RecencyRetention, successor_support
 from mabp_gym.workload import Workload
 
 
@@ -66,19 +66,21 @@ class MABP(Policy):
         self.transition = transition
         self.reuse = reuse
         self.retention = retention
-        self._law = ix.successor_law[:, :, :-1]  # (2, A, C)
+        # Successor laws are sparse: per action the raveled (N * C) positions of its
+        # successor queues and their probabilities per hit bit, padded with probability 0
+        # at the action's own first position, so the pressure is a gather of width W.
+        self._law_positions, self._law = successor_support(ix)  # (A, W), (2, A, W)
         self._penalty = ix.penalty if reuse else ix.loss  # (2, A)
         self._work = ix.work  # (2, A)
         self._arange = np.arange(ix.num_actions)
         self._route_cost = ix.link_cost[ix.route_link]
         self._mu = ix.mu[ix.action_node]
-        # Retain candidate k = (i, s) collects the actions of node i compatible with s.
-        members = np.zeros((ix.num_retains, ix.num_actions))
-        for a in np.flatnonzero(ix.action_signature >= 0):
-            k = ix.retain_of[ix.action_node[a], ix.action_signature[a]]
-            if k >= 0:
-                members[k, a] = 1.0
-        self._members = members
+        # Retain candidate k = (i, s) collects the actions of node i compatible with s: a
+        # segment sum over (candidate, action) member pairs.
+        self._member_retain = np.repeat(np.arange(ix.num_retains),
+                                        [len(m) for m in ix.retain_actions]).astype(np.int64)
+        self._member_action = np.asarray([a for m in ix.retain_actions for a in m],
+                                         dtype=np.int64)
         self._assisted = ix.action_signature >= 0
         self._size = ix.signature_size[ix.retain_signature]
         self._holding = self.nu * workload.theta * self.horizon
@@ -117,7 +119,7 @@ class MABP(Policy):
         own = self.pair_backlog(queues)[ix.action_pair]
         weight = np.broadcast_to(own, (2, ix.num_actions)) - self.nu * self._penalty
         if self.transition:
-            weight = weight - np.einsum("hac,ac->ha", self._law, queues[ix.action_node])
+            weight = weight - (self._law * queues.ravel()[self._law_positions]).sum(axis=2)
         return weight
 
     def _fill(self, obs, queues, out) -> None:
@@ -168,4 +170,5 @@ class MABP(Policy):
         self._demand = (1 - rate) * self._demand + rate * servable
         future = self._effective_horizon * self._demand * np.maximum(saved, 0.0)
         per_action = np.where(self._assisted, frozen + future, 0.0)
-        return self._members @ per_action
+        return np.bincount(self._member_retain, per_action[self._member_action],
+                           minlength=ix.num_retains)

@@ -94,15 +94,31 @@ def _as_int_list(name: str, value: np.ndarray, length: int | None) -> list[int]:
     return _as_int_array(name, value, length).tolist()
 
 
-def hit_bits(workload: Workload, holder: np.ndarray, memory: bool) -> list[int]:
-    """Hit bit of every action given who holds what (``holder``: ``(N, S)`` identities)."""
+def hit_bits(workload: Workload, holder: np.ndarray, memory: bool,
+             transfers: list[int] | tuple[int, ...] = ()) -> list[int]:
+    """Hit bit of every action given who holds what (``holder``: ``(N, S)`` identities).
+
+    ``transfers`` (transfer-candidate indices, already known to be feasible) are applied on
+    top of ``holder``: the hit bits are those of the post-transfer memory.
+    """
     ix = workload.index
     if not memory or not ix.num_signatures:
         return [0] * ix.num_actions
-    flat = np.empty(holder.size + 1, dtype=np.int64)
-    flat[:-1] = holder.ravel()
-    flat[-1] = -1  # actions without a signature point here: never a hit
-    return (flat[ix.hit_slot] >= 0).astype(np.int64).tolist()
+    # Actions without a signature point one past the end: clipped, then masked out.
+    held = holder.ravel().take(ix.hit_slot, mode="clip") >= 0
+    hit = (held & (ix.hit_slot < holder.size)).astype(np.int64).tolist()
+    if transfers:
+        fx = ix.fast
+        retain_of, members = fx.retain_of, ix.retain_actions
+        # A node that held a signature at the start of the slot never receives it, so
+        # the order of the moves does not matter.
+        for k in transfers:
+            e, s = fx.transfer_link[k], fx.transfer_signature[k]
+            for a in members[retain_of[fx.link_src[e]][s]]:
+                hit[a] = 0
+            for a in members[retain_of[fx.link_dst[e]][s]]:
+                hit[a] = 1
+    return hit
 
 
 def _link_name(workload: Workload, e: int) -> str:
@@ -150,10 +166,9 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
         raise InfeasibleControlError("finite priorities", "control.retain",
                                      "retention priorities must be finite")
 
-    holder = state.holder
     if transfers:
-        holder = _check_transfers(workload, state, transfers, memory)
-    hit = hit_bits(workload, holder, memory)
+        _check_transfers(workload, state, transfers, memory)
+    hit = hit_bits(workload, state.holder, memory, transfers)
 
     # Links.
     load = [0] * ix.num_links
@@ -220,8 +235,8 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
 
 
 def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
-                     memory: bool) -> np.ndarray:
-    """Check transfers (SPEC 1 step 2) and return the post-transfer holder matrix.
+                     memory: bool) -> None:
+    """Check transfers (SPEC 1 step 2).
 
     The source holds the object, each object moves once, the link's bandwidth, one replica
     of a signature per node, the destination budget after all transfers.
@@ -233,7 +248,6 @@ def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
         raise InfeasibleControlError("no-memory mode", "control.transfers",
                                      "the no-memory system has no objects to move")
     holder = state.holder
-    after = holder.copy()
     bandwidth: dict[int, float] = {}
     used = state.memory_used.tolist()
     moved: set[tuple[int, int]] = set()
@@ -264,8 +278,6 @@ def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
         bandwidth[e] = bandwidth.get(e, 0.0) + size
         used[i] -= size
         used[j] += size
-        after[j, s] = holder[i, s]
-        after[i, s] = -1
     for e, size in bandwidth.items():
         if size > ix.link_bandwidth[e] + CHECK_TOLERANCE:
             raise InfeasibleControlError("transfer bandwidth", _link_name(workload, e),
@@ -276,4 +288,3 @@ def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
             raise InfeasibleControlError("memory budget", f"node {names[i].name}",
                                          f"{used[i]:g} size units resident after transfers, "
                                          f"budget {fx.budget[i]:g}")
-    return after

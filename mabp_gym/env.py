@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from mabp_gym import slotcore
 from mabp_gym.simulator import Simulator, SlotOutcome
 from mabp_gym.workload import ROLES, Workload
 from mabp_gym.workloads import check_number, is_workload_file, make_workload, workload_params
@@ -297,6 +298,8 @@ class ObservationEncoder:
         self._transfer_size = sizes[ix.transfer_signature].astype(np.float32)
         self._retain_size = sizes[ix.retain_signature].astype(np.float32)
         self._penalty = ix.penalty.astype(np.float32)
+        if slotcore.AVAILABLE:
+            self._compiled_statics(workload)
         inf = np.inf
         self.space = spaces.Dict({
             "node_features": _box((n, len(NODE_FEATURES))),
@@ -315,8 +318,78 @@ class ObservationEncoder:
             "action_mask": spaces.Box(0, 1, (ix.num_scores,), dtype=np.int8),
         })
 
+    def _compiled_statics(self, workload: Workload) -> None:
+        """Static arrays of the compiled encoder (:mod:`mabp_gym.slotcore`)."""
+        ix = workload.index
+        # Route r's destination holds memory compatible with its commodity when one of the
+        # actions of that (node, commodity) is a hit: those actions, per route (CSR).
+        by_pair: dict[tuple[int, int], list[int]] = {}
+        for a, (i, c) in enumerate(zip(ix.action_node.tolist(), ix.action_commodity.tolist(),
+                                       strict=True)):
+            by_pair.setdefault((i, c), []).append(a)
+        members = [by_pair.get(key, []) for key in zip(self._route_dst_node.tolist(),
+                                                       ix.route_commodity.tolist(),
+                                                       strict=True)]
+        self._compat_ptr = np.concatenate(
+            [[0], np.cumsum([len(m) for m in members])]).astype(np.int64)
+        self._compat_action = np.asarray([a for m in members for a in m], dtype=np.int64)
+        self._transfer_dst_node = np.ascontiguousarray(self._transfer_dst)
+        self._transfer_bandwidth64 = np.ascontiguousarray(self._transfer_bandwidth,
+                                                          dtype=np.float64)
+        self._retain_slot = (ix.retain_node * ix.num_signatures
+                             + ix.retain_signature).astype(np.int64)
+        self._work = np.ascontiguousarray(ix.work)
+
     def encode(self, state) -> dict[str, np.ndarray]:
         """The observation of ``state`` (fresh arrays every call)."""
+        if slotcore.AVAILABLE:
+            return self._encode_compiled(state)
+        return self.encode_reference(state)
+
+    def _encode_compiled(self, state) -> dict[str, np.ndarray]:
+        ix = self.workload.index
+        n, c = ix.num_nodes, ix.num_commodities
+        hit = np.empty(ix.num_actions, dtype=np.int64)
+        nodes = np.empty((n, len(NODE_FEATURES)), dtype=np.float32)
+        queues = np.zeros((n, c), dtype=np.float32)
+        memory = np.empty((n, ix.num_signatures), dtype=np.float32)
+        service = np.empty((ix.num_actions, len(SERVICE_FEATURES)), dtype=np.float32)
+        route = np.empty((ix.num_routes, len(ROUTE_FEATURES)), dtype=np.float32)
+        transfer = np.empty((ix.num_transfers, len(TRANSFER_FEATURES)), dtype=np.float32)
+        retain = np.empty((ix.num_retains, len(RETAIN_FEATURES)), dtype=np.float32)
+        mask = np.empty(ix.num_scores, dtype=np.int8)
+        slotcore.encode_compiled(
+            state.queue_len, state.service_action, state.service_residual,
+            state.holder.ravel(), state.memory_used, self.memory, ix.pair_node,
+            ix.pair_commodity, ix.action_pair, ix.action_node, ix.hit_slot, self._work,
+            self._penalty, ix.route_src_pair, ix.route_dst_pair, self._route_cost,
+            self._compat_ptr, self._compat_action, ix.transfer_src_slot,
+            ix.transfer_dst_slot, self._transfer_dst_node, self._transfer_size,
+            self._transfer_bandwidth64, ix.budget, self._retain_slot, self._retain_size,
+            self._retain_positions, ix.mu, self._static_nodes, self._queue_flat, hit, nodes,
+            queues, memory, service, route, transfer, retain, mask)
+        # The successor pressure is a float32 sum whose order numpy fixes: numpy's.
+        service[:, 3] = (self._successor_probs[hit, self._arange_a]
+                         * self._queue_flat[self._successor_positions]).sum(axis=1)
+        return {
+            "node_features": nodes,
+            "edge_index": self._edge_index.copy(),
+            "edge_features": self._edge_features.copy(),
+            "queues": queues,
+            "memory": memory,
+            "service": service,
+            "service_index": self._service_index.copy(),
+            "route": route,
+            "route_index": self._route_index.copy(),
+            "transfer": transfer,
+            "transfer_index": self._transfer_index.copy(),
+            "retain": retain,
+            "retain_index": self._retain_index.copy(),
+            "action_mask": mask,
+        }
+
+    def encode_reference(self, state) -> dict[str, np.ndarray]:
+        """:meth:`encode` in numpy: the readable reference of the compiled encoder."""
         ix = self.workload.index
         n_act, n_route = ix.num_actions, ix.num_routes
         pairs = state.backlog_pairs(self.workload)  # units in service included

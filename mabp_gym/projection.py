@@ -23,15 +23,25 @@ length ``D = A + R + T + K`` laid out as ``[service | route | transfer | retain]
 
 Ties are broken by candidate index (a stable sort), so the order is fixed and documented:
 services by action index, routes by link then commodity, transfers by link then signature.
+
+This module is the readable reference. :func:`project` runs the same algorithm compiled
+(:mod:`mabp_gym.slotcore`) when numba is installed; the tests hold the two identical.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
-from mabp_gym.control import EPS, Control, hit_bits
+from mabp_gym import slotcore
+from mabp_gym.control import EPS, CheckedControl, Control, hit_bits
 from mabp_gym.state import SimState
-from mabp_gym.workload import Workload
+from mabp_gym.workload import Workload, WorkloadIndex
+
+# One compiled projection (static arrays and scratch) per workload index.
+_COMPILED: weakref.WeakKeyDictionary[WorkloadIndex, slotcore.CompiledProjection] = \
+    weakref.WeakKeyDictionary()
 
 
 def validate_scores(workload: Workload, scores: np.ndarray) -> np.ndarray:
@@ -59,41 +69,89 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
     Returns:
         A :class:`Control` that :func:`mabp_gym.control.check_control` accepts.
     """
+    return project_checked(workload, state, scores, memory=memory)[0]
+
+
+def project_checked(workload: Workload, state: SimState, scores: np.ndarray, *,
+                    memory: bool = True, compiled: bool | None = None
+                    ) -> tuple[Control, CheckedControl]:
+    """:func:`project`, with the control also in the sparse form the transition executes.
+
+    The control is feasible by construction, so a caller that executes it may skip
+    :func:`~mabp_gym.control.check_control` (the training path does; the evaluation
+    harness checks every control it executes).
+
+    Args:
+        compiled: ``True`` for the compiled core, ``False`` for this module's reference
+            loops, ``None`` (default) for the compiled core when numba is available.
+    """
+    if compiled is None:
+        compiled = slotcore.AVAILABLE
+    if not compiled:
+        return project_reference(workload, state, scores, memory=memory)
+    if not slotcore.AVAILABLE:
+        raise RuntimeError("the compiled slot core needs numba (pip install numba), and "
+                           "MABP_GYM_PURE unset")
+    ix = workload.index
+    scores = validate_scores(workload, scores)
+    kernel = _COMPILED.get(ix)
+    if kernel is None:
+        kernel = _COMPILED[ix] = slotcore.CompiledProjection(workload)
+    transfers, hit, route, service, start = kernel(state, scores, memory)
+    control = Control(transfers=transfers, route=route, service=service, start=start,
+                      retain=scores[ix.score_slices[3]].copy())
+    return control, _checked(control, hit.tolist())
+
+
+def _checked(control: Control, hit: list[int]) -> CheckedControl:
+    """The sparse form of a projected control (entries in index order, as the check gives)."""
+    route = control.route.nonzero()[0]
+    service = control.service.nonzero()[0]
+    start = (control.start >= 0).nonzero()[0]
+    return CheckedControl(
+        hit=hit, transfers=control.transfers.tolist(),
+        route=list(zip(route.tolist(), control.route[route].tolist(), strict=True)),
+        service=list(zip(service.tolist(), control.service[service].tolist(), strict=True)),
+        start=list(zip(start.tolist(), control.start[start].tolist(), strict=True)))
+
+
+def project_reference(workload: Workload, state: SimState, scores: np.ndarray, *,
+                      memory: bool = True) -> tuple[Control, CheckedControl]:
+    """The projection in plain Python and numpy: the readable reference of the algorithm."""
     ix = workload.index
     fx = ix.fast
     scores = validate_scores(workload, scores)
     n_act, n_route, n_transfer = ix.num_actions, ix.num_routes, ix.num_transfers
 
-    # 1. Transfers.
+    # 1. Transfers. Only the holder entries at the ends of the wanted transfers are read.
     transfers: list[int] = []
-    holder = state.holder
     if memory and n_transfer:
         offset = n_act + n_route
         transfer_scores = scores[offset:offset + n_transfer]
         wanted = _descending(transfer_scores, transfer_scores > 0)
         if wanted:
-            holds = holder.tolist()
-            holder_before = holder.tolist()
+            flat = state.holder.ravel()
+            src_held = (flat[ix.transfer_src_slot[wanted]] >= 0).tolist()
+            dst_held = (flat[ix.transfer_dst_slot[wanted]] >= 0).tolist()
             used = state.memory_used.tolist()
             bandwidth = ix.link_bandwidth.tolist()
+            moved: set[tuple[int, int]] = set()
             arrived: set[tuple[int, int]] = set()
-            for k in wanted:
+            for q, k in enumerate(wanted):
                 e, s = fx.transfer_link[k], fx.transfer_signature[k]
                 i, j = fx.link_src[e], fx.link_dst[e]
                 size = fx.signature_size[s]
-                if (holds[i][s] < 0 or (i, s) in arrived or holder_before[j][s] >= 0
+                if (not src_held[q] or (i, s) in moved or (i, s) in arrived or dst_held[q]
                         or (j, s) in arrived
                         or bandwidth[e] < size - EPS or used[j] + size > fx.budget[j] + EPS):
                     continue
-                holds[j][s], holds[i][s] = holds[i][s], -1
+                moved.add((i, s))
                 arrived.add((j, s))
                 used[i] -= size
                 used[j] += size
                 bandwidth[e] -= size
                 transfers.append(k)
-            if transfers:
-                holder = np.asarray(holds, dtype=np.int64)
-    hit = hit_bits(workload, holder, memory)
+    hit = hit_bits(workload, state.holder, memory, transfers)
 
     # 2. Units in service take their compute first; then service in descending score.
     left = list(fx.mu)
@@ -149,13 +207,14 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
                     avail[p] = q - n
                     capacity[e] -= n
 
-    return Control(
+    control = Control(
         transfers=np.asarray(transfers, dtype=np.int64),
         route=_dense(route, n_route),
         service=_dense(service, n_act),
         start=_dense(starts, ix.num_nodes, fill=-1),
         retain=scores[ix.score_slices[3]].copy(),
     )
+    return control, _checked(control, hit)
 
 
 def _descending(block: np.ndarray, live: np.ndarray) -> list[int]:

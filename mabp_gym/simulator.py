@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mabp_gym.control import CHECK_TOLERANCE, EPS, Control, check_control
-from mabp_gym.projection import project
+from mabp_gym.control import CHECK_TOLERANCE, EPS, CheckedControl, Control, check_control
+from mabp_gym.projection import project, project_checked
 from mabp_gym.state import SimState
 from mabp_gym.workload import Workload
 
@@ -92,6 +92,11 @@ class Simulator:
         self._arrival_cum = cum[:-1].tolist()
         self.rng = np.random.default_rng()
         self.state = SimState.empty(workload)
+        # Retain candidates per node (they are sorted by node, then signature).
+        self._retain_slot = ix.retain_node * ix.num_signatures + ix.retain_signature
+        self._retain_signature = ix.retain_signature.tolist()
+        self._node_retain_ptr = np.searchsorted(
+            ix.retain_node, np.arange(ix.num_nodes + 1)).tolist()
 
     # ----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> SimState:
@@ -151,19 +156,35 @@ class Simulator:
         return project(self.workload, self.state, scores, memory=self.memory)
 
     def step_scores(self, scores: np.ndarray) -> tuple[Control, SlotOutcome]:
-        """Project ``scores`` and execute the resulting control."""
-        control = self.project(scores)
-        return control, self.step(control)
+        """Project ``scores`` and execute the resulting control.
+
+        The projected control is feasible by construction and is executed without
+        :func:`~mabp_gym.control.check_control` (the training path), unless
+        ``check_invariants`` is on; :meth:`step` checks every control it is given.
+        """
+        self._require_reset()
+        control, checked = project_checked(self.workload, self.state, scores,
+                                           memory=self.memory)
+        if self.check_invariants:
+            checked = check_control(self.workload, self.state, control, memory=self.memory)
+        return control, self._execute(control, checked)
 
     # ----------------------------------------------------------------------------------
     def step(self, control: Control) -> SlotOutcome:
         """Execute one slot under ``control`` (checked for feasibility first)."""
+        self._require_reset()
+        return self._execute(control, check_control(self.workload, self.state, control,
+                                                    memory=self.memory))
+
+    def _require_reset(self) -> None:
         if not self._ready:
             raise RuntimeError("call reset(seed) before step(): the simulator draws all its "
                                "randomness from the generator seeded there")
+
+    def _execute(self, control: Control, checked: CheckedControl) -> SlotOutcome:
+        """The slot's transition under a feasible ``control`` (``checked``: its sparse form)."""
         wl, ix, st, rng = self.workload, self.workload.index, self.state, self.rng
         fx = ix.fast
-        checked = check_control(wl, st, control, memory=self.memory)
         hit = checked.hit
         t = st.t
         queues = st.queues
@@ -204,10 +225,14 @@ class Simulator:
             h, p = hit[a], fx.action_pair[a]
             queue = queues[p]
             touched.add(p)
-            for _ in range(n):
+            if n == 1:
                 done_action.append(a)
                 done_hit.append(h)
                 done_birth.append(queue.popleft())
+            else:
+                done_action.extend([a] * n)
+                done_hit.extend([h] * n)
+                done_birth.extend([queue.popleft() for _ in range(n)])
             spent[fx.action_node[a]] += n * fx.work[h][a]
         for i, a in checked.start:
             h, p = hit[a], fx.action_pair[a]
@@ -224,7 +249,8 @@ class Simulator:
             p = fx.route_src_pair[r]
             queue = queues[p]
             touched.add(p)
-            incoming.append((fx.route_dst_pair[r], [queue.popleft() for _ in range(n)]))
+            births = [queue.popleft()] if n == 1 else [queue.popleft() for _ in range(n)]
+            incoming.append((fx.route_dst_pair[r], births))
             routed += n
             penalty_transmission += n * fx.link_cost[fx.route_link[r]]
 
@@ -238,24 +264,28 @@ class Simulator:
         hits = 0
         units: list[tuple[int, int, int, float, float]] = []
         pair_commodity = fx.pair_commodity
+        penalty, work, signature_of = fx.penalty, fx.work, fx.action_signature
+        successor_cum, successor_pair = ix.successor_cum, ix.successor_pair
+        generates = self._generates
         for k, a in enumerate(done_action):
             h = done_hit[k]
             hits += h
-            penalty_compute += fx.penalty[h][a]
+            cost = penalty[h][a]
+            penalty_compute += cost
             u = uniforms[k]
             target = -1
-            for q, bound in enumerate(ix.successor_cum[h][a]):
+            for q, bound in enumerate(successor_cum[h][a]):
                 if u < bound:
-                    target = ix.successor_pair[h][a][q]
+                    target = successor_pair[h][a][q]
                     break
             if target < 0:
                 delays.append(t - done_birth[k])
-                units.append((a, h, -1, fx.work[h][a], fx.penalty[h][a]))
+                units.append((a, h, -1, work[h][a], cost))
             else:
                 incoming.append((target, [done_birth[k]]))
-                units.append((a, h, pair_commodity[target], fx.work[h][a], fx.penalty[h][a]))
-            s = fx.action_signature[a]
-            if s >= 0 and self._generates:
+                units.append((a, h, pair_commodity[target], work[h][a], cost))
+            s = signature_of[a]
+            if s >= 0 and generates:
                 i = fx.action_node[a]
                 if holder[i, s] < 0 and (i, s) not in pending:
                     free = self._free_identity(s, reserved)
@@ -286,7 +316,8 @@ class Simulator:
 
         # (9) Penalty; the slot is over.
         st.t = t + 1
-        served_by_action = np.bincount(done_action, minlength=ix.num_actions).astype(np.int64)
+        served_by_action = np.bincount(done_action, minlength=ix.num_actions).astype(
+            np.int64, copy=False)
         outcome = SlotOutcome(
             t=t, arrivals=arrived, served=len(done_action), hits=hits,
             started=len(checked.start), work=float(sum(spent)), routed=routed,
@@ -337,10 +368,11 @@ class Simulator:
         fx = ix.fast
         holder, owner, used = st.holder, st.owner, st.memory_used
         size = fx.signature_size
-        nodes, sigs = np.nonzero(holder >= 0)
         # Only nodes that generated an object or hold one with a negative priority can
         # change; every other node keeps all it holds (it fitted before and still does).
-        dropping = nodes[retain[ix.retain_of[nodes, sigs]] < 0]
+        # Objects sit only at retain candidates, which are ordered by node then signature.
+        held = holder.ravel()[self._retain_slot]  # (K,) identity at each candidate, -1 none
+        dropping = ix.retain_node[(held >= 0) & (retain < 0)]
         affected = set(dropping.tolist())
         affected.update(i for i, _, _ in generated)
         insertions = 0
@@ -348,10 +380,12 @@ class Simulator:
         if affected:
             priority_of = retain.tolist()
             by_node: dict[int, list[tuple[float, int, int, bool]]] = {i: [] for i in affected}
-            for i, s in zip(nodes.tolist(), sigs.tolist(), strict=True):
-                if i in affected:
-                    by_node[i].append((-priority_of[fx.retain_of[i][s]], s, int(holder[i, s]),
-                                       False))
+            ptr, signature_of, held_of = self._node_retain_ptr, self._retain_signature, \
+                held.tolist()
+            for i, ranked in by_node.items():
+                for k in range(ptr[i], ptr[i + 1]):
+                    if held_of[k] >= 0:
+                        ranked.append((-priority_of[k], signature_of[k], held_of[k], False))
             for i, s, m in generated:
                 by_node[i].append((-priority_of[fx.retain_of[i][s]], s, m, True))
             for i, ranked in by_node.items():

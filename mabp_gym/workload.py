@@ -201,6 +201,12 @@ class WorkloadIndex:
     successor_pair: tuple[list[list[int]], list[list[int]]] = field(repr=False)
     fast: FastLists = field(repr=False)
     hit_slot: np.ndarray = field(default=None, repr=False)  # (A,) int64  # type: ignore[assignment]
+    # Raveled (N * S) holder positions at the two ends of every transfer candidate, and the
+    # actions every retain candidate (i, s) makes hits: a transfer changes only those hit
+    # bits, so that no per-slot structure spans all nodes x signatures.
+    transfer_src_slot: np.ndarray = field(default=None, repr=False)  # (T,) int64  # type: ignore[assignment]
+    transfer_dst_slot: np.ndarray = field(default=None, repr=False)  # (T,) int64  # type: ignore[assignment]
+    retain_actions: tuple[tuple[int, ...], ...] = field(default=(), repr=False)  # (K,) ragged
 
     @property
     def num_scores(self) -> int:
@@ -580,6 +586,16 @@ def _build_index(wl: Workload) -> WorkloadIndex:
     slot = np.where(index.action_signature >= 0,
                     index.action_node * n_sig + index.action_signature, n_nodes * n_sig)
     object.__setattr__(index, "hit_slot", slot.astype(np.int64))
+    object.__setattr__(index, "transfer_src_slot",
+                       link_src[index.transfer_link] * n_sig + index.transfer_signature)
+    object.__setattr__(index, "transfer_dst_slot",
+                       link_dst[index.transfer_link] * n_sig + index.transfer_signature)
+    members: list[list[int]] = [[] for _ in range(index.num_retains)]
+    for a in np.flatnonzero(index.action_signature >= 0).tolist():
+        k = int(retain_of[index.action_node[a], index.action_signature[a]])
+        if k >= 0:
+            members[k].append(a)
+    object.__setattr__(index, "retain_actions", tuple(tuple(m) for m in members))
     for arr in vars(index).values():
         if isinstance(arr, np.ndarray):
             arr.flags.writeable = False

@@ -123,6 +123,7 @@ _MIXED = {
     "rag_share": Param(0.4, 0.0, 1.0, doc="arrival share of RAG requests"),
     "moe_share": Param(0.3, 0.0, 1.0, doc="arrival share of MoE requests"),
     "agentic_share": Param(0.3, 0.0, 1.0, doc="arrival share of agentic requests"),
+    "copies": Param(1, 1, 64, integer=True, doc="copies of the workers behind one gateway"),
 }
 
 
@@ -285,6 +286,9 @@ _LINKS = (("gw", "ret0"), ("gw", "ret1"), ("gw", "gen0"), ("gw", "gen1"), ("gw",
           ("gen0", "ver0"), ("gen1", "ver0"), ("moe0", "ver0"), ("tool0", "ver0"),
           ("ver0", "gen0"), ("ver0", "gen1"),
           ("ret0", "ret1"), ("ret1", "ret0"), ("gen0", "gen1"), ("gen1", "gen0"))
+# Links from one copy of the service graph to the next (``mixed`` with ``copies > 1``).
+_CROSS_LINKS = (("ret0", "gen0"), ("ret0", "gen1"), ("ret1", "gen0"), ("ret1", "gen1"),
+                ("gen0", "ver0"), ("gen1", "ver0"), ("moe0", "ver0"), ("tool0", "ver0"))
 # family -> stages as (stage name, serving nodes, object kind, object size or 0)
 _FAMILIES = {
     "rag": (("retrieve", ("ret0", "ret1"), "ctx", 1.0),
@@ -298,12 +302,22 @@ _FAMILIES = {
 }
 
 
-def _service_graph(name: str, p: dict[str, Any], shares: dict[str, float]) -> Workload:
+def _copy_name(node: str, copy: int) -> str:
+    """Name of ``node`` in replica ``copy`` of the service graph (copy 0 keeps the name)."""
+    return node if copy == 0 else f"{node}.{copy}"
+
+
+def _service_graph(name: str, p: dict[str, Any], shares: dict[str, float],
+                   copies: int = 1) -> Workload:
     families = [f for f in _FAMILIES if shares.get(f, 0.0) > 0]
     if not families:
         raise ValueError("rag_share, moe_share and agentic_share must not all be 0")
     total_share = sum(shares[f] for f in families)
-    node_id = {n: i for i, (n, _) in enumerate(_NODES)}
+    # The gateway is shared; every worker exists once per copy, copy 0 first (so that one
+    # copy is exactly the single service graph).
+    node_list = [_NODES[0]] + [(_copy_name(n, j), role) for j in range(copies)
+                               for n, role in _NODES[1:]]
+    node_id = {n: i for i, (n, _) in enumerate(node_list)}
     z_types = p["Z"]
     zipf = np.arange(1, z_types + 1, dtype=float) ** -p["skew"]
     zipf /= zipf.sum()
@@ -343,17 +357,27 @@ def _service_graph(name: str, p: dict[str, Any], shares: dict[str, float]) -> Wo
                     hit_law = miss_law = {back: p["rethink"]}
                 else:
                     hit_law = miss_law = {}
-                for server in servers:
-                    actions.append(_primitive(
-                        p, signature=sig_id[kind, z] if kind else -1, hit_law=hit_law,
-                        miss_law=miss_law, node=node_id[server],
-                        commodity=comm_id[family, stage, z]))
-    budgets = _budgets(len(_NODES), actions, signatures, p["beta"])
+                for copy in range(copies):
+                    for server in servers:
+                        actions.append(_primitive(
+                            p, signature=sig_id[kind, z] if kind else -1, hit_law=hit_law,
+                            miss_law=miss_law, node=node_id[_copy_name(server, copy)],
+                            commodity=comm_id[family, stage, z]))
+    budgets = _budgets(len(node_list), actions, signatures, p["beta"])
     nodes = tuple(Node(n, role, mu=0.0 if role == "ingress" else p["mu"], budget=budgets[i])
-                  for i, (n, role) in enumerate(_NODES))
+                  for i, (n, role) in enumerate(node_list))
+    pairs = [(_copy_name(a, j) if a != "gw" else a, _copy_name(b, j))
+             for j in range(copies) for a, b in _LINKS]
+    if copies > 1:
+        # A ring of cross links: retrievers feed the next copy's generators and generators
+        # the next copy's verifier, so that load can spill over between copies.
+        for j in range(copies):
+            nxt = (j + 1) % copies
+            pairs += [(_copy_name(a, j), _copy_name(b, nxt)) for a, b in _CROSS_LINKS]
+    pairs = list(dict.fromkeys(pairs))  # two copies: the ring's two directions coincide
     links = tuple(Link(node_id[a], node_id[b], capacity=p["link_capacity"],
                        cost=p["link_cost"] * p["penalty_scale"], bandwidth=p["bandwidth"])
-                  for a, b in _LINKS)
+                  for a, b in pairs)
     arrival_mix = tuple(
         (node_id["gw"], comm_id[family, _FAMILIES[family][0][0], z],
          shares[family] / total_share * float(zipf[z]))
@@ -361,7 +385,7 @@ def _service_graph(name: str, p: dict[str, Any], shares: dict[str, float]) -> Wo
     return Workload(
         name=name, nodes=nodes, links=links, commodities=tuple(commodities),
         signatures=tuple(signatures), actions=tuple(actions), arrival_mix=arrival_mix,
-        load=p["load"], replicas=p["replicas"], horizon=p["horizon"], **_costs(p),
+        load=p["load"], replicas=p["replicas"] * copies, horizon=p["horizon"], **_costs(p),
     )
 
 
@@ -372,9 +396,19 @@ def mixed(p: dict[str, Any]) -> Workload:
     ``ver0``; families RAG / MoE / agentic with shares 0.4 / 0.3 / 0.3 and ``Z = 8`` Zipf
     state types. At the defaults the capacity LP gives: all-hit ``lambda_ref = 5.650``
     requests per slot, no-memory ``1.375`` (0.243 of ``lambda_ref``).
+
+    ``copies=k`` (a generated large network, for studies of scale) replicates the seven
+    workers ``k`` times behind the one gateway: copy ``j`` names its nodes ``ret0.j``, ...
+    (copy 0 keeps the plain names, and ``copies=1`` is exactly the graph above), every copy
+    has the 21 links of the single graph, the gateway links to every copy, and a ring of
+    cross links joins copy ``j`` to copy ``j + 1 (mod k)`` (``ret0``, ``ret1`` -> ``gen0``,
+    ``gen1``; ``gen0``, ``gen1``, ``moe0``, ``tool0`` -> ``ver0``). Commodities and
+    signatures are shared and ``replicas`` counts identities per copy (the network holds
+    ``k * replicas``). The capacities scale with the copies: all-hit ``5.650 k``,
+    no-memory ``1.375 k`` requests per slot (the LP; checked for ``k = 2, 4`` in the tests).
     """
     shares = {"rag": p["rag_share"], "moe": p["moe_share"], "agentic": p["agentic_share"]}
-    return _service_graph("mixed", p, shares)
+    return _service_graph("mixed", p, shares, copies=p["copies"])
 
 
 def rag(p: dict[str, Any]) -> Workload:
@@ -399,6 +433,107 @@ def agentic(p: dict[str, Any]) -> Workload:
     Capacities at the defaults: all-hit 1.948, no-memory 0.459 requests per slot.
     """
     return _service_graph("agentic", p, {"agentic": 1.0})
+
+
+# -- generated multihop networks ------------------------------------------------------------
+def barabasi_albert(nodes: int, attach: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """Undirected edges ``(u, v)``, ``u < v``, of a Barabasi-Albert preferential-attachment graph.
+
+    Starts from a star of ``attach + 1`` nodes; every later node links to ``attach``
+    distinct earlier nodes drawn with probability proportional to their degree. The graph
+    is connected, and only ``rng`` draws.
+    """
+    if nodes < attach + 1:
+        raise ValueError(f"nodes must be >= attach + 1 = {attach + 1}, got {nodes}")
+    edges = [(0, v) for v in range(1, attach + 1)]
+    degree = np.zeros(nodes)
+    degree[0] = attach
+    degree[1:attach + 1] = 1
+    for v in range(attach + 1, nodes):
+        weights = degree[:v] / degree[:v].sum()
+        targets = rng.choice(v, size=attach, replace=False, p=weights)
+        for u in sorted(targets.tolist()):
+            edges.append((u, v))
+            degree[u] += 1
+        degree[v] = attach
+    return edges
+
+
+def multihop(p: dict[str, Any]) -> Workload:
+    """A random multihop service network: requests cross a Barabasi-Albert graph to hubs.
+
+    For studies of scale. The graph has ``nodes`` nodes grown by preferential attachment
+    (``attach`` links per new node, drawn from ``numpy.random.default_rng(seed)``), each
+    undirected edge a pair of directed links of capacity ``link_capacity``. The
+    ``servers`` nodes of highest degree (ties to the lower index; default ``nodes // 10``,
+    at least 1) are hubs with compute ``mu`` that serve every one of ``classes`` request
+    classes; every other node is a relay (``mu = 0``) that forwards any class. Requests of
+    every class enter at every relay with equal shares and leave when served.
+
+    With ``memory=1`` class ``c`` has one object signature (size 1): a hit takes work 1, a
+    miss ``K_w`` (default ``K``) and ``K`` times the loss; a hub holds ``beta * classes``
+    objects, the network ``servers`` identities of each signature, and hubs next to each
+    other can transfer objects (``bandwidth``). With ``memory=0`` every unit takes work 1.
+
+    Capacities: ``servers * mu`` requests per slot all-hit (``memory=1``) or with
+    ``memory=0``, and ``servers * mu / K_w`` without memory (``memory=1``), as long as the
+    links do not bind; the capacity LP gives ``lambda_ref`` (at the defaults, 50 nodes, 5
+    hubs: 10.0, and 2.5 without memory; checked in the tests). The network is a function
+    of its parameters alone: the same ``seed`` gives the same graph.
+    """
+    n, m, classes = p["nodes"], p["attach"], p["classes"]
+    if n < m + 2:
+        raise ValueError(f"nodes must be >= attach + 2 = {m + 2} (a hub and a relay), got {n}")
+    rng = np.random.default_rng(p["seed"])
+    edges = barabasi_albert(n, m, rng)
+    degree = np.zeros(n, dtype=np.int64)
+    for u, v in edges:
+        degree[u] += 1
+        degree[v] += 1
+    hubs_count = max(1, n // 10) if p["servers"] is None else p["servers"]
+    if hubs_count >= n:
+        raise ValueError(f"servers must be < nodes = {n}, got {hubs_count}")
+    hubs = sorted(np.argsort(-degree, kind="stable")[:hubs_count].tolist())
+    hub_set = set(hubs)
+    memory = bool(p["memory"])
+    commodities = tuple(Commodity(f"class{c}", "request", 0, c) for c in range(classes))
+    signatures = [Signature(f"obj{c}", 1.0, "obj") for c in range(classes)] if memory else []
+    actions = [_primitive(p, signature=c if memory else -1, hit_law={}, miss_law={}, node=i,
+                          commodity=c) for i in hubs for c in range(classes)]
+    budgets = _budgets(n, actions, signatures, p["beta"]) if memory else [0.0] * n
+    nodes = tuple(Node(f"n{i}", "server" if i in hub_set else "ingress",
+                       mu=p["mu"] if i in hub_set else 0.0, budget=budgets[i])
+                  for i in range(n))
+    link = dict(capacity=p["link_capacity"], cost=p["link_cost"] * p["penalty_scale"],
+                bandwidth=p["bandwidth"] if memory else 0.0)
+    links = tuple(Link(a, b, **link) for u, v in edges for a, b in ((u, v), (v, u)))
+    relays = [i for i in range(n) if i not in hub_set]
+    share = 1.0 / (len(relays) * classes)
+    return Workload(
+        name="multihop", nodes=nodes, links=links, commodities=commodities,
+        signatures=tuple(signatures), actions=tuple(actions),
+        arrival_mix=tuple((i, c, share) for i in relays for c in range(classes)),
+        transit=tuple((i, c) for i in relays for c in range(classes)),
+        load=p["load"], replicas=max(1, len(hubs)), horizon=p["horizon"], **_costs(p),
+    )
+
+
+_MULTIHOP = {
+    **{k: v for k, v in _SERVICE_GRAPH.items()
+       if k not in ("Z", "skew", "replicas", "rethink") and not k.startswith("verify_")},
+    "eps": Param(0.0, 0.0, 1.0, doc="transition noise (requests leave when served)"),
+    "beta": Param(0.5, 0.0, 1.0, low_open=True, doc="hub memory as a fraction of classes"),
+    "mu": Param(2.0, 0.0, 1e6, low_open=True, doc="compute per slot of every hub"),
+    "link_capacity": Param(2, 1, 1_000_000, integer=True, doc="units per slot per link"),
+    "bandwidth": Param(1.0, 0.0, 1e6, doc="transfer bandwidth, size units per slot"),
+    "nodes": Param(50, 4, 100_000, integer=True, doc="nodes of the graph"),
+    "attach": Param(2, 1, 20, integer=True, doc="links of every new node (Barabasi-Albert m)"),
+    "classes": Param(2, 1, 256, integer=True, doc="request classes"),
+    "servers": Param(None, 1, 100_000, integer=True, optional=True,
+                     doc="hubs (highest degree) that serve; None: nodes // 10, at least 1"),
+    "memory": Param(1, 0, 1, integer=True, doc="1: objects make hits; 0: no signatures"),
+    "seed": Param(0, 0, 2**32 - 1, integer=True, doc="seed of the random graph"),
+}
 
 
 _THEORY = {**{k: v for k, v in _COMMON.items() if k != "K_w"},
@@ -437,6 +572,7 @@ BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]
     "rag": (rag, _SERVICE_GRAPH),
     "moe": (moe, _SERVICE_GRAPH),
     "agentic": (agentic, _SERVICE_GRAPH),
+    "multihop": (multihop, _MULTIHOP),
 }
 WORKLOADS = tuple(BUILDERS)
 

@@ -60,6 +60,7 @@ SETTINGS = dict(
 _CAPS = {
     "Z": 3, "load": 3.0, "kappa_w": 8.0, "K": 8.0, "K_w": 8.0, "mu": 5.0, "mu_u": 4.0,
     "mu_v": 4.0, "link_capacity": 12, "bandwidth": 6.0, "replicas": 4, "skew": 3.0,
+    "copies": 2, "nodes": 12, "attach": 3, "classes": 3, "servers": 4,
 }
 _SKIP = {"horizon"}
 
@@ -91,6 +92,11 @@ def builtin_workloads(draw) -> Workload:
         mu_u = overrides.get("mu_u", params["mu_u"].default)
         link = overrides.get("link_capacity", params["link_capacity"].default)
         overrides["link_capacity"] = max(int(link), math.ceil(mu_u))
+    if name == "multihop":
+        nodes = overrides.get("nodes", params["nodes"].default)
+        overrides["attach"] = min(overrides.get("attach", 2), nodes - 2)
+        if overrides.get("servers") is not None:
+            overrides["servers"] = min(overrides["servers"], nodes - 1)
     if name == "mixed":
         shares = [overrides.get(k, params[k].default)
                   for k in ("rag_share", "moe_share", "agentic_share")]

@@ -20,7 +20,7 @@ from mabp_gym import (
 
 def test_make_workload__every_builtin_builds_with_its_defaults():
     assert set(WORKLOADS) == {"work_reuse", "successor", "separation", "boundary", "mixed",
-                              "rag", "moe", "agentic"}
+                              "rag", "moe", "agentic", "multihop"}
     for name in WORKLOADS:
         wl = make_workload(name)
         assert wl.name == name and wl.lambda_ref > 0 and wl.horizon == 600

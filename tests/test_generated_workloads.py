@@ -1,0 +1,128 @@
+"""Generated large networks: ``mixed`` with ``copies`` and random ``multihop`` graphs."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from mabp_gym import Simulator, capacity, make_workload
+from mabp_gym.scores import queue_length_scores
+from mabp_gym.workloads import barabasi_albert
+
+# sha1 of the structure of each service graph built by commit 90025b2 (before ``copies``
+# existed): one copy must stay exactly that network.
+BASELINE_DIGESTS = {
+    "mixed": "f932559a8c5b719b6d0fe749af43fbdc50e45593",
+    "rag": "75b5c59bbb3bd31551d47c9e527e2de1c172f327",
+    "agentic": "c27f5f3ae07d2ec9811021d0984fbf1a1cc5d3dc",
+    "moe": "93fe915d0d8ad96ca8d58c88e381cf8be14f51a3",
+}
+
+
+def _digest(wl) -> str:
+    text = repr((wl.nodes, wl.links, wl.commodities, wl.signatures, wl.actions,
+                 wl.arrival_mix, wl.replicas, wl.lambda_ref, wl.load, wl.horizon))
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(BASELINE_DIGESTS))
+def test_service_graph__one_copy_is_bit_identical_to_the_baseline(name):
+    assert _digest(make_workload(name)) == BASELINE_DIGESTS[name]
+    if name == "mixed":
+        assert _digest(make_workload("mixed", copies=1)) == BASELINE_DIGESTS["mixed"]
+
+
+@pytest.mark.parametrize("copies", [2, 4])
+def test_mixed_copies__capacities_scale_with_the_copies(copies):
+    one = make_workload("mixed")
+    wl = make_workload("mixed", copies=copies)
+    assert wl.lambda_ref == pytest.approx(copies * one.lambda_ref, rel=1e-6)
+    assert capacity(wl, "nomem") == pytest.approx(copies * capacity(one, "nomem"), rel=1e-6)
+
+
+def test_mixed_copies__one_gateway_copies_and_a_ring_of_cross_links():
+    wl = make_workload("mixed", copies=3)
+    names = [node.name for node in wl.nodes]
+    assert names[:8] == ["gw", "ret0", "ret1", "gen0", "gen1", "moe0", "tool0", "ver0"]
+    assert len(names) == 1 + 7 * 3 and "ver0.2" in names and names.count("gw") == 1
+    links = {(wl.nodes[x.src].name, wl.nodes[x.dst].name) for x in wl.links}
+    assert len(links) == len(wl.links) == 21 * 3 + 8 * 3
+    assert ("ret1.2", "gen0") in links and ("gen1", "ver0.1") in links
+    assert ("gw", "moe0.2") in links and ("ret0", "gen0.2") not in links
+    ix = wl.index
+    assert ix.num_commodities == 64 and wl.replicas == 2 * 3
+    assert ix.num_actions == 3 * make_workload("mixed").index.num_actions
+
+
+def test_mixed_copies__two_copies_have_each_cross_link_once():
+    wl = make_workload("mixed", copies=2)
+    pairs = [(x.src, x.dst) for x in wl.links]
+    assert len(pairs) == len(set(pairs)) == 21 * 2 + 8 * 2
+
+
+def test_barabasi_albert__connected_with_attach_links_per_new_node():
+    edges = barabasi_albert(60, 3, np.random.default_rng(1))
+    assert len(edges) == 3 + 3 * (60 - 4) and len(set(edges)) == len(edges)
+    assert all(u < v for u, v in edges)
+    reached, frontier = {0}, [0]
+    neighbours = {i: set() for i in range(60)}
+    for u, v in edges:
+        neighbours[u].add(v)
+        neighbours[v].add(u)
+    while frontier:
+        frontier = [v for u in frontier for v in neighbours[u] if v not in reached]
+        reached.update(frontier)
+    assert reached == set(range(60))
+
+
+def test_multihop__seed_fixes_the_graph():
+    first = make_workload("multihop", nodes=40, seed=3)
+    assert first.links == make_workload("multihop", nodes=40, seed=3).links
+    assert first.links != make_workload("multihop", nodes=40, seed=4).links
+
+
+def test_multihop__capacities_are_the_hub_compute():
+    wl = make_workload("multihop")
+    hubs = [node for node in wl.nodes if node.mu > 0]
+    assert len(wl.nodes) == 50 and len(hubs) == 5
+    assert wl.lambda_ref == pytest.approx(10.0) and capacity(wl, "nomem") == pytest.approx(2.5)
+    plain = make_workload("multihop", memory=0)
+    assert plain.index.num_signatures == 0 and plain.index.num_transfers == 0
+    assert plain.lambda_ref == pytest.approx(10.0)
+    big = make_workload("multihop", nodes=200, servers=10, mu=1.0)
+    assert big.lambda_ref == pytest.approx(10.0)
+    assert len(big.links) == 2 * (2 + 2 * (200 - 3))
+
+
+def test_multihop__hubs_are_the_highest_degree_nodes_and_relays_forward():
+    wl = make_workload("multihop", nodes=30, servers=3, classes=3)
+    degree = np.bincount([x.src for x in wl.links], minlength=30)
+    hubs = [i for i, node in enumerate(wl.nodes) if node.mu > 0]
+    assert sorted(degree[hubs]) == sorted(degree)[-3:]
+    ix = wl.index
+    assert ix.num_actions == 3 * 3 and len(wl.arrival_mix) == 27 * 3
+    assert not ix.serves[[i for i in range(30) if i not in hubs]].any()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(nodes=10, servers=10), "servers must be < nodes"),
+    (dict(nodes=4, attach=3), "nodes must be >= attach \\+ 2"),
+    (dict(memory=2), "memory must be"),
+    (dict(copies=2), "unknown parameter"),
+])
+def test_multihop__bad_parameters_name_what_is_allowed(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        make_workload("multihop", **overrides)
+
+
+def test_generated__simulate_with_invariants():
+    for wl in (make_workload("mixed", copies=2), make_workload("multihop", nodes=40)):
+        sim = Simulator(wl, check_invariants=True)
+        sim.reset(0)
+        served = 0
+        for _ in range(60):
+            _, out = sim.step_scores(queue_length_scores(wl, sim.state))
+            served += out.served
+        assert served > 0
