@@ -99,6 +99,14 @@ def _differences(stored: Any, current: Any, path: str = "") -> list[str]:
     return [] if stored == current else [path]
 
 
+def _builder_defaults(name: str) -> dict[str, Any]:
+    from mabp_gym.workloads import BUILDERS
+
+    if name not in BUILDERS:
+        return {}
+    return {key: param.default for key, param in BUILDERS[name][1].items()}
+
+
 def check_workload(meta: dict[str, Any], workload: Workload, path: str | Path) -> None:
     """Raise ``ValueError`` unless ``workload`` is the network the checkpoint was made for.
 
@@ -112,10 +120,13 @@ def check_workload(meta: dict[str, Any], workload: Workload, path: str | Path) -
     old_params, new_params = stored.get("params") or {}, current["params"]
     # Builder parameters name the difference best; a workload read from a file has none,
     # and is compared by its description alone.
+    # A parameter the builder gained after the checkpoint was made counts as its default
+    # (a new parameter keeps the old network at its default, e.g. mixed's copies=1).
+    defaults = _builder_defaults(str(stored.get("name")))
     changed = [f"{key}={old_params.get(key)!r} in the checkpoint, {new_params.get(key)!r} here"
                for key in sorted(set(old_params) | set(new_params))
-               if old_params.get(key) != new_params.get(key)] \
-        if old_params and new_params else []
+               if old_params.get(key, defaults.get(key)) != new_params.get(key, defaults.get(key))
+               ] if old_params and new_params else []
     if changed:
         raise ValueError(f"{path} was made for workload {stored.get('name')!r} with other "
                          f"parameters: {'; '.join(changed)}")

@@ -70,7 +70,13 @@ class OracleSur(MABP):
 
     Args:
         workload: the network.
-        time_limit: wall-clock limit of one MILP solve, seconds (default 0.02).
+        node_limit: branch-and-bound nodes one MILP solve may explore (default 200). A
+            node limit, unlike a wall-clock limit, gives the same control on every machine
+            and under any load, so runs stay reproducible; a solve that stops at the limit
+            returns its incumbent (or MABP's control, see the guarantee above).
+        time_limit: optional wall-clock limit of one solve, seconds (default None). With a
+            time limit the controls depend on the machine's speed: runs are no longer
+            reproducible.
         **kw: MABP's keyword arguments (``nu``, ``memory``, ``horizon``, ``transition``,
             ``reuse``, ``retention``).
 
@@ -85,12 +91,16 @@ class OracleSur(MABP):
     name = "oracle-sur"
     memory_aware = True
 
-    def __init__(self, workload: Workload, *, time_limit: float = 0.02, **kw: Any) -> None:
+    def __init__(self, workload: Workload, *, node_limit: int = 200,
+                 time_limit: float | None = None, **kw: Any) -> None:
         super().__init__(workload, **kw)
-        if not math.isfinite(time_limit) or time_limit <= 0:
-            raise ValueError(f"time_limit must be a finite number of seconds > 0, got "
+        if time_limit is not None and (not math.isfinite(time_limit) or time_limit <= 0):
+            raise ValueError(f"time_limit must be None or a finite number of seconds > 0, got "
                              f"{time_limit!r}")
-        self.time_limit = float(time_limit)
+        if isinstance(node_limit, bool) or int(node_limit) != node_limit or node_limit < 1:
+            raise ValueError(f"node_limit must be an integer >= 1, got {node_limit!r}")
+        self.node_limit = int(node_limit)
+        self.time_limit = None if time_limit is None else float(time_limit)
         ix = self.ix
         self._encoder: ObservationEncoder | None = None
         self._values: np.ndarray | None = None
@@ -457,7 +467,9 @@ class OracleSur(MABP):
         bound = np.concatenate(row_rhs)
         problem = {"c": -value[kept], "bounds": Bounds(np.zeros(kept.size), upper[kept]),
                    "constraints": LinearConstraint(matrix, -np.inf, bound),
-                   "options": {"time_limit": self.time_limit, "mip_rel_gap": 0.0}}
+                   "options": {"node_limit": self.node_limit, "mip_rel_gap": 0.0,
+                               **({} if self.time_limit is None
+                                  else {"time_limit": self.time_limit})}}
         x = np.zeros(n_var)
         try:
             # The LP relaxation first: it bounds the MILP, and on these programs its vertex

@@ -404,3 +404,20 @@ def test_no_memory_mode__controls_are_feasible():
         control = oracle.control(sim.state)
         assert len(control.transfers) == 0
         sim.step(control)
+
+
+def test_constructor__rejects_a_bad_node_limit():
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="node_limit"):
+            OracleSur(MIXED, node_limit=bad)
+
+
+def test_records__reproducible_across_reruns():
+    # A wall-clock MILP limit made v1's records depend on the machine's load; the node
+    # limit makes two runs of the same configuration identical.
+    from mabp_gym.evaluation import TIMING_KEYS, RunSpec, run
+
+    first, second = (run(RunSpec("oracle-sur", "mixed", 0.6, 0, horizon=150))
+                     for _ in range(2))
+    assert {k: v for k, v in first.items() if k not in TIMING_KEYS} == {
+        k: v for k, v in second.items() if k not in TIMING_KEYS}
