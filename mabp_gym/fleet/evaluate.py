@@ -1,0 +1,111 @@
+"""The Table II analogue: routers x loads x independent runs, mean and 95% half-width."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from mabp_gym.fleet.routers import make_router
+from mabp_gym.fleet.simulator import METRICS, FleetConfig, replay, scale_to_load
+from mabp_gym.fleet.trace import Trace
+
+LABELS = {
+    "throughput": "Throughput (req/s)",
+    "slo_goodput": "SLO goodput (req/s)",
+    "p95_ttft_s": "P95 TTFT (s)",
+    "p95_e2e_s": "P95 E2E latency (s)",
+    "gpu_s_per_request": "GPU seconds/request",
+    "kv_hit_ratio": "KV hit ratio (tokens)",
+    "downstream_per_request": "Downstream jobs/request",
+    "drop_rate": "Drop rate",
+    "p95_scheduler_us": "P95 scheduler time (us)",
+}
+HIGHER_IS_BETTER = {"throughput", "slo_goodput", "kv_hit_ratio"}
+
+
+def evaluate_fleet(trace: Trace, routers: Sequence[str], loads: Sequence[float], runs: int,
+                   config: FleetConfig, *, seed: int = 0,
+                   progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """One record per (router, load, run): the run's metrics.
+
+    Run ``k`` uses seed ``seed + k`` for every router, so routers face the same agentic
+    requests (common random numbers); runs differ in which requests are agentic, in the
+    downstream draws and in the routers' own random tie-breaks.
+    """
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    for name in routers:
+        make_router(name)  # fail before any work on an unknown name
+    records = []
+    for load in loads:
+        scaled = scale_to_load(trace, load, config)
+        for name in routers:
+            for run in range(runs):
+                metrics = replay(scaled, make_router(name), config, seed=seed + run)
+                records.append({"trace": trace.name, "router": name, "load": load,
+                                "run": run, "workers": config.num_workers, **metrics})
+            if progress:
+                progress(f"{trace.name} load {load:g} {name}: {runs} runs")
+    return records
+
+
+def half_width(values: Sequence[float]) -> float:
+    """Two-sided 95% Student-t half-width of the mean (0 for one value)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return 0.0
+    return float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[tuple[float, str], dict[str, Any]]:
+    """(load, router) -> {metric: (mean, half-width)}, plus ``runs``."""
+    groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["load"], record["router"]), []).append(record)
+    out: dict[tuple[float, str], dict[str, Any]] = {}
+    for key, rows in groups.items():
+        summary: dict[str, Any] = {"runs": len(rows)}
+        for metric in METRICS:
+            values = [r[metric] for r in rows]
+            summary[metric] = (float(np.mean(values)), half_width(values))
+        out[key] = summary
+    return out
+
+
+def _cell(mean: float, hw: float, metric: str) -> str:
+    if not math.isfinite(mean):
+        return "-"
+    digits = 1 if metric in ("p95_scheduler_us",) else 3
+    if metric == "drop_rate":
+        return f"{100 * mean:.2f}±{100 * hw:.2f}%"
+    return f"{mean:.{digits}f}±{hw:.{digits}f}"
+
+
+def format_table(records: Sequence[dict[str, Any]], routers: Sequence[str]) -> str:
+    """Markdown tables (one per load): metrics as rows, routers as columns; the best point
+    estimate of each row (scheduler time excepted) in bold."""
+    summary = summarize(records)
+    loads = sorted({load for load, _ in summary})
+    blocks = []
+    for load in loads:
+        present = [r for r in routers if (load, r) in summary]
+        runs = min(summary[(load, r)]["runs"] for r in present)
+        lines = [f"Load {load:g} ({runs} runs, mean ± 95% half-width)", "",
+                 "| Metric | " + " | ".join(present) + " |",
+                 "| --- |" + " --- |" * len(present)]
+        for metric in METRICS:
+            means = np.array([summary[(load, r)][metric][0] for r in present])
+            best = None
+            if metric != "p95_scheduler_us" and np.all(np.isfinite(means)):
+                best = means.max() if metric in HIGHER_IS_BETTER else means.min()
+            cells = []
+            for r, mean in zip(present, means, strict=True):
+                text = _cell(mean, summary[(load, r)][metric][1], metric)
+                cells.append(f"**{text}**" if best is not None and mean == best else text)
+            lines.append(f"| {LABELS[metric]} | " + " | ".join(cells) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
