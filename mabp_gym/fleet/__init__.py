@@ -19,6 +19,7 @@ from mabp_gym.fleet.simulator import (
     scale_to_load,
 )
 from mabp_gym.fleet.trace import (
+    BLOCK_TOKENS,
     SHIPPED_TRACES,
     Trace,
     TraceRequest,
@@ -32,6 +33,7 @@ from mabp_gym.fleet.trace import (
 )
 
 __all__ = [
+    "BLOCK_TOKENS",
     "METRICS",
     "PRODUCTION_ROUTERS",
     "ROUTERS",

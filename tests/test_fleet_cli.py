@@ -1,0 +1,36 @@
+"""``mabp-gym fleet``: the Table II analogue from the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mabp_gym.cli", "fleet", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_fleet_cli__prints_the_spec_11_table_and_writes_records(tmp_path):
+    out, md = tmp_path / "runs.json", tmp_path / "table.md"
+    result = run("--trace", "synthetic", "--requests", "150", "--workers", "3", "--runs", "2",
+                 "--routers", "jsq", "dynamo-t0,mabp-route", "--loads", "0.5", "1.0",
+                 "--json", str(out), "--markdown", str(md))
+    assert result.returncode == 0, result.stderr
+    for label in ("Throughput (req/s)", "SLO goodput (req/s)", "P95 TTFT (s)",
+                  "P95 E2E latency (s)", "GPU seconds/request", "KV hit ratio (tokens)",
+                  "Downstream jobs/request", "Drop rate", "P95 scheduler time (us)"):
+        assert result.stdout.count(label) == 2  # one table a load
+    assert "| Metric | jsq | dynamo-t0 | mabp-route |" in result.stdout
+    records = json.loads(out.read_text())
+    assert len(records) == 2 * 3 * 2 and {r["workers"] for r in records} == {3}
+    assert md.read_text() in result.stdout
+
+
+def test_fleet_cli__unknown_router_or_setting_is_one_line_exit_2():
+    result = run("--requests", "50", "--routers", "jsk")
+    assert result.returncode == 2 and "unknown router 'jsk'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = run("--requests", "50", "--set", "cache_blocks=0")
+    assert result.returncode == 2 and "cache_blocks must be > 0" in result.stderr
