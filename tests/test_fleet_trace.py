@@ -14,6 +14,7 @@ from mabp_gym.fleet import (
     prefix_tree_trace,
     read_mooncake,
     shipped_trace,
+    trace_from_columns,
     write_mooncake,
 )
 
@@ -108,3 +109,13 @@ def test_write__timestamps_stay_integers_when_whole(tmp_path):
     trace = parse_mooncake([GOOD])
     write_mooncake(trace, tmp_path / "x.jsonl")
     assert json.loads((tmp_path / "x.jsonl").read_text())["timestamp"] == 0
+
+
+def test_trace_from_columns__sorts_and_gives_fresh_blocks_without_hashes():
+    trace = trace_from_columns([500.0, 0.0], [1200, 100], [10, 20], name="azure")
+    assert [r.input_length for r in trace.requests] == [100, 1200]
+    assert trace.requests[0].hash_ids == (0,) and trace.requests[1].hash_ids == (1, 2, 3)
+    with pytest.raises(ValueError, match="azure line 1: output_length must be"):
+        trace_from_columns([0.0], [10], [0], name="azure")
+    with pytest.raises(ValueError, match="same length"):
+        trace_from_columns([0.0, 1.0], [10], [5, 5])

@@ -29,6 +29,7 @@ from mabp_gym.fleet.trace import (
     prefix_tree_trace,
     read_mooncake,
     shipped_trace,
+    trace_from_columns,
     write_mooncake,
 )
 
@@ -55,5 +56,6 @@ __all__ = [
     "replay",
     "scale_to_load",
     "shipped_trace",
+    "trace_from_columns",
     "write_mooncake",
 ]

@@ -151,6 +151,37 @@ def load_trace(spec: str) -> Trace:
     return shipped_trace(spec) if spec in SHIPPED_TRACES else read_mooncake(spec)
 
 
+def trace_from_columns(timestamps_ms: Sequence[float], input_lengths: Sequence[int],
+                       output_lengths: Sequence[int],
+                       hash_ids: Sequence[Sequence[int]] | None = None,
+                       name: str = "columns") -> Trace:
+    """A trace from columns of another public trace (see ``docs/fleet.md`` for the mapping).
+
+    Without ``hash_ids`` (Azure LLM inference, BurstGPT) every request gets fresh block ids,
+    so no prefix is ever shared: such traces test load balancing, not reuse. Rows are sorted
+    by time (stable) and validated as Mooncake lines are.
+    """
+    count = len(timestamps_ms)
+    if len(input_lengths) != count or len(output_lengths) != count or (
+            hash_ids is not None and len(hash_ids) != count):
+        raise ValueError("timestamps, input_lengths, output_lengths (and hash_ids) must have "
+                         "the same length")
+    order = sorted(range(count), key=lambda k: float(timestamps_ms[k]))
+    lines = []
+    next_id = 0
+    for k in order:
+        tokens = int(input_lengths[k])
+        if hash_ids is None:
+            blocks = max(1, -(-tokens // BLOCK_TOKENS))
+            ids = list(range(next_id, next_id + blocks))
+            next_id += blocks
+        else:
+            ids = [int(i) for i in hash_ids[k]]
+        lines.append(json.dumps({"timestamp": float(timestamps_ms[k]), "input_length": tokens,
+                                 "output_length": int(output_lengths[k]), "hash_ids": ids}))
+    return parse_mooncake(lines, name)
+
+
 # -- synthetic generators ----------------------------------------------------------------------
 def _arrivals(rng: np.random.Generator, count: int, rate: float, burstiness: float) -> np.ndarray:
     """Arrival times (s): Poisson at ``burstiness`` 1, else gamma inter-arrivals with that
