@@ -201,6 +201,8 @@ def _build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--seed", type=int, default=0, help="seed of the first run (0)")
     fleet.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="NAME=VALUE", help="FleetConfig override (repeatable)")
+    fleet.add_argument("--layout", choices=("metrics", "routers"), default="metrics",
+                       help="rows are metrics (the paper's Table II) or routers")
     fleet.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     fleet.add_argument("--json", metavar="PATH", help="also write the per-run records as JSON")
     return parser
@@ -410,7 +412,7 @@ def _fleet(args: argparse.Namespace) -> None:
         trace = trace.head(args.requests)
     records = evaluate_fleet(trace, routers, args.loads, args.runs, config, seed=args.seed,
                              progress=lambda line: print(line, file=sys.stderr))
-    table = format_table(records, routers)
+    table = format_table(records, routers, args.layout)
     print(f"trace {trace.name}: {len(trace)} requests, {config.num_workers} workers")
     print(table)
     if args.markdown:

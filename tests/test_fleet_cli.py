@@ -34,3 +34,16 @@ def test_fleet_cli__unknown_router_or_setting_is_one_line_exit_2():
     assert len(result.stderr.strip().splitlines()) == 1
     result = run("--requests", "50", "--set", "cache_blocks=0")
     assert result.returncode == 2 and "cache_blocks must be > 0" in result.stderr
+
+
+def test_format_table__router_layout_has_one_row_a_router():
+    from mabp_gym.fleet.evaluate import format_table
+
+    rows = [{"router": r, "load": 0.5, "run": k, "throughput": 1.0 + k, "slo_goodput": 0.5,
+             "p95_ttft_s": 1.0, "p95_e2e_s": 2.0, "gpu_s_per_request": 1.0,
+             "kv_hit_ratio": 0.1 * (r == "b"), "downstream_per_request": 0.1,
+             "drop_rate": 0.0, "p95_scheduler_us": 10.0} for r in ("a", "b") for k in range(2)]
+    table = format_table(rows, ["a", "b"], layout="routers")
+    # A tie: both bold; the half-width is t(0.975, 1) * 0.7071 / sqrt(2) = 6.353.
+    assert "| a | **1.500±6.353** |" in table
+    assert "**0.100±0.000**" in table.splitlines()[-1]

@@ -85,27 +85,51 @@ def _cell(mean: float, hw: float, metric: str) -> str:
     return f"{mean:.{digits}f}±{hw:.{digits}f}"
 
 
-def format_table(records: Sequence[dict[str, Any]], routers: Sequence[str]) -> str:
-    """Markdown tables (one per load): metrics as rows, routers as columns; the best point
-    estimate of each row (scheduler time excepted) in bold."""
+SHORT = {
+    "throughput": "Thr. (req/s)",
+    "slo_goodput": "Goodput (req/s)",
+    "p95_ttft_s": "P95 TTFT (s)",
+    "p95_e2e_s": "P95 E2E (s)",
+    "gpu_s_per_request": "GPU s/req",
+    "kv_hit_ratio": "KV hit",
+    "downstream_per_request": "Jobs/req",
+    "drop_rate": "Drops",
+    "p95_scheduler_us": "P95 sched. (us)",
+}
+
+
+def format_table(records: Sequence[dict[str, Any]], routers: Sequence[str],
+                 layout: str = "metrics") -> str:
+    """Markdown tables, one per load, the best point estimate of each metric (scheduler time
+    excepted) in bold. ``layout="metrics"``: metrics as rows, routers as columns (the paper's
+    Table II); ``"routers"``: one row a router (narrower for many routers)."""
+    if layout not in ("metrics", "routers"):
+        raise ValueError(f"layout must be 'metrics' or 'routers', got {layout!r}")
     summary = summarize(records)
     loads = sorted({load for load, _ in summary})
     blocks = []
     for load in loads:
         present = [r for r in routers if (load, r) in summary]
         runs = min(summary[(load, r)]["runs"] for r in present)
-        lines = [f"Load {load:g} ({runs} runs, mean ± 95% half-width)", "",
-                 "| Metric | " + " | ".join(present) + " |",
-                 "| --- |" + " --- |" * len(present)]
+        cells: dict[tuple[str, str], str] = {}
         for metric in METRICS:
             means = np.array([summary[(load, r)][metric][0] for r in present])
             best = None
             if metric != "p95_scheduler_us" and np.all(np.isfinite(means)):
                 best = means.max() if metric in HIGHER_IS_BETTER else means.min()
-            cells = []
             for r, mean in zip(present, means, strict=True):
                 text = _cell(mean, summary[(load, r)][metric][1], metric)
-                cells.append(f"**{text}**" if best is not None and mean == best else text)
-            lines.append(f"| {LABELS[metric]} | " + " | ".join(cells) + " |")
+                cells[(r, metric)] = f"**{text}**" if best is not None and mean == best else text
+        lines = [f"Load {load:g} ({runs} runs, mean ± 95% half-width)", ""]
+        if layout == "metrics":
+            lines += ["| Metric | " + " | ".join(present) + " |",
+                      "| --- |" + " --- |" * len(present)]
+            lines += [f"| {LABELS[m]} | " + " | ".join(cells[(r, m)] for r in present) + " |"
+                      for m in METRICS]
+        else:
+            lines += ["| Router | " + " | ".join(SHORT[m] for m in METRICS) + " |",
+                      "| --- |" + " --- |" * len(METRICS)]
+            lines += [f"| {r} | " + " | ".join(cells[(r, m)] for m in METRICS) + " |"
+                      for r in present]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
