@@ -443,7 +443,6 @@ class FleetSimulator:
     def metrics(self) -> dict[str, float]:
         """SPEC 11's metrics of the run so far (see ``docs/fleet.md`` for definitions)."""
         cfg = self.config
-        originals = len(self.trace)
         rec = np.array([(a, b, c, d) for a, b, c, d, _ in self.records],
                        dtype=np.float64).reshape(-1, 4)
         main = rec[rec[:, 3] == 0]
@@ -457,18 +456,20 @@ class FleetSimulator:
             good = np.zeros(0, dtype=bool)
             p95_ttft = p95_e2e = math.nan
         total = self.arrived
-        return {
+        values = {
             "throughput": len(main) / span,
             "slo_goodput": float(good.sum()) / span,
             "p95_ttft_s": p95_ttft,
             "p95_e2e_s": p95_e2e,
-            "gpu_s_per_request": self.gpu_seconds / max(originals, 1),
+            # Per *completed* trace request: a router that drops work must not look frugal.
+            "gpu_s_per_request": self.gpu_seconds / max(len(main), 1),
             "kv_hit_ratio": self.cached_tokens / max(self.prompt_tokens, 1),
-            "downstream_per_request": self.downstream_jobs / max(originals, 1),
+            "downstream_per_request": self.downstream_jobs / max(len(main), 1),
             "drop_rate": self.dropped / max(total, 1),
             "p95_scheduler_us": (float(np.percentile(self.choose_ns, 95)) / 1000.0
                                  if self.choose_ns else math.nan),
         }
+        return {name: float(value) for name, value in values.items()}
 
 
 def replay(trace: Trace, router: Router, config: FleetConfig | None = None,
