@@ -335,8 +335,10 @@ class AIBrixPrefixCache(_RouterBase):
     Source: vllm-project/aibrix ``pkg/plugins/gateway/algorithms/prefix_cache.go``. Load =
     requests in flight. Load gate: if ``max > 2.0 * (mean + 1)`` and ``max - min >= 8`` only
     the least-loaded workers are eligible. Among eligible workers sort by prefix-match
-    percentage (router's own index; descending) then load (ascending) and take the first
-    whose load is at most ``mean + 1 * std``; if none, the least-loaded.
+    percentage (router's own index; descending) then load (ascending), ties at random, and
+    take the first whose load is at most ``mean + 1 * std``; if none, the least-loaded.
+    (AIBrix sorts only the workers with a match > 0 and falls back to the least-loaded one;
+    the least-loaded worker always passes the bound, so both orders choose the same.)
     """
 
     name = "aibrix"
@@ -360,6 +362,8 @@ class AIBrixPrefixCache(_RouterBase):
             eligible = np.flatnonzero(load == low)
         else:
             eligible = np.arange(self.num_workers)
+        # Shuffled first, then a stable sort: equal (match, load) pairs are broken at random.
+        eligible = self.rng.permutation(eligible)
         percent = self.index.matches(request.hash_ids)[eligible] / len(request.hash_ids)
         order = eligible[np.lexsort((load[eligible], -percent))]
         fits = order[load[order] <= mean + self.std_factor * std]
