@@ -47,3 +47,18 @@ def test_format_table__router_layout_has_one_row_a_router():
     # A tie: both bold; the half-width is t(0.975, 1) * 0.7071 / sqrt(2) = 6.353.
     assert "| a | **1.500±6.353** |" in table
     assert "**0.100±0.000**" in table.splitlines()[-1]
+
+
+def test_format_table__a_router_that_drops_work_is_never_marked_best():
+    from mabp_gym.fleet.evaluate import format_table
+
+    def row(router, gpu, drops):
+        return {"router": router, "load": 1.0, "run": 0, "throughput": 1.0, "slo_goodput": 0.5,
+                "p95_ttft_s": 1.0, "p95_e2e_s": 2.0, "gpu_s_per_request": gpu,
+                "kv_hit_ratio": 0.1, "downstream_per_request": 0.1, "drop_rate": drops,
+                "p95_scheduler_us": 10.0}
+
+    table = format_table([row("frugal", 0.5, 0.3), row("fair", 0.9, 0.0)],
+                         ["frugal", "fair"], layout="routers")
+    frugal, fair = table.strip().splitlines()[-2:]
+    assert "**0.500" not in frugal and "**0.900±0.000**" in fair
