@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mabp_gym.fleet import (
     METRICS,
@@ -138,3 +140,48 @@ def test_replay__prefix_aware_routing_raises_the_hit_ratio_over_jsq():
     for name in ("dynamo-t0", "sglang-python", "mabp-route"):
         assert replay(trace, make_router(name), config, seed=0)["kv_hit_ratio"] > \
             jsq["kv_hit_ratio"] + 0.05
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), workers=st.integers(1, 3), max_running=st.integers(1, 3),
+       cache_blocks=st.integers(1, 6), max_waiting=st.integers(0, 3))
+def test_simulator__conserves_requests_and_bounds_caches_for_any_routing(
+        data, workers, max_running, cache_blocks, max_waiting):
+    count = data.draw(st.integers(1, 25))
+    gaps = data.draw(st.lists(st.integers(0, 400), min_size=count, max_size=count))
+    requests, now = [], 0
+    for gap in gaps:
+        now += gap
+        blocks = data.draw(st.lists(st.integers(0, 5), min_size=1, max_size=4))
+        output = data.draw(st.integers(1, 50))
+        requests.append(TraceRequest(float(now), 4 * len(blocks), output, tuple(blocks)))
+    config = FleetConfig(**{**EXACT, "num_workers": workers, "max_running": max_running,
+                            "cache_blocks": cache_blocks, "max_waiting": max_waiting,
+                            "agentic_fraction": 0.5, "timeout_s": 0.3})
+    sim = FleetSimulator(Trace("random", tuple(requests)), config, seed=count)
+    while sim.next_request() is not None:
+        assert (sim.running <= max_running).all() and (sim.waiting_count <= max_waiting).all()
+        assert all(len(c) <= cache_blocks for c in sim.caches)
+        sim.dispatch(data.draw(st.integers(0, workers - 1)))
+    assert sim.arrived == count + sim.downstream_jobs
+    assert len(sim.records) + sim.dropped == sim.arrived  # every request finished or dropped
+    assert not sim.in_flight.any() and not sim.running.any() and not sim.active_blocks.any()
+    assert 0 <= sim.cached_tokens <= sim.prompt_tokens
+    for ttft, e2e, *_ in sim.records:
+        assert 0 < ttft <= e2e + 1e-12
+
+
+def test_fleet_core__imports_neither_gymnasium_nor_torch():
+    import ast
+    from pathlib import Path
+
+    import mabp_gym.fleet
+
+    package = Path(mabp_gym.fleet.__file__).parent
+    for module in ("__init__", "simulator", "routers", "trace", "evaluate"):
+        tree = ast.parse((package / f"{module}.py").read_text())
+        names = {alias.name.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.Import) for alias in node.names}
+        names |= {node.module.split(".")[0] for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.module}
+        assert not names & {"gymnasium", "torch", "torch_geometric"}, module
