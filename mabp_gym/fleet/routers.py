@@ -157,8 +157,9 @@ class SGLangCacheAware(_RouterBase):
     ``sgl-model-gateway/src/policies/mod.rs`` and ``router_args.py``; older tree
     ``sgl-router/src/policies/cache_aware.rs``). Load = requests in flight from the gateway.
     If ``max - min > balance_abs`` and ``max > balance_rel * min`` the least-loaded worker
-    wins. Otherwise the worker whose approximate tree has the longest prefix match wins if
-    ``match / prompt > cache_threshold``, else the least-loaded one. The prompt is inserted
+    wins. Otherwise the worker whose approximate tree has the longest prefix match (ties to
+    the least loaded) wins if ``match / prompt > cache_threshold``, else the least-loaded
+    one. The prompt is inserted
     into the chosen worker's tree; every ``eviction_interval`` the trees are cut (LRU) to
     ``max_tree_size`` characters, here ``max_tree_size / (CHARS_PER_TOKEN * block_tokens)``
     blocks (at least one).
@@ -407,7 +408,10 @@ class MABPRoute(_RouterBase):
         self.seen = 0
 
     def costs(self, request: Request, telemetry: Telemetry) -> np.ndarray:
-        """The cost per worker (seconds).  # (W,) float64"""
+        """The cost per worker (seconds).  # (W,) float64
+
+        Also folds the request into the running mean prefill used to price waiting requests.
+        """
         cfg = telemetry.config
         full = cfg.prefill_s(request.input_length)
         self.seen += 1

@@ -293,7 +293,9 @@ class FleetSimulator:
         heapq.heappush(self._events, (when, kind, self._seq, payload))
 
     def next_request(self) -> Request | None:
-        """Advance to the next arrival, handling earlier completions; None when all arrived."""
+        """Advance to the next arrival (trace request or downstream job), handling earlier
+        completions; None once every request has arrived and every event has run, so the
+        fleet is empty when it returns None."""
         if self._pending is not None:
             raise RuntimeError("dispatch the pending request before asking for the next one")
         events = self._events
@@ -425,20 +427,6 @@ class FleetSimulator:
                 continue
             self._admit(request, w)
 
-    def drain(self) -> None:
-        """Run every remaining event after the last arrival."""
-        if self._pending is not None:
-            raise RuntimeError("dispatch the pending request before draining")
-        while self._events:
-            when, kind, _, payload = heapq.heappop(self._events)
-            self.now = when
-            if kind == 0:
-                self._complete(*payload)
-            else:
-                # A downstream job arriving after the last trace request still needs a worker;
-                # drain is only for callers that route it themselves (see ``replay``).
-                raise RuntimeError("drain met an arrival; use next_request until it is None")
-
     # -- results -------------------------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
         """SPEC 11's metrics of the run so far (see ``docs/fleet.md`` for definitions)."""
@@ -489,5 +477,4 @@ def replay(trace: Trace, router: Router, config: FleetConfig | None = None,
         worker = router.choose(request, telemetry)
         timings.append(clock() - start)
         sim.dispatch(worker)
-    sim.drain()
     return sim.metrics()
