@@ -125,6 +125,18 @@ def test_dynamo__temperature_samples_exp_of_normalized_cost():
     assert picks[1] / 6000 == pytest.approx(1 / (1 + 2 * np.exp(-2)), abs=0.02)
 
 
+def test_dynamo_approx__predicts_the_cache_from_its_routing_with_a_ttl():
+    router = fresh("dynamo-t0-approx")
+    # The engines' caches are ignored: worker 0 holds the prompt but the router never sent it.
+    tel = fleet(active_blocks=[0, 0, 0], caches={0: PROMPT}, now=0.0)
+    first = router.choose(request(), tel)
+    assert list(router.costs(request(), tel)) == [4 - 4 * (w == first) for w in range(3)]
+    later = fleet(active_blocks=[0, 0, 0], now=119.0)
+    assert router.choose(request(), later) == first  # still within the 120 s time-to-live
+    expired = fleet(active_blocks=[0, 0, 0], now=240.0)
+    assert list(router.costs(request(), expired)) == [4, 4, 4]
+
+
 # -- llm-d ----------------------------------------------------------------------------------------
 def test_llmd__weighted_prefix_queue_and_kv_scorers():
     router = fresh("llm-d")

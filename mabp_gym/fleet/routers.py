@@ -208,32 +208,54 @@ class DynamoKV(_RouterBase):
     Source: ai-dynamo/dynamo ``docs/router/kv_cache_routing.md`` and
     ``lib/kv-router/src/scheduling/selector.rs``. Cost of a worker =
     ``overlap_score_weight * prefill_blocks + decode_blocks``: prompt blocks not cached there
-    (from KV events, ``Telemetry.cached_blocks``) plus the blocks it is working on
-    (``Telemetry.active_blocks``). At temperature 0 the lowest cost wins (ties random); at
-    ``T > 0`` costs are min-max normalized and sampled with probability ``exp(-cost / T)``.
+    plus the blocks it is working on (``Telemetry.active_blocks``). At temperature 0 the
+    lowest cost wins (ties random); at ``T > 0`` costs are min-max normalized and sampled with
+    probability ``exp(-cost / T)``. With ``kv_events`` (the default) the cached blocks come
+    from the engines (``Telemetry.cached_blocks``); without, the router predicts each worker's
+    cache from its own routing history, each block living ``ttl_s`` (120 s) after its last
+    routing there.
     """
 
-    def __init__(self, temperature: float = 0.0, overlap_score_weight: float = 1.0) -> None:
+    def __init__(self, temperature: float = 0.0, overlap_score_weight: float = 1.0,
+                 kv_events: bool = True, ttl_s: float = 120.0) -> None:
         super().__init__()
         if not (math.isfinite(temperature) and temperature >= 0):
             raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not ttl_s > 0:
+            raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
         self.temperature = temperature
         self.weight = overlap_score_weight
-        self.name = f"dynamo-t{temperature:g}"
+        self.kv_events = kv_events
+        self.ttl_s = ttl_s
+        self.name = f"dynamo-t{temperature:g}" + ("" if kv_events else "-approx")
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        super().reset(num_workers, rng)
+        self.index = PrefixIndex(num_workers)
 
     def costs(self, request: Request, telemetry: Telemetry) -> np.ndarray:
         """The documented cost per worker.  # (W,) float64"""
-        prefill = len(request.hash_ids) - telemetry.cached_blocks(request.hash_ids)
+        if self.kv_events:
+            cached = telemetry.cached_blocks(request.hash_ids)
+        else:
+            for w in range(self.num_workers):
+                self.index.expire(w, telemetry.now - self.ttl_s)
+            cached = self.index.matches(request.hash_ids)
+        prefill = len(request.hash_ids) - cached
         return self.weight * prefill + telemetry.active_blocks
 
     def choose(self, request: Request, telemetry: Telemetry) -> int:
         cost = self.costs(request, telemetry).astype(np.float64)
         if self.temperature == 0:
-            return _argmin_random(cost, self.rng)
-        span = cost.max() - cost.min()
-        norm = (cost - cost.min()) / span if span > 0 else np.zeros_like(cost)
-        weights = np.exp(-norm / self.temperature)
-        return int(self.rng.choice(len(cost), p=weights / weights.sum()))
+            worker = _argmin_random(cost, self.rng)
+        else:
+            span = cost.max() - cost.min()
+            norm = (cost - cost.min()) / span if span > 0 else np.zeros_like(cost)
+            weights = np.exp(-norm / self.temperature)
+            worker = int(self.rng.choice(len(cost), p=weights / weights.sum()))
+        if not self.kv_events:
+            self.index.insert(worker, request.hash_ids, telemetry.now)
+        return worker
 
 
 class LLMD(_RouterBase):
@@ -446,6 +468,7 @@ ROUTERS: dict[str, Callable[[], Any]] = {
     "sglang-python": lambda: SGLangCacheAware("python"),
     "dynamo-t0": lambda: DynamoKV(0.0),
     "dynamo-t0.5": lambda: DynamoKV(0.5),
+    "dynamo-t0-approx": lambda: DynamoKV(0.0, kv_events=False),
     "llm-d": LLMD,
     "vllm-prefixaware": lambda: VLLMProductionStack("prefixaware"),
     "vllm-loadaware": lambda: VLLMProductionStack("loadaware"),
@@ -454,7 +477,8 @@ ROUTERS: dict[str, Callable[[], Any]] = {
 }
 """Every router by name; ``make_router(name)`` builds a fresh one."""
 
-PRODUCTION_ROUTERS = ("sglang-rust", "sglang-python", "dynamo-t0", "dynamo-t0.5", "llm-d",
+PRODUCTION_ROUTERS = ("sglang-rust", "sglang-python", "dynamo-t0", "dynamo-t0.5",
+                      "dynamo-t0-approx", "llm-d",
                       "vllm-prefixaware", "vllm-loadaware", "aibrix")
 
 
