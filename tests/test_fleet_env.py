@@ -94,3 +94,14 @@ def test_fleet_env__rejects_bad_actions_and_arguments():
         make(workerz=2)
     with pytest.raises(ValueError, match="num_requests must be"):
         make(num_requests=1)
+
+
+def test_fleet_env__stable_baselines3_ppo_learns_a_few_hundred_steps():
+    from stable_baselines3 import PPO
+
+    env = make(num_requests=80)
+    model = PPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=192)
+    assert model.num_timesteps >= 192
+    action, _ = model.predict(env.observation_space.sample(), deterministic=True)
+    assert env.action_space.contains(int(action))
