@@ -42,6 +42,9 @@ ENV_IDS = {
 }
 """Registered id of each workload; ``mabp_gym/SFMSN-v0`` takes ``workload=`` (default mixed)."""
 
+FLEET_ENV_ID = "mabp_gym/Fleet-v0"
+"""Registered id of serving-fleet mode (``mabp_gym.fleet.env.FleetEnv``)."""
+
 
 def _register() -> None:
     entry = "mabp_gym.env:SFMSNEnv"
@@ -51,6 +54,9 @@ def _register() -> None:
         if env_id not in gymnasium.registry:
             gymnasium.register(id=env_id, entry_point=entry, max_episode_steps=horizon,
                                kwargs={"workload": workload})
+    if FLEET_ENV_ID not in gymnasium.registry:
+        # Serving-fleet mode (SPEC 11): one step routes one request of a replayed trace.
+        gymnasium.register(id=FLEET_ENV_ID, entry_point="mabp_gym.fleet.env:FleetEnv")
 
 
 _register()
@@ -74,6 +80,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ENV_IDS",
+    "FLEET_ENV_ID",
     "WORKLOADS",
     "Action",
     "Commodity",

@@ -4,12 +4,13 @@ Subcommands: ``train gnn`` / ``train learn-mabp`` (the learned schedulers; ``--h
 the learner lists their options), ``eval`` (policies over a grid of loads and seeds), ``table`` (the
 paper's Table I layout, Markdown and CSV), ``sweep`` (load, beta, K, nu or skew sweeps of
 paper VI-A), ``plot`` (PNG figures from saved results), ``capacity`` (a workload's
-no-memory and all-hit capacities) and ``simulate`` (the core under the fixed queue-length
-score rule). ``--help`` on each. Bad arguments (checked, output paths included, before
-any work starts) exit with status 2 and a one-line reason; an internal error keeps its
-traceback (status 1); a sweep whose runs fail keeps the finished ones and exits with
-status 1 and a summary. Results go to the JSON-lines / CSV / Markdown files named on the
-command line.
+no-memory and all-hit capacities), ``simulate`` (the core under the fixed queue-length
+score rule), ``verdicts`` (stable load per seed set and horizon from saved runs) and
+``fleet`` (serving-fleet mode: routers over a replayed trace, SPEC 11). ``--help`` on each.
+Bad arguments (checked, output paths included, before any work starts) exit with status 2
+and a one-line reason; an internal error keeps its traceback (status 1); a sweep whose runs
+fail keeps the finished ones and exits with status 1 and a summary. Results go to the
+JSON-lines / CSV / Markdown files named on the command line.
 """
 
 from __future__ import annotations
@@ -248,6 +249,24 @@ def _build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--warmup", type=float, default=0.2, help="discarded fraction of slots")
     sim.add_argument("--no-memory", action="store_true", help="the no-memory system")
     sim.add_argument("--json", metavar="PATH", help="also write the records as JSON")
+
+    fleet = commands.add_parser("fleet", help="routers over a replayed trace (SPEC 11, Table II)")
+    fleet.add_argument("--trace", default="synthetic",
+                       help="shipped trace (conversation, synthetic) or a Mooncake JSONL file")
+    fleet.add_argument("--workers", type=int, default=4, help="workers in the fleet (4)")
+    fleet.add_argument("--routers", nargs="+", default=None,
+                       help="router names (default: all); see docs/fleet.md")
+    fleet.add_argument("--loads", type=float, nargs="+", default=[0.6, 0.9],
+                       help="nominal loads to scale the trace to (0.6 0.9)")
+    fleet.add_argument("--runs", type=int, default=10, help="independent runs (10)")
+    fleet.add_argument("--requests", type=int, default=None, help="use the first N requests")
+    fleet.add_argument("--seed", type=int, default=0, help="seed of the first run (0)")
+    fleet.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="NAME=VALUE", help="FleetConfig override (repeatable)")
+    fleet.add_argument("--layout", choices=("metrics", "routers"), default="metrics",
+                       help="rows are metrics (the paper's Table II) or routers")
+    fleet.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
+    fleet.add_argument("--json", metavar="PATH", help="also write the per-run records as JSON")
     return parser
 
 
@@ -597,6 +616,36 @@ def _simulate(args: argparse.Namespace) -> None:
                                    encoding="utf-8")
 
 
+def _fleet(args: argparse.Namespace) -> None:
+    from mabp_gym.fleet import ROUTERS, load_trace, make_config
+    from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
+
+    with user_input():
+        config = make_config(num_workers=args.workers, **_parse_overrides(args.overrides))
+        routers = [r for token in (args.routers or list(ROUTERS)) for r in token.split(",")
+                   if r]
+        for router in routers:
+            if router not in ROUTERS:
+                raise ValueError(f"--routers: unknown router {router!r}; choose from "
+                                 f"{sorted(ROUTERS)}")
+        _writable(args.markdown, "--markdown")
+        _writable(args.json, "--json")
+        trace = load_trace(args.trace)  # a bad line is named in the error
+        if args.requests is not None:
+            if args.requests < 2:
+                raise ValueError(f"--requests must be >= 2, got {args.requests}")
+            trace = trace.head(args.requests)
+    records = evaluate_fleet(trace, routers, args.loads, args.runs, config, seed=args.seed,
+                             progress=lambda line: print(line, file=sys.stderr))
+    table = format_table(records, routers, args.layout)
+    print(f"trace {trace.name}: {len(trace)} requests, {config.num_workers} workers")
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=2), encoding="utf-8")
+
+
 def _train(args: argparse.Namespace) -> None:
     if args.learner == "gnn":
         from training import gnn as learner
@@ -608,8 +657,8 @@ def _train(args: argparse.Namespace) -> None:
 
 
 COMMANDS = {"train": _train, "eval": _eval, "table": _table, "verdicts": _verdicts,
-            "sweep": _sweep, "plot": _plot,
-            "capacity": _capacity, "simulate": _simulate}
+            "sweep": _sweep, "plot": _plot, "capacity": _capacity, "simulate": _simulate,
+            "fleet": _fleet}
 
 
 def main(argv: list[str] | None = None) -> int:

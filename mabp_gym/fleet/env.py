@@ -1,0 +1,129 @@
+"""Gymnasium adapter of fleet mode: one step routes one request."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from mabp_gym.fleet.simulator import FleetSimulator, Request, make_config, scale_to_load
+from mabp_gym.fleet.trace import Trace, load_trace
+
+WORKER_FEATURES = 6
+REQUEST_FEATURES = 4
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_trace(spec: str) -> Trace:
+    return load_trace(spec)
+
+
+class FleetEnv(gymnasium.Env):
+    """Route a replayed trace over a fleet of LLM workers (SPEC 11), one request a step.
+
+    ## Action Space
+    ``Discrete(num_workers)``: the worker that serves the pending request.
+
+    ## Observation Space
+    ``Box(0, inf, (num_workers * 6 + 4,), float32)``: per worker (row-major) requests in
+    flight / ``max_running``, waiting / ``max_running``, prefill backlog (s), KV used fraction,
+    cached fraction of the pending prompt (KV events), whether it holds the request's tool
+    state; then the request's prompt blocks / 64, output tokens / 1000, agentic flag,
+    downstream flag.
+
+    ## Rewards
+    After each routing decision the fleet runs until the next arrival; the reward is the
+    number of trace requests that completed within the SLO in that interval minus the number
+    of requests dropped in it (so the return is the SLO goodput count minus drops).
+
+    ## Episode End
+    Terminated when every request (trace and downstream jobs) has been routed; the last step
+    also runs the fleet until it is empty. No truncation.
+
+    ## Arguments
+    ``trace``: a shipped trace name (``synthetic``, ``conversation``) or a Mooncake file path;
+    ``num_requests``: its first requests used (default 400); ``load``: target nominal load
+    (default 0.8, ``None`` keeps the timestamps); any ``FleetConfig`` field as a keyword
+    (e.g. ``num_workers=4``).
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, trace: str = "synthetic", num_requests: int | None = 400,
+                 load: float | None = 0.8, **overrides: Any) -> None:
+        self.config = make_config(**overrides)
+        base = _cached_trace(trace)
+        if num_requests is not None:
+            if isinstance(num_requests, bool) or not isinstance(num_requests, int) or \
+                    num_requests < 2:
+                raise ValueError(f"num_requests must be an integer >= 2 or None, "
+                                 f"got {num_requests!r}")
+            base = base.head(num_requests)
+        self.trace = base if load is None else scale_to_load(base, load, self.config)
+        w = self.config.num_workers
+        self.action_space = spaces.Discrete(w)
+        size = w * WORKER_FEATURES + REQUEST_FEATURES
+        self.observation_space = spaces.Box(0.0, np.inf, (size,), np.float32)
+        self.sim: FleetSimulator | None = None
+        self._request: Request | None = None
+
+    def _observe(self) -> np.ndarray:
+        sim, request, cfg = self.sim, self._request, self.config
+        assert sim is not None and request is not None
+        t = sim.telemetry
+        blocks = len(request.hash_ids)
+        workers = np.stack([
+            t.in_flight / cfg.max_running,
+            t.waiting / cfg.max_running,
+            t.prefill_backlog_s(),
+            t.kv_used_fraction(),
+            t.cached_blocks(request.hash_ids) / blocks,
+            t.tool_cached(request.tool_key) if request.tool_key >= 0 else np.zeros(t.num_workers),
+        ], axis=1)
+        own = np.array([blocks / 64.0, request.output_length / 1000.0,
+                        float(request.tool_key >= 0), float(request.downstream)])
+        return np.concatenate([workers.ravel(), own]).astype(np.float32)
+
+    def _score(self) -> tuple[int, int]:
+        assert self.sim is not None
+        cfg = self.config
+        good = sum(1 for ttft, _, tpot, down, _ in self.sim.records[self._seen:]
+                   if not down and ttft <= cfg.slo_ttft_s and tpot <= cfg.slo_tpot_s)
+        self._seen = len(self.sim.records)
+        dropped = self.sim.dropped - self._dropped
+        self._dropped = self.sim.dropped
+        return good, dropped
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        run_seed = int(self.np_random.integers(2**31))
+        self.sim = FleetSimulator(self.trace, self.config, run_seed)
+        self._seen = 0
+        self._dropped = 0
+        self._request = self.sim.next_request()
+        return self._observe(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.sim is None or self._request is None:
+            raise RuntimeError("call reset() before step() (and again after the episode ends)")
+        if not self.action_space.contains(action):
+            raise ValueError(f"action must be a worker index in [0, "
+                             f"{self.config.num_workers}), got {action!r}")
+        self.sim.dispatch(int(action))
+        self._request = self.sim.next_request()
+        terminated = self._request is None
+        good, dropped = self._score()
+        info: dict[str, Any] = {"good": good, "dropped": dropped}
+        if terminated:
+            info["metrics"] = self.sim.metrics()
+            obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+        else:
+            obs = self._observe()
+        return obs, float(good - dropped), terminated, False, info

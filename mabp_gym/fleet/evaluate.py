@@ -1,0 +1,146 @@
+"""The Table II analogue: routers x loads x independent runs, mean and 95% half-width."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from mabp_gym.fleet.routers import make_router
+from mabp_gym.fleet.simulator import METRICS, FleetConfig, replay, scale_to_load
+from mabp_gym.fleet.trace import Trace
+
+LABELS = {
+    "throughput": "Throughput (req/s)",
+    "slo_goodput": "SLO goodput (req/s)",
+    "p95_ttft_s": "P95 TTFT (s)",
+    "p95_e2e_s": "P95 E2E latency (s)",
+    "gpu_s_per_request": "GPU seconds/request",
+    "kv_hit_ratio": "KV hit ratio (tokens)",
+    "downstream_per_request": "Downstream jobs/request",
+    "drop_rate": "Drop rate",
+    "p95_scheduler_us": "P95 scheduler time (us)",
+}
+HIGHER_IS_BETTER = {"throughput", "slo_goodput", "kv_hit_ratio"}
+MAX_DROP_FOR_BEST = 0.01
+"""Routers dropping more than this share of requests are never marked best."""
+
+
+def evaluate_fleet(trace: Trace, routers: Sequence[str], loads: Sequence[float], runs: int,
+                   config: FleetConfig, *, seed: int = 0,
+                   progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """One record per (router, load, run): the run's metrics.
+
+    Run ``k`` uses seed ``seed + k`` for every router, so routers face the same agentic
+    requests (common random numbers); runs differ in which requests are agentic, in the
+    downstream draws and in the routers' own random tie-breaks.
+    """
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    for name in routers:
+        make_router(name)  # fail before any work on an unknown name
+    records = []
+    for load in loads:
+        scaled = scale_to_load(trace, load, config)
+        for name in routers:
+            for run in range(runs):
+                metrics = replay(scaled, make_router(name), config, seed=seed + run)
+                records.append({"trace": trace.name, "router": name, "load": load,
+                                "run": run, "workers": config.num_workers, **metrics})
+            if progress:
+                progress(f"{trace.name} load {load:g} {name}: {runs} runs")
+    return records
+
+
+def half_width(values: Sequence[float]) -> float:
+    """Two-sided 95% Student-t half-width of the mean (0 for one value)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return 0.0
+    return float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[tuple[float, str], dict[str, Any]]:
+    """(load, router) -> {metric: (mean, half-width)}, plus ``runs``."""
+    groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["load"], record["router"]), []).append(record)
+    out: dict[tuple[float, str], dict[str, Any]] = {}
+    for key, rows in groups.items():
+        summary: dict[str, Any] = {"runs": len(rows)}
+        for metric in METRICS:
+            values = [r[metric] for r in rows]
+            summary[metric] = (float(np.mean(values)), half_width(values))
+        out[key] = summary
+    return out
+
+
+def _cell(mean: float, hw: float, metric: str) -> str:
+    if not math.isfinite(mean):
+        return "-"
+    digits = 1 if metric in ("p95_scheduler_us",) else 3
+    if metric == "drop_rate":
+        return f"{100 * mean:.2f}±{100 * hw:.2f}%"
+    return f"{mean:.{digits}f}±{hw:.{digits}f}"
+
+
+SHORT = {
+    "throughput": "Thr. (req/s)",
+    "slo_goodput": "Goodput (req/s)",
+    "p95_ttft_s": "P95 TTFT (s)",
+    "p95_e2e_s": "P95 E2E (s)",
+    "gpu_s_per_request": "GPU s/req",
+    "kv_hit_ratio": "KV hit",
+    "downstream_per_request": "Jobs/req",
+    "drop_rate": "Drops",
+    "p95_scheduler_us": "P95 sched. (us)",
+}
+
+
+def format_table(records: Sequence[dict[str, Any]], routers: Sequence[str],
+                 layout: str = "metrics") -> str:
+    """Markdown tables, one per load, the best point estimate of each metric in bold.
+
+    Scheduler time is never bold, and only routers dropping at most ``MAX_DROP_FOR_BEST``
+    compete. ``layout="metrics"``: metrics as rows, routers as columns (the paper's
+    Table II); ``"routers"``: one row a router (narrower for many routers).
+    """
+    if layout not in ("metrics", "routers"):
+        raise ValueError(f"layout must be 'metrics' or 'routers', got {layout!r}")
+    summary = summarize(records)
+    loads = sorted({load for load, _ in summary})
+    blocks = []
+    for load in loads:
+        present = [r for r in routers if (load, r) in summary]
+        runs = min(summary[(load, r)]["runs"] for r in present)
+        # A router that drops work can look frugal (GPU seconds, hit ratio of what it
+        # served), so only routers dropping at most MAX_DROP_FOR_BEST compete for bold.
+        fair = np.array([summary[(load, r)]["drop_rate"][0] <= MAX_DROP_FOR_BEST
+                         for r in present])
+        cells: dict[tuple[str, str], str] = {}
+        for metric in METRICS:
+            means = np.array([summary[(load, r)][metric][0] for r in present])
+            best = None
+            if metric != "p95_scheduler_us" and fair.any() and np.all(np.isfinite(means)):
+                pool = means[fair]
+                best = pool.max() if metric in HIGHER_IS_BETTER else pool.min()
+            for r, mean, ok in zip(present, means, fair, strict=True):
+                text = _cell(mean, summary[(load, r)][metric][1], metric)
+                cells[(r, metric)] = f"**{text}**" if ok and mean == best else text
+        lines = [f"Load {load:g} ({runs} runs, mean ± 95% half-width; bold: best point "
+                 f"estimate among routers dropping at most {100 * MAX_DROP_FOR_BEST:g}%)", ""]
+        if layout == "metrics":
+            lines += ["| Metric | " + " | ".join(present) + " |",
+                      "| --- |" + " --- |" * len(present)]
+            lines += [f"| {LABELS[m]} | " + " | ".join(cells[(r, m)] for r in present) + " |"
+                      for m in METRICS]
+        else:
+            lines += ["| Router | " + " | ".join(SHORT[m] for m in METRICS) + " |",
+                      "| --- |" + " --- |" * len(METRICS)]
+            lines += [f"| {r} | " + " | ".join(cells[(r, m)] for m in METRICS) + " |"
+                      for r in present]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"

@@ -1,0 +1,489 @@
+"""Routers for fleet mode: the paper's baselines, five production rules and MABP-Route.
+
+Every router is a small object with ``reset(num_workers, rng)`` and
+``choose(request, telemetry) -> worker`` that an asynchronous dispatcher could call as is.
+Production rules reimplement the rule (not the code) of the file their docstring cites; they
+keep their own approximate indexes where the real router does (SGLang, llm-d, vLLM
+production-stack, AIBrix learn which worker saw which prefix from their own routing history),
+and read the engines' cache through ``Telemetry.cached_blocks`` where the real router
+subscribes to KV events (Dynamo). Block hashes stand in for tokens and prompt text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.fleet.simulator import Request, Telemetry, leading_hits
+
+
+def _argmin_random(values: np.ndarray, rng: np.random.Generator) -> int:
+    """Index of the minimum, ties broken uniformly at random."""
+    best = np.flatnonzero(values == values.min())
+    return int(best[0]) if len(best) == 1 else int(rng.choice(best))
+
+
+class _RouterBase:
+    name = "router"
+
+    def __init__(self) -> None:
+        self.num_workers = 0
+        self.rng = np.random.default_rng(0)
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        """Forget all state; ``rng`` is the router's only randomness."""
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self.num_workers = num_workers
+        self.rng = rng
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+class PrefixIndex:
+    """A router-side approximate prefix index: per worker, block hash -> last-use time.
+
+    Because block hashes are prefix-chained, a radix tree over them reduces to one set per
+    worker whose leading-run length is the prefix match.
+    """
+
+    def __init__(self, num_workers: int) -> None:
+        self.tables: list[OrderedDict[int, float]] = [OrderedDict() for _ in range(num_workers)]
+
+    def matches(self, hash_ids: Sequence[int]) -> np.ndarray:
+        """Leading matched blocks per worker.  # (W,) int64"""
+        return np.array([leading_hits(t, hash_ids) for t in self.tables], dtype=np.int64)
+
+    def insert(self, worker: int, hash_ids: Sequence[int], now: float,
+               capacity: int | None = None) -> None:
+        """Record that ``worker`` saw the prompt; with ``capacity``, evict LRU entries now."""
+        table = self.tables[worker]
+        for block in reversed(hash_ids):
+            table[block] = now
+            table.move_to_end(block)
+        if capacity is not None:
+            self.evict(worker, capacity)
+
+    def evict(self, worker: int, capacity: int) -> None:
+        """Drop least-recently-used entries of ``worker`` down to ``capacity``."""
+        table = self.tables[worker]
+        while len(table) > capacity:
+            table.popitem(last=False)
+
+    def expire(self, worker: int, before: float) -> None:
+        """Drop entries of ``worker`` last used before ``before`` (a time-to-live)."""
+        table = self.tables[worker]
+        while table and next(iter(table.values())) < before:
+            table.popitem(last=False)
+
+
+# -- the paper's baselines ---------------------------------------------------------------------
+class JSQ(_RouterBase):
+    """Join the shortest queue: fewest requests in flight from this dispatcher (ties random)."""
+
+    name = "jsq"
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        return _argmin_random(telemetry.in_flight, self.rng)
+
+
+class BP(_RouterBase):
+    """Backpressure on queue pressure with a completion tie-break (the paper's BP).
+
+    Pressure of a worker = its waiting requests plus its admitted prefill work in units of
+    the request's own prefill (``prefill_backlog / prefill(request)``); among equal pressure,
+    the worker with the fewest active blocks (the one that completes work soonest) wins.
+    """
+
+    name = "bp"
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        own = telemetry.config.prefill_s(request.input_length)
+        pressure = telemetry.waiting + telemetry.prefill_backlog_s() / own
+        best = np.flatnonzero(pressure <= pressure.min() + 1e-12)
+        if len(best) > 1:
+            blocks = telemetry.active_blocks[best]
+            best = best[blocks == blocks.min()]
+        return int(best[0]) if len(best) == 1 else int(self.rng.choice(best))
+
+
+class PrefixAffinity(_RouterBase):
+    """Prefix affinity (locality first): the longest cached prefix wins, whatever the load;
+    ties (including no match anywhere) go to the fewest requests in flight."""
+
+    name = "affinity"
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        hits = telemetry.cached_blocks(request.hash_ids)
+        best = np.flatnonzero(hits == hits.max())
+        load = telemetry.in_flight[best]
+        return int(best[_argmin_random(load, self.rng)])
+
+
+# -- production rules (../shared/routers.md) ---------------------------------------------------
+CHARS_PER_TOKEN = 4
+"""Characters per token when SGLang's tree size (counted in characters) becomes blocks."""
+
+
+@dataclass(frozen=True)
+class SGLangPreset:
+    """Defaults of SGLang's cache-aware policy."""
+
+    cache_threshold: float
+    balance_abs_threshold: float
+    balance_rel_threshold: float
+    eviction_interval_s: float
+    max_tree_size: int  # characters, as SGLang counts them
+
+
+SGLANG_PRESETS = {
+    # sgl-model-gateway/src/policies/mod.rs (Rust defaults)
+    "rust": SGLangPreset(0.5, 32, 1.1, 30.0, 10_000),
+    # router_args.py (Python CLI defaults)
+    "python": SGLangPreset(0.3, 64, 1.5, 60.0, 2**26),
+}
+
+
+class SGLangCacheAware(_RouterBase):
+    """SGLang model gateway ``cache_aware`` policy.
+
+    Source: sgl-project/sglang ``sgl-model-gateway/src/policies/cache_aware.rs`` (defaults in
+    ``sgl-model-gateway/src/policies/mod.rs`` and ``router_args.py``; older tree
+    ``sgl-router/src/policies/cache_aware.rs``). Load = requests in flight from the gateway.
+    If ``max - min > balance_abs`` and ``max > balance_rel * min`` the least-loaded worker
+    wins. Otherwise the worker whose approximate tree has the longest prefix match (ties to
+    the least loaded) wins if ``match / prompt > cache_threshold``, else the least-loaded
+    one. The prompt is inserted
+    into the chosen worker's tree; every ``eviction_interval`` the trees are cut (LRU) to
+    ``max_tree_size`` characters, here ``max_tree_size / (CHARS_PER_TOKEN * block_tokens)``
+    blocks (at least one).
+    """
+
+    def __init__(self, preset: str = "rust") -> None:
+        super().__init__()
+        if preset not in SGLANG_PRESETS:
+            raise ValueError(f"unknown SGLang preset {preset!r}; choose one of "
+                             f"{sorted(SGLANG_PRESETS)}")
+        self.preset = SGLANG_PRESETS[preset]
+        self.name = f"sglang-{preset}"
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        super().reset(num_workers, rng)
+        self.index = PrefixIndex(num_workers)
+        self.next_eviction = self.preset.eviction_interval_s
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        p = self.preset
+        now = telemetry.now
+        if now >= self.next_eviction:
+            cap = max(1, p.max_tree_size // (CHARS_PER_TOKEN * telemetry.config.block_tokens))
+            for w in range(self.num_workers):
+                self.index.evict(w, cap)
+            self.next_eviction = now + p.eviction_interval_s
+        load = telemetry.in_flight
+        low, high = int(load.min()), int(load.max())
+        if high - low > p.balance_abs_threshold and high > p.balance_rel_threshold * low:
+            worker = _argmin_random(load, self.rng)
+        else:
+            matches = self.index.matches(request.hash_ids)
+            best = np.flatnonzero(matches == matches.max())
+            candidate = int(best[_argmin_random(load[best], self.rng)])
+            if matches[candidate] / len(request.hash_ids) > p.cache_threshold:
+                worker = candidate
+            else:
+                worker = _argmin_random(load, self.rng)
+        self.index.insert(worker, request.hash_ids, now)
+        return worker
+
+
+class DynamoKV(_RouterBase):
+    """NVIDIA Dynamo KV router, the documented cost.
+
+    Source: ai-dynamo/dynamo ``docs/router/kv_cache_routing.md`` and
+    ``lib/kv-router/src/scheduling/selector.rs``. Cost of a worker =
+    ``overlap_score_weight * prefill_blocks + decode_blocks``: prompt blocks not cached there
+    plus the blocks it is working on (``Telemetry.active_blocks``). At temperature 0 the
+    lowest cost wins (ties random); at ``T > 0`` costs are min-max normalized and sampled with
+    probability ``exp(-cost / T)``. With ``kv_events`` (the default) the cached blocks come
+    from the engines (``Telemetry.cached_blocks``); without, the router predicts each worker's
+    cache from its own routing history, each block living ``ttl_s`` (120 s) after its last
+    routing there.
+    """
+
+    def __init__(self, temperature: float = 0.0, overlap_score_weight: float = 1.0,
+                 kv_events: bool = True, ttl_s: float = 120.0) -> None:
+        super().__init__()
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not ttl_s > 0:
+            raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
+        self.temperature = temperature
+        self.weight = overlap_score_weight
+        self.kv_events = kv_events
+        self.ttl_s = ttl_s
+        self.name = f"dynamo-t{temperature:g}" + ("" if kv_events else "-approx")
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        super().reset(num_workers, rng)
+        self.index = PrefixIndex(num_workers)
+
+    def costs(self, request: Request, telemetry: Telemetry) -> np.ndarray:
+        """The documented cost per worker.  # (W,) float64"""
+        if self.kv_events:
+            cached = telemetry.cached_blocks(request.hash_ids)
+        else:
+            for w in range(self.num_workers):
+                self.index.expire(w, telemetry.now - self.ttl_s)
+            cached = self.index.matches(request.hash_ids)
+        prefill = len(request.hash_ids) - cached
+        return self.weight * prefill + telemetry.active_blocks
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        cost = self.costs(request, telemetry).astype(np.float64)
+        if self.temperature == 0:
+            worker = _argmin_random(cost, self.rng)
+        else:
+            span = cost.max() - cost.min()
+            norm = (cost - cost.min()) / span if span > 0 else np.zeros_like(cost)
+            weights = np.exp(-norm / self.temperature)
+            worker = int(self.rng.choice(len(cost), p=weights / weights.sum()))
+        if not self.kv_events:
+            self.index.insert(worker, request.hash_ids, telemetry.now)
+        return worker
+
+
+class LLMD(_RouterBase):
+    """llm-d inference scheduler: weighted scorers, the highest total wins (ties random).
+
+    Sources: kubernetes-sigs/gateway-api-inference-extension
+    ``pkg/epp/scheduling/framework/plugins/multi/prefix/plugin.go`` (prefix-cache scorer: the
+    scheduler's own LRU index of which server saw which block, bounded per server),
+    ``.../scorer/queue.go`` (``(q_max - q) / (q_max - q_min)``, 1 when all equal; q = waiting
+    requests), ``.../scorer/kvcache_utilization.go`` (``1 - kv_used``); weights of llm-d/llm-d
+    ``guides/inference-scheduling/scheduler/inference-scheduling.values.yaml``: prefix 3,
+    queue 2, kv-cache-utilization 2. The load-aware scorer of llm-d-inference-scheduler
+    ``pkg/plugins/scorer/load_aware.go`` is ``load_aware_scorer`` (weight 0 in the guide).
+    """
+
+    name = "llm-d"
+
+    def __init__(self, prefix_weight: float = 3.0, queue_weight: float = 2.0,
+                 kv_weight: float = 2.0, load_aware_weight: float = 0.0,
+                 lru_blocks_per_server: int = 3906) -> None:
+        # 31,250 blocks of 64 tokens per server in the plugin = 3,906 blocks of 512 tokens.
+        super().__init__()
+        self.weights = (prefix_weight, queue_weight, kv_weight, load_aware_weight)
+        self.capacity = lru_blocks_per_server
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        super().reset(num_workers, rng)
+        self.index = PrefixIndex(num_workers)
+
+    @staticmethod
+    def queue_scorer(queue: np.ndarray) -> np.ndarray:
+        """``(q_max - q) / (q_max - q_min)``; 1 when all are equal."""
+        low, high = queue.min(), queue.max()
+        if high == low:
+            return np.ones(len(queue))
+        return (high - queue) / (high - low)
+
+    @staticmethod
+    def load_aware_scorer(queue: np.ndarray) -> np.ndarray:
+        """0.5 for an empty queue, else ``0.5 * (1 - min(q, 128) / 128)``."""
+        return np.where(queue == 0, 0.5, 0.5 * (1.0 - np.minimum(queue, 128) / 128.0))
+
+    def scores(self, request: Request, telemetry: Telemetry) -> np.ndarray:
+        """The weighted score per worker.  # (W,) float64"""
+        prefix = self.index.matches(request.hash_ids) / len(request.hash_ids)
+        queue = telemetry.waiting
+        wp, wq, wk, wl = self.weights
+        score = wp * prefix + wq * self.queue_scorer(queue)
+        score = score + wk * (1.0 - telemetry.kv_used_fraction())
+        if wl:
+            score = score + wl * self.load_aware_scorer(queue)
+        return score
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        worker = _argmin_random(-self.scores(request, telemetry), self.rng)
+        self.index.insert(worker, request.hash_ids, telemetry.now, self.capacity)
+        return worker
+
+
+class VLLMProductionStack(_RouterBase):
+    """vLLM production-stack router, ``prefixaware`` or ``loadaware``.
+
+    Source: vllm-project/production-stack ``src/vllm_router/routers/routing_logic.py`` (the
+    load-aware rule from pull request 1035). ``prefixaware``: longest match in the router's
+    hash trie of prompt chunks, random among the workers with that match (all workers when
+    nothing matches), then insert. ``loadaware``: highest
+    ``matched / prompt - beta * (load - mean_load) / max(1, mean_load)``, ``beta = 1``,
+    load = requests in flight.
+    """
+
+    def __init__(self, mode: str = "prefixaware", beta: float = 1.0) -> None:
+        super().__init__()
+        if mode not in ("prefixaware", "loadaware"):
+            raise ValueError(f"mode must be 'prefixaware' or 'loadaware', got {mode!r}")
+        self.mode = mode
+        self.beta = beta
+        self.name = f"vllm-{mode}"
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        super().reset(num_workers, rng)
+        self.index = PrefixIndex(num_workers)
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        matches = self.index.matches(request.hash_ids)
+        if self.mode == "prefixaware":
+            best = np.flatnonzero(matches == matches.max())
+            worker = int(self.rng.choice(best)) if len(best) > 1 else int(best[0])
+        else:
+            load = telemetry.in_flight.astype(np.float64)
+            mean = load.mean()
+            score = matches / len(request.hash_ids) - self.beta * (load - mean) / max(1.0, mean)
+            worker = _argmin_random(-score, self.rng)
+        self.index.insert(worker, request.hash_ids, telemetry.now)
+        return worker
+
+
+class AIBrixPrefixCache(_RouterBase):
+    """AIBrix ``prefix-cache`` routing.
+
+    Source: vllm-project/aibrix ``pkg/plugins/gateway/algorithms/prefix_cache.go``. Load =
+    requests in flight. Load gate: if ``max > 2.0 * (mean + 1)`` and ``max - min >= 8`` only
+    the least-loaded workers are eligible. Among eligible workers sort by prefix-match
+    percentage (router's own index; descending) then load (ascending), ties at random, and
+    take the first whose load is at most ``mean + 1 * std``; if none, the least-loaded.
+    (AIBrix sorts only the workers with a match > 0 and falls back to the least-loaded one;
+    the least-loaded worker always passes the bound, so both orders choose the same.)
+    """
+
+    name = "aibrix"
+
+    def __init__(self, imbalance_factor: float = 2.0, imbalance_abs: int = 8,
+                 std_factor: float = 1.0) -> None:
+        super().__init__()
+        self.imbalance_factor = imbalance_factor
+        self.imbalance_abs = imbalance_abs
+        self.std_factor = std_factor
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        super().reset(num_workers, rng)
+        self.index = PrefixIndex(num_workers)
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        load = telemetry.in_flight
+        mean, std = float(load.mean()), float(load.std())
+        low, high = int(load.min()), int(load.max())
+        if high > self.imbalance_factor * (mean + 1) and high - low >= self.imbalance_abs:
+            eligible = np.flatnonzero(load == low)
+        else:
+            eligible = np.arange(self.num_workers)
+        # Shuffled first, then a stable sort: equal (match, load) pairs are broken at random.
+        eligible = self.rng.permutation(eligible)
+        percent = self.index.matches(request.hash_ids)[eligible] / len(request.hash_ids)
+        order = eligible[np.lexsort((load[eligible], -percent))]
+        fits = order[load[order] <= mean + self.std_factor * std]
+        worker = int(fits[0]) if len(fits) else _argmin_random(load, self.rng)
+        self.index.insert(worker, request.hash_ids, telemetry.now)
+        return worker
+
+
+# -- MABP-Route --------------------------------------------------------------------------------
+class MABPRoute(_RouterBase):
+    """MABP-Route: queue pressure + prefix/KV reuse + downstream tool-state reuse + overload
+    damping (the paper's routing-only MABP, section VI-C), all in seconds of GPU delay.
+
+    Cost of worker ``w`` for request ``r``:
+
+    ``pressure_w + prefill_w(r) + p_gap * E[job] * [tool state of r not on w] + damping_w``
+
+    - ``pressure_w``: seconds before ``r``'s prefill could start there: the admitted prefill
+      backlog, plus, when the batch is full, the waiting requests' prefill at the fleet's
+      mean request size (the backpressure weight, in work units);
+    - ``prefill_w(r)``: prefill seconds of ``r``'s blocks *not* cached on ``w`` (KV events) —
+      the reuse credit, the paper's work term;
+    - the successor term: a miss on the tool state raises the odds of a downstream job by
+      ``p_gap = p_miss - p_hit``, each costing about ``E[job]`` seconds of prefill and decode;
+    - ``damping_w``: ``damping * (running_w / max_running)^2 * prefill(r)`` grows as a worker
+      nears its batch limit, so reuse never piles requests onto a saturated worker.
+
+    Ties go to the fewest requests in flight.
+    """
+
+    name = "mabp-route"
+
+    def __init__(self, tool_weight: float = 1.0, damping: float = 1.0) -> None:
+        super().__init__()
+        self.tool_weight = tool_weight
+        self.damping = damping
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        super().reset(num_workers, rng)
+        self.mean_prefill = 0.0
+        self.seen = 0
+
+    def costs(self, request: Request, telemetry: Telemetry) -> np.ndarray:
+        """The cost per worker (seconds).  # (W,) float64
+
+        Also folds the request into the running mean prefill used to price waiting requests.
+        """
+        cfg = telemetry.config
+        full = cfg.prefill_s(request.input_length)
+        self.seen += 1
+        self.mean_prefill += (full - self.mean_prefill) / self.seen
+        cached = np.minimum(telemetry.cached_blocks(request.hash_ids) * cfg.block_tokens,
+                            request.input_length)
+        prefill = cfg.prefill_s(request.input_length - cached)
+        busy = telemetry.running >= cfg.max_running
+        pressure = telemetry.prefill_backlog_s() + busy * telemetry.waiting * self.mean_prefill
+        cost = pressure + prefill
+        if request.tool_key >= 0 and not request.downstream:
+            gap = max(cfg.p_downstream_miss - cfg.p_downstream_hit, 0.0)
+            job = cfg.prefill_s(cfg.tool_tokens + request.output_length) + (
+                cfg.downstream_output * cfg.decode_base_s)
+            cost = cost + self.tool_weight * gap * job * ~telemetry.tool_cached(request.tool_key)
+        fill = telemetry.running / cfg.max_running
+        return cost + self.damping * fill * fill * full
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        cost = self.costs(request, telemetry)
+        best = np.flatnonzero(cost <= cost.min() + 1e-12)
+        if len(best) == 1:
+            return int(best[0])
+        return int(best[_argmin_random(telemetry.in_flight[best], self.rng)])
+
+
+ROUTERS: dict[str, Callable[[], Any]] = {
+    "jsq": JSQ,
+    "bp": BP,
+    "affinity": PrefixAffinity,
+    "sglang-rust": lambda: SGLangCacheAware("rust"),
+    "sglang-python": lambda: SGLangCacheAware("python"),
+    "dynamo-t0": lambda: DynamoKV(0.0),
+    "dynamo-t0.5": lambda: DynamoKV(0.5),
+    "dynamo-t0-approx": lambda: DynamoKV(0.0, kv_events=False),
+    "llm-d": LLMD,
+    "vllm-prefixaware": lambda: VLLMProductionStack("prefixaware"),
+    "vllm-loadaware": lambda: VLLMProductionStack("loadaware"),
+    "aibrix": AIBrixPrefixCache,
+    "mabp-route": MABPRoute,
+}
+"""Every router by name; ``make_router(name)`` builds a fresh one."""
+
+PRODUCTION_ROUTERS = ("sglang-rust", "sglang-python", "dynamo-t0", "dynamo-t0.5",
+                      "dynamo-t0-approx", "llm-d",
+                      "vllm-prefixaware", "vllm-loadaware", "aibrix")
+
+
+def make_router(name: str) -> Any:
+    """A fresh router by name (see ``ROUTERS``)."""
+    if name not in ROUTERS:
+        raise ValueError(f"unknown router {name!r}; choose from {sorted(ROUTERS)}")
+    return ROUTERS[name]()

@@ -1,0 +1,480 @@
+"""The fleet simulator: W LLM workers behind one dispatcher, in continuous time.
+
+Events live on one heap (completions, downstream-job arrivals); trace arrivals are read in
+order. Nothing is simulated token by token: a request's prefill end, first token and completion
+times are fixed when it is admitted, so a replay costs O(requests x blocks) dictionary work.
+
+Causal order of one request:
+  1. it arrives; the router picks a worker from the telemetry (``Telemetry``);
+  2. the worker drops it if ``max_waiting`` requests already wait, else queues it (FIFO);
+  3. it is admitted when fewer than ``max_running`` requests run there (dropped instead when
+     it waited longer than ``timeout_s``); the engine's LRU prefix cache is matched over the
+     leading block hashes, then all its prompt blocks are touched (tail first, so the prefix
+     is the most recent and is evicted last, as vLLM frees blocks in reverse order);
+  4. prefill of the uncached tokens runs on the worker's single prefill server (FIFO), then
+     decode of ``output_length`` tokens at a per-token step time fixed at admission from the
+     batch size then (``decode_base_s + decode_per_seq_s * running``);
+  5. at completion, an agentic request whose tool state (``tool_key``) is not in the worker's
+     tool cache spawns a downstream tool/verifier job with probability ``p_downstream_miss``,
+     else with ``p_downstream_hit`` (the paper's successor shaping); the tool state is then
+     cached there (LRU of ``tool_capacity`` keys). The job arrives ``tool_latency_s`` later,
+     extends the request's prompt by ``tool_tokens`` and is routed like any request.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+import numpy as np
+
+from mabp_gym.fleet.trace import Trace
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Constants of the fleet; every one overridable (``FleetConfig(**overrides)``).
+
+    The defaults model a 7B model on one 80 GB GPU per worker (Qwen2.5-7B, the paper's
+    model): about 12.5k prefill tokens/s, a 12 ms decode step plus 0.4 ms per running sequence,
+    and room for about 2,000 cached blocks of 512 tokens (1M tokens of KV).
+    """
+
+    num_workers: int = 4
+    """Workers (GPUs, engines) behind the dispatcher."""
+    cache_blocks: int = 2000
+    """Prefix-cache capacity of each worker, in blocks."""
+    block_tokens: int = 512
+    """Tokens per block (the Mooncake traces hash 512-token blocks)."""
+    max_running: int = 32
+    """Concurrency (batch) limit per worker; more requests wait in the worker's FIFO queue."""
+    max_waiting: int = 512
+    """Waiting requests per worker beyond which an arriving request is dropped."""
+    timeout_s: float = 180.0
+    """A request that waited longer than this before admission is dropped (the paper: 180 s)."""
+    prefill_s_per_token: float = 8e-5
+    """Prefill seconds per uncached prompt token."""
+    prefill_overhead_s: float = 0.005
+    """Fixed prefill seconds per request (scheduling, the last token is always recomputed)."""
+    decode_base_s: float = 0.012
+    """Decode step time of a batch of one."""
+    decode_per_seq_s: float = 0.0004
+    """Extra decode step time per running sequence."""
+    slo_ttft_s: float = 2.0
+    """SLO on the time to first token."""
+    slo_tpot_s: float = 0.1
+    """SLO on the time per output token after the first."""
+    agentic_fraction: float = 0.3
+    """Fraction of trace requests that are agentic (carry a tool state), drawn per run."""
+    tool_depth: int = 1
+    """The tool state of a request is keyed by its block hash at this depth (its session)."""
+    tool_capacity: int = 64
+    """Tool states each worker keeps (LRU)."""
+    p_downstream_hit: float = 0.05
+    """Probability of a downstream job when the tool state is cached on the serving worker."""
+    p_downstream_miss: float = 0.35
+    """Probability of a downstream job when it is not."""
+    tool_latency_s: float = 0.5
+    """Seconds the tool runs (off the GPU) before the downstream job arrives."""
+    tool_tokens: int = 512
+    """Prompt tokens the tool result adds to the downstream job."""
+    downstream_output: int = 64
+    """Output tokens of a downstream job."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"FleetConfig.{f.name} must be a number, got {value!r}")
+            if f.type == "int" and not isinstance(value, int):
+                raise TypeError(f"FleetConfig.{f.name} must be an integer, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"FleetConfig.{f.name} must be finite, got {value}")
+        positive = ("num_workers", "cache_blocks", "block_tokens", "max_running", "timeout_s",
+                    "prefill_s_per_token", "decode_base_s", "slo_ttft_s", "slo_tpot_s",
+                    "tool_capacity")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"FleetConfig.{name} must be > 0, got {getattr(self, name)}")
+        for f in fields(self):
+            if getattr(self, f.name) < 0:
+                raise ValueError(f"FleetConfig.{f.name} must be >= 0, got {getattr(self, f.name)}")
+        for name in ("agentic_fraction", "p_downstream_hit", "p_downstream_miss"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"FleetConfig.{name} is a probability in [0, 1], "
+                                 f"got {getattr(self, name)}")
+
+    def prefill_s(self, uncached_tokens: int | np.ndarray) -> Any:
+        """Prefill seconds for ``uncached_tokens``."""
+        return self.prefill_overhead_s + self.prefill_s_per_token * uncached_tokens
+
+    def blocks(self, tokens: int) -> int:
+        """Blocks that ``tokens`` tokens occupy."""
+        return -(-tokens // self.block_tokens)
+
+
+def make_config(**overrides: Any) -> FleetConfig:
+    """A ``FleetConfig`` with overrides, naming any unknown key."""
+    known = {f.name for f in fields(FleetConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown fleet setting(s) {unknown}; known: {sorted(known)}")
+    return FleetConfig(**overrides)
+
+
+def nominal_load(trace: Trace, config: FleetConfig) -> float:
+    """Offered load: prefill seconds per second with *no* prefix cache, per worker.
+
+    Load 1 saturates the prefill servers if nothing were ever cached; with reuse the fleet
+    carries more, so loads above 1 separate cache-aware routers from load-only ones.
+    """
+    if len(trace) < 2 or trace.duration_s <= 0:
+        raise ValueError("a trace needs at least two distinct arrival times to have a load")
+    inputs = np.array([r.input_length for r in trace.requests], dtype=np.float64)
+    work = float(config.prefill_s(inputs).sum())
+    return work / trace.duration_s / config.num_workers
+
+
+def scale_to_load(trace: Trace, load: float, config: FleetConfig) -> Trace:
+    """The trace with its time axis stretched or squeezed to ``nominal_load == load``."""
+    if not (math.isfinite(load) and load > 0):
+        raise ValueError(f"target load must be a positive number, got {load}")
+    return trace.scaled(nominal_load(trace, config) / load)
+
+
+class Request:
+    """A request in flight (trace request or downstream job)."""
+
+    __slots__ = ("rid", "arrival", "input_length", "output_length", "hash_ids", "tool_key",
+                 "downstream", "worker")
+
+    def __init__(self, rid: int, arrival: float, input_length: int, output_length: int,
+                 hash_ids: tuple[int, ...], tool_key: int, downstream: bool) -> None:
+        self.rid = rid
+        self.arrival = arrival  # s
+        self.input_length = input_length
+        self.output_length = output_length
+        self.hash_ids = hash_ids
+        self.tool_key = tool_key  # -1: not agentic
+        self.downstream = downstream
+        self.worker = -1
+
+    def __repr__(self) -> str:
+        return (f"Request(rid={self.rid}, arrival={self.arrival:.3f}, in={self.input_length}, "
+                f"out={self.output_length}, blocks={len(self.hash_ids)}, tool={self.tool_key}, "
+                f"downstream={self.downstream})")
+
+
+def leading_hits(cache: dict[int, Any], hash_ids: Sequence[int]) -> int:
+    """Leading blocks of ``hash_ids`` present in ``cache`` (a prefix match over block hashes)."""
+    count = 0
+    for block in hash_ids:
+        if block not in cache:
+            break
+        count += 1
+    return count
+
+
+class Telemetry:
+    """What a router sees of the fleet: live per-worker arrays and the engines' cache events.
+
+    Arrays are views on the simulator's state (read, never write):
+    ``in_flight`` (routed, not finished), ``running``, ``waiting`` (int64, (W,)),
+    ``active_blocks`` (blocks of the in-flight requests' prompts and outputs),
+    ``prefill_free`` (s, when each prefill server frees up).
+    """
+
+    def __init__(self, sim: FleetSimulator) -> None:
+        self._sim = sim
+        self.config = sim.config
+        self.num_workers = sim.config.num_workers
+        self.in_flight = sim.in_flight  # (W,) int64
+        self.running = sim.running  # (W,) int64
+        self.waiting = sim.waiting_count  # (W,) int64
+        self.active_blocks = sim.active_blocks  # (W,) int64
+        self.running_blocks = sim.running_blocks  # (W,) int64
+        self.prefill_free = sim.prefill_free  # (W,) float64
+
+    @property
+    def now(self) -> float:
+        """Current time (s)."""
+        return self._sim.now
+
+    def kv_used_fraction(self) -> np.ndarray:
+        """KV blocks held by running requests over capacity, as vLLM reports it (cached but
+        unreferenced blocks count as free).  # (W,) float64"""
+        return np.minimum(1.0, self.running_blocks / self.config.cache_blocks)
+
+    def prefill_backlog_s(self) -> np.ndarray:
+        """Seconds of admitted prefill work left on each worker.  # (W,) float64"""
+        return np.maximum(self.prefill_free - self._sim.now, 0.0)
+
+    def cached_blocks(self, hash_ids: Sequence[int]) -> np.ndarray:
+        """Leading blocks of ``hash_ids`` in each engine's prefix cache (KV events, exact).
+        # (W,) int64"""
+        return np.array([leading_hits(c, hash_ids) for c in self._sim.caches], dtype=np.int64)
+
+    def tool_cached(self, tool_key: int) -> np.ndarray:
+        """Whether each worker holds the tool state ``tool_key``.  # (W,) bool"""
+        return np.array([tool_key in t for t in self._sim.tools], dtype=bool)
+
+
+class Router(Protocol):
+    """A routing rule: one worker per request, from the telemetry (and its own state)."""
+
+    name: str
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None: ...
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int: ...
+
+
+METRICS = ("throughput", "slo_goodput", "p95_ttft_s", "p95_e2e_s", "gpu_s_per_request",
+           "kv_hit_ratio", "downstream_per_request", "drop_rate", "p95_scheduler_us")
+"""Metric names of a run, in the order of SPEC 11's table."""
+
+
+class FleetSimulator:
+    """Replay one trace over a fleet; ``next_request`` / ``dispatch`` for step-wise control.
+
+    Args:
+        trace: the requests (timestamps in ms).
+        config: fleet constants.
+        seed: draws which requests are agentic and the downstream jobs.
+    """
+
+    def __init__(self, trace: Trace, config: FleetConfig | None = None, seed: int = 0) -> None:
+        self.config = config or FleetConfig()
+        cfg = self.config
+        self.trace = trace
+        self.rng = np.random.default_rng(seed)
+        w = cfg.num_workers
+        self.in_flight = np.zeros(w, dtype=np.int64)
+        self.running = np.zeros(w, dtype=np.int64)
+        self.waiting_count = np.zeros(w, dtype=np.int64)
+        self.active_blocks = np.zeros(w, dtype=np.int64)
+        self.running_blocks = np.zeros(w, dtype=np.int64)
+        self.prefill_free = np.zeros(w, dtype=np.float64)
+        self.caches: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(w)]
+        self.tools: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(w)]
+        self.queues: list[deque[Request]] = [deque() for _ in range(w)]
+        self.telemetry = Telemetry(self)
+        self.now = 0.0
+        self._times = trace.timestamps_s()
+        self._origin = float(self._times[0]) if len(self._times) else 0.0
+        self._agentic = self.rng.random(len(trace)) < cfg.agentic_fraction
+        self._next_trace = 0
+        self._events: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self._next_rid = len(trace)
+        self._fresh_block = -1  # downstream jobs' new blocks get negative ids: never in a trace
+        self._pending: Request | None = None
+        # One tuple per completion: ttft (s), e2e (s), time per output token (s), downstream, rid.
+        self.records: list[tuple[float, float, float, bool, int]] = []
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.gpu_seconds = 0.0
+        self.downstream_jobs = 0
+        self.dropped = 0
+        self.arrived = 0
+        self.last_time = 0.0
+        self.choose_ns: list[int] = []
+
+    # -- the event loop ------------------------------------------------------------------------
+    def _push(self, when: float, kind: int, payload: Any) -> None:
+        # kind 0 (completion) sorts before kind 1 (arrival) at equal times: a finishing request
+        # frees its slot before a simultaneous arrival is routed.
+        self._seq += 1
+        heapq.heappush(self._events, (when, kind, self._seq, payload))
+
+    def next_request(self) -> Request | None:
+        """Advance to the next arrival (trace request or downstream job), handling earlier
+        completions; None once every request has arrived and every event has run, so the
+        fleet is empty when it returns None."""
+        if self._pending is not None:
+            raise RuntimeError("dispatch the pending request before asking for the next one")
+        events = self._events
+        while True:
+            if self._next_trace < len(self._times):
+                t_trace = self._times[self._next_trace] - self._origin
+            else:
+                t_trace = math.inf
+            if events and (events[0][0] < t_trace or (events[0][0] == t_trace
+                                                      and events[0][1] == 0)):
+                when, kind, _, payload = heapq.heappop(events)
+                self.now = when
+                if kind == 0:
+                    self._complete(*payload)
+                    continue
+                request = payload
+            elif t_trace < math.inf:
+                k = self._next_trace
+                self._next_trace += 1
+                self.now = t_trace
+                r = self.trace.requests[k]
+                tool = -1
+                if self._agentic[k]:
+                    tool = r.hash_ids[min(self.config.tool_depth, len(r.hash_ids) - 1)]
+                request = Request(k, t_trace, r.input_length, r.output_length, r.hash_ids,
+                                  tool, False)
+            else:
+                return None
+            self.arrived += 1
+            self._pending = request
+            return request
+
+    def dispatch(self, worker: int) -> None:
+        """Send the pending request to ``worker``."""
+        request = self._pending
+        if request is None:
+            raise RuntimeError("no pending request: call next_request first")
+        w = int(worker) if isinstance(worker, (int, np.integer)) else -1
+        if not 0 <= w < self.config.num_workers:
+            raise ValueError(f"worker must be an integer in [0, {self.config.num_workers}), "
+                             f"got {worker!r}")
+        self._pending = None
+        request.worker = w
+        if self.waiting_count[w] >= self.config.max_waiting:
+            self.dropped += 1
+            return
+        self.in_flight[w] += 1
+        self.active_blocks[w] += self.config.blocks(request.input_length + request.output_length)
+        if self.running[w] < self.config.max_running:
+            self._admit(request, w)
+        else:
+            self.queues[w].append(request)
+            self.waiting_count[w] += 1
+
+    def _admit(self, request: Request, w: int) -> None:
+        cfg = self.config
+        cache = self.caches[w]
+        ids = request.hash_ids
+        hits = leading_hits(cache, ids)
+        for block in reversed(ids):
+            if block in cache:
+                cache.move_to_end(block)
+            else:
+                cache[block] = None
+        while len(cache) > cfg.cache_blocks:
+            cache.popitem(last=False)
+        cached = min(hits * cfg.block_tokens, request.input_length)
+        self.prompt_tokens += request.input_length
+        self.cached_tokens += cached
+        prefill = cfg.prefill_s(request.input_length - cached)
+        start = max(self.now, self.prefill_free[w])
+        end = start + prefill
+        self.prefill_free[w] = end
+        self.running[w] += 1
+        batch = int(self.running[w])
+        step = cfg.decode_base_s + cfg.decode_per_seq_s * batch
+        self.running_blocks[w] += cfg.blocks(request.input_length + request.output_length)
+        self.gpu_seconds += prefill + request.output_length * step / batch
+        first = end + step
+        done = end + request.output_length * step
+        self._push(done, 0, (request, w, first - request.arrival, step))
+
+    def _complete(self, request: Request, w: int, ttft: float, step: float) -> None:
+        cfg = self.config
+        self.running[w] -= 1
+        self.in_flight[w] -= 1
+        blocks = cfg.blocks(request.input_length + request.output_length)
+        self.running_blocks[w] -= blocks
+        self.active_blocks[w] -= blocks
+        self.records.append((ttft, self.now - request.arrival, step, request.downstream,
+                             request.rid))
+        self.last_time = max(self.last_time, self.now)
+        if request.tool_key >= 0 and not request.downstream:
+            tools = self.tools[w]
+            hit = request.tool_key in tools
+            if hit:
+                tools.move_to_end(request.tool_key)
+            else:
+                tools[request.tool_key] = None
+                if len(tools) > cfg.tool_capacity:
+                    tools.popitem(last=False)
+            p = cfg.p_downstream_hit if hit else cfg.p_downstream_miss
+            if self.rng.random() < p:
+                self._spawn(request)
+        self._admit_waiting(w)
+
+    def _spawn(self, parent: Request) -> None:
+        cfg = self.config
+        tokens = parent.input_length + parent.output_length + cfg.tool_tokens
+        new_blocks = cfg.blocks(tokens) - len(parent.hash_ids)
+        extra = tuple(range(self._fresh_block, self._fresh_block - new_blocks, -1))
+        self._fresh_block -= new_blocks
+        job = Request(self._next_rid, self.now + cfg.tool_latency_s, tokens,
+                      cfg.downstream_output, parent.hash_ids + extra, parent.tool_key, True)
+        self._next_rid += 1
+        self.downstream_jobs += 1
+        self._push(job.arrival, 1, job)
+
+    def _admit_waiting(self, w: int) -> None:
+        queue = self.queues[w]
+        while queue and self.running[w] < self.config.max_running:
+            request = queue.popleft()
+            self.waiting_count[w] -= 1
+            if self.now - request.arrival > self.config.timeout_s:
+                self.dropped += 1
+                self.in_flight[w] -= 1
+                self.active_blocks[w] -= self.config.blocks(
+                    request.input_length + request.output_length)
+                continue
+            self._admit(request, w)
+
+    # -- results -------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        """SPEC 11's metrics of the run so far (see ``docs/fleet.md`` for definitions)."""
+        cfg = self.config
+        rec = np.array([(a, b, c, d) for a, b, c, d, _ in self.records],
+                       dtype=np.float64).reshape(-1, 4)
+        main = rec[rec[:, 3] == 0]
+        span = max(self.last_time, self.now, 1e-9)
+        if len(main):
+            tpot = main[:, 2]
+            good = (main[:, 0] <= cfg.slo_ttft_s) & (tpot <= cfg.slo_tpot_s)
+            p95_ttft = float(np.percentile(main[:, 0], 95))
+            p95_e2e = float(np.percentile(main[:, 1], 95))
+        else:
+            good = np.zeros(0, dtype=bool)
+            p95_ttft = p95_e2e = math.nan
+        total = self.arrived
+        values = {
+            "throughput": len(main) / span,
+            "slo_goodput": float(good.sum()) / span,
+            "p95_ttft_s": p95_ttft,
+            "p95_e2e_s": p95_e2e,
+            # Per *completed* trace request: a router that drops work must not look frugal.
+            "gpu_s_per_request": self.gpu_seconds / max(len(main), 1),
+            "kv_hit_ratio": self.cached_tokens / max(self.prompt_tokens, 1),
+            "downstream_per_request": self.downstream_jobs / max(len(main), 1),
+            "drop_rate": self.dropped / max(total, 1),
+            "p95_scheduler_us": (float(np.percentile(self.choose_ns, 95)) / 1000.0
+                                 if self.choose_ns else math.nan),
+        }
+        return {name: float(value) for name, value in values.items()}
+
+
+def replay(trace: Trace, router: Router, config: FleetConfig | None = None,
+           seed: int = 0) -> dict[str, float]:
+    """Route every request of ``trace`` with ``router``; the run's metrics.
+
+    The router is reset with a generator seeded from ``seed``; its decision time is measured
+    with ``time.perf_counter_ns`` around each ``choose`` call.
+    """
+    sim = FleetSimulator(trace, config, seed)
+    router.reset(sim.config.num_workers, np.random.default_rng([seed, 1]))
+    telemetry = sim.telemetry
+    clock = time.perf_counter_ns
+    timings = sim.choose_ns
+    while (request := sim.next_request()) is not None:
+        start = clock()
+        worker = router.choose(request, telemetry)
+        timings.append(clock() - start)
+        sim.dispatch(worker)
+    return sim.metrics()

@@ -1,0 +1,294 @@
+"""Request traces for fleet mode: Mooncake JSON lines, load scaling and synthetic generators.
+
+A trace is a frozen list of requests in arrival order, each with the four Mooncake fields:
+``timestamp`` (ms from the start), ``input_length`` and ``output_length`` (tokens) and
+``hash_ids`` (the prompt's blocks, prefix-ordered; equal ids mean equal block content *and*
+equal prefix, so a shared prefix shows as shared leading ids). Other public traces map onto
+these fields (see ``docs/fleet.md``): Azure LLM inference (``TIMESTAMP``, ``ContextTokens``,
+``GeneratedTokens``; no hashes, so no reuse), BurstGPT (``Timestamp`` s, ``Request tokens``,
+``Response tokens``), Alibaba Bailian (Mooncake-like block hashes).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+BLOCK_TOKENS = 512
+"""Tokens per hashed block in the Mooncake traces (and in the synthetic generators)."""
+
+SHIPPED_TRACES = ("conversation", "synthetic")
+"""Names of the two Mooncake FAST'25 traces shipped with the package (Apache-2.0)."""
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a trace."""
+
+    timestamp: float  # ms from the start of the trace
+    input_length: int  # prompt tokens
+    output_length: int  # generated tokens
+    hash_ids: tuple[int, ...]  # prompt block hashes, prefix-ordered
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A validated request trace in arrival order.
+
+    Attributes:
+        name: where it came from (file name or generator).
+        requests: the requests, timestamps non-decreasing.
+    """
+
+    name: str
+    requests: tuple[TraceRequest, ...]
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first to the last arrival."""
+        if not self.requests:
+            return 0.0
+        return (self.requests[-1].timestamp - self.requests[0].timestamp) / 1000.0
+
+    def timestamps_s(self) -> np.ndarray:
+        """Arrival times in seconds.  # (num_requests,) float64"""
+        return np.array([r.timestamp for r in self.requests], dtype=np.float64) / 1000.0
+
+    def head(self, count: int) -> Trace:
+        """The first ``count`` requests (for quick tests and the env)."""
+        return Trace(f"{self.name}[:{count}]", self.requests[:count])
+
+    def scaled(self, factor: float) -> Trace:
+        """The same requests with every timestamp multiplied by ``factor`` (order kept)."""
+        if not (np.isfinite(factor) and factor > 0):
+            raise ValueError(f"time scale factor must be a positive finite number, got {factor}")
+        return Trace(self.name, tuple(
+            TraceRequest(r.timestamp * factor, r.input_length, r.output_length, r.hash_ids)
+            for r in self.requests))
+
+
+def _parse_line(text: str, where: str) -> TraceRequest:
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where}: not valid JSON ({error.msg})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    missing = [k for k in ("timestamp", "input_length", "output_length", "hash_ids")
+               if k not in record]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {missing}; a Mooncake line has timestamp, "
+                         "input_length, output_length and hash_ids")
+    stamp = record["timestamp"]
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not stamp >= 0:
+        raise ValueError(f"{where}: timestamp must be a non-negative number of ms, got {stamp!r}")
+    lengths = []
+    for key in ("input_length", "output_length"):
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {key} must be a positive integer, got {value!r}")
+        lengths.append(value)
+    ids = record["hash_ids"]
+    if not isinstance(ids, list) or not ids or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ValueError(f"{where}: hash_ids must be a non-empty list of integers")
+    return TraceRequest(float(stamp), lengths[0], lengths[1], tuple(ids))
+
+
+def parse_mooncake(lines: Iterable[str], name: str = "trace") -> Trace:
+    """Parse Mooncake JSON lines; blank lines are skipped.
+
+    Raises:
+        ValueError: naming the line (1-based) that is malformed or out of time order.
+    """
+    requests: list[TraceRequest] = []
+    last = -np.inf
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        request = _parse_line(text, f"{name} line {number}")
+        if request.timestamp < last:
+            raise ValueError(f"{name} line {number}: timestamp {request.timestamp:g} is earlier "
+                             f"than the previous line's {last:g}; traces must be in arrival order")
+        last = request.timestamp
+        requests.append(request)
+    if not requests:
+        raise ValueError(f"{name}: no requests")
+    return Trace(name, tuple(requests))
+
+
+def read_mooncake(path: str | Path) -> Trace:
+    """Read a Mooncake JSON-lines trace (``.jsonl`` or ``.jsonl.gz``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"trace file {str(path)!r} does not exist")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return parse_mooncake(handle, path.name)
+
+
+def shipped_trace(name: str) -> Trace:
+    """One of the shipped Mooncake FAST'25 traces: ``conversation`` or ``synthetic``."""
+    if name not in SHIPPED_TRACES:
+        raise ValueError(f"unknown shipped trace {name!r}; choose one of {SHIPPED_TRACES}")
+    resource = resources.files("mabp_gym.fleet") / "traces" / f"mooncake_{name}.jsonl.gz"
+    with resources.as_file(resource) as path:
+        trace = read_mooncake(path)
+    return Trace(name, trace.requests)
+
+
+def load_trace(spec: str) -> Trace:
+    """A shipped trace by name, else a Mooncake file by path."""
+    return shipped_trace(spec) if spec in SHIPPED_TRACES else read_mooncake(spec)
+
+
+def trace_from_columns(timestamps_ms: Sequence[float], input_lengths: Sequence[int],
+                       output_lengths: Sequence[int],
+                       hash_ids: Sequence[Sequence[int]] | None = None,
+                       name: str = "columns") -> Trace:
+    """A trace from columns of another public trace (see ``docs/fleet.md`` for the mapping).
+
+    Without ``hash_ids`` (Azure LLM inference, BurstGPT) every request gets fresh block ids,
+    so no prefix is ever shared: such traces test load balancing, not reuse. Rows are sorted
+    by time (stable) and validated as Mooncake lines are.
+    """
+    count = len(timestamps_ms)
+    if len(input_lengths) != count or len(output_lengths) != count or (
+            hash_ids is not None and len(hash_ids) != count):
+        raise ValueError("timestamps, input_lengths, output_lengths (and hash_ids) must have "
+                         "the same length")
+    order = sorted(range(count), key=lambda k: float(timestamps_ms[k]))
+    lines = []
+    next_id = 0
+    for k in order:
+        tokens = int(input_lengths[k])
+        if hash_ids is None:
+            blocks = max(1, -(-tokens // BLOCK_TOKENS))
+            ids = list(range(next_id, next_id + blocks))
+            next_id += blocks
+        else:
+            ids = [int(i) for i in hash_ids[k]]
+        lines.append(json.dumps({"timestamp": float(timestamps_ms[k]), "input_length": tokens,
+                                 "output_length": int(output_lengths[k]), "hash_ids": ids}))
+    return parse_mooncake(lines, name)
+
+
+# -- synthetic generators ----------------------------------------------------------------------
+def _arrivals(rng: np.random.Generator, count: int, rate: float, burstiness: float) -> np.ndarray:
+    """Arrival times (s): Poisson at ``burstiness`` 1, else gamma inter-arrivals with that
+    squared coefficient of variation (bursty above 1), mean ``1 / rate``."""
+    if not rate > 0:
+        raise ValueError(f"rate must be positive (requests per second), got {rate}")
+    if not burstiness > 0:
+        raise ValueError(f"burstiness (squared CV of inter-arrivals) must be > 0, got {burstiness}")
+    shape = 1.0 / burstiness
+    gaps = rng.gamma(shape, 1.0 / (shape * rate), size=count)
+    return np.cumsum(gaps) - gaps[0]
+
+
+def _check_count(count: int) -> None:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive integer, got {count!r}")
+
+
+def prefix_tree_trace(count: int = 2000, *, rate: float = 4.0, burstiness: float = 1.0,
+                      branching: Sequence[int] = (4, 8), shared_blocks: Sequence[int] = (4, 8),
+                      tail_blocks: tuple[int, int] = (1, 6), output_mean: float = 200.0,
+                      seed: int = 0) -> Trace:
+    """Requests whose prompts share prefixes along a tree (system prompt, then documents).
+
+    Level ``k`` of the tree has ``branching[k]`` children per node, each adding
+    ``shared_blocks[k]`` blocks; a request picks a leaf (Zipf-like, skew 1.1) and adds
+    ``tail_blocks`` unique blocks. Proves: prefix-aware routing raises the hit ratio over
+    load-only routing; the ideal hit ratio is the shared fraction of the blocks.
+    """
+    _check_count(count)
+    if len(branching) != len(shared_blocks) or not branching:
+        raise ValueError("branching and shared_blocks must be non-empty and of equal length")
+    rng = np.random.default_rng(seed)
+    times = _arrivals(rng, count, rate, burstiness)
+    leaves = int(np.prod(branching))
+    weights = 1.0 / np.arange(1, leaves + 1) ** 1.1
+    leaf_of = rng.choice(leaves, size=count, p=weights / weights.sum())
+    next_id = 0
+    node_ids: dict[tuple[int, ...], list[int]] = {}
+
+    def path_ids(leaf: int) -> list[int]:
+        nonlocal next_id
+        ids: list[int] = []
+        digits = []
+        for base in reversed(branching):
+            digits.append(leaf % base)
+            leaf //= base
+        digits.reverse()
+        for level in range(len(digits)):
+            key = tuple(digits[:level + 1])
+            if key not in node_ids:
+                node_ids[key] = list(range(next_id, next_id + shared_blocks[level]))
+                next_id += shared_blocks[level]
+            ids.extend(node_ids[key])
+        return ids
+
+    requests = []
+    for k in range(count):
+        ids = path_ids(int(leaf_of[k]))
+        tail = int(rng.integers(tail_blocks[0], tail_blocks[1] + 1))
+        ids = ids + list(range(next_id, next_id + tail))
+        next_id += tail
+        length = (len(ids) - 1) * BLOCK_TOKENS + int(rng.integers(1, BLOCK_TOKENS + 1))
+        output = max(1, int(rng.exponential(output_mean)))
+        requests.append(TraceRequest(float(times[k] * 1000.0), length, output, tuple(ids)))
+    return Trace(f"prefix_tree(seed={seed})", tuple(requests))
+
+
+def agentic_session_trace(count: int = 2000, *, rate: float = 4.0, burstiness: float = 2.0,
+                          sessions: int = 200, system_blocks: int = 2, turn_blocks: int = 2,
+                          output_mean: float = 150.0, seed: int = 0) -> Trace:
+    """Multi-turn agentic sessions: each turn's prompt is the previous turn's prompt plus new
+    blocks (tool results, the user's next message), as in the Mooncake conversation trace.
+
+    Session ``s`` starts with a shared system prompt of ``system_blocks`` blocks; turns of a
+    session arrive in order. Proves: session affinity matters, and the downstream tool state
+    (keyed by the session's first own block) is reused when turns stay on one worker.
+    """
+    _check_count(count)
+    if sessions < 1:
+        raise ValueError(f"sessions must be >= 1, got {sessions}")
+    rng = np.random.default_rng(seed)
+    times = _arrivals(rng, count, rate, burstiness)
+    owner = rng.integers(0, sessions, size=count)
+    next_id = system_blocks
+    history: dict[int, list[int]] = {}
+    requests = []
+    for k in range(count):
+        s = int(owner[k])
+        ids = history.get(s, list(range(system_blocks)))
+        new = int(rng.integers(1, 2 * turn_blocks + 1))
+        ids = ids + list(range(next_id, next_id + new))
+        next_id += new
+        history[s] = ids
+        length = (len(ids) - 1) * BLOCK_TOKENS + int(rng.integers(1, BLOCK_TOKENS + 1))
+        output = max(1, int(rng.exponential(output_mean)))
+        requests.append(TraceRequest(float(times[k] * 1000.0), length, output, tuple(ids)))
+    return Trace(f"agentic_sessions(seed={seed})", tuple(requests))
+
+
+def write_mooncake(trace: Trace, path: str | Path) -> None:
+    """Write a trace as Mooncake JSON lines (gzip when the name ends in ``.gz``)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", encoding="utf-8") as handle:
+        for r in trace.requests:
+            stamp = int(r.timestamp) if float(r.timestamp).is_integer() else r.timestamp
+            handle.write(json.dumps({"timestamp": stamp, "input_length": r.input_length,
+                                     "output_length": r.output_length,
+                                     "hash_ids": list(r.hash_ids)}) + "\n")

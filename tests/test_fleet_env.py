@@ -1,0 +1,107 @@
+"""The fleet Gymnasium id: check_env, determinism, pickling, vector stepping, rewards."""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import mabp_gym
+
+KWARGS = {"num_requests": 120, "load": 0.9}
+
+
+def make(**kwargs):
+    return gymnasium.make(mabp_gym.FLEET_ENV_ID, **{**KWARGS, **kwargs})
+
+
+def rollout(env, seed, policy=None):
+    obs, _ = env.reset(seed=seed)
+    observations, rewards = [obs], []
+    done, info = False, {}
+    while not done:
+        action = policy(obs) if policy else env.action_space.sample()
+        obs, reward, done, truncated, info = env.step(action)
+        observations.append(obs)
+        rewards.append(reward)
+        assert not truncated
+    return np.array(observations), np.array(rewards), info
+
+
+def test_fleet_env__passes_check_env():
+    check_env(make().unwrapped, skip_render_check=True)
+
+
+def test_fleet_env__same_seed_same_rollout_and_other_seed_differs():
+    env = make()
+    env.action_space.seed(0)
+    obs_a, rew_a, _ = rollout(env, 11)
+    env.action_space.seed(0)
+    obs_b, rew_b, _ = rollout(env, 11)
+    np.testing.assert_array_equal(obs_a, obs_b)
+    np.testing.assert_array_equal(rew_a, rew_b)
+    env.action_space.seed(0)
+    obs_c, _, _ = rollout(env, 12)
+    assert obs_c.shape != obs_a.shape or not np.array_equal(obs_a, obs_c)
+
+
+def test_fleet_env__return_is_slo_goodput_count_minus_drops():
+    env = make(num_workers=2, max_waiting=3)
+    _, rewards, info = rollout(env, 0, policy=lambda obs: 0)  # everything on one worker
+    sim = env.unwrapped.sim
+    good = sum(1 for ttft, _, tpot, down, _ in sim.records
+               if not down and ttft <= 2.0 and tpot <= 0.1)
+    assert sim.dropped > 0
+    assert rewards.sum() == pytest.approx(good - sim.dropped)
+    assert info["metrics"]["drop_rate"] == pytest.approx(sim.dropped / sim.arrived)
+
+
+def test_fleet_env__pickles_and_steps_in_a_vector_env():
+    env = make()
+    env.reset(seed=1)
+    clone = pickle.loads(pickle.dumps(env))
+    a = env.step(1)
+    b = clone.step(1)
+    np.testing.assert_array_equal(a[0], b[0])
+    vec = gymnasium.vector.SyncVectorEnv([lambda: make() for _ in range(2)])
+    obs, _ = vec.reset(seed=[0, 1])
+    obs, reward, *_ = vec.step(np.array([0, 3]))
+    assert obs.shape == (2, 4 * 6 + 4) and reward.shape == (2,)
+
+
+def test_fleet_env__a_router_drives_it_through_the_observation():
+    # The cached-fraction features let a greedy reuse rule beat always-worker-0.
+    env = make()
+
+    def reuse(obs):
+        workers = obs[:24].reshape(4, 6)
+        return int(np.argmax(workers[:, 4] - workers[:, 0]))  # cached fraction - load
+
+    _, rewards_reuse, _ = rollout(env, 3, policy=reuse)
+    _, rewards_zero, _ = rollout(env, 3, policy=lambda obs: 0)
+    assert rewards_reuse.sum() > rewards_zero.sum()
+
+
+def test_fleet_env__rejects_bad_actions_and_arguments():
+    env = make()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"worker index in \[0, 4\)"):
+        env.step(9)
+    with pytest.raises(ValueError, match="unknown fleet setting"):
+        make(workerz=2)
+    with pytest.raises(ValueError, match="num_requests must be"):
+        make(num_requests=1)
+
+
+def test_fleet_env__stable_baselines3_ppo_learns_a_few_hundred_steps():
+    from stable_baselines3 import PPO
+
+    env = make(num_requests=80)
+    model = PPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=192)
+    assert model.num_timesteps >= 192
+    action, _ = model.predict(env.observation_space.sample(), deterministic=True)
+    assert env.action_space.contains(int(action))

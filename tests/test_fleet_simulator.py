@@ -1,0 +1,187 @@
+"""Fleet simulator: exact hand-computed runs, drops, downstream jobs, determinism."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mabp_gym.fleet import (
+    METRICS,
+    FleetConfig,
+    FleetSimulator,
+    Trace,
+    TraceRequest,
+    make_config,
+    make_router,
+    nominal_load,
+    prefix_tree_trace,
+    replay,
+    scale_to_load,
+)
+from mabp_gym.fleet.routers import JSQ
+
+# Block of 4 tokens, 1 ms prefill a token, 10 ms a decode step whatever the batch.
+EXACT = dict(num_workers=1, block_tokens=4, prefill_s_per_token=0.001, prefill_overhead_s=0.0,
+             decode_base_s=0.01, decode_per_seq_s=0.0, agentic_fraction=0.0)
+
+
+def run_to_end(sim: FleetSimulator, worker=lambda request: 0) -> None:
+    while (request := sim.next_request()) is not None:
+        sim.dispatch(worker(request))
+
+
+def test_simulator__second_request_reuses_the_cached_prefix_exactly():
+    trace = Trace("t", (TraceRequest(0.0, 16, 10, (1, 2, 3, 4)),
+                        TraceRequest(1000.0, 16, 10, (1, 2, 7, 8))))
+    sim = FleetSimulator(trace, FleetConfig(**EXACT))
+    run_to_end(sim)
+    (ttft1, e2e1, step1, *_), (ttft2, e2e2, *_) = sim.records
+    assert ttft1 == pytest.approx(0.016 + 0.01) and e2e1 == pytest.approx(0.016 + 0.1)
+    # Two of four blocks cached: prefill of 8 tokens.
+    assert ttft2 == pytest.approx(0.008 + 0.01) and e2e2 == pytest.approx(0.008 + 0.1)
+    assert sim.metrics()["kv_hit_ratio"] == pytest.approx(8 / 32)
+    assert sim.metrics()["gpu_s_per_request"] == pytest.approx((0.016 + 0.1 + 0.008 + 0.1) / 2)
+
+
+def test_simulator__lru_evicts_the_tail_before_the_shared_prefix():
+    trace = Trace("t", (TraceRequest(0.0, 12, 1, (1, 2, 3)),
+                        TraceRequest(1000.0, 12, 1, (1, 5, 6)),
+                        TraceRequest(2000.0, 12, 1, (1, 2, 9))))
+    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "cache_blocks": 4}))
+    run_to_end(sim)
+    # LRU order after request 1: 3, 2, 1; request 2 evicts 3: 2, 6, 5, 1; request 3 evicts 6.
+    assert list(sim.caches[0]) == [5, 9, 2, 1]
+    assert sim.cached_tokens == 4 + 8  # request 2 hit block 1; request 3 hit blocks 1 and 2
+
+
+def test_simulator__concurrency_limit_queues_and_prefill_is_serial():
+    trace = Trace("t", tuple(TraceRequest(0.0, 4, 10, (k,)) for k in range(3)))
+    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "max_running": 2}))
+    run_to_end(sim)
+    ttfts = sorted(record[0] for record in sim.records)
+    # prefill 4 ms each, serial; the third waits for the first to finish at 0.104 s.
+    assert ttfts == pytest.approx([0.014, 0.018, 0.104 - 0.0 + 0.004 + 0.01])
+
+
+def test_simulator__drops_when_the_waiting_room_is_full_or_the_wait_times_out():
+    trace = Trace("t", tuple(TraceRequest(0.0, 4, 1000, (k,)) for k in range(4)))
+    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "max_running": 1, "max_waiting": 2}))
+    run_to_end(sim)
+    assert sim.dropped == 1 and len(sim.records) == 3
+    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "max_running": 1, "timeout_s": 5.0}))
+    run_to_end(sim)
+    # Each request runs 10 s, so everyone queued behind the first waited > 5 s.
+    assert sim.dropped == 3 and sim.metrics()["drop_rate"] == pytest.approx(0.75)
+
+
+def test_simulator__tool_miss_spawns_a_downstream_job_and_a_hit_does_not():
+    trace = Trace("t", (TraceRequest(0.0, 8, 2, (1, 2)), TraceRequest(5000.0, 8, 2, (1, 2))))
+    config = FleetConfig(**{**EXACT, "agentic_fraction": 1.0, "p_downstream_miss": 1.0,
+                            "p_downstream_hit": 0.0, "tool_tokens": 4})
+    sim = FleetSimulator(trace, config)
+    jobs = []
+
+    def route(request):
+        if request.downstream:
+            jobs.append(request)
+        return 0
+
+    run_to_end(sim, route)
+    assert len(jobs) == 1 and jobs[0].tool_key == 2  # tool key: block at depth 1
+    assert jobs[0].hash_ids[:2] == (1, 2) and jobs[0].input_length == 8 + 2 + 4
+    assert sim.metrics()["downstream_per_request"] == pytest.approx(0.5)
+
+
+def test_simulator__rejects_a_bad_worker_and_out_of_order_calls():
+    sim = FleetSimulator(Trace("t", (TraceRequest(0.0, 8, 2, (1, 2)),)), FleetConfig(**EXACT))
+    with pytest.raises(RuntimeError, match="next_request"):
+        sim.dispatch(0)
+    sim.next_request()
+    with pytest.raises(ValueError, match=r"worker must be an integer in \[0, 1\)"):
+        sim.dispatch(3)
+
+
+def test_config__names_a_bad_or_unknown_setting():
+    with pytest.raises(ValueError, match="max_running must be > 0"):
+        FleetConfig(max_running=0)
+    with pytest.raises(ValueError, match="p_downstream_miss is a probability"):
+        FleetConfig(p_downstream_miss=1.5)
+    with pytest.raises(TypeError, match="num_workers must be an integer"):
+        FleetConfig(num_workers=2.5)
+    with pytest.raises(ValueError, match="unknown fleet setting.*'workerz'"):
+        make_config(workerz=3)
+
+
+def test_scale_to_load__hits_the_target_nominal_load():
+    trace = prefix_tree_trace(300, seed=1)
+    config = FleetConfig(num_workers=4)
+    assert nominal_load(scale_to_load(trace, 0.7, config), config) == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="positive"):
+        scale_to_load(trace, 0.0, config)
+
+
+def test_replay__same_seed_same_metrics_and_reports_every_metric():
+    trace = scale_to_load(prefix_tree_trace(400, seed=2), 0.9, FleetConfig(num_workers=4))
+    config = FleetConfig(num_workers=4)
+    for name in ("dynamo-t0.5", "mabp-route", "vllm-prefixaware"):
+        first = replay(trace, make_router(name), config, seed=3)
+        second = replay(trace, make_router(name), config, seed=3)
+        assert set(first) == set(METRICS)
+        first.pop("p95_scheduler_us"), second.pop("p95_scheduler_us")  # wall-clock time
+        assert first == second
+
+
+def test_replay__prefix_aware_routing_raises_the_hit_ratio_over_jsq():
+    # 30 blocks a worker cannot hold the tree's 272 shared blocks: locality decides hits.
+    config = FleetConfig(num_workers=4, cache_blocks=30)
+    trace = scale_to_load(prefix_tree_trace(800, seed=4), 0.7, config)
+    jsq = replay(trace, JSQ(), config, seed=0)
+    for name in ("dynamo-t0", "sglang-python", "mabp-route"):
+        assert replay(trace, make_router(name), config, seed=0)["kv_hit_ratio"] > \
+            jsq["kv_hit_ratio"] + 0.05
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), workers=st.integers(1, 3), max_running=st.integers(1, 3),
+       cache_blocks=st.integers(1, 6), max_waiting=st.integers(0, 3))
+def test_simulator__conserves_requests_and_bounds_caches_for_any_routing(
+        data, workers, max_running, cache_blocks, max_waiting):
+    count = data.draw(st.integers(1, 25))
+    gaps = data.draw(st.lists(st.integers(0, 400), min_size=count, max_size=count))
+    requests, now = [], 0
+    for gap in gaps:
+        now += gap
+        blocks = data.draw(st.lists(st.integers(0, 5), min_size=1, max_size=4))
+        output = data.draw(st.integers(1, 50))
+        requests.append(TraceRequest(float(now), 4 * len(blocks), output, tuple(blocks)))
+    config = FleetConfig(**{**EXACT, "num_workers": workers, "max_running": max_running,
+                            "cache_blocks": cache_blocks, "max_waiting": max_waiting,
+                            "agentic_fraction": 0.5, "timeout_s": 0.3})
+    sim = FleetSimulator(Trace("random", tuple(requests)), config, seed=count)
+    while sim.next_request() is not None:
+        assert (sim.running <= max_running).all() and (sim.waiting_count <= max_waiting).all()
+        assert all(len(c) <= cache_blocks for c in sim.caches)
+        sim.dispatch(data.draw(st.integers(0, workers - 1)))
+    assert sim.arrived == count + sim.downstream_jobs
+    assert len(sim.records) + sim.dropped == sim.arrived  # every request finished or dropped
+    assert not sim.in_flight.any() and not sim.running.any() and not sim.active_blocks.any()
+    assert 0 <= sim.cached_tokens <= sim.prompt_tokens
+    for ttft, e2e, *_ in sim.records:
+        assert 0 < ttft <= e2e + 1e-12
+
+
+def test_fleet_core__imports_neither_gymnasium_nor_torch():
+    import ast
+    from pathlib import Path
+
+    import mabp_gym.fleet
+
+    package = Path(mabp_gym.fleet.__file__).parent
+    for module in ("__init__", "simulator", "routers", "trace", "evaluate"):
+        tree = ast.parse((package / f"{module}.py").read_text())
+        names = {alias.name.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.Import) for alias in node.names}
+        names |= {node.module.split(".")[0] for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.module}
+        assert not names & {"gymnasium", "torch", "torch_geometric"}, module

@@ -1,0 +1,121 @@
+"""Trace parsing (including bad lines), the shipped traces and the synthetic generators."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mabp_gym.fleet import (
+    BLOCK_TOKENS,
+    agentic_session_trace,
+    load_trace,
+    parse_mooncake,
+    prefix_tree_trace,
+    read_mooncake,
+    shipped_trace,
+    trace_from_columns,
+    write_mooncake,
+)
+
+GOOD = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}'
+
+
+def test_parse__reads_the_four_fields_and_skips_blank_lines():
+    trace = parse_mooncake([GOOD, "", GOOD.replace('"timestamp": 0', '"timestamp": 250')])
+    assert len(trace) == 2 and trace.requests[1].timestamp == 250.0
+    assert trace.requests[0].hash_ids == (0, 1) and trace.requests[0].input_length == 600
+    assert trace.duration_s == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"timestamp": 1, "input_length": 5, "output_length": 5}',
+     r"missing field\(s\) \['hash_ids'\]"),
+    (GOOD.replace('"input_length": 600', '"input_length": -3'), "input_length must be a positive"),
+    (GOOD.replace('"output_length": 5', '"output_length": 2.5'), "output_length must be"),
+    (GOOD.replace('"timestamp": 0', '"timestamp": "noon"'), "timestamp must be"),
+    (GOOD.replace("[0, 1]", "[]"), "hash_ids must be a non-empty list"),
+    (GOOD.replace("[0, 1]", '[0, "a"]'), "hash_ids must be a non-empty list"),
+])
+def test_parse__a_bad_line_is_named_with_its_number(line, message):
+    with pytest.raises(ValueError, match=rf"mine line 3: {message}"):
+        parse_mooncake([GOOD, GOOD, line], name="mine")
+
+
+def test_parse__out_of_order_timestamps_name_the_line():
+    late = GOOD.replace('"timestamp": 0', '"timestamp": 900')
+    with pytest.raises(ValueError, match="t line 2: timestamp 0 is earlier than the previous"):
+        parse_mooncake([late, GOOD], name="t")
+
+
+def test_read__missing_file_and_empty_file_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        read_mooncake(tmp_path / "nope.jsonl")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match="no requests"):
+        read_mooncake(tmp_path / "empty.jsonl")
+
+
+def test_shipped_traces__have_the_documented_sizes_and_block_lengths():
+    conversation, synthetic = shipped_trace("conversation"), shipped_trace("synthetic")
+    assert len(conversation) == 12_031 and len(synthetic) == 3_993
+    for trace in (conversation, synthetic):
+        for r in trace.requests[:500]:
+            assert (len(r.hash_ids) - 1) * BLOCK_TOKENS < r.input_length <= \
+                len(r.hash_ids) * BLOCK_TOKENS
+    assert conversation.duration_s == pytest.approx(3536.999)
+    with pytest.raises(ValueError, match="unknown shipped trace 'chat'"):
+        shipped_trace("chat")
+
+
+@pytest.mark.parametrize("make", [prefix_tree_trace, agentic_session_trace])
+def test_generators__valid_mooncake_fields_deterministic_and_round_trip(make, tmp_path):
+    trace = make(300, seed=5)
+    assert trace == make(300, seed=5) and trace != make(300, seed=6)
+    stamps = [r.timestamp for r in trace.requests]
+    assert stamps == sorted(stamps)
+    for r in trace.requests:
+        assert (len(r.hash_ids) - 1) * BLOCK_TOKENS < r.input_length <= \
+            len(r.hash_ids) * BLOCK_TOKENS
+    path = tmp_path / "t.jsonl.gz"
+    write_mooncake(trace, path)
+    again = load_trace(str(path))
+    assert [r.hash_ids for r in again.requests] == [r.hash_ids for r in trace.requests]
+    assert [r.timestamp for r in again.requests] == pytest.approx(stamps)
+
+
+def test_agentic_sessions__each_turn_extends_its_session_prompt():
+    trace = agentic_session_trace(200, sessions=5, seed=0)
+    by_root: dict[int, tuple[int, ...]] = {}
+    for r in trace.requests:
+        own = r.hash_ids[2]  # first block after the 2-block system prompt
+        root = next((k for k, prev in by_root.items() if r.hash_ids[:len(prev)] == prev), own)
+        by_root[root] = r.hash_ids
+    assert len(by_root) == 5
+
+
+def test_generators__reject_bad_arguments():
+    with pytest.raises(ValueError, match="count must be a positive integer"):
+        prefix_tree_trace(0)
+    with pytest.raises(ValueError, match="rate must be positive"):
+        agentic_session_trace(10, rate=-1.0)
+    with pytest.raises(ValueError, match="burstiness"):
+        agentic_session_trace(10, burstiness=0.0)
+
+
+def test_write__timestamps_stay_integers_when_whole(tmp_path):
+    trace = parse_mooncake([GOOD])
+    write_mooncake(trace, tmp_path / "x.jsonl")
+    assert json.loads((tmp_path / "x.jsonl").read_text())["timestamp"] == 0
+
+
+def test_trace_from_columns__sorts_and_gives_fresh_blocks_without_hashes():
+    trace = trace_from_columns([500.0, 0.0], [1200, 100], [10, 20], name="azure")
+    assert [r.input_length for r in trace.requests] == [100, 1200]
+    assert trace.requests[0].hash_ids == (0,) and trace.requests[1].hash_ids == (1, 2, 3)
+    with pytest.raises(ValueError, match="azure line 1: output_length must be"):
+        trace_from_columns([0.0], [10], [0], name="azure")
+    with pytest.raises(ValueError, match="same length"):
+        trace_from_columns([0.0, 1.0], [10], [5, 5])
