@@ -3,21 +3,30 @@
 These are the rules of :mod:`agents.mabp` and :mod:`agents.backpressure` rewritten for the
 decentralized view (:func:`mabp_gym.parallel_env`, SPEC 10). A local rule reads only its
 agent's observation: its own queues, its own memory and its service rows (hit bits), and
-its out-neighbours' telemetry (queue lengths and memory residency, possibly stale). What
-it takes from the workload is static: its own primitives and its neighbours' (the "known
-primitives" every MABP variant assumes) and the layout of its candidates.
+its out-neighbours' telemetry (queue lengths and memory residency, possibly stale) and
+the upstream telemetry (its in-neighbours' queue lengths of the commodities they route to
+it, and those its transfer heads relay). What it takes from the workload is static: its
+own primitives and its neighbours' (the "known primitives" every MABP variant assumes) and
+the layout of its candidates and of the routes into it.
 
 What each score needs:
 
 - service (both rules): the node's own queues, hit bits and primitives;
-- routes (both rules): the own queue and the head's queue of that commodity;
+- routes (both rules): the own queue and the head's queue of that commodity; Cost-BP
+  also holds a route of a commodity the node serves when its own best service weight for
+  it is negative (the sibling hold of :class:`agents.backpressure.Backpressure`: own
+  queues only);
 - retention (MABP): the node's marginal value of each object, a function of its own
-  queues, hit bits and a per-action demand average it keeps;
+  queues, hit bits and a per-action demand evidence it keeps: its own queued units plus
+  those queued one hop upstream on each route into the pair, each shared by ``1 /`` the
+  fanout of its source pair (``upstream_queues``), averaged with a memory of ``evidence``
+  slots;
 - transfers (MABP): the value gained at the head minus the value lost here. The head's
-  value is a function of the head's queues, its hit bits and its demand average, so the
-  agent keeps a *shadow* of the head's demand average, updated every slot from the head's
-  telemetry; with fresh telemetry (``staleness=0``) the shadow equals the head's own
-  average and the score equals the centralized one. BP never transfers.
+  value is a function of the head's queues, its hit bits, its upstream queue lengths
+  (``neighbour_upstream``, relayed by the head) and its demand evidence, so the agent
+  keeps a *shadow* of the head's evidence, updated every slot from the head's telemetry;
+  with fresh telemetry (``staleness=0``) the shadow equals the head's own evidence and the
+  score equals the centralized one. BP never transfers.
 
 With ``staleness=0``, the scores assembled from every agent equal the centralized
 policy's score vector entry for entry, so the shared projection returns the same control

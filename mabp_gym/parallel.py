@@ -3,8 +3,9 @@
 ``parallel_env(workload=..., staleness=0, **env_kw)`` returns a PettingZoo ``ParallelEnv``
 over the same simulator as the single-agent :class:`~mabp_gym.env.SFMSNEnv`. Every node
 with candidates is an agent (compute nodes and the gateway). An agent observes its own
-queues and memory, the telemetry of its own candidates and its out-neighbours' queue
-lengths and memory as they were ``staleness`` slots ago; it scores only its own candidates.
+queues and memory, the telemetry of its own candidates, its out-neighbours' queue lengths
+and memory and its in-neighbours' queue lengths of the commodities they route to it, as
+they were ``staleness`` slots ago; it scores only its own candidates.
 The per-node scores are written into the global score vector, which goes through the ONE
 shared projection (:func:`mabp_gym.project`) and the simulator, exactly as the single-agent
 env's action does.
@@ -31,7 +32,7 @@ other nodes score. Retention is per node. Two constraints cross nodes:
 
 With ``staleness=0`` a score rule that reads only these local observations can produce
 exactly the centralized scores, and then the same control (``agents.decentralized``;
-``tests/test_parallel_env.py`` checks MABP and BP slot by slot).
+``tests/test_parallel_env.py`` checks MABP, BP and Cost-BP slot by slot).
 
 Telemetry
 ---------
@@ -39,8 +40,14 @@ Each node ``j`` publishes every slot its backlog on its admissible pairs and, wi
 its residency bits of the signatures it can hold and its free budget. Agent ``i`` receives
 the messages of the heads of its outgoing links (its out-neighbours); the message carried
 for link ``i -> j`` is ``d_ij`` slots old (``staleness``: one delay for every link, or one
-per link). Before slot ``d_ij`` an agent sees the state at the episode start. ``info``
-reports per agent the numbers received and sent per slot.
+per link). Before slot ``d_ij`` an agent sees the state at the episode start.
+
+Upstream: the tail ``j`` of every route ``j -> i`` of commodity ``c`` sends ``i`` its queue
+length ``Q_j^c``, over that link, so ``d_ji`` slots old (MABP's demand evidence counts the
+units queued one hop upstream). Over a link ``i -> h`` that carries transfers, ``h`` also
+relays to ``i`` the upstream queue lengths it received (as old as both links), so that
+``i`` can value ``h``'s memory as ``h`` does. ``info`` reports per agent the numbers
+received and sent per slot.
 """
 
 from __future__ import annotations
@@ -148,6 +155,12 @@ class SFMSNParallelEnv(ParallelEnv):
       ``neighbour_age`` ``(Nb,)``: its age in slots; ``neighbour_static`` ``(Nb, 12)``:
       role one-hot, ``mu``, budget and the link's capacity, cost, bandwidth;
       ``neighbour_mask`` ``(Nb,)``;
+    - ``upstream_queues`` ``(U,)``: for each route into the node (ascending route order;
+      ``U`` the most routes into any node), the queue length of its commodity at its tail,
+      as old as its link; ``upstream_age`` ``(U,)``; ``upstream_index`` ``(2, U)``: the
+      route's commodity and the number of routes out of its source pair (``-1`` pads);
+      ``neighbour_upstream`` ``(Nb, U)``: each out-neighbour's ``upstream_queues`` as it
+      relays them over a link that carries transfers (zeros over other links);
     - ``candidate_mask`` ``(D_l,)`` int8: own candidates that can act now (as far as the
       stale telemetry tells). It is not called ``action_mask`` because PettingZoo's API
       test passes an ``action_mask`` to ``Box.sample``, which rejects masks.
