@@ -375,8 +375,18 @@ def test_ego_graph__self_and_neighbours_with_their_telemetry():
     assert np.array_equal(graph["x"][0, 2:2 + c], obs["gen0"]["queues"])
     assert np.array_equal(graph["x"][1:1 + nb, 2:2 + c], obs["gen0"]["neighbour_queues"][:nb])
     assert graph["node_mask"].sum() == 1 + nb
+    # Upstream telemetry: one row per route into gen0 on node 0, relays on the edges.
+    ups = len(lay.upstream_routes)
+    assert np.array_equal(graph["upstream_x"][:ups, 0], obs["gen0"]["upstream_queues"][:ups])
+    assert (graph["upstream_commodity"][:ups] >= 0).all()
+    assert (graph["upstream_commodity"][ups:] == -1).all()
+    assert graph["edge_upstream"].shape == (slots, graph["upstream_x"].shape[0])
     data = ego_pyg(obs["gen0"])
     assert data.num_nodes == 1 + nb
+    assert data.edge_upstream.shape[0] == nb
+    relayed_edge = int(np.flatnonzero(lay.relayed)[0])
+    assert np.array_equal(data.edge_upstream[relayed_edge].numpy(),
+                          obs["gen0"]["neighbour_upstream"][relayed_edge])
     assert data.edge_index.tolist() == [[0] * nb, list(range(1, nb + 1))]
     routes = len(lay.routes)
     edges = data.route_edge[:routes]
