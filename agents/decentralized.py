@@ -3,21 +3,30 @@
 These are the rules of :mod:`agents.mabp` and :mod:`agents.backpressure` rewritten for the
 decentralized view (:func:`mabp_gym.parallel_env`, SPEC 10). A local rule reads only its
 agent's observation: its own queues, its own memory and its service rows (hit bits), and
-its out-neighbours' telemetry (queue lengths and memory residency, possibly stale). What
-it takes from the workload is static: its own primitives and its neighbours' (the "known
-primitives" every MABP variant assumes) and the layout of its candidates.
+its out-neighbours' telemetry (queue lengths and memory residency, possibly stale) and
+the upstream telemetry (its in-neighbours' queue lengths of the commodities they route to
+it, and those its transfer heads relay). What it takes from the workload is static: its
+own primitives and its neighbours' (the "known primitives" every MABP variant assumes) and
+the layout of its candidates and of the routes into it.
 
 What each score needs:
 
 - service (both rules): the node's own queues, hit bits and primitives;
-- routes (both rules): the own queue and the head's queue of that commodity;
+- routes (both rules): the own queue and the head's queue of that commodity; Cost-BP
+  also holds a route of a commodity the node serves when its own best service weight for
+  it is negative (the sibling hold of :class:`agents.backpressure.Backpressure`: own
+  queues only);
 - retention (MABP): the node's marginal value of each object, a function of its own
-  queues, hit bits and a per-action demand average it keeps;
+  queues, hit bits and a per-action demand evidence it keeps: its own queued units plus
+  those queued one hop upstream on each route into the pair, each shared by ``1 /`` the
+  fanout of its source pair (``upstream_queues``), averaged with a memory of ``evidence``
+  slots;
 - transfers (MABP): the value gained at the head minus the value lost here. The head's
-  value is a function of the head's queues, its hit bits and its demand average, so the
-  agent keeps a *shadow* of the head's demand average, updated every slot from the head's
-  telemetry; with fresh telemetry (``staleness=0``) the shadow equals the head's own
-  average and the score equals the centralized one. BP never transfers.
+  value is a function of the head's queues, its hit bits, its upstream queue lengths
+  (``neighbour_upstream``, relayed by the head) and its demand evidence, so the agent
+  keeps a *shadow* of the head's evidence, updated every slot from the head's telemetry;
+  with fresh telemetry (``staleness=0``) the shadow equals the head's own evidence and the
+  score equals the centralized one. BP never transfers.
 
 With ``staleness=0``, the scores assembled from every agent equal the centralized
 policy's score vector entry for entry, so the shared projection returns the same control
@@ -45,7 +54,7 @@ class _NodesRule:
     """
 
     def __init__(self, workload: Workload, nodes: list[int], *, nu: float, horizon: int,
-                 transition: bool, reuse: bool) -> None:
+                 transition: bool, reuse: bool, evidence: float, upstream_width: int) -> None:
         ix = workload.index
         per_node = [np.flatnonzero(ix.action_node == node) for node in nodes]
         acts = np.concatenate(per_node).astype(np.int64)
@@ -54,6 +63,9 @@ class _NodesRule:
         self.commodities = ix.action_commodity[acts]
         self.signatures = ix.action_signature[acts]
         self.horizon = horizon
+        self.evidence = evidence
+        keep = 1.0 - 1.0 / evidence
+        self.effective_horizon = float(sum(keep**tau for tau in range(horizon)))
         self.transition = transition
         self.law = ix.successor_law[:, acts, :-1]  # (2, A, C)
         penalty = (ix.penalty if reuse else ix.loss)[:, acts]  # (2, A)
@@ -84,6 +96,25 @@ class _NodesRule:
         self.saved_work = w_miss - w_hit
         self.shadow_signature = np.where(self.assisted, self.signatures, -1)[
             self.num_own_actions:]
+        # Compatible units about to arrive (MABP's inflow term): for each action, the
+        # routes into its pair in ascending route order (MABP's summation order), read from
+        # the upstream telemetry [own (U) | each shadowed node's, relayed (U each)], each
+        # shared by 1 / fanout of its source pair.
+        fanout = np.bincount(ix.route_src_pair, minlength=ix.num_pairs).astype(np.float64)
+        route_dst = ix.link_dst[ix.route_link]
+        inflow_action, inflow_entry, inflow_pair = [], [], []
+        for q, a in enumerate(acts):
+            slot = int(self.node_slot[q])
+            into = np.flatnonzero(route_dst == nodes[slot])
+            for u, r in enumerate(into):
+                if ix.route_commodity[r] == ix.action_commodity[a]:
+                    inflow_action.append(q)
+                    inflow_entry.append(slot * upstream_width + u)
+                    inflow_pair.append(int(ix.route_src_pair[r]))
+        self.inflow_action = np.asarray(inflow_action, dtype=np.int64)
+        self.inflow_entry = np.asarray(inflow_entry, dtype=np.int64)
+        self.inflow_share = 1.0 / np.maximum(
+            fanout[np.asarray(inflow_pair, dtype=np.int64)], 1.0)
 
     def reset(self) -> None:
         self.demand[:] = 0.0
@@ -104,19 +135,24 @@ class _NodesRule:
         held = padded[self.node_slot[self.num_own_actions:] - 1, self.shadow_signature]
         return (held > 0).astype(np.int64)
 
-    def values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray) -> np.ndarray:
+    def values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray,
+               upstream: np.ndarray) -> np.ndarray:
         """Marginal value of every retain candidate of the nodes, ``(K,)``; advances the
-        demand average one slot (as MABP's ``_object_values``)."""
+        demand evidence one slot (as MABP's ``_object_values``). ``upstream`` is the flat
+        upstream telemetry ``[own (U) | each shadowed node's (U)]``."""
         positive = np.maximum(weight, 0.0)
-        servable = np.minimum(own, self.cap_hit)
-        frozen = np.maximum(servable * positive[1]
+        frozen = np.maximum(np.minimum(own, self.cap_hit) * positive[1]
                             - np.minimum(own, self.cap_miss) * positive[0], 0.0)
         price = np.ones(self.num_nodes)
         np.maximum.at(price, self.node_slot, ratio)
         saved = self.saved_penalty + self.saved_work * price[self.node_slot]
-        rate = 1.0 / self.horizon
+        coming = own + np.bincount(self.inflow_action,
+                                   self.inflow_share * upstream[self.inflow_entry],
+                                   minlength=own.size)
+        servable = np.minimum(coming, self.cap_hit)
+        rate = 1.0 / self.evidence
         self.demand = (1 - rate) * self.demand + rate * servable
-        future = self.horizon * self.demand * np.maximum(saved, 0.0)
+        future = self.effective_horizon * self.demand * np.maximum(saved, 0.0)
         per_action = np.where(self.assisted, frozen + future, 0.0)
         return self.members @ per_action
 
@@ -177,23 +213,28 @@ class LocalMABP(LocalPolicy):
     """:class:`agents.mabp.MABP` for one agent (marginal-value retention and transfers).
 
     Args:
-        horizon, transition, reuse: as for :class:`agents.mabp.MABP`.
+        horizon, evidence, transition, reuse: as for :class:`agents.mabp.MABP`.
     """
 
     name = "mabp"
 
-    def __init__(self, env: Any, agent: str, *, horizon: int = 20, transition: bool = True,
-                 reuse: bool = True, nu: float | None = None) -> None:
+    def __init__(self, env: Any, agent: str, *, horizon: int = 20, evidence: float = 4.0,
+                 transition: bool = True, reuse: bool = True, nu: float | None = None
+                 ) -> None:
         super().__init__(env, agent, nu=nu)
         if int(horizon) != horizon or horizon < 1:
             raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
+        if not np.isfinite(evidence) or evidence < 1:
+            raise ValueError(f"evidence must be a number of slots >= 1, got {evidence!r}")
         wl, ix, lay = self.workload, self.workload.index, self.layout
         # The heads of the agent's transfer links are shadowed: their memory values are
         # computed here from their telemetry (neighbour slots in ``shadow_slots``).
         self.shadow_slots = np.unique(lay.transfer_neighbour)
         nodes = [lay.node, *(int(lay.neighbours[k]) for k in self.shadow_slots)]
+        width = env.observation_space(agent)["upstream_queues"].shape[0]
         self.rule = _NodesRule(wl, nodes, nu=self.nu, horizon=int(horizon),
-                               transition=transition, reuse=reuse)
+                               transition=transition, reuse=reuse,
+                               evidence=float(evidence), upstream_width=width)
         self.holding = self.nu * wl.theta * int(horizon)
         self.migration = self.nu * wl.migration_cost
         self.retain_size = ix.signature_size[ix.retain_signature[lay.retains]]
@@ -236,7 +277,11 @@ class LocalMABP(LocalPolicy):
         k_i = self.retain_size.size
         if not k_i:
             return
-        value = rule.values(weight, ratio, own)
+        upstream = np.asarray(obs["upstream_queues"], dtype=np.float64)
+        if rule.num_nodes > 1:
+            upstream = np.concatenate([upstream, np.asarray(
+                obs["neighbour_upstream"], dtype=np.float64)[self.shadow_slots].ravel()])
+        value = rule.values(weight, ratio, own, upstream)
         out[retain.start:retain.start + k_i] = value[:k_i] / self.retain_size - self.holding
         if self.transfer_size.size:
             gained = value[self.transfer_dst] - value[self.transfer_src]
@@ -273,6 +318,10 @@ class LocalBP(LocalPolicy):
                        ix.action_commodity[a]] = True
         self.compat = compat
         self.last_used = np.full(lay.retains.size, -1e9)
+        # Cost-BP's sibling hold: routes of a commodity the node itself serves; the best
+        # service weight per commodity is a max over the node's actions of it.
+        self.sibling = ix.serves[lay.node, self.route_commodity]
+        self.commodity_count = ix.num_commodities
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
@@ -290,8 +339,15 @@ class LocalBP(LocalPolicy):
         out[service.start:service.start + a_i] = np.where(
             own > 0, weight / np.maximum(self.work, 1e-9), -1.0)
         neighbours = np.asarray(obs["neighbour_queues"], dtype=np.float64)
-        out[route.start:route.start + self.route_commodity.size] = self._routes(
-            queues, neighbours, cost=self.cost)
+        routes = self._routes(queues, neighbours, cost=self.cost)
+        if self.cost:
+            # A unit this node defers for cost gains nothing from a sibling server that
+            # defers it for the same cost (Backpressure's sibling hold, read locally).
+            best = np.full(self.commodity_count, -np.inf)
+            np.maximum.at(best, self.commodities, weight)
+            held = self.sibling & (best[self.route_commodity] < 0)
+            routes = np.where(held, -1.0, routes)
+        out[route.start:route.start + self.route_commodity.size] = routes
         k_i = self.last_used.size
         if k_i:
             wanted = (self.compat * queues).sum(axis=1) > 0
@@ -316,6 +372,25 @@ def local_policies(name: str, env: Any, **kw: Any) -> dict[str, LocalPolicy]:
     return {agent: make_local_policy(name, env, agent, **kw) for agent in env.possible_agents}
 
 
+def decentralized_key(name: str, env: Any, *, load: float, seed: int, warmup: float,
+                      env_kw: dict[str, Any]) -> str:
+    """Identifier of one decentralized run (the ``key`` every results record carries,
+    :func:`mabp_gym.read_records`): local rule, per-link delays, the whole workload, exact
+    load, seed, horizon, warm-up, the other env settings and the package version."""
+    import hashlib
+    import json
+
+    from mabp_gym import __version__
+    from mabp_gym.evaluation import workload_digest_of
+
+    settings = json.dumps({k: repr(v) for k, v in sorted(env_kw.items())})
+    text = "|".join([
+        "decentralized", name, ",".join(map(str, env.link_delays.tolist())),
+        workload_digest_of(env.workload), repr(float(load)), str(int(seed)),
+        str(int(env.horizon)), repr(float(warmup)), settings, __version__])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def run_decentralized(name: str, workload: str | Workload, *, load: float, seed: int,
                       staleness: Any = 0, horizon: int = 600, warmup: float = 0.2,
                       **env_kw: Any) -> dict[str, Any]:
@@ -338,7 +413,9 @@ def run_decentralized(name: str, workload: str | Workload, *, load: float, seed:
         assert env.last_outcome is not None
         trace.record(env.last_outcome)
     label = staleness if isinstance(staleness, int) else "per-link"
-    return {"policy": f"{name}@{label}", "local_policy": name, "staleness": label,
+    return {"key": decentralized_key(name, env, load=load, seed=seed, warmup=warmup,
+                                     env_kw=env_kw),
+            "policy": f"{name}@{label}", "local_policy": name, "staleness": label,
             "workload": env.workload.name, "load": float(load), "seed": int(seed),
             "horizon": int(horizon), "warmup": float(warmup),
             "telemetry_per_agent": float(np.mean([x.telemetry_received

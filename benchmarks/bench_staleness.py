@@ -1,14 +1,16 @@
 """Stable load of BP and MABP run as one agent per node, against telemetry staleness.
 
 Every (policy, staleness, load, seed) is one episode of the decentralized view
-(:func:`agents.decentralized.run_decentralized`); the stable load is SPEC 5's rule
-(:func:`mabp_gym.stable_load`: the largest grid load such that it and every smaller grid
-load are stable on the seed-mean). Records stream to ``--out`` (JSON lines; a rerun skips
-finished runs). Prints a markdown table and a JSON line, and draws the figure of
-``docs/decentralized.md``.
+(:func:`agents.decentralized.run_decentralized`); the stable load is
+:func:`mabp_gym.stable_load` with the growth verdict (the largest grid load such that it
+and every smaller grid load do not grow in a majority of seeds, SPEC 9.2). Records stream
+to ``--out`` (JSON lines; a rerun skips finished runs). Prints a markdown table and a JSON
+line, and draws the figure of ``docs/decentralized.md``:
 
-    python benchmarks/bench_staleness.py --out results/staleness.jsonl \
-        --figure docs/figures/decentralized_staleness.png
+    python benchmarks/bench_staleness.py --horizon 2000 --seeds 0 1 2 3 4 \
+        --policy-loads bp=0.25,0.3,0.35,0.4,0.45,0.5,0.55 \
+        mabp=0.75,0.8,0.85,0.9,0.95,1.0 --probe bp:0.4 mabp:0.8 \
+        --out results/staleness.jsonl --figure docs/figures/decentralized_staleness.png
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def main() -> None:
     parser.add_argument("--staleness", nargs="+", type=int, default=[0, 1, 2, 5, 10])
     parser.add_argument("--loads", nargs="+", type=float,
                         default=[round(0.1 * k, 1) for k in range(1, 11)])
+    parser.add_argument("--policy-loads", nargs="*", default=[],
+                        help="POLICY=L1,L2,... : that policy's load grid instead of --loads "
+                             "(a grid around each policy's boundary)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--horizon", type=int, default=600)
     parser.add_argument("--probe", nargs="*", default=["bp:0.4", "mabp:0.6"],
@@ -58,6 +63,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the JSON result here")
     args = parser.parse_args()
 
+    grids = {p: list(args.loads) for p in args.policies}
+    for item in args.policy_loads:
+        policy, _, values = item.partition("=")
+        if policy not in grids or not values:
+            parser.error(f"--policy-loads takes POLICY=L1,L2,... with POLICY one of "
+                         f"{args.policies}, got {item!r}")
+        grids[policy] = [float(v) for v in values.split(",")]
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     name = make_workload(args.workload).name
@@ -68,7 +80,7 @@ def main() -> None:
     with path.open("a", encoding="utf-8") as sink, \
             ProcessPoolExecutor(max_workers=args.workers) as pool:
         for p, d in series:
-            for load in sorted(args.loads):
+            for load in sorted(grids[p]):
                 done = {_key(r): r for r in read_records(path)}
                 keys = [(p, d, round(load, 6), seed, args.horizon, name)
                         for seed in args.seeds]
@@ -90,24 +102,24 @@ def main() -> None:
             sink.flush()
 
     wanted = {(p, d, round(load, 6), seed, args.horizon, name) for p in args.policies
-              for d in args.staleness for load in args.loads for seed in args.seeds}
+              for d in args.staleness for load in grids[p] for seed in args.seeds}
     records = [r for r in read_records(path) if _key(r) in wanted]
     stable = stable_load(records)
     telemetry = {int(r["staleness"]): r["telemetry_per_agent"] for r in records}
     table: dict[str, dict[str, Any]] = {}
     print(f"{name}, {len(args.seeds)} seeds, {args.horizon} slots, loads "
-          f"{min(args.loads):g}-{max(args.loads):g}")
+          + ", ".join(f"{p} {min(g):g}-{max(g):g}" for p, g in grids.items()))
     print("| staleness | " + " | ".join(f"{p} stable load" for p in args.policies)
           + " | telemetry numbers per agent per slot |")
     print("|" + " --- |" * (len(args.policies) + 2))
     for d in args.staleness:
         entry = {p: stable.get(f"{p}@{d}", 0.0) for p in args.policies}
         table[str(d)] = {"stable_load": entry}
-        print(f"| {d} | " + " | ".join(f"{entry[p]:.1f}" for p in args.policies)
+        print(f"| {d} | " + " | ".join(f"{entry[p]:.2f}" for p in args.policies)
               + f" | {telemetry.get(d, float('nan')):.1f} |")
     probe_rows = _probe_table(args, name, read_records(path))
     emit({"benchmark": "staleness_stable_load", "workload": name, "seeds": args.seeds,
-          "horizon": args.horizon, "loads": args.loads, "table": table,
+          "horizon": args.horizon, "loads": grids, "table": table,
           "probe": probe_rows}, args.json)
     if args.figure:
         _figure(args, stable, probe_rows, Path(args.figure))

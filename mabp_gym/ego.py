@@ -9,6 +9,11 @@ service and retain rows on node 0, route and transfer rows on the edge of their 
 ``ego_graph(obs)`` returns numpy arrays with every padded neighbour kept (fixed shapes,
 batchable by stacking); ``ego_pyg(obs)`` returns a ``torch_geometric.data.Data`` with the
 padded neighbours dropped (torch and PyG are imported on first use only).
+
+The upstream telemetry (in-neighbours' queue lengths of the commodities they route to the
+agent) has no node of its own in the ego network: it rides on node 0 as ``upstream_x``
+rows, one per route into the agent, and each edge carries the head's relayed upstream
+queue lengths (``edge_upstream``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ def ego_graph(obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ``edge_attr`` ``(Nb, 3)``: link capacity, cost, bandwidth; ``edge_mask`` ``(Nb,)``;
         ``service_x`` / ``route_x`` / ``transfer_x`` / ``retain_x``: the candidate rows;
         ``route_edge`` ``(R_max,)`` and ``transfer_edge`` ``(T_max,)``: the edge of each
-        row (``-1`` pads); ``candidate_mask`` ``(D_l,)`` bool.
+        row (``-1`` pads); ``candidate_mask`` ``(D_l,)`` bool; ``upstream_x`` ``(U, 3)``
+        float32: queue length, its age and the fanout of its source pair, one row per
+        route into the agent; ``upstream_commodity`` ``(U,)`` (``-1`` pads);
+        ``edge_upstream`` ``(Nb, U)``: the head's upstream queue lengths as it relays them.
     """
     node = np.asarray(obs["node"], dtype=np.float32)
     queues = np.asarray(obs["queues"], dtype=np.float32)
@@ -51,6 +59,7 @@ def ego_graph(obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
                              nb_queues, nb_memory, static[:, :roles + 2]], axis=1)
     route_index = np.asarray(obs["route_index"])
     transfer_index = np.asarray(obs["transfer_index"])
+    upstream_index = np.asarray(obs["upstream_index"])
     return {
         "x": np.concatenate([own[None, :], others], axis=0),
         "node_mask": np.concatenate([[True], nb_mask]),
@@ -65,6 +74,11 @@ def ego_graph(obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         "transfer_edge": transfer_index[0].astype(np.int64),
         "retain_x": np.asarray(obs["retain"], dtype=np.float32),
         "candidate_mask": np.asarray(obs["candidate_mask"]).astype(bool),
+        "upstream_x": np.stack([np.asarray(obs["upstream_queues"], dtype=np.float32),
+                                np.asarray(obs["upstream_age"], dtype=np.float32),
+                                np.asarray(upstream_index[1], dtype=np.float32)], axis=1),
+        "upstream_commodity": upstream_index[0].astype(np.int64),
+        "edge_upstream": np.asarray(obs["neighbour_upstream"], dtype=np.float32),
     }
 
 
@@ -83,8 +97,9 @@ def ego_pyg(obs: Mapping[str, np.ndarray]) -> Any:
     graph = ego_graph(obs)
     keep = graph["node_mask"]
     edges = graph["edge_mask"]
+    per_edge = ("edge_attr", "edge_upstream")
     tensors = {key: torch.as_tensor(value) for key, value in graph.items()
-               if key not in ("x", "node_mask", "edge_index", "edge_attr", "edge_mask")}
+               if key not in ("x", "node_mask", "edge_index", "edge_mask", *per_edge)}
     return Data(x=torch.as_tensor(graph["x"][keep]),
                 edge_index=torch.as_tensor(graph["edge_index"][:, edges]),
-                edge_attr=torch.as_tensor(graph["edge_attr"][edges]), **tensors)
+                **{key: torch.as_tensor(graph[key][edges]) for key in per_edge}, **tensors)

@@ -3,8 +3,9 @@
 ``parallel_env(workload=..., staleness=0, **env_kw)`` returns a PettingZoo ``ParallelEnv``
 over the same simulator as the single-agent :class:`~mabp_gym.env.SFMSNEnv`. Every node
 with candidates is an agent (compute nodes and the gateway). An agent observes its own
-queues and memory, the telemetry of its own candidates and its out-neighbours' queue
-lengths and memory as they were ``staleness`` slots ago; it scores only its own candidates.
+queues and memory, the telemetry of its own candidates, its out-neighbours' queue lengths
+and memory and its in-neighbours' queue lengths of the commodities they route to it, as
+they were ``staleness`` slots ago; it scores only its own candidates.
 The per-node scores are written into the global score vector, which goes through the ONE
 shared projection (:func:`mabp_gym.project`) and the simulator, exactly as the single-agent
 env's action does.
@@ -31,7 +32,7 @@ other nodes score. Retention is per node. Two constraints cross nodes:
 
 With ``staleness=0`` a score rule that reads only these local observations can produce
 exactly the centralized scores, and then the same control (``agents.decentralized``;
-``tests/test_parallel_env.py`` checks MABP and BP slot by slot).
+``tests/test_parallel_env.py`` checks MABP, BP and Cost-BP slot by slot).
 
 Telemetry
 ---------
@@ -39,8 +40,14 @@ Each node ``j`` publishes every slot its backlog on its admissible pairs and, wi
 its residency bits of the signatures it can hold and its free budget. Agent ``i`` receives
 the messages of the heads of its outgoing links (its out-neighbours); the message carried
 for link ``i -> j`` is ``d_ij`` slots old (``staleness``: one delay for every link, or one
-per link). Before slot ``d_ij`` an agent sees the state at the episode start. ``info``
-reports per agent the numbers received and sent per slot.
+per link). Before slot ``d_ij`` an agent sees the state at the episode start.
+
+Upstream: the tail ``j`` of every route ``j -> i`` of commodity ``c`` sends ``i`` its queue
+length ``Q_j^c``, over that link, so ``d_ji`` slots old (MABP's demand evidence counts the
+units queued one hop upstream). Over a link ``i -> h`` that carries transfers, ``h`` also
+relays to ``i`` the upstream queue lengths it received (as old as both links), so that
+``i`` can value ``h``'s memory as ``h`` does. ``info`` reports per agent the numbers
+received and sent per slot.
 """
 
 from __future__ import annotations
@@ -91,6 +98,9 @@ class AgentLayout:
     neighbour_delays: np.ndarray  # (Nb_i,) int64, age of each neighbour's telemetry
     route_neighbour: np.ndarray  # (R_i,) int64, neighbour slot of each route's head
     transfer_neighbour: np.ndarray  # (T_i,) int64, neighbour slot of each transfer's head
+    upstream_routes: np.ndarray  # (U_i,) int64, route candidates INTO the node (ascending)
+    upstream_delays: np.ndarray  # (U_i,) int64, age of each upstream queue length
+    relayed: np.ndarray  # (Nb_i,) bool, the neighbour relays its upstream queue lengths
     telemetry_received: int  # numbers received per slot
     telemetry_sent: int  # numbers this node's message costs per slot, summed over readers
 
@@ -145,6 +155,12 @@ class SFMSNParallelEnv(ParallelEnv):
       ``neighbour_age`` ``(Nb,)``: its age in slots; ``neighbour_static`` ``(Nb, 12)``:
       role one-hot, ``mu``, budget and the link's capacity, cost, bandwidth;
       ``neighbour_mask`` ``(Nb,)``;
+    - ``upstream_queues`` ``(U,)``: for each route into the node (ascending route order;
+      ``U`` the most routes into any node), the queue length of its commodity at its tail,
+      as old as its link; ``upstream_age`` ``(U,)``; ``upstream_index`` ``(2, U)``: the
+      route's commodity and the number of routes out of its source pair (``-1`` pads);
+      ``neighbour_upstream`` ``(Nb, U)``: each out-neighbour's ``upstream_queues`` as it
+      relays them over a link that carries transfers (zeros over other links);
     - ``candidate_mask`` ``(D_l,)`` int8: own candidates that can act now (as far as the
       stale telemetry tells). It is not called ``action_mask`` because PettingZoo's API
       test passes an ``action_mask`` to ``Box.sample``, which rejects masks.
@@ -192,7 +208,8 @@ class SFMSNParallelEnv(ParallelEnv):
         self.agents: list[str] = []
         self._by_name = {layout.name: layout for layout in self.layouts}
         self._build_tables()
-        self._history = max(int(self.link_delays.max(initial=0)), 0) + 1
+        # Relayed upstream queue lengths travel two links, so they can be twice as old.
+        self._history = 2 * max(int(self.link_delays.max(initial=0)), 0) + 1
         self.last_scores: np.ndarray | None = None
         self.last_control: Control | None = None
         self.last_outcome: SlotOutcome | None = None
@@ -224,6 +241,27 @@ class SFMSNParallelEnv(ParallelEnv):
         self._sizes = (a_max, r_max, t_max, k_max)
         self._nb_max = nb_max
         n, c, s = ix.num_nodes, ix.num_commodities, ix.num_signatures
+        # Routes into every node (ascending), for the upstream telemetry: an agent's own
+        # and, relayed, its out-neighbours'. Row n (no neighbour) and padding read node n.
+        route_dst = ix.link_dst[ix.route_link]
+        into = [np.flatnonzero(route_dst == j) for j in range(n)]
+        u_max = max(r.size for r in into)
+        self._u_max = u_max
+        fanout = np.bincount(ix.route_src_pair, minlength=ix.num_pairs)
+        up_src = np.full((n + 1, u_max), n, dtype=np.int64)
+        up_comm = np.zeros((n + 1, u_max), dtype=np.int64)
+        up_delay = np.zeros((n + 1, u_max), dtype=np.int64)
+        up_index = np.full((n + 1, 2, u_max), -1, dtype=np.int64)
+        for j, routes in enumerate(into):
+            k = routes.size
+            up_src[j, :k] = ix.link_src[ix.route_link[routes]]
+            up_comm[j, :k] = ix.route_commodity[routes]
+            up_delay[j, :k] = self.link_delays[ix.route_link[routes]]
+            up_index[j, 0, :k] = ix.route_commodity[routes]
+            up_index[j, 1, :k] = fanout[ix.route_src_pair[routes]]
+        self._up_src, self._up_comm, self._up_delay = up_src, up_comm, up_delay
+        self._up_valid = up_src < n
+        self._fanout_max = int(fanout.max(initial=0))
 
         def pad(rows: list[np.ndarray], width: int, fill: int) -> np.ndarray:
             table = np.full((n_ag, width), fill, dtype=np.int64)
@@ -289,6 +327,11 @@ class SFMSNParallelEnv(ParallelEnv):
         for f, values in enumerate((ix.link_capacity, ix.link_cost, ix.link_bandwidth)):
             static[..., len(ROLES) + 2 + f] = np.append(values.astype(np.float64), 0.0)[links]
         self._nb_static = static
+        self._upstream_index = up_index[self._agent_node]
+        relay = np.zeros((n_ag, nb_max), dtype=bool)
+        for q, x in enumerate(lays):
+            relay[q, :len(x.relayed)] = x.relayed
+        self._relay = relay
         self._route_cost = np.append(ix.link_cost[ix.route_link], 0.0)[self._route].astype(
             np.float32)
 
@@ -320,6 +363,7 @@ class SFMSNParallelEnv(ParallelEnv):
         ix = self.workload.index
         a, r, t, k = self._sizes
         nb, c, s = self._nb_max, ix.num_commodities, ix.num_signatures
+        u = self._u_max
         inf = np.inf
 
         def box(shape: tuple[int, ...], low: float = 0.0, high: float = inf) -> spaces.Box:
@@ -346,6 +390,10 @@ class SFMSNParallelEnv(ParallelEnv):
             "neighbour_age": box((nb,)),
             "neighbour_static": box((nb, len(NEIGHBOUR_STATIC_FEATURES)), low=-inf),
             "neighbour_mask": spaces.Box(0, 1, (nb,), dtype=np.int8),
+            "upstream_queues": box((u,)),
+            "upstream_age": box((u,)),
+            "upstream_index": index((2, u), max(c, self._fanout_max + 1)),
+            "neighbour_upstream": box((nb, u)),
             "candidate_mask": spaces.Box(0, 1, (self._d_local,), dtype=np.int8),
         })
 
@@ -487,6 +535,17 @@ class SFMSNParallelEnv(ParallelEnv):
         nb_memory = self._hist_memory[slot, self._nb_node]  # (n_ag, Nb, S)
         nb_free = self._hist_free[slot, self._nb_node]  # (n_ag, Nb)
         age = np.where(self._nb_valid, t - seen, 0).astype(np.float32)
+        # Upstream queue lengths: the agent's own, each as old as its route's link, and each
+        # neighbour's as that neighbour received them, relayed over the link to it.
+        own_up = self._agent_node
+        up_seen = np.maximum(t - self._up_delay[own_up], 0)
+        up_queues = self._hist_queues[up_seen % depth, self._up_src[own_up],
+                                      self._up_comm[own_up]]  # (n_ag, U)
+        up_age = np.where(self._up_valid[own_up], t - up_seen, 0).astype(np.float32)
+        relay_seen = np.maximum(seen[:, :, None] - self._up_delay[self._nb_node], 0)
+        nb_upstream = np.where(self._relay[:, :, None], self._hist_queues[
+            relay_seen % depth, self._up_src[self._nb_node], self._up_comm[self._nb_node]],
+            np.float32(0.0))  # (n_ag, Nb, U)
         rows = self._rows
         own_queues = queues[self._agent_node]  # (n_ag, C)
         own_memory = memory[self._agent_node]  # (n_ag, S)
@@ -551,6 +610,10 @@ class SFMSNParallelEnv(ParallelEnv):
                 "neighbour_age": age[q],
                 "neighbour_static": self._nb_static[q].copy(),
                 "neighbour_mask": self._nb_valid[q].astype(np.int8),
+                "upstream_queues": up_queues[q],
+                "upstream_age": up_age[q],
+                "upstream_index": self._upstream_index[q].copy(),
+                "neighbour_upstream": nb_upstream[q],
                 "candidate_mask": local_mask[q],
             }
         return obs
@@ -655,12 +718,21 @@ def _layouts(workload: Workload, delays: np.ndarray, memory: bool) -> list[Agent
     ix = workload.index
     route_src = ix.link_src[ix.route_link]
     transfer_src = ix.link_src[ix.transfer_link]
-    # Message of node j: its backlog on its admissible pairs and, with memory, its
-    # residency bits of the signatures it can hold plus its free budget.
+    route_dst = ix.link_dst[ix.route_link]
+    # Message of node j to the tails of its links: its backlog on its admissible pairs
+    # and, with memory, its residency bits of the signatures it can hold plus its free
+    # budget. Over a link that carries transfers it adds the upstream queue lengths it
+    # received (one per route into j), relayed so that the tail can value j's memory as j
+    # does. Besides, j sends the head of each of its routes its queue length of the
+    # route's commodity (one number per route).
     pairs = np.bincount(ix.pair_node, minlength=ix.num_nodes)
+    inbound = np.bincount(route_dst, minlength=ix.num_nodes)
     holdable = ix.eligible.sum(axis=1) if memory else np.zeros(ix.num_nodes, dtype=np.int64)
     message = pairs + holdable + (holdable > 0)
     readers = np.zeros(ix.num_nodes, dtype=np.int64)
+    relay_readers = np.zeros(ix.num_nodes, dtype=np.int64)
+    carries_transfers = np.zeros(ix.num_links, dtype=bool)
+    carries_transfers[ix.transfer_link] = True
     layouts = []
     for i, node in enumerate(workload.nodes):
         actions = np.flatnonzero(ix.action_node == i)
@@ -671,8 +743,11 @@ def _layouts(workload: Workload, delays: np.ndarray, memory: bool) -> list[Agent
             continue
         links = np.flatnonzero(ix.link_src == i)
         neighbours = ix.link_dst[links]
+        upstream = np.flatnonzero(route_dst == i)
         slot_of = {int(j): k for k, j in enumerate(neighbours)}
         readers[neighbours] += 1
+        relayed = carries_transfers[links]
+        relay_readers[neighbours[relayed]] += 1
         layouts.append(AgentLayout(
             name=node.name, node=i, actions=actions, routes=routes, transfers=transfers,
             retains=retains, neighbours=neighbours.copy(), neighbour_links=links,
@@ -681,9 +756,18 @@ def _layouts(workload: Workload, delays: np.ndarray, memory: bool) -> list[Agent
                                         for r in routes], dtype=np.int64),
             transfer_neighbour=np.asarray([slot_of[int(ix.link_dst[ix.transfer_link[k]])]
                                            for k in transfers], dtype=np.int64),
-            telemetry_received=int(message[neighbours].sum()),
+            upstream_routes=upstream, upstream_delays=delays[ix.route_link[upstream]].copy(),
+            relayed=relayed,
+            telemetry_received=int(message[neighbours].sum()
+                                   + inbound[neighbours[relayed]].sum() + upstream.size),
             telemetry_sent=0,
         ))
     from dataclasses import replace
 
-    return [replace(x, telemetry_sent=int(message[x.node] * readers[x.node])) for x in layouts]
+    # Upstream queue lengths go only to heads that are agents (that read observations).
+    is_agent = np.zeros(ix.num_nodes, dtype=bool)
+    is_agent[[x.node for x in layouts]] = True
+    outbound = np.bincount(route_src[is_agent[route_dst]], minlength=ix.num_nodes)
+    return [replace(x, telemetry_sent=int(message[x.node] * readers[x.node]
+                                          + inbound[x.node] * relay_readers[x.node]
+                                          + outbound[x.node])) for x in layouts]

@@ -93,7 +93,7 @@ def _lockstep(workload: str, name: str, *, seed: int = 0, horizon: int = 600,
 
 
 @pytest.mark.parametrize("workload", ["mixed", MULTIHOP], ids=["mixed", "multihop14"])
-@pytest.mark.parametrize("name", ["mabp", "bp"])
+@pytest.mark.parametrize("name", ["mabp", "bp", "cost-bp"])
 def test_decentralized__equals_centralized_control_at_staleness_0(workload, name):
     assert _lockstep(workload, name, seed=1) == 600
 
@@ -151,6 +151,91 @@ def test_stale_telemetry__neighbours_seen_as_they_were_d_slots_ago():
         obs, *_ = env.step({a: local[a].scores(obs[a]) for a in env.agents})
         truth.append(env.global_observation())
         t += 1
+
+
+def test_stale_telemetry__upstream_queues_as_old_as_their_links_and_relays():
+    # Different delays per link: an in-neighbour's queue length is as old as the link it
+    # travels (j -> i); a relayed one is as old as both links (j -> h, then h -> i).
+    probe = parallel_env("mixed")
+    ix = probe.workload.index
+    delays = [1 + e % 3 for e in range(ix.num_links)]
+    env = parallel_env("mixed", horizon=30, staleness=delays, load=0.8)
+    local = local_policies("mabp", env)
+    obs, _ = env.reset(seed=2)
+    truth = [env.global_observation()["queues"]]
+    route_dst = ix.link_dst[ix.route_link]
+    link_of = {(int(ix.link_src[e]), int(ix.link_dst[e])): e for e in range(ix.num_links)}
+    checked = relayed = 0
+    t = 0
+    while env.agents:
+        for agent in env.agents:
+            lay = env.layout(agent)
+            into = np.flatnonzero(route_dst == lay.node)
+            for u, r in enumerate(into):
+                src, c = int(ix.link_src[ix.route_link[r]]), int(ix.route_commodity[r])
+                then = max(t - delays[ix.route_link[r]], 0)
+                assert obs[agent]["upstream_queues"][u] == truth[then][src, c]
+                assert obs[agent]["upstream_age"][u] == t - then
+                checked += 1
+            for k, h in enumerate(lay.neighbours):
+                row = obs[agent]["neighbour_upstream"][k]
+                if not lay.relayed[k]:
+                    assert not row.any()
+                    continue
+                for u, r in enumerate(np.flatnonzero(route_dst == h)):
+                    src, c = int(ix.link_src[ix.route_link[r]]), int(ix.route_commodity[r])
+                    at_h = max(t - delays[link_of[(lay.node, int(h))]], 0)
+                    then = max(at_h - delays[ix.route_link[r]], 0)
+                    assert row[u] == truth[then][src, c]
+                    relayed += truth[then][src, c] > 0
+        obs, *_ = env.step({a: local[a].scores(obs[a]) for a in env.agents})
+        truth.append(env.global_observation()["queues"])
+        t += 1
+    assert checked > 0 and relayed > 0
+
+
+def test_decentralized__mabp_values_read_the_upstream_telemetry():
+    # MABP's demand evidence counts units queued one hop upstream; a rule that ignored the
+    # upstream telemetry would score retention differently (and break the equivalence).
+    env = parallel_env("mixed", horizon=40, load=0.8)
+    local = local_policies("mabp", env)
+    blind = local_policies("mabp", env)
+    retain = env.local_slices[3]
+    obs, _ = env.reset(seed=0)
+    differs = 0
+    while env.agents:
+        actions = {}
+        for a in env.agents:
+            actions[a] = local[a].scores(obs[a])
+            zeroed = {**obs[a], "upstream_queues": np.zeros_like(obs[a]["upstream_queues"]),
+                      "neighbour_upstream": np.zeros_like(obs[a]["neighbour_upstream"])}
+            differs += not np.array_equal(blind[a].scores(zeroed)[retain],
+                                          actions[a][retain])
+        obs, *_ = env.step(actions)
+    assert differs > 10
+
+
+def test_decentralized__cost_bp_holds_sibling_routes_its_server_defers():
+    # The sibling hold must actually bind in an episode the equivalence test covers: some
+    # route with a positive cost-adjusted differential is held at -1.
+    env = parallel_env("mixed", horizon=200, load=0.5)
+    local = local_policies("cost-bp", env)
+    route = env.local_slices[1]
+    obs, _ = env.reset(seed=1)
+    held = 0
+    while env.agents:
+        actions = {a: local[a].scores(obs[a]) for a in env.agents}
+        for a in env.agents:
+            rule = local[a]
+            n = rule.route_commodity.size
+            plain = rule._routes(np.asarray(obs[a]["queues"], dtype=np.float64),
+                                 np.asarray(obs[a]["neighbour_queues"], dtype=np.float64),
+                                 cost=True)
+            scores = actions[a][route.start:route.start + n]
+            assert np.all((scores == plain) | ((scores == -1.0) & rule.sibling))
+            held += int(np.sum((scores == -1.0) & (plain > 0)))
+        obs, *_ = env.step(actions)
+    assert held > 0
 
 
 def test_stale_telemetry__changes_what_bp_and_mabp_decide():
@@ -256,10 +341,20 @@ def test_info__telemetry_volume_counts_the_neighbours_messages():
     pairs = np.bincount(ix.pair_node, minlength=ix.num_nodes)
     holdable = ix.eligible.sum(axis=1)
     message = pairs + holdable + (holdable > 0)
+    into = np.bincount(ix.link_dst[ix.route_link], minlength=ix.num_nodes)
+    transfer_links = set(ix.transfer_link.tolist())
     for agent in env.possible_agents:
         lay = env.layout(agent)
-        assert infos[agent]["telemetry_received"] == int(message[lay.neighbours].sum())
+        # Out-neighbours' messages, their upstream queue lengths relayed over links that
+        # carry transfers, and one queue length per route into the agent.
+        relayed = sum(int(into[j]) for e, j in zip(lay.neighbour_links, lay.neighbours,
+                                                   strict=True) if e in transfer_links)
+        assert infos[agent]["telemetry_received"] == int(message[lay.neighbours].sum()) \
+            + relayed + int(into[lay.node])
     assert infos["gw"]["telemetry_received"] == 2 * 25 + 2 * 49 + 25
+    # gen0 reads gen1's upstream (48 routes into gen1) and gets its own 48.
+    assert infos["gen0"]["telemetry_received"] == int(
+        message[env.layout("gen0").neighbours].sum()) + 48 + 48
     assert sum(i["telemetry_received"] for i in infos.values()) == \
         sum(i["telemetry_sent"] for i in infos.values())
     no_memory = parallel_env("mixed", memory=False).reset(seed=0)[1]
@@ -280,8 +375,18 @@ def test_ego_graph__self_and_neighbours_with_their_telemetry():
     assert np.array_equal(graph["x"][0, 2:2 + c], obs["gen0"]["queues"])
     assert np.array_equal(graph["x"][1:1 + nb, 2:2 + c], obs["gen0"]["neighbour_queues"][:nb])
     assert graph["node_mask"].sum() == 1 + nb
+    # Upstream telemetry: one row per route into gen0 on node 0, relays on the edges.
+    ups = len(lay.upstream_routes)
+    assert np.array_equal(graph["upstream_x"][:ups, 0], obs["gen0"]["upstream_queues"][:ups])
+    assert (graph["upstream_commodity"][:ups] >= 0).all()
+    assert (graph["upstream_commodity"][ups:] == -1).all()
+    assert graph["edge_upstream"].shape == (slots, graph["upstream_x"].shape[0])
     data = ego_pyg(obs["gen0"])
     assert data.num_nodes == 1 + nb
+    assert data.edge_upstream.shape[0] == nb
+    relayed_edge = int(np.flatnonzero(lay.relayed)[0])
+    assert np.array_equal(data.edge_upstream[relayed_edge].numpy(),
+                          obs["gen0"]["neighbour_upstream"][relayed_edge])
     assert data.edge_index.tolist() == [[0] * nb, list(range(1, nb + 1))]
     routes = len(lay.routes)
     edges = data.route_edge[:routes]
