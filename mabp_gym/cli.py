@@ -426,18 +426,11 @@ def _search_loads(policies: list[str], args: argparse.Namespace, loads: list[flo
 
 
 def _verdicts(args: argparse.Namespace) -> None:
-    from mabp_gym.evaluation import read_records
     from mabp_gym.verdicts import horizon_sensitivity
 
-    records = []
     with user_input():
         _writable(args.markdown, "--markdown")
-        for path in args.results:
-            if not Path(path).is_file():
-                raise ValueError(f"--results: no such file {path!r}")
-            records += read_records(path)
-        if not records:
-            raise ValueError("--results: the files hold no records")
+        records = _read_results(args.results)
         seed_sets = [_parse_seeds(token) for token in args.seed_sets]
         shortest = min(r["horizon"] for r in records)
         if max(args.horizons) > shortest:
@@ -456,6 +449,20 @@ def _verdicts(args: argparse.Namespace) -> None:
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+
+
+def _read_results(paths: list[str]) -> list[dict[str, Any]]:
+    """The records of ``--results`` files; a missing file or no record at all is an error."""
+    from mabp_gym.evaluation import read_records
+
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"--results: no such file {path!r}")
+        records += read_records(path)
+    if not records:
+        raise ValueError("--results: the files hold no records")
+    return records
 
 
 def _parse_seeds(token: str) -> list[int]:
@@ -519,20 +526,13 @@ def _sweep_value(record: dict[str, Any], param: str) -> float | None:
 
 
 def _plot(args: argparse.Namespace) -> None:
-    from mabp_gym.evaluation import read_records
     from mabp_gym.plots import make_figures
 
-    records = []
     with user_input():
         out_dir = Path(args.out_dir)
         if out_dir.exists() and not out_dir.is_dir():
             raise ValueError(f"--out-dir {args.out_dir!r} exists and is not a directory")
-        for path in args.results:
-            if not Path(path).is_file():
-                raise ValueError(f"--results: no such file {path!r}")
-            records += read_records(path)
-        if not records:
-            raise ValueError("--results: the files hold no records")
+        records = _read_results(args.results)
     made, skipped = make_figures(records, Path(args.out_dir), policy=args.policy)
     for path in made:
         print(f"wrote {path}")

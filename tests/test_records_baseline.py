@@ -23,7 +23,8 @@ EXPECTED = json.loads((DATA / "records_baseline.json").read_text())
 def test_evaluation__records_identical_to_the_baseline(case):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("make_baseline", DATA / "make_baseline_records.py")
+    spec = importlib.util.spec_from_file_location("make_baseline",
+                                                  DATA / "make_baseline_records.py")
     maker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(maker)
     record = run(RunSpec(case["policy"], maker.workload_path(case["workload"]), case["load"],
