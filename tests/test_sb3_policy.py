@@ -124,3 +124,20 @@ def test_graph_policy__flat_observations_are_refused_with_a_clear_error():
     env = _env("mixed", obs_mode="flat")
     with pytest.raises(TypeError, match="Dict observation"):
         _policy(env)
+
+
+def test_readme__ppo_example_runs_as_written_with_a_tiny_budget():
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+              if "GraphActorCriticPolicy" in b]
+    assert len(blocks) == 1 and "model.learn(10_000)" in blocks[0]
+    assert len(blocks[0].strip().splitlines()) <= 6
+    torch.set_num_threads(1)
+    namespace: dict = {}
+    code = blocks[0].replace("model.learn(10_000)", "model.learn(256)")
+    exec(compile(code, "README PPO example", "exec"), namespace)  # noqa: S102
+    model = namespace["model"]
+    assert model.num_timesteps >= 256
+    assert isinstance(model.policy, GraphActorCriticPolicy)
