@@ -182,6 +182,14 @@ class SFMSNEnv(gym.Env):
         # load=(low, high): build at the low end, draw each episode's load at reset.
         self.load_interval = _load_interval(workload_overrides.get("load"))
         if self.load_interval is not None:
+            # The builder validates the high end too (its range), then builds at the low end.
+            if isinstance(workload, str):
+                try:
+                    make_workload(workload, **{**workload_overrides,
+                                               "load": self.load_interval[1]})
+                except ValueError as error:
+                    raise ValueError(f"load interval {self.load_interval}, high end: "
+                                     f"{error}") from None
             workload_overrides["load"] = self.load_interval[0]
         if isinstance(workload, Workload):
             load = workload_overrides.pop("load", None)

@@ -84,7 +84,8 @@ def test_load_interval__fixed_load_keeps_the_episode_stream_unchanged():
 
 
 @pytest.mark.parametrize("load, match", [((0.9, 0.2), "low <= high"), ((0.1,), "interval"),
-                                         ((0.1, "x"), "high end"), ((-1, 0.5), "low end")])
+                                         ((0.1, "x"), "high end"), ((-1, 0.5), "low end"),
+                                         ((0.1, 50.0), "load")])
 def test_load_interval__bad_intervals_are_refused(load, match):
     with pytest.raises(ValueError, match=match):
         gym.make("mabp_gym/SFMSN-v0", load=load)
