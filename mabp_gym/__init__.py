@@ -5,6 +5,10 @@ projection and the capacity LPs) imports only numpy and scipy. Importing the pac
 registers the Gymnasium ids; ``to_pyg`` loads torch and PyG on first use, and
 ``parallel_env`` (the decentralized PettingZoo view, extra ``marl``) loads PettingZoo on
 first use; it is left out of ``__all__`` so that ``import *`` works without PettingZoo.
+
+A process that never imported the package (an RLlib remote env runner, a subprocess
+vector env) makes the env from the module-qualified id ``"mabp_gym:mabp_gym/SFMSN-v0"``:
+Gymnasium imports ``mabp_gym`` first. Gymnasium 1.x has no plugin entry points.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ from mabp_gym.workload import ROLES, Workload
 from mabp_gym.workloads import check_number, is_workload_file, make_workload, workload_params
 
 REWARDS = ("backlog", "drift_plus_penalty")
+OBS_MODES = ("dict", "flat")
+FLAT_KEYS = ("node_features", "queues", "memory", "service", "route", "transfer", "retain",
+             "action_mask")
+"""The arrays of the ``obs_mode="flat"`` vector, in order: the observation less its static
+parts (``edge_index``, ``edge_features`` and every ``*_index`` array)."""
 NODE_FEATURES = (*(f"role_{r}" for r in ROLES), "mu", "budget", "memory_used", "backlog",
                  "in_service", "residual_work")
 EDGE_FEATURES = ("capacity", "cost", "bandwidth")
@@ -44,6 +49,25 @@ def _reject_unknown_keywords(workload: Any, overrides: dict[str, Any]) -> None:
                         f"{unknown[0]!r} (neither an env argument nor a parameter of "
                         f"workload {getattr(workload, 'name', workload)!r}; its parameters: "
                         f"{sorted(allowed)})")
+
+
+def _load_interval(value: Any) -> tuple[float, float] | None:
+    """``load=(low, high)``: the interval a load is drawn from at each reset (None for a
+    plain number, which the workload builder validates)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list, np.ndarray)):
+        return None
+    if len(value) != 2:
+        raise ValueError(f"load: must be a number or an interval (low, high), got {value!r}")
+    low = check_number(value[0], "load (low end of the interval)", low=0.0)
+    high = check_number(value[1], "load (high end of the interval)", low=0.0)
+    if low > high:
+        raise ValueError(f"load: the interval (low, high) must have low <= high, got {value!r}")
+    return low, high
+
+
+def symlog(x: np.ndarray) -> np.ndarray:
+    """``sign(x) log(1 + |x|)``: queue counts span orders of magnitude."""
+    return np.sign(x) * np.log1p(np.abs(x))
 
 
 def _checked_action(action: Any) -> Any:
@@ -120,6 +144,22 @@ class SFMSNEnv(gym.Env):
     (``"ansi"`` or ``"rgb_array"``) and every workload parameter (``load``, ``beta``,
     ``K``, ``eps``, ``horizon``, ...; see :func:`mabp_gym.workload_params`).
 
+    ``load`` may also be an interval ``(low, high)``: each reset draws the episode's load
+    uniformly from it with the env's seeded generator (``reset(seed=s)`` fixes it), and
+    the reset ``info`` reports it as ``info["load"]``. Training over a range of loads
+    keeps a policy from learning one operating point only.
+
+    ``obs_mode="flat"`` (default ``"dict"``) gives one ``Box((F,), float32)`` vector for
+    libraries whose default encoders take a single array (RLlib): the arrays of
+    :data:`FLAT_KEYS` raveled in that order, every entry but the 0/1 ``action_mask``
+    symlog-scaled (``sign(x) log(1 + |x|)``); the static arrays (``edge_index``,
+    ``edge_features``, every ``*_index``) are left out. ``env.unwrapped.flat_layout``
+    maps each key to its ``(slice, shape)`` in the vector.
+
+    Vector envs: ``gymnasium.make_vec`` (sync or async) declares
+    ``metadata["autoreset_mode"]`` (``NEXT_STEP`` by default; ``SAME_STEP`` via
+    ``vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}``).
+
     ``info`` holds the slot's counts (``arrivals``, ``served``, ``hits``, ``completed``,
     ``delays``, ``insertions``, ``evictions``, ``penalty`` and its ``penalty_compute`` /
     ``penalty_transmission`` / ``penalty_memory`` split, ``backlog``), the executed
@@ -135,8 +175,22 @@ class SFMSNEnv(gym.Env):
     def __init__(self, workload: str | Workload = "mixed", *, nu: float = 5.0,
                  memory: bool = True, reward: str = "backlog", reward_scale: float = 100.0,
                  check_invariants: bool = False, render_mode: str | None = None,
-                 **workload_overrides: Any) -> None:
+                 obs_mode: str = "dict", **workload_overrides: Any) -> None:
         _reject_unknown_keywords(workload, workload_overrides)
+        if not isinstance(obs_mode, str) or obs_mode not in OBS_MODES:
+            raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
+        # load=(low, high): build at the low end, draw each episode's load at reset.
+        self.load_interval = _load_interval(workload_overrides.get("load"))
+        if self.load_interval is not None:
+            # The builder validates the high end too (its range), then builds at the low end.
+            if isinstance(workload, str):
+                try:
+                    make_workload(workload, **{**workload_overrides,
+                                               "load": self.load_interval[1]})
+                except ValueError as error:
+                    raise ValueError(f"load interval {self.load_interval}, high end: "
+                                     f"{error}") from None
+            workload_overrides["load"] = self.load_interval[0]
         if isinstance(workload, Workload):
             load = workload_overrides.pop("load", None)
             self.workload = workload if load is None else workload.with_load(load)
@@ -164,7 +218,19 @@ class SFMSNEnv(gym.Env):
         self._encoder = ObservationEncoder(self.workload, memory=self.memory)
         ix = self.workload.index
         self.action_space = spaces.Box(-1.0, 1.0, (ix.num_scores,), dtype=np.float32)
-        self.observation_space = self._encoder.space
+        self.obs_mode = obs_mode
+        self._base_workload = self.workload
+        if obs_mode == "flat":
+            self.flat_layout: dict[str, tuple[slice, tuple[int, ...]]] = {}
+            start = 0
+            for key in FLAT_KEYS:
+                shape = self._encoder.space[key].shape
+                size = int(np.prod(shape))
+                self.flat_layout[key] = (slice(start, start + size), shape)
+                start += size
+            self.observation_space = spaces.Box(-np.inf, np.inf, (start,), dtype=np.float32)
+        else:
+            self.observation_space = self._encoder.space
         self._last: SlotOutcome | None = None
 
     # ----------------------------------------------------------------------------------
@@ -173,13 +239,33 @@ class SFMSNEnv(gym.Env):
         super().reset(seed=seed)
         if options:
             raise ValueError(f"options are not supported, got {sorted(options)}")
+        info: dict[str, Any] = {}
+        if self.load_interval is not None:
+            # Drawn first, from the env's generator: reset(seed) fixes the load too. Only
+            # the arrival rate depends on the load, so the encoder and spaces stay.
+            load = float(self.np_random.uniform(*self.load_interval))
+            self.workload = self._base_workload.with_load(load)
+            self.sim = Simulator(self.workload, memory=self.memory,
+                                 check_invariants=self.sim.check_invariants)
+            info["load"] = load
         # The simulator owns its own generator, seeded from the env's so that reset(seed)
         # fixes the episode and reset() continues a reproducible stream.
         sim_seed = seed if seed is not None else int(self.np_random.integers(2**31))
         self.sim.reset(sim_seed)
         self._last = None
         obs = self._encoder.encode(self.sim.state)
-        return obs, {"action_mask": obs["action_mask"].astype(bool)}
+        info["action_mask"] = obs["action_mask"].astype(bool)
+        return self._observe(obs), info
+
+    def _observe(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | np.ndarray:
+        """The observation in the env's ``obs_mode``."""
+        if self.obs_mode == "dict":
+            return obs
+        flat = np.concatenate([obs[key].ravel() for key in FLAT_KEYS]).astype(np.float32)
+        # Symlog every array but the 0/1 mask, so that default MLP encoders see O(1) inputs.
+        mask = self.flat_layout["action_mask"][0]
+        flat[:mask.start] = symlog(flat[:mask.start])
+        return flat
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool,
                                                  dict[str, Any]]:
@@ -209,7 +295,7 @@ class SFMSNEnv(gym.Env):
             "control": self._control_info(control),
             "action_mask": obs["action_mask"].astype(bool),
         }
-        return obs, float(reward), False, bool(truncated), info
+        return self._observe(obs), float(reward), False, bool(truncated), info
 
     def _control_info(self, control) -> dict[str, np.ndarray]:
         # Fixed shapes, so that vector envs can stack infos: executed transfers become a

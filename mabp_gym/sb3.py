@@ -1,6 +1,23 @@
-"""stable-baselines3 adapter: a PyG features extractor over the env's Dict observation.
+"""stable-baselines3 adapters: the per-candidate graph actor-critic and a pooled extractor.
 
-Use it with any SB3 algorithm that takes ``MultiInputPolicy``::
+The documented path is :class:`GraphActorCriticPolicy`, a PPO (or A2C) policy whose
+Gaussian mean is one read-out per candidate decision of a GINE message-passing network
+over the observation graph (the same candidate features MABP reads), and whose value
+head reads the pooled graph embedding::
+
+    from stable_baselines3 import PPO
+    from mabp_gym.sb3 import GraphActorCriticPolicy
+
+    model = PPO(GraphActorCriticPolicy, "mabp_gym/SFMSN-v0", n_steps=256, batch_size=256)
+    model.learn(10_000)
+
+Every parameter's shape is independent of the workload, so the same class (and the same
+``state_dict``) runs on ``mixed``, ``rag``, ``agentic`` and file workloads; a vector env's
+observations are scored in one batched graph forward. See ``docs/learning.md``.
+
+:class:`GraphFeaturesExtractor` is the older alternative for ``MultiInputPolicy``: it
+pools the graph into one vector, which SB3 then maps linearly to the ``D`` candidate
+scores; that loses the per-candidate structure and learns far worse::
 
     PPO("MultiInputPolicy", env,
         policy_kwargs={"features_extractor_class": GraphFeaturesExtractor,
@@ -20,7 +37,11 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
 
+from agents.gnn_sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy
 from mabp_gym.pyg import to_pyg
+
+__all__ = ["GNNActorCriticPolicy", "GraphActorCriticPolicy", "GraphFeaturesExtractor",
+           "symlog"]
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:

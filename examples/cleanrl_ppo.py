@@ -1,0 +1,195 @@
+"""A CleanRL-style single-file PPO on ``gymnasium.make_vec`` with the flat observation.
+
+Read top to bottom: arguments, vector env, agent, rollout, GAE, clipped update. The env is
+``mabp_gym/SFMSN-v0`` with ``obs_mode="flat"`` (one symlog-scaled vector, the static index
+arrays left out), so a plain MLP actor-critic fits; the action is a Gaussian over the
+``D`` candidate scores, clipped to the Box by the env step.
+
+    python examples/cleanrl_ppo.py --total-timesteps 20000 --load 0.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+import mabp_gym  # noqa: F401  (registers the env ids)
+
+
+@dataclass
+class Args:
+    workload: str = "mixed"
+    """workload name or workload file"""
+    load: float = 0.3
+    """normalized load of every episode"""
+    horizon: int = 600
+    """slots per episode"""
+    seed: int = 0
+    """seed of the envs, torch and numpy"""
+    total_timesteps: int = 20_000
+    """environment steps over all envs"""
+    num_envs: int = 4
+    """vector envs (gymnasium.make_vec, sync)"""
+    num_steps: int = 128
+    """rollout length per env"""
+    learning_rate: float = 3e-4
+    """Adam step size"""
+    gamma: float = 0.99
+    """discount"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """epochs per rollout"""
+    clip_coef: float = 0.2
+    """PPO clip range"""
+    ent_coef: float = 0.0
+    """entropy bonus"""
+    vf_coef: float = 0.5
+    """value-loss weight"""
+    max_grad_norm: float = 0.5
+    """gradient clipping"""
+    hidden: int = 128
+    """MLP width"""
+    device: str = "auto"
+    """auto (cuda when there is one), cpu or cuda"""
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for field in dataclasses.fields(Args):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default),
+                            default=field.default)
+    return Args(**vars(parser.parse_args(argv)))
+
+
+def layer(inputs: int, outputs: int, std: float = np.sqrt(2)) -> nn.Linear:
+    linear = nn.Linear(inputs, outputs)
+    nn.init.orthogonal_(linear.weight, std)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+class Agent(nn.Module):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.critic = nn.Sequential(layer(obs_dim, hidden), nn.Tanh(),
+                                    layer(hidden, hidden), nn.Tanh(), layer(hidden, 1, 1.0))
+        self.actor_mean = nn.Sequential(layer(obs_dim, hidden), nn.Tanh(),
+                                        layer(hidden, hidden), nn.Tanh(),
+                                        layer(hidden, act_dim, 0.01))
+        self.actor_logstd = nn.Parameter(torch.full((1, act_dim), -1.0))
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(x)
+
+    def act(self, x: torch.Tensor, action: torch.Tensor | None = None):
+        mean = self.actor_mean(x)
+        dist = torch.distributions.Normal(mean, self.actor_logstd.expand_as(mean).exp())
+        if action is None:
+            action = dist.sample()
+        return action, dist.log_prob(action).sum(1), dist.entropy().sum(1), self.critic(x)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    args = parse_args(argv)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                          else ("cpu" if args.device == "auto" else args.device))
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+    torch.set_num_threads(1)
+
+    envs = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=args.num_envs, workload=args.workload,
+                        load=args.load, horizon=args.horizon,
+                        max_episode_steps=args.horizon, obs_mode="flat",
+                        vectorization_mode="sync")
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    # NEXT_STEP: the step after an episode ends is a reset step, whose transition is
+    # masked out of the loss below (gymnasium >= 1.0's default, declared by the env).
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    obs_dim = envs.single_observation_space.shape[0]
+    act_dim = envs.single_action_space.shape[0]
+    agent = Agent(obs_dim, act_dim, args.hidden).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    shape = (args.num_steps, args.num_envs)
+    obs_buf = torch.zeros(shape + (obs_dim,), device=device)
+    act_buf = torch.zeros(shape + (act_dim,), device=device)
+    logp_buf, rew_buf, done_buf, val_buf, valid_buf = (torch.zeros(shape, device=device)
+                                                       for _ in range(5))
+    batch_size = args.num_envs * args.num_steps
+    minibatch = batch_size // args.num_minibatches
+    iterations = max(1, args.total_timesteps // batch_size)
+
+    started, global_step, returns = time.perf_counter(), 0, []
+    next_obs, _ = envs.reset(seed=args.seed)
+    next_obs = torch.as_tensor(next_obs, device=device)
+    next_done = torch.zeros(args.num_envs, device=device)
+    reset_step = torch.zeros(args.num_envs, device=device)
+    for _iteration in range(iterations):
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs_buf[step], done_buf[step] = next_obs, next_done
+            valid_buf[step] = 1.0 - reset_step
+            with torch.no_grad():
+                action, logp, _, value = agent.act(next_obs)
+            act_buf[step], logp_buf[step], val_buf[step] = action, logp, value.flatten()
+            obs, reward, terminated, truncated, info = envs.step(action.cpu().numpy())
+            done = np.logical_or(terminated, truncated)
+            rew_buf[step] = torch.as_tensor(reward, device=device, dtype=torch.float32)
+            next_obs = torch.as_tensor(obs, device=device)
+            next_done = torch.as_tensor(done, device=device, dtype=torch.float32)
+            reset_step = next_done.clone()  # NEXT_STEP: the next step only resets
+            if "episode" in info:
+                returns.extend(info["episode"]["r"][info["_episode"]].tolist())
+
+        with torch.no_grad():  # GAE; truncation treated as termination (no bootstrap)
+            next_value = agent.value(next_obs).flatten()
+            advantages = torch.zeros_like(rew_buf)
+            last = torch.zeros(args.num_envs, device=device)
+            for t in reversed(range(args.num_steps)):
+                nonterminal = 1.0 - (next_done if t == args.num_steps - 1 else done_buf[t + 1])
+                nxt = next_value if t == args.num_steps - 1 else val_buf[t + 1]
+                delta = rew_buf[t] + args.gamma * nxt * nonterminal - val_buf[t]
+                last = delta + args.gamma * args.gae_lambda * nonterminal * last
+                advantages[t] = last
+            targets = advantages + val_buf
+
+        b_obs, b_act = obs_buf.reshape(-1, obs_dim), act_buf.reshape(-1, act_dim)
+        b_logp, b_adv, b_ret = logp_buf.flatten(), advantages.flatten(), targets.flatten()
+        b_valid = valid_buf.flatten()
+        for _epoch in range(args.update_epochs):
+            for idx in torch.randperm(batch_size, device=device).split(minibatch):
+                _, logp, entropy, value = agent.act(b_obs[idx], b_act[idx])
+                ratio = (logp - b_logp[idx]).exp()
+                adv = b_adv[idx]
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                w = b_valid[idx]
+                pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - args.clip_coef,
+                                                                1 + args.clip_coef))
+                v_loss = 0.5 * (value.flatten() - b_ret[idx]) ** 2
+                loss = ((pg - args.ent_coef * entropy + args.vf_coef * v_loss) * w).sum() \
+                    / w.sum().clamp(min=1.0)
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+        mean_return = float(np.mean(returns[-10:])) if returns else float("nan")
+        print(f"step {global_step:>7}  episodes {len(returns):>4}  "
+              f"mean return (last 10) {mean_return:10.2f}  "
+              f"{global_step / (time.perf_counter() - started):6.0f} steps/s", flush=True)
+    envs.close()
+    return {"steps": global_step, "episodes": len(returns),
+            "mean_return": float(np.mean(returns[-10:])) if returns else float("nan")}
+
+
+if __name__ == "__main__":
+    main()
