@@ -29,9 +29,12 @@ def _digest(wl) -> str:
 
 @pytest.mark.parametrize("name", sorted(BASELINE_DIGESTS))
 def test_service_graph__one_copy_is_bit_identical_to_the_baseline(name):
-    assert _digest(make_workload(name)) == BASELINE_DIGESTS[name]
+    # The digests were taken at 90025b2, whose default penalty scale was 0.02 (benchmark v2
+    # moved it to 0.04, SPEC 9.3): at that scale the builder must give the same network.
+    assert _digest(make_workload(name, penalty_scale=0.02)) == BASELINE_DIGESTS[name]
     if name == "mixed":
-        assert _digest(make_workload("mixed", copies=1)) == BASELINE_DIGESTS["mixed"]
+        assert _digest(make_workload("mixed", copies=1, penalty_scale=0.02)) == \
+            BASELINE_DIGESTS["mixed"]
 
 
 @pytest.mark.parametrize("copies", [2, 4])
