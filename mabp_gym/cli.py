@@ -442,13 +442,22 @@ def _verdicts(args: argparse.Namespace) -> None:
         cells = [policy]
         for horizon in args.horizons:
             (row,) = [r for r in rows if r["policy"] == policy and r["horizon"] == horizon]
-            text = " / ".join(f"{x:.2f}" for x in row["stable_loads"])
+            text = " / ".join(_verdict_cell(load, low) for load, low in
+                              zip(row["stable_loads"], row["lowest"], strict=True))
             cells.append(text if row["agree"] else f"**{text}**")
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+
+
+def _verdict_cell(load: float, lowest: float) -> str:
+    """A seed set's stable load; ``<x`` when even its lowest run load ``x`` grows, ``-``
+    when the set has no run of the policy."""
+    if np.isnan(lowest):
+        return "-"
+    return f"<{lowest:.2f}" if load == 0.0 and lowest > 0.05 + 1e-9 else f"{load:.2f}"
 
 
 def _read_results(paths: list[str]) -> list[dict[str, Any]]:

@@ -58,14 +58,35 @@ def horizon_sensitivity(records: Iterable[dict[str, Any]], horizons: Sequence[in
     """Per policy and horizon: the stable load on each seed set, and whether they agree.
 
     Returns:
-        Rows ``{"policy", "horizon", "stable_loads": [...], "agree": bool}``.
+        Rows ``{"policy", "horizon", "stable_loads": [...], "lowest": [...], "agree": bool}``,
+        where ``lowest`` is the smallest load run on each set (a stable load of 0 on a set
+        whose lowest load is above the grid's start means "below the loads run").
     """
     records = list(records)
+    lowest = {}
+    for record in records:
+        key = (record["policy"], next((k for k, seeds in enumerate(seed_sets)
+                                       if record["seed"] in set(seeds)), None))
+        lowest[key] = min(lowest.get(key, np.inf), record["load"])
     rows = []
     for horizon in horizons:
         per_set = seed_set_stable_loads(cut(records, horizon), seed_sets)
         for policy in sorted({r["policy"] for r in records}):
             loads = [result.get(policy, 0.0) for result in per_set]
+            lows = [float(lowest.get((policy, k), np.nan)) for k in range(len(seed_sets))]
             rows.append({"policy": policy, "horizon": int(horizon), "stable_loads": loads,
-                         "agree": len(set(loads)) == 1})
+                         "lowest": lows, "agree": _agree(loads, lows)})
     return rows
+
+
+def _agree(loads: list[float], lows: list[float]) -> bool:
+    """Whether the seed sets' verdicts agree. A set run only from load ``x`` up whose
+    stable load is 0 says "below ``x``", which agrees with any stable load under ``x``;
+    a set without runs says nothing."""
+    seen = [(load, low) for load, low in zip(loads, lows, strict=True) if not np.isnan(low)]
+    known = {load for load, low in seen if load > 0 or low <= min(lows_ for _, lows_ in seen)}
+    if len(known) > 1:
+        return False
+    value = next(iter(known), None)
+    return all(load == value or (load == 0 and value is not None and value < low)
+               for load, low in seen)
