@@ -128,3 +128,12 @@ def test_growth_at__recomputes_a_saved_runs_verdict_at_shorter_horizons():
     rows = horizon_sensitivity(records, [500, 1000], [[0], [1]])
     assert [(r["horizon"], r["stable_loads"], r["agree"]) for r in rows] == [
         (500, [0.3, 0.3], True), (1000, [0.3, 0.3], True)]
+
+
+def test_verdicts__a_set_run_only_near_its_boundary_agrees_with_lower_stable_loads():
+    from mabp_gym.verdicts import _agree
+
+    assert _agree([0.7, 0.0, 0.0], [0.05, 0.9, 0.9])  # "below 0.9" agrees with 0.7
+    assert not _agree([0.95, 0.0, 0.0], [0.05, 0.9, 0.9])  # 0.95 is not below 0.9
+    assert not _agree([0.95, 0.9, 0.95], [0.05, 0.9, 0.9])
+    assert _agree([0.9, 0.0, 0.0], [0.05, float("nan"), float("nan")])  # nothing to compare
