@@ -63,7 +63,8 @@ def backlog_traces(records: list[Record], out: Path, policy: str) -> str | None:
         return f"needs {policy} on mixed at two or more loads"
     boundary = stable_load(mine).get(policy, 0.0)
     above = [x for x in loads if x > boundary + 1e-9]
-    chosen = [x for x in (boundary if boundary in loads else None,
+    below = [x for x in loads if x < boundary - 0.1 + 1e-9]
+    chosen = [x for x in (below[-1] if below else None, boundary if boundary in loads else None,
                           above[0] if above else None, loads[-1]) if x is not None]
     fig, ax = _figure()
     for load in dict.fromkeys(chosen):
@@ -72,7 +73,7 @@ def backlog_traces(records: list[Record], out: Path, policy: str) -> str | None:
         ax.plot(np.arange(len(trace)) * TRACE_STRIDE, trace, label=f"load {load:g}")
     ax.set_xlabel("slot")
     ax.set_ylabel("backlog (units)")
-    ax.set_title(f"{policy}: below / near / above its stable load {boundary:g}", fontsize=9)
+    ax.set_title(f"{policy}: below, at and above its stable load {boundary:g}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out)
