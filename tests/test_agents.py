@@ -92,10 +92,9 @@ def test_memory_oblivious_agents__scores_ignore_the_memory_state(policy):
 
 
 # -- the paper's claims ------------------------------------------------------------------------
-# Stability is the SPEC 5 rule (seed-mean slope < 0.035 units/slot and backlog < 120). The
-# least-squares slope of a backlog random walk over T slots with per-slot variance v has
-# standard deviation about sqrt(12 v / T); every "unstable" case below drifts at >= 0.1
-# units/slot, at least three such standard deviations above the 0.035 threshold.
+# "stable" is SPEC 9.2's growth verdict (backlog slope / arrival rate < 1.5% per seed, the
+# fraction of seeds that pass here); every "unstable" case below drifts at >= 0.1 units per
+# slot, several times the limit. Near a bound the verdict needs long runs: 3,000 slots.
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kappa_w", [2.0, 4.0, 8.0])
@@ -117,7 +116,8 @@ def test_successor__memory_bound_holds_for_mabp_and_no_memory_bound_breaks(mu_u,
                                                                           pi_l):
     with_memory = min(mu_u, mu_v / pi_l if pi_l else np.inf)
     no_memory = min(mu_u, mu_v / pi_h)
-    params = dict(mu_u=mu_u, mu_v=mu_v, pi_h=pi_h, pi_l=pi_l, horizon=1000)
+    # 3,000 slots: at 0.9 of a bound the growth verdict (SPEC 9.2) needs long runs.
+    params = dict(mu_u=mu_u, mu_v=mu_v, pi_h=pi_h, pi_l=pi_l, horizon=3000)
     wl = make_workload("successor", load=0.9, **params)  # 0.9 of the memory bound
     assert wl.total_rate == pytest.approx(0.9 * with_memory)
     mabp = seed_mean("mabp", wl, seeds=[0, 1, 2])
