@@ -349,7 +349,10 @@ def table_rows(records: list[dict[str, Any]], policies: list[str], grid: list[fl
     rows = []
     for policy in policies:
         fixed = [r for r in records if r["policy"] == policy and abs(r["load"] - at) < 1e-9]
-        cells = [policy, f"{stable.get(policy, 0.0):.2f}", f"{paper.get(policy, 0.0):.2f}"]
+        ran = [r["load"] for r in on_grid if r["policy"] == policy]
+        lowest = min(ran) if ran else float("nan")
+        cells = [policy, _verdict_cell(stable.get(policy, 0.0), lowest, min(grid)),
+                 _verdict_cell(paper.get(policy, 0.0), lowest, min(grid))]
         for key, digits in (("penalty", 4), ("p95_delay", 1), ("hit_ratio", 2),
                             ("churn", 3), ("completion_ratio", 3)):
             values = np.array([r[key] for r in fixed if r.get(key) is not None], dtype=float)
@@ -452,12 +455,12 @@ def _verdicts(args: argparse.Namespace) -> None:
         Path(args.markdown).write_text(text + "\n", encoding="utf-8")
 
 
-def _verdict_cell(load: float, lowest: float) -> str:
-    """A seed set's stable load; ``<x`` when even its lowest run load ``x`` grows, ``-``
-    when the set has no run of the policy."""
+def _verdict_cell(load: float, lowest: float, start: float = 0.05) -> str:
+    """A stable load; ``<x`` when even the lowest load run, ``x``, fails and lies above the
+    grid's ``start``; ``-`` when the policy has no run."""
     if np.isnan(lowest):
         return "-"
-    return f"<{lowest:.2f}" if load == 0.0 and lowest > 0.05 + 1e-9 else f"{load:.2f}"
+    return f"<{lowest:.2f}" if load == 0.0 and lowest > start + 1e-9 else f"{load:.2f}"
 
 
 def _read_results(paths: list[str]) -> list[dict[str, Any]]:
