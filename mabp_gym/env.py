@@ -457,6 +457,13 @@ class ObservationEncoder:
         # The successor pressure is a float32 sum whose order numpy fixes: numpy's.
         service[:, 3] = (self._successor_probs[hit, self._arange_a]
                          * self._queue_flat[self._successor_positions]).sum(axis=1)
+        return self._observation(nodes, queues, memory, service, route, transfer, retain,
+                                 mask)
+
+    def _observation(self, nodes: np.ndarray, queues: np.ndarray, memory: np.ndarray,
+                     service: np.ndarray, route: np.ndarray, transfer: np.ndarray,
+                     retain: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """The observation dict: this slot's arrays and fresh copies of the static ones."""
         return {
             "node_features": nodes,
             "edge_index": self._edge_index.copy(),
@@ -544,19 +551,5 @@ class ObservationEncoder:
         nodes[:, -3] = queues.sum(axis=1)
         nodes[:, -2] = busy
         nodes[:, -1] = residual
-        return {
-            "node_features": nodes,
-            "edge_index": self._edge_index.copy(),
-            "edge_features": self._edge_features.copy(),
-            "queues": queues,
-            "memory": resident.astype(np.float32),
-            "service": service,
-            "service_index": self._service_index.copy(),
-            "route": route,
-            "route_index": self._route_index.copy(),
-            "transfer": transfer,
-            "transfer_index": self._transfer_index.copy(),
-            "retain": retain,
-            "retain_index": self._retain_index.copy(),
-            "action_mask": mask,
-        }
+        return self._observation(nodes, queues, resident.astype(np.float32), service, route,
+                                 transfer, retain, mask)
