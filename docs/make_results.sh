@@ -25,8 +25,11 @@ mabp-gym eval --policy jsq --loads 0.25:0.4:0.05 --seeds 105 106 107 108 109 110
 mabp-gym eval --policy bp cost-bp greedycache-bp --loads 0.35:0.5:0.05 \
   --seeds 105 106 107 108 109 110 111 112 113 114 --horizon 4000 --out results/seedsets.jsonl \
   --no-progress
+mabp-gym eval --policy mabp-no-retention --loads 0.65:0.75:0.05 \
+  --seeds 105 106 107 108 109 110 111 112 113 114 --horizon 4000 --out results/seedsets.jsonl \
+  --no-progress
 mabp-gym eval --policy gnn learn-mabp mabp frame-mabp oracle-sur mabp-no-transition mabp-no-reuse \
-  mabp-no-retention --loads 0.85:1.0:0.05 --seeds 105 106 107 108 109 110 111 112 113 114 \
+  --loads 0.85:1.0:0.05 --seeds 105 106 107 108 109 110 111 112 113 114 \
   --horizon 4000 --out results/seedsets.jsonl --no-progress
 mabp-gym verdicts --results results/table1.jsonl results/seedsets.jsonl \
   --horizons 600 1000 2000 3000 4000 --seed-sets 100:105 105:110 110:115 \
@@ -35,6 +38,13 @@ mabp-gym verdicts --results results/table1.jsonl results/seedsets.jsonl \
 # The no-memory system, the paper's sweeps (600 slots, fixed loads).
 mabp-gym eval --policy bp --no-memory --loads 0.1:0.5:0.05 --horizon 4000 \
   --out results/nomem.jsonl --no-progress
+mabp-gym eval --policy greedycache-bp --loads 0.45 0.5 \
+  --seeds 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 --horizon 8000 \
+  --out results/greedycache_8000.jsonl --no-progress
+mabp-gym eval --policy mabp mabp-no-retention --loads 0.6 0.65 0.7 0.75 --seeds 10 11 12 13 14 \
+  --out results/retention.jsonl --no-progress
+mabp-gym eval --policy mabp oracle-sur --loads 0.1 0.3 --seeds 10 11 12 \
+  --out results/oracle_low.jsonl --no-progress
 mabp-gym sweep --param nu --values 0 1 2 5 10 20 --policies mabp --at 0.5 \
   --out results/nu.jsonl --no-progress
 mabp-gym sweep --param nu --values 0 5 20 --policies bp cost-bp --at 0.3 \
