@@ -140,6 +140,26 @@ def test_ppo_sb3_example__trains_and_writes_a_curve(tmp_path):
     assert all(np.isfinite(p["return_stochastic"]) for p in result["curve"])
 
 
+def test_ppo_from_scratch_example__starts_scores_at_the_bias_and_checks_stable_loads(
+        tmp_path):
+    path = tmp_path / "run.json"
+    _run(["examples/ppo_from_scratch.py", "--score-bias", "0.5", "--steps", "64",
+          "--n-envs", "2", "--n-steps", "32", "--batch-size", "64", "--horizon", "30",
+          "--eval-horizon", "30", "--eval-every", "64", "--eval-seeds", "100",
+          "--references", "bp", "all_positive", "--stable-loads", "0.3",
+          "--stable-seeds", "200", "--json", str(path)])
+    result = json.loads(path.read_text())
+    assert set(result["references"]) == {"bp", "all_positive"}
+    assert [p["steps"] for p in result["curve"]] == [0, 64]
+    assert {row["policy"] for row in result["stable"]["rows"]} == {"ppo-scratch", "bp"}
+    assert set(result["stable"]["stable_load"]) == {"ppo-scratch", "bp"}
+    from stable_baselines3 import PPO
+
+    model = PPO.load(str(tmp_path / "run.zip"), device="cpu")
+    bias = model.policy.gnn.service_head[-1].bias.item()
+    assert abs(bias - 0.5) < 0.05  # one update of 64 steps moves it by far less
+
+
 def test_cleanrl_example__runs_ppo_on_make_vec():
     out = _run(["examples/cleanrl_ppo.py", "--total-timesteps", "256", "--num-envs", "2",
                 "--num-steps", "64", "--horizon", "40"]).stdout
