@@ -95,16 +95,24 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
         observation_space, action_space, lr_schedule: as for SB3's ``ActorCriticPolicy``.
         hidden: embedding width. layers: message-passing rounds.
         shape_free: see :class:`GNNExtractor`; also makes the log-std one shared scalar.
+        score_bias: with ``shape_free``, the initial mean of every candidate's score before
+            the softsign (default 0.5, so a fresh policy serves, routes and retains: the
+            projection acts only on scores > 0). A mean of 0 switches each candidate off
+            half the time when sampled and idles when deterministic, and PPO then rarely
+            moves the means across 0 (measured in ``docs/learning.md``).
         **kwargs: passed to ``ActorCriticPolicy`` (``log_std_init`` defaults to -1.5 and
             ``ortho_init`` to False, so that pretrained weights stay as they are).
     """
 
     def __init__(self, observation_space: spaces.Dict, action_space: spaces.Box,
                  lr_schedule: Any, hidden: int = 64, layers: int = 3,
-                 shape_free: bool = False, **kwargs: Any) -> None:
+                 shape_free: bool = False, score_bias: float = 0.5, **kwargs: Any) -> None:
         kwargs.setdefault("ortho_init", False)  # keep pretrained weights as they are
         kwargs.setdefault("log_std_init", -1.5)
+        if not np.isfinite(score_bias):
+            raise ValueError(f"score_bias must be a finite number, got {score_bias!r}")
         self.shape_free = bool(shape_free)
+        self.score_bias = float(score_bias)
         super().__init__(observation_space, action_space, lr_schedule,
                          features_extractor_class=GNNExtractor,
                          features_extractor_kwargs={"hidden": hidden, "layers": layers,
@@ -122,14 +130,15 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
             # One log-std shared by all candidates (broadcast by SB3's Gaussian), so that
             # no parameter has the workload's candidate count as its shape.
             self.log_std = nn.Parameter(torch.full((1,), float(self.log_std_init)))
-            # A fresh policy starts with means near 0 (SB3's gain 0.01 for action nets):
-            # a random head's offset would start it idling (all scores < 0) or acting on
-            # every candidate, both far worse than random exploration.
+            # A fresh policy starts with every mean at score_bias and small weights (SB3's
+            # gain 0.01 for action nets): it acts on every candidate in a nearly random
+            # order, which beats random scores by far (-97 against -591 at load 0.3), and
+            # learns the order from there; means at 0 would idle (docs/learning.md).
             with torch.no_grad():
                 for head in (self.gnn.service_head, self.gnn.route_head,
                              self.gnn.transfer_head, self.gnn.retain_head):
                     head[-1].weight.mul_(0.01)
-                    head[-1].bias.zero_()
+                    head[-1].bias.fill_(self.score_bias)
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),
                                               **self.optimizer_kwargs)
 
@@ -140,7 +149,8 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
                     "share_features_extractor"):
             data.pop(key, None)
         kw = self.features_extractor_kwargs
-        data.update(hidden=kw["hidden"], layers=kw["layers"], shape_free=self.shape_free)
+        data.update(hidden=kw["hidden"], layers=kw["layers"], shape_free=self.shape_free,
+                    score_bias=self.score_bias)
         return data
 
     def obs_to_tensor(self, observation: Any) -> tuple[Any, bool]:
@@ -181,6 +191,7 @@ class GraphActorCriticPolicy(GNNActorCriticPolicy):
 
     def __init__(self, observation_space: spaces.Dict, action_space: spaces.Box,
                  lr_schedule: Any, hidden: int = 64, layers: int = 3,
-                 shape_free: bool = True, **kwargs: Any) -> None:
+                 shape_free: bool = True, score_bias: float = 0.5, **kwargs: Any) -> None:
         super().__init__(observation_space, action_space, lr_schedule, hidden=hidden,
-                         layers=layers, shape_free=shape_free, **kwargs)
+                         layers=layers, shape_free=shape_free, score_bias=score_bias,
+                         **kwargs)

@@ -2,11 +2,12 @@
 and what small change makes it learn? Read top to bottom; every knob is in ``Args``.
 
 The policy is :class:`mabp_gym.sb3.GraphActorCriticPolicy` as documented. The one change
-under test (``score_bias``) is applied here, after construction, not in the package: it sets
-the bias of the last layer of each read-out head (service, route, transfer, retain), so a
-fresh policy's means start at ``score_bias`` instead of 0. Why: the projection acts only on
-scores > 0, so with means near 0 every sampled action switches half of the candidates off
-at random, and the means themselves (the deterministic policy) idle.
+this experiment tested (``score_bias``) is now the policy's own keyword, default 0.5 (it was
+0 when the experiment ran): it sets the bias of the last layer of each read-out head
+(service, route, transfer, retain), so a fresh policy's means start at ``score_bias``.
+Why: the projection acts only on scores > 0, so with means near 0 every sampled action
+switches half of the candidates off at random, and the means themselves (the deterministic
+policy) idle.
 
     python examples/ppo_from_scratch.py --score-bias 0.0 --steps 20000 --json a.json
     python examples/ppo_from_scratch.py --score-bias 0.5 --steps 20000 --json b.json
@@ -48,7 +49,7 @@ class Args:
     n_epochs: int = 4
     learning_rate: float = 3e-4    # SB3's default
     reward_scale: float = 100.0    # training envs only (the env's default 100); eval keeps 100
-    score_bias: float = 0.0        # initial mean of every candidate score (the change tested)
+    score_bias: float = 0.5        # initial mean of every candidate score (0 reproduces v1)
     log_std_init: float = -1.5     # the policy's default
     eval_every: int = 4_096
     eval_seeds: list[int] = field(default_factory=lambda: [100, 101])
@@ -200,12 +201,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     envs.seed(args.seed)
     model = PPO(GraphActorCriticPolicy, envs, n_steps=args.n_steps, batch_size=args.batch_size,
                 n_epochs=args.n_epochs, learning_rate=args.learning_rate, seed=args.seed,
-                device="cpu", policy_kwargs={"log_std_init": args.log_std_init}, verbose=0)
-    # The change under test: start every candidate's mean at score_bias (package default 0).
-    with torch.no_grad():
-        gnn = model.policy.gnn
-        for head in (gnn.service_head, gnn.route_head, gnn.transfer_head, gnn.retain_head):
-            head[-1].bias.fill_(args.score_bias)
+                device="cpu", policy_kwargs={"log_std_init": args.log_std_init,
+                                             "score_bias": args.score_bias}, verbose=0)
 
     curve = Curve(args, started)
     model.learn(args.steps, callback=curve)

@@ -141,3 +141,25 @@ def test_readme__ppo_example_runs_as_written_with_a_tiny_budget():
     model = namespace["model"]
     assert model.num_timesteps >= 256
     assert isinstance(model.policy, GraphActorCriticPolicy)
+
+
+def test_graph_policy__a_fresh_policy_serves_instead_of_idling():
+    # The projection acts only on scores > 0: with the default score_bias every mean
+    # starts positive (softsign(0.5) = 1/3, the weights are small), so the deterministic
+    # policy serves from the first slot; score_bias=0 starts it idling (docs/learning.md).
+    env = _env("mixed", load=0.5)
+    obs, _ = env.reset(seed=0)
+    means = _means(_policy(env), obs)
+    assert torch.all(means > 0.25) and torch.all(means < 0.45)
+    served = 0
+    for _ in range(20):
+        action = _means(_policy(env), obs).numpy()[0]
+        obs, _, _, _, info = env.step(action)
+        served += int(np.asarray(info["control"]["service"]).sum())
+    assert served > 0
+    idle = GraphActorCriticPolicy(env.observation_space, env.action_space, lambda _: 3e-4,
+                                  score_bias=0.0)
+    assert torch.all(_means(idle, obs).abs() < 0.1)
+    with pytest.raises(ValueError, match="score_bias"):
+        GraphActorCriticPolicy(env.observation_space, env.action_space, lambda _: 3e-4,
+                               score_bias=float("nan"))
