@@ -7,27 +7,10 @@ projection (:func:`mabp_gym.project`) turns scores into a feasible control.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from mabp_gym.state import SimState
 from mabp_gym.workload import Workload, WorkloadIndex
-from mabp_gym.workloads import make_workload
-
-
-def resolve_workload(env_or_workload: Any) -> tuple[Workload, dict[str, Any]]:
-    """The workload behind a workload name, a :class:`Workload` or a (wrapped) env, and the
-    env's ``nu`` / ``memory`` settings when there is an env."""
-    if isinstance(env_or_workload, Workload):
-        return env_or_workload, {}
-    if isinstance(env_or_workload, str):
-        return make_workload(env_or_workload), {}
-    unwrapped = getattr(env_or_workload, "unwrapped", None)
-    workload = getattr(unwrapped, "workload", None)
-    if isinstance(workload, Workload):
-        return workload, {"nu": unwrapped.nu, "memory": unwrapped.memory}
-    raise ValueError("make_policy needs a workload name, a Workload or an mabp_gym env, got "
-                     f"{type(env_or_workload).__name__}")
 
 
 class Policy:
@@ -41,6 +24,7 @@ class Policy:
 
     name = "policy"
     memory_aware = False  # does the rule read the memory state?
+    observes = True  # act() reads the observation (mabp_gym.policy.Policy)
 
     def __init__(self, workload: Workload, *, nu: float = 5.0, memory: bool = True) -> None:
         if not np.isfinite(nu) or nu < 0:
@@ -66,6 +50,10 @@ class Policy:
         return result
 
     __call__ = scores
+
+    def act(self, obs: dict[str, np.ndarray] | None, state: SimState) -> np.ndarray:
+        """The :class:`mabp_gym.policy.Policy` decision: this slot's scores."""
+        return self.scores(obs)
 
     def _fill(self, obs: dict[str, np.ndarray], queues: np.ndarray, out: np.ndarray) -> None:
         raise NotImplementedError

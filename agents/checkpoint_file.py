@@ -24,6 +24,8 @@ import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mabp_gym.registry import checkpoint_path
+
 if TYPE_CHECKING:  # torch loads only when a checkpoint is read or written
     import torch
 
@@ -32,8 +34,6 @@ if TYPE_CHECKING:  # torch loads only when a checkpoint is read or written
 FORMAT = "mabp-gym.checkpoint"
 VERSION = 2
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
-DEFAULT_FILES = {"gnn": "gnn_{workload}.pt", "learn-mabp": "learn_mabp_{workload}.pt"}
-"""Policies that read a checkpoint, and the shipped file each loads by default."""
 # The load and the horizon are evaluation settings, not properties of the network the
 # checkpoint learned: a checkpoint is meant to be run at any load for any number of slots.
 _NOT_IDENTITY = ("load", "horizon")
@@ -41,7 +41,10 @@ _NOT_IDENTITY = ("load", "horizon")
 
 def default_checkpoint(policy: str, workload_name: str) -> Path:
     """The shipped checkpoint ``make_policy(policy, ...)`` loads for a workload."""
-    return CHECKPOINT_DIR / DEFAULT_FILES[policy].format(workload=workload_name)
+    path = checkpoint_path(policy, {}, workload_name)  # the registry names the file
+    if path is None:
+        raise ValueError(f"policy {policy!r} reads no checkpoint")
+    return path
 
 
 def content_digest(tensors: dict[str, torch.Tensor], meta_text: str) -> str:
@@ -54,15 +57,6 @@ def content_digest(tensors: dict[str, torch.Tensor], meta_text: str) -> str:
         digest.update(f"\0{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
         digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes()
                       if tensor.numel() else b"")
-    return digest.hexdigest()
-
-
-def file_digest(path: str | Path) -> str:
-    """SHA-256 of a file's bytes (what a results file keys a checkpoint by, not its path)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
     return digest.hexdigest()
 
 

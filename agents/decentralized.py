@@ -1,20 +1,20 @@
 """MABP and BP as one agent per node, each scoring from its local observation only.
 
-These are the rules of :mod:`agents.mabp` and :mod:`agents.backpressure` rewritten for the
-decentralized view (:func:`mabp_gym.parallel_env`, SPEC 10). A local rule reads only its
-agent's observation: its own queues, its own memory and its service rows (hit bits), and
-its out-neighbours' telemetry (queue lengths and memory residency, possibly stale) and
-the upstream telemetry (its in-neighbours' queue lengths of the commodities they route to
-it, and those its transfer heads relay). What it takes from the workload is static: its
-own primitives and its neighbours' (the "known primitives" every MABP variant assumes) and
-the layout of its candidates and of the routes into it.
+These are the rules of :mod:`mabp_gym.agents.mabp` and :mod:`mabp_gym.agents.backpressure`
+rewritten for the decentralized view (:func:`mabp_gym.parallel_env`, SPEC 10). A local rule
+reads only its agent's observation: its own queues, its own memory and its service rows (hit
+bits), and its out-neighbours' telemetry (queue lengths and memory residency, possibly
+stale) and the upstream telemetry (its in-neighbours' queue lengths of the commodities they
+route to it, and those its transfer heads relay). What it takes from the workload is static:
+its own primitives and its neighbours' (the "known primitives" every MABP variant assumes)
+and the layout of its candidates and of the routes into it.
 
 What each score needs:
 
 - service (both rules): the node's own queues, hit bits and primitives;
 - routes (both rules): the own queue and the head's queue of that commodity; Cost-BP
   also holds a route of a commodity the node serves when its own best service weight for
-  it is negative (the sibling hold of :class:`agents.backpressure.Backpressure`: own
+  it is negative (the sibling hold of :class:`mabp_gym.agents.backpressure.Backpressure`: own
   queues only);
 - retention (MABP): the node's marginal value of each object, a function of its own
   queues, hit bits and a per-action demand evidence it keeps: its own queued units plus
@@ -49,7 +49,7 @@ class _NodesRule:
     """MABP's per-node quantities for a few nodes at once: the agent's own node first, then
     the neighbours it shadows (one stacked computation keeps the numpy calls few).
 
-    Every expression mirrors :class:`agents.mabp.MABP` restricted to these nodes' actions,
+    Every expression mirrors :class:`mabp_gym.agents.mabp.MABP` restricted to these nodes' actions,
     in the same order of floating-point operations, so that results are bit-identical.
     """
 
@@ -210,10 +210,10 @@ class LocalPolicy:
 
 
 class LocalMABP(LocalPolicy):
-    """:class:`agents.mabp.MABP` for one agent (marginal-value retention and transfers).
+    """:class:`mabp_gym.agents.mabp.MABP` for one agent (marginal-value retention and transfers).
 
     Args:
-        horizon, evidence, transition, reuse: as for :class:`agents.mabp.MABP`.
+        horizon, evidence, transition, reuse: as for :class:`mabp_gym.agents.mabp.MABP`.
     """
 
     name = "mabp"
@@ -290,7 +290,7 @@ class LocalMABP(LocalPolicy):
 
 
 class LocalBP(LocalPolicy):
-    """:class:`agents.backpressure.Backpressure` (``bp`` or ``cost-bp``) for one agent:
+    """:class:`mabp_gym.agents.backpressure.Backpressure` (``bp`` or ``cost-bp``) for one agent:
     memory-averaged primitives, most-recently-used retention, no transfers."""
 
     name = "bp"
@@ -309,7 +309,7 @@ class LocalBP(LocalPolicy):
                     )[:, :-1]
         self.work = weight * ix.work[1, acts] + (1 - weight) * ix.work[0, acts]
         self.penalty = weight * ix.penalty[1, acts] + (1 - weight) * ix.penalty[0, acts]
-        # Recency retention over the node's own queues (agents.base.RecencyRetention).
+        # Recency retention over the node's own queues (mabp_gym.agents.base.RecencyRetention).
         compat = np.zeros((lay.retains.size, ix.num_commodities), dtype=bool)
         for a in acts:
             s = ix.action_signature[a]

@@ -32,7 +32,7 @@ whose batch was still coming. Frame-MABP plans, every slot, a rolling frame of `
    that balances their queues in work: the shared projection moves the whole queue, which
    would send it back and forth between siblings.
 
-MABP itself (``agents.mabp.MABP``) is composed, not subclassed: its public ``scores`` and
+MABP itself (``mabp_gym.agents.mabp.MABP``) is composed, not subclassed: its public ``scores`` and
 ``weights`` give the base order, so its retention internals may change freely. Transfers
 are not used (scores -1); the plan acquires objects by one miss instead.
 
@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.base import Policy
-from agents.mabp import MABP
+from mabp_gym.agents.base import Policy
+from mabp_gym.agents.mabp import MABP
 from mabp_gym.control import Control
 from mabp_gym.projection import project
 from mabp_gym.state import SimState
@@ -75,7 +75,7 @@ class FrameMABP(Policy):
             (default 1: the newcomer's miss; 2 would also count the evicted object's miss
             later, which measured worse on tuning seeds 10-11).
         nu, memory: as for every policy.
-        **mabp_kw: passed to the composed :class:`agents.mabp.MABP`.
+        **mabp_kw: passed to the composed :class:`mabp_gym.agents.mabp.MABP`.
     """
 
     name = "frame-mabp"
@@ -131,6 +131,10 @@ class FrameMABP(Policy):
         self._arrival[:] = 0.0
         self._served[:] = 0.0
         self.planned[:] = False
+
+    def act(self, obs: dict[str, np.ndarray] | None, state: SimState) -> Control:
+        """The :class:`mabp_gym.policy.Policy` decision: :meth:`control`."""
+        return self.control(state, obs)
 
     def control(self, state: SimState, obs: dict[str, np.ndarray]) -> Control:
         """Scores projected by the shared projection; remembering what the control serves

@@ -4,7 +4,7 @@ per candidate, the same telemetry as MABP and the same projection as every polic
 :class:`GNNScheduler` is a plain ``nn.Module`` over the batched graph of
 :func:`mabp_gym.pyg.to_pyg` (graphs batched by index offsets, never
 ``Batch.from_data_list``). :class:`GNNPolicy` wraps a trained checkpoint as a
-:class:`~agents.base.Policy`, so the evaluation harness runs it like any scripted agent;
+:class:`~mabp_gym.agents.base.Policy`, so the evaluation harness runs it like any scripted agent;
 its ``scores_batch`` scores a whole vector of observations in one forward pass.
 """
 
@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
 
-from agents import checkpoint_file
-from agents.base import Policy
+from mabp_gym.agents import checkpoint_file
+from mabp_gym.agents.base import Policy
 from mabp_gym.pyg import to_pyg
 from mabp_gym.workload import Workload
 
@@ -119,7 +119,7 @@ def save_checkpoint(path: str | Path, model: GNNScheduler, workload: Workload,
                     **extra: Any) -> str:
     """Save the model with the full description of the workload it was trained for
     (``extra``: JSON-serializable notes such as the epoch or the command); return the
-    content digest. See :mod:`agents.checkpoint_file` for the format."""
+    content digest. See :mod:`mabp_gym.agents.checkpoint_file` for the format."""
     meta = {"dims": model.dims, "hidden": model.hidden, "layers": len(model.convs),
             "workload": workload.name, "shape": shape_of(workload),
             "workload_identity": checkpoint_file.workload_identity(workload), **extra}

@@ -1,6 +1,6 @@
 """stable-baselines3 adapter for the GNN scheduler (PPO's actor-critic policy).
 
-The features extractor runs :class:`~agents.gnn.GNNScheduler` and returns
+The features extractor runs :class:`~mabp_gym.agents.gnn.GNNScheduler` and returns
 ``[scores (D) | graph embedding]``; the policy's "MLP extractor" only splits that vector,
 the action mean *is* the GNN's score vector (one read-out per candidate, no extra linear
 layer, so a pretrained GNN acts exactly as trained), and the value head reads the graph
@@ -31,7 +31,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.utils import obs_as_tensor
 from torch import nn
 
-from agents.gnn import GNNScheduler, observation_dims
+from mabp_gym.agents.gnn import GNNScheduler, observation_dims
 from mabp_gym.pyg import to_pyg
 
 

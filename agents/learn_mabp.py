@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents import checkpoint_file
-from agents.base import successor_support
-from agents.mabp import MABP
+from mabp_gym.agents import checkpoint_file
+from mabp_gym.agents.base import successor_support
+from mabp_gym.agents.mabp import MABP
 from mabp_gym.workload import Workload
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
@@ -102,7 +102,7 @@ class PrimitiveEstimate:
     def save(self, path: str | Path, workload: Workload, **extra: Any) -> str:
         """Save the estimates as tensors with the full description of ``workload``
         (``extra``: JSON-serializable notes); return the content digest."""
-        from agents.gnn import shape_of
+        from mabp_gym.agents.gnn import shape_of
 
         tensors = {name: torch.as_tensor(np.asarray(getattr(self, name)))
                    for name in self._ARRAYS}
@@ -119,7 +119,7 @@ class PrimitiveEstimate:
                 workload of another shape or with other parameters (they are named): the
                 estimates of one network say nothing about another.
         """
-        from agents.gnn import shape_of
+        from mabp_gym.agents.gnn import shape_of
 
         tensors, meta = checkpoint_file.load(path, "learn-mabp")
         if meta.get("shape") != shape_of(workload):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.base import Policy, RecencyRetention, successor_support
+from mabp_gym.agents.base import Policy, RecencyRetention, successor_support
 from mabp_gym.workload import Workload
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from agents.mabp import MABP
+from mabp_gym.agents.mabp import MABP
 from mabp_gym.control import (
     EPS,
     Control,
@@ -51,7 +51,7 @@ from mabp_gym.control import (
     check_control,
     hit_bits,
 )
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.projection import project
 from mabp_gym.state import SimState
 from mabp_gym.workload import Workload
@@ -187,6 +187,10 @@ class OracleSur(MABP):
         return self._encoder.encode(state)
 
     # -- the control ----------------------------------------------------------------------
+    def act(self, obs: dict[str, np.ndarray] | None, state: SimState) -> Control:
+        """The :class:`mabp_gym.policy.Policy` decision: :meth:`control`."""
+        return self.control(state, obs)
+
     def control(self, state: SimState, obs: dict[str, np.ndarray] | None = None) -> Control:
         """An exact, feasible control for ``state`` (call once per slot, like ``scores``).
 

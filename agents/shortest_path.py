@@ -2,7 +2,7 @@
 
 Both serve the longest queue first at every node, route a unit only from a node that does
 not serve its commodity (units stay where they can be served), make no transfers and keep
-memory most-recently-used without reading it (:class:`agents.base.RecencyRetention`).
+memory most-recently-used without reading it (:class:`mabp_gym.agents.base.RecencyRetention`).
 
 - ``sp``: each unit takes the cheapest link (least ``d``; ties to the lowest link index)
   toward a server of its commodity, ignoring queues.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.base import Policy, RecencyRetention
+from mabp_gym.agents.base import Policy, RecencyRetention
 from mabp_gym.workload import Workload
 
 

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from _report import emit
 
-from agents import POLICIES, make_policy
 from mabp_gym import Simulator, make_workload
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.agents import POLICIES, make_policy
+from mabp_gym.encoding import ObservationEncoder
 
 
 def decision_times(name: str, slots: int, seed: int) -> np.ndarray:

@@ -18,8 +18,8 @@ import time
 import numpy as np
 from _report import emit
 
-from agents import make_policy
-from agents.decentralized import local_policies
+from mabp_gym.agents import make_policy
+from mabp_gym.agents.decentralized import local_policies
 from mabp_gym.parallel import parallel_env
 
 

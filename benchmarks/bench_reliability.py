@@ -16,9 +16,9 @@ from pathlib import Path
 
 from _report import emit
 
-from agents.checkpoint_file import default_checkpoint
-from agents.gnn import load_checkpoint
 from mabp_gym import make_workload
+from mabp_gym.agents.checkpoint_file import default_checkpoint
+from mabp_gym.agents.gnn import load_checkpoint
 from mabp_gym.evaluation import METRIC_KEYS, _repair, evaluate, plan
 
 

@@ -46,9 +46,9 @@ TABLE_LOADS = (0.5, 0.85)  # loads timed per Table I policy with --table
 # -- worker: runs inside whichever tree is first on sys.path --------------------------------
 def _slot_times(path: str, load: float, policy_name: str, slots: int, seed: int
                 ) -> dict[str, float]:
-    from agents import make_policy
     from mabp_gym import Simulator, make_workload
-    from mabp_gym.env import ObservationEncoder
+    from mabp_gym.agents import make_policy
+    from mabp_gym.encoding import ObservationEncoder
 
     workload = make_workload(path, load=load)
     sim = Simulator(workload)
@@ -72,7 +72,7 @@ def _slot_times(path: str, load: float, policy_name: str, slots: int, seed: int
 
 
 def _env_step_times(slots: int, seed: int) -> dict[str, float]:
-    from agents import make_policy
+    from mabp_gym.agents import make_policy
     from mabp_gym.env import SFMSNEnv
 
     env = SFMSNEnv("mixed", load=0.85)

@@ -19,9 +19,9 @@ from pathlib import Path
 from _report import emit
 
 import mabp_gym
-from agents import make_policy
 from mabp_gym import Simulator, make_workload
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.agents import make_policy
+from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.scores import queue_length_scores
 
 MULTIHOP = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")

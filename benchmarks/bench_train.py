@@ -17,17 +17,17 @@ import numpy as np
 import torch
 from _report import emit
 
-from agents import make_policy
-from agents.gnn import GNNScheduler, observation_dims, resolve_device
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.agents import make_policy
+from mabp_gym.agents.gnn import GNNScheduler, observation_dims, resolve_device
+from mabp_gym.encoding import ObservationEncoder
+from mabp_gym.training.common import rollout
+from mabp_gym.training.gnn import imitation_loss, stack
 from mabp_gym.workloads import make_workload
-from training.common import rollout
-from training.gnn import imitation_loss, stack
 
 
 def imitation_steps_per_s(device: str, data, targets, steps: int) -> float:
     wl = make_workload("mixed")
-    model = GNNScheduler(observation_dims(ObservationEncoder(wl).space)).to(device)
+    model = GNNScheduler(observation_dims(ObservationEncoder(wl).layout)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     tensors = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
     target = torch.as_tensor(targets, dtype=torch.float32, device=device)

@@ -1,7 +1,7 @@
 """Decentralized MABP in a plain PettingZoo loop: one agent per node, stale telemetry.
 
 Every node of the ``mixed`` network is an agent that scores its own candidates from its
-local observation (``agents.decentralized.LocalMABP``); the env assembles the scores and
+local observation (``mabp_gym.agents.decentralized.LocalMABP``); the env assembles the scores and
 applies the shared projection. At staleness 0 the run is exactly the centralized MABP's;
 with stale telemetry the agents route on what their neighbours' queues were.
 
@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 
 import mabp_gym
-from agents.decentralized import local_policies
+from mabp_gym.agents.decentralized import local_policies
 
 
 def episode(staleness: int, load: float, horizon: int, seed: int, policy: str) -> None:

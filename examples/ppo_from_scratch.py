@@ -30,7 +30,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import mabp_gym  # noqa: F401  (registers the env ids)
-from agents import make_policy
+from mabp_gym.agents import make_policy
 from mabp_gym.sb3 import GraphActorCriticPolicy
 
 
@@ -152,17 +152,17 @@ def stable_loads(model: PPO, args: Args) -> dict[str, Any]:
     BP, and return the per-load summaries and each policy's stable load.
 
     The harness builds policies by registered name, so the model is registered here, for
-    this process only, as ``ppo-scratch`` (a scores-callable wrapper of its means)."""
-    import agents
-    from agents.base import Policy
+    this process only, as ``ppo-scratch`` (a :class:`Policy` wrapper of its means)."""
+    from mabp_gym.agents.base import Policy
     from mabp_gym.evaluation import evaluate, paper_load, stable_load, summarize_records
+    from mabp_gym.registry import policy_names, register_policy
 
     class Means(Policy):
         def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
             return np.asarray(model.predict(obs, deterministic=True)[0], dtype=np.float64)
 
-    agents._REGISTRY["ppo-scratch"] = lambda workload, **kw: Means(workload, **kw)
-    agents.POLICIES = (*agents.POLICIES, "ppo-scratch")
+    if "ppo-scratch" not in policy_names():
+        register_policy("ppo-scratch", Means)
     records = evaluate(["ppo-scratch", "bp"], args.workload, args.stable_loads,
                        args.stable_seeds, horizon=args.eval_horizon, backend="serial")
     rows = [{k: row[k] for k in ("policy", "load", "mean_backlog", "stable_seeds", "stable",

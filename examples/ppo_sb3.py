@@ -26,8 +26,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import mabp_gym  # noqa: F401  (registers the env ids)
-from agents import make_policy
-from agents.gnn import resolve_device
+from mabp_gym.agents import make_policy
+from mabp_gym.agents.gnn import resolve_device
 from mabp_gym.sb3 import GraphActorCriticPolicy
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.capacity import REFERENCES, capacity
+from mabp_gym.training.arguments import OneLineParser
 from mabp_gym.workloads import WORKLOADS, make_workload
 
 TABLE_POLICIES = ("sp", "jsq", "bp", "cost-bp", "greedycache-bp", "mabp", "oracle-sur",
@@ -65,14 +66,6 @@ def _no_grid_overrides(overrides: dict[str, Any], command: str,
     for key, option in settings.items():
         if key in overrides:
             raise ValueError(f"--set {key}={overrides[key]!r}: {command} {option}")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line on stderr and exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
 
 
 def _number(raw: str) -> Any:
@@ -137,7 +130,7 @@ def _parse_grid(tokens: list[str], name: str) -> list[float]:
 
 
 def _policies(tokens: list[str]) -> list[str]:
-    from agents import POLICIES
+    from mabp_gym.agents import POLICIES
 
     names = [p for token in tokens for p in token.split(",") if p]
     for name in names:
@@ -660,9 +653,9 @@ def _fleet(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace) -> None:
     if args.learner == "gnn":
-        from training import gnn as learner
+        from mabp_gym.training import gnn as learner
     else:
-        from training import learn_mabp as learner
+        from mabp_gym.training import learn_mabp as learner
     with user_input():
         options = learner.parse(args.rest)
     learner.report(learner.train(options))

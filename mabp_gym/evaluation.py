@@ -35,7 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from mabp_gym.fileformat import file_digest, workload_digest_of
 from mabp_gym.metrics import Trace, is_stable, summarize
+from mabp_gym.registry import checkpoint_path, make_policy, policy_names
+from mabp_gym.rollout import episode
 from mabp_gym.simulator import Simulator
 from mabp_gym.workload import Workload
 from mabp_gym.workloads import make_workload
@@ -113,18 +116,6 @@ class RunSpec:
                                                "horizon": self.horizon})
 
 
-def workload_digest_of(workload: Workload) -> str:
-    """SHA-256 of a workload's whole file-format description with its load left out (the
-    load is keyed exactly on its own) and its builder parameters."""
-    from mabp_gym.fileformat import workload_to_dict
-
-    description = workload_to_dict(workload)
-    description["arrivals"].pop("load", None)
-    params = [[k, v] for k, v in workload.params if k != "load"]
-    text = json.dumps([description, params, workload.lambda_ref], sort_keys=True, default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: str
                          ) -> str | None:
     """The content digest of the checkpoint ``policy`` reads (``None``: it reads none).
@@ -132,13 +123,8 @@ def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: 
     Raises:
         ValueError: the policy reads a checkpoint and there is no such file.
     """
-    from agents.checkpoint_file import DEFAULT_FILES, default_checkpoint, file_digest
-
-    if policy_kw.get("checkpoint"):
-        path = Path(policy_kw["checkpoint"])
-    elif policy in DEFAULT_FILES:
-        path = default_checkpoint(policy, workload_name)
-    else:
+    path = checkpoint_path(policy, policy_kw, workload_name)
+    if path is None:
         return None
     if not path.is_file():
         raise ValueError(f"policy {policy!r}: no checkpoint file at {str(path)!r}")
@@ -147,14 +133,10 @@ def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: 
 
 def run(spec: RunSpec) -> dict[str, Any]:
     """Simulate one run and return its record (every SPEC 5 metric)."""
-    from agents import make_policy
-    from mabp_gym.env import ObservationEncoder
-
     started = time.perf_counter()
     workload = spec.build_workload()
     sim = Simulator(workload, memory=spec.memory, check_invariants=True)
     sim.reset(spec.seed)
-    encoder = ObservationEncoder(workload, memory=spec.memory)
     policy = make_policy(spec.policy, workload, nu=spec.nu, memory=spec.memory,
                          **dict(spec.policy_kw))
     policy.reset(spec.seed)
@@ -162,19 +144,12 @@ def run(spec: RunSpec) -> dict[str, Any]:
         # A learned policy scores one small graph per slot: one thread is several times
         # faster than several threads fighting over the cores the other runs use.
         sys.modules["torch"].set_num_threads(1)
-    exact = hasattr(policy, "control")
     trace = Trace()
     decisions = np.empty(spec.horizon)
     residency = np.zeros((workload.index.num_nodes, workload.index.num_signatures))
-    for t in range(spec.horizon):
-        obs = encoder.encode(sim.state)
-        tick = time.perf_counter()
-        if exact:
-            control = policy.control(sim.state, obs)
-        else:
-            control = sim.project(policy.scores(obs))
-        decisions[t] = time.perf_counter() - tick
-        trace.record(sim.step(control))
+    for t, slot in enumerate(episode(sim, policy, spec.horizon, check=True)):
+        decisions[t] = slot.decision_s
+        trace.record(slot.outcome)
         residency += sim.state.holder >= 0
     metrics = summarize(trace, spec.warmup)
     record: dict[str, Any] = {
@@ -447,8 +422,6 @@ def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[floa
     Raises:
         ValueError: naming the bad argument and what is allowed.
     """
-    from agents import POLICIES, make_policy
-
     if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or \
             not 0.0 <= warmup < 1.0:
         raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
@@ -462,8 +435,8 @@ def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[floa
     if isinstance(policies, str):
         policies = [policies]
     for name in policies:
-        if name not in POLICIES:
-            raise ValueError(f"unknown policy {name!r}; choose one of {POLICIES}")
+        if name not in policy_names():
+            raise ValueError(f"unknown policy {name!r}; choose one of {policy_names()}")
     loads = _check_loads(loads)
     seeds = _check_seeds(seeds)
     if not loads or not seeds or not policies:

@@ -32,6 +32,7 @@ can still complete (no probability-1 loop).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from functools import lru_cache
@@ -490,3 +491,22 @@ def save_workload(workload: Workload, path: str | Path) -> None:
     """Write ``workload`` in the file format (JSON)."""
     Path(path).write_text(json.dumps(workload_to_dict(workload), indent=1) + "\n",
                           encoding="utf-8")
+
+
+def workload_digest_of(workload: Workload) -> str:
+    """SHA-256 of a workload's whole file-format description with its load left out (the
+    load is keyed exactly on its own) and its builder parameters."""
+    description = workload_to_dict(workload)
+    description["arrivals"].pop("load", None)
+    params = [[k, v] for k, v in workload.params if k != "load"]
+    text = json.dumps([description, params, workload.lambda_ref], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (what a results file keys a checkpoint by, not its path)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -31,7 +31,7 @@ other nodes score. Retention is per node. Two constraints cross nodes:
   whether it holds a replica.
 
 With ``staleness=0`` a score rule that reads only these local observations can produce
-exactly the centralized scores, and then the same control (``agents.decentralized``;
+exactly the centralized scores, and then the same control (``mabp_gym.agents.decentralized``;
 ``tests/test_parallel_env.py`` checks MABP, BP and Cost-BP slot by slot).
 
 Telemetry
@@ -61,15 +61,15 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from mabp_gym.control import Control
-from mabp_gym.env import (
+from mabp_gym.encoding import (
     NODE_FEATURES,
     RETAIN_FEATURES,
     ROUTE_FEATURES,
     SERVICE_FEATURES,
     TRANSFER_FEATURES,
     ObservationEncoder,
-    SFMSNEnv,
 )
+from mabp_gym.env import SFMSNEnv
 from mabp_gym.simulator import SlotOutcome
 from mabp_gym.workload import ROLES, Workload
 

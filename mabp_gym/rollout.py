@@ -1,17 +1,75 @@
-"""Run a score rule on the simulator core and collect its trace."""
+"""The one episode loop: a :class:`~mabp_gym.policy.Policy` on the simulator core.
+
+:func:`episode` yields every slot (observation, decision, outcome, decision time); the
+evaluation harness (:func:`mabp_gym.evaluation.run`), the training code
+(:mod:`mabp_gym.training.common`) and the CLI's ``simulate`` all run it, so a slot means
+the same thing everywhere. :func:`rollout` collects the :class:`~mabp_gym.metrics.Trace`
+of a score rule.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
+from mabp_gym.control import Control
+from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.metrics import Trace
-from mabp_gym.simulator import Simulator
+from mabp_gym.policy import Decision, Observation, Policy, ScoreFunction
+from mabp_gym.simulator import Simulator, SlotOutcome
 from mabp_gym.state import SimState
 from mabp_gym.workload import Workload
 
 ScoreRule = Callable[[Workload, SimState], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One simulated slot: what the policy saw, what it decided, what happened."""
+
+    obs: Observation | None
+    decision: Decision
+    outcome: SlotOutcome
+    decision_s: float
+    """Seconds the decision took: the policy's, and the projection of its scores when
+    controls are checked (with ``check=False`` projection and execution are one call)."""
+
+
+def episode(sim: Simulator, policy: Policy, slots: int, *, check: bool = True,
+            encoder: ObservationEncoder | None = None) -> Iterator[Slot]:
+    """Run ``policy`` for ``slots`` slots from the simulator's current state.
+
+    Args:
+        sim: a simulator after :meth:`~mabp_gym.simulator.Simulator.reset`.
+        policy: called once per slot; its scores go through the shared projection.
+        slots: how many slots.
+        check: check every executed control for feasibility (the evaluation harness).
+            ``False`` skips the check for controls the shared projection produced (the
+            training path); a control a policy built itself is always checked.
+        encoder: the observation encoder (default: one for the simulator's workload;
+            none is used when the policy does not observe).
+    """
+    observes = getattr(policy, "observes", True)
+    if observes and encoder is None:
+        encoder = ObservationEncoder(sim.workload, memory=sim.memory)
+    for _ in range(slots):
+        obs = encoder.encode(sim.state) if observes else None
+        tick = time.perf_counter()
+        decision = policy.act(obs, sim.state)
+        if isinstance(decision, Control):
+            elapsed = time.perf_counter() - tick
+            outcome = sim.step(decision)
+        elif check:
+            control = sim.project(decision)
+            elapsed = time.perf_counter() - tick
+            outcome = sim.step(control)
+        else:
+            elapsed = time.perf_counter() - tick
+            _, outcome = sim.step_scores(decision)
+        yield Slot(obs, decision, outcome, elapsed)
 
 
 def rollout(workload: Workload, score_rule: ScoreRule, seed: int, *,
@@ -19,13 +77,14 @@ def rollout(workload: Workload, score_rule: ScoreRule, seed: int, *,
             check_invariants: bool = True) -> Trace:
     """Simulate ``horizon`` slots (default: the workload's) under ``score_rule``.
 
-    Every control goes through the shared projection and the feasibility check; with
-    ``check_invariants`` SPEC 6's invariants are asserted after every slot.
+    Every control goes through the shared projection; with ``check_invariants`` SPEC 6's
+    invariants are asserted and every control is checked after every slot.
     """
     sim = Simulator(workload, memory=memory, check_invariants=check_invariants)
     sim.reset(seed)
     trace = Trace()
-    for _ in range(workload.horizon if horizon is None else horizon):
-        _, outcome = sim.step_scores(score_rule(workload, sim.state))
-        trace.record(outcome)
+    policy = ScoreFunction(score_rule, workload)
+    for slot in episode(sim, policy, workload.horizon if horizon is None else horizon,
+                        check=False):
+        trace.record(slot.outcome)
     return trace

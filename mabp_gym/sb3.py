@@ -37,7 +37,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
 
-from agents.gnn_sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy
+from mabp_gym.agents.gnn_sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy
 from mabp_gym.pyg import to_pyg
 
 __all__ = ["GNNActorCriticPolicy", "GraphActorCriticPolicy", "GraphFeaturesExtractor",

@@ -200,7 +200,7 @@ def _encode_kernel(queue_len, service_action, service_residual, holder_flat, mem
                    transfer_size, transfer_bandwidth, budget, retain_slot, retain_size,
                    retain_positions, mu, static_nodes, queue_flat, hit, nodes, queues,
                    resident, service, route, transfer, retain, mask):  # pragma: no cover
-    """The observation of :class:`mabp_gym.env.ObservationEncoder` over flat arrays.
+    """The observation of :class:`mabp_gym.encoding.ObservationEncoder` over flat arrays.
 
     Fills every output but the successor-pressure column ``service[:, 3]`` (a float32 sum
     whose order numpy fixes; the caller computes it with numpy from ``queue_flat`` and

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents import POLICIES, make_policy
 from mabp_gym import Simulator, make_workload
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.agents import POLICIES, make_policy
+from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.metrics import Trace, summarize
 
 SCRIPTED = [p for p in POLICIES if p not in ("gnn", "learn-mabp")]

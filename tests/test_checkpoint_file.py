@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 import torch
 
-from agents import checkpoint_file, make_policy
-from agents.gnn import GNNScheduler, load_checkpoint, observation_dims, save_checkpoint
-from agents.learn_mabp import PrimitiveEstimate
 from mabp_gym import make_workload
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.agents import checkpoint_file, make_policy
+from mabp_gym.agents.gnn import GNNScheduler, load_checkpoint, observation_dims, save_checkpoint
+from mabp_gym.agents.learn_mabp import PrimitiveEstimate
+from mabp_gym.encoding import ObservationEncoder
 
 SHIPPED = Path(checkpoint_file.CHECKPOINT_DIR)
 
 
 def tiny_gnn(workload) -> GNNScheduler:
     torch.manual_seed(0)
-    return GNNScheduler(observation_dims(ObservationEncoder(workload).space), hidden=8,
+    return GNNScheduler(observation_dims(ObservationEncoder(workload).layout), hidden=8,
                         layers=1)
 
 
@@ -151,7 +151,7 @@ def test_ppo_archive__no_pickled_field_is_unpickled_and_unknown_ones_are_refused
     import types
     import zipfile
 
-    from training.gnn import GNNArgs, _ppo_archive_objects
+    from mabp_gym.training.gnn import GNNArgs, _ppo_archive_objects
 
     marker = tmp_path / "pwned"
     evil = {":serialized:": base64.b64encode(pickle.dumps(_Exploit(str(marker)))).decode()}

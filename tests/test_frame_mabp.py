@@ -7,10 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from agents import POLICIES, make_policy
-from agents.frame_mabp import FrameMABP
 from mabp_gym import Simulator, check_control, make_workload, project
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.agents import POLICIES, make_policy
+from mabp_gym.agents.frame_mabp import FrameMABP
+from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.evaluation import RunSpec, run
 from mabp_gym.workload import Action, Commodity, Node, Signature, Workload
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import mabp_gym  # noqa: F401  (registers the ids)
-from agents import make_policy
-from agents.gnn import GNNScheduler, load_checkpoint, observation_dims, resolve_device
-from agents.learn_mabp import LearnMABP, PrimitiveEstimate
 from mabp_gym import Simulator, make_workload
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.agents import make_policy
+from mabp_gym.agents.gnn import GNNScheduler, load_checkpoint, observation_dims, resolve_device
+from mabp_gym.agents.learn_mabp import LearnMABP, PrimitiveEstimate
+from mabp_gym.encoding import ObservationEncoder
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +35,7 @@ def observation(workload, slots: int = 30, seed: int = 0) -> dict[str, np.ndarra
 
 
 def test_gnn__training_smoke_resume_and_evaluation(tmp_path):
-    from training.gnn import main
+    from mabp_gym.training.gnn import main
 
     tiny = ["--imitation-loads", "0.5", "--imitation-slots", "40", "--imitation-epochs", "1",
             "--ppo-envs", "2", "--ppo-rollout", "64", "--checkpoint-every", "128",
@@ -59,10 +59,10 @@ def test_gnn__training_smoke_resume_and_evaluation(tmp_path):
 
 
 def test_gnn__checkpoint_for_another_shape_is_refused(tmp_path):
-    from agents.gnn import save_checkpoint
+    from mabp_gym.agents.gnn import save_checkpoint
 
     wl = make_workload("mixed")
-    model = GNNScheduler(observation_dims(ObservationEncoder(wl).space), hidden=8, layers=1)
+    model = GNNScheduler(observation_dims(ObservationEncoder(wl).layout), hidden=8, layers=1)
     path = tmp_path / "g.pt"
     save_checkpoint(path, model, wl)
     with pytest.raises(ValueError, match=r"trained on workload 'mixed'.*'rag' has shape"):
@@ -75,7 +75,7 @@ def test_gnn__relabelling_nodes_permutes_its_scores():
     wl = make_workload("mixed", load=0.7)
     obs = observation(wl, slots=40)
     torch.manual_seed(0)
-    model = GNNScheduler(observation_dims(ObservationEncoder(wl).space), hidden=16, layers=2)
+    model = GNNScheduler(observation_dims(ObservationEncoder(wl).layout), hidden=16, layers=2)
     model.eval()
     n = obs["node_features"].shape[0]
     perm = np.random.default_rng(1).permutation(n)  # new node k is old node perm[k]
@@ -101,10 +101,10 @@ def test_gnn__relabelling_nodes_permutes_its_scores():
 
 
 def test_gnn__scores_a_batch_of_vector_env_observations_in_one_pass(tmp_path):
-    from agents.gnn import save_checkpoint
+    from mabp_gym.agents.gnn import save_checkpoint
 
     wl = make_workload("mixed")
-    model = GNNScheduler(observation_dims(ObservationEncoder(wl).space), hidden=8, layers=1)
+    model = GNNScheduler(observation_dims(ObservationEncoder(wl).layout), hidden=8, layers=1)
     save_checkpoint(tmp_path / "g.pt", model, wl)
     policy = make_policy("gnn", wl, checkpoint=tmp_path / "g.pt")
     envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=3, vectorization_mode="sync")
@@ -155,7 +155,7 @@ def test_learn_mabp__fit_recovers_seen_pairs_and_uses_miss_primitives_for_unseen
 
 
 def test_learn_mabp__training_entry_point_fits_and_reports_errors(tmp_path):
-    from training.learn_mabp import main
+    from mabp_gym.training.learn_mabp import main
 
     report = main(["--explore-loads", "0.5", "--explore-slots", "150", "--eval-loads", "0.3",
                    "--eval-seeds", "1", "--no-progress", "--out", str(tmp_path)])

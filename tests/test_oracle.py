@@ -10,9 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import agents.oracle as oracle_module
-from agents.mabp import MABP
-from agents.oracle import OracleSur, knapsack
+import mabp_gym.agents.oracle as oracle_module
 from mabp_gym import (
     Action,
     Commodity,
@@ -26,7 +24,9 @@ from mabp_gym import (
     make_workload,
     project,
 )
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.agents.mabp import MABP
+from mabp_gym.agents.oracle import OracleSur, knapsack
+from mabp_gym.encoding import ObservationEncoder
 
 MIXED = make_workload("mixed", load=0.85)
 

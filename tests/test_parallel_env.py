@@ -13,8 +13,8 @@ import pytest
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 import mabp_gym
-from agents import make_policy
-from agents.decentralized import local_policies, make_local_policy
+from mabp_gym.agents import make_policy
+from mabp_gym.agents.decentralized import local_policies, make_local_policy
 from mabp_gym.ego import ego_graph, ego_pyg
 from mabp_gym.env import SFMSNEnv
 from mabp_gym.parallel import parallel_env

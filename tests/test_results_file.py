@@ -103,7 +103,7 @@ def test_run_key__covers_everything_that_determines_the_record(monkeypatch):
 
 
 def test_run_key__a_checkpoint_counts_by_content_not_path(tmp_path):
-    from agents.learn_mabp import PrimitiveEstimate
+    from mabp_gym.agents.learn_mabp import PrimitiveEstimate
 
     wl = mabp_gym.make_workload("mixed")
     ix = wl.index

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import mabp_gym
-from agents import make_policy
 from mabp_gym import Simulator, make_workload, slotcore
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.agents import make_policy
+from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.projection import project_checked
 
 pytestmark = pytest.mark.skipif(not slotcore.AVAILABLE,
@@ -105,8 +105,8 @@ _TRAJECTORY = """
 import sys
 {block}
 from mabp_gym import Simulator, make_workload, slotcore
-from mabp_gym.env import ObservationEncoder
-from agents import make_policy
+from mabp_gym.encoding import ObservationEncoder
+from mabp_gym.agents import make_policy
 wl = make_workload("mixed")
 sim = Simulator(wl)
 sim.reset(6)

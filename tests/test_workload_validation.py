@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import mabp_gym
 from mabp_gym import Simulator, make_workload
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.fileformat import load_workload, workload_from_dict
 from mabp_gym.scores import queue_length_scores
 from mabp_gym.workloads import check_number

@@ -1,61 +1,20 @@
-"""What the training entry points share: argument dataclasses on the command line, seeding,
-devices, teacher rollouts."""
+"""What the training entry points share: seeding, teacher rollouts (their command lines are
+:mod:`mabp_gym.training.arguments`)."""
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import random
 from collections.abc import Callable, Iterator
-from typing import Any, get_type_hints
+from typing import Any
 
 import numpy as np
 import torch
 
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.rollout import episode
 from mabp_gym.simulator import Simulator, SlotOutcome
 from mabp_gym.workload import Workload
 
-
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One ``--field`` option per dataclass field, typed, with the field's doc as help."""
-    hints = get_type_hints(cls)
-    docs = getattr(cls, "__field_docs__", {})
-    for f in dataclasses.fields(cls):
-        kind = hints[f.name]
-        option = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        help_text = f"{docs.get(f.name, '')} (default: {default})"
-        if kind is bool:
-            parser.add_argument(option, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=default, help=help_text)
-        elif kind in (int, float, str):
-            parser.add_argument(option, dest=f.name, type=kind, default=default, help=help_text)
-        elif kind == (str | None):
-            parser.add_argument(option, dest=f.name, type=str, default=default, help=help_text)
-        elif kind == list[float]:
-            parser.add_argument(option, dest=f.name, type=float, nargs="+", default=default,
-                                help=help_text)
-        elif kind == list[int]:
-            parser.add_argument(option, dest=f.name, type=int, nargs="+", default=default,
-                                help=help_text)
-        else:  # pragma: no cover - a field type this helper does not know
-            raise TypeError(f"unsupported field type {kind} for {f.name}")
-
-
-def command_line(learner: str, args: Any) -> str:
-    """The ``mabp-gym train`` command that reproduces a run (recorded in checkpoints)."""
-    parts = []
-    for key, value in dataclasses.asdict(args).items():
-        if value is None or isinstance(value, bool):
-            continue
-        text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
-        parts.append(f"--{key.replace('_', '-')} {text}")
-    return f"mabp-gym train {learner} " + " ".join(parts)
-
-
-def from_namespace(cls: type, namespace: argparse.Namespace) -> Any:
-    return cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)})
+ScoreCallable = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
 def seed_everything(seed: int) -> None:
@@ -65,29 +24,47 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def rollout(workload: Workload, teacher: Callable[[dict[str, np.ndarray]], np.ndarray] | None,
-            seed: int, slots: int, *,
-            actor: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
-            noise: float = 0.0
+class _Labelled:
+    """The policy :func:`rollout` runs: the teacher labels every slot, the actor (or the
+    teacher) acts, with Gaussian exploration noise on the executed scores only."""
+
+    name = "labelled"
+    observes = True
+
+    def __init__(self, teacher: ScoreCallable | None, actor: ScoreCallable | None,
+                 noise: float, rng: np.random.Generator) -> None:
+        if teacher is None and actor is None:
+            raise ValueError("rollout needs a teacher or an actor")
+        self.teacher, self.actor, self.noise, self.rng = teacher, actor, noise, rng
+        self.target: np.ndarray | None = None
+
+    def reset(self, seed: int | None = None) -> None:
+        self.target = None
+
+    def act(self, obs: dict[str, np.ndarray] | None, state: Any) -> np.ndarray:
+        assert obs is not None
+        self.target = self.teacher(obs) if self.teacher is not None else None
+        scores = self.actor(obs) if self.actor is not None else self.target
+        assert scores is not None
+        if self.noise > 0:
+            scores = scores + self.rng.normal(0.0, self.noise, scores.shape)
+        return scores
+
+
+def rollout(workload: Workload, teacher: ScoreCallable | None, seed: int, slots: int, *,
+            actor: ScoreCallable | None = None, noise: float = 0.0
             ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray | None, SlotOutcome]]:
     """Yield ``(observation, teacher scores, outcome)`` slot by slot.
 
     The teacher is called exactly once per slot (policies keep per-episode averages). The
     executed scores are the teacher's, or ``actor``'s when given; ``noise > 0`` adds
     Gaussian noise to the executed scores (never to the labels), so the states visited
-    spread beyond one policy's own trajectory.
+    spread beyond one policy's own trajectory. The slots are those of the harness's loop
+    (:func:`mabp_gym.rollout.episode`), every control checked.
     """
+    policy = _Labelled(teacher, actor, noise, np.random.default_rng(seed + 7919))
     sim = Simulator(workload)
     sim.reset(seed)
-    encoder = ObservationEncoder(workload)
-    rng = np.random.default_rng(seed + 7919)
-    for _ in range(slots):
-        obs = encoder.encode(sim.state)
-        target = teacher(obs) if teacher is not None else None
-        scores = actor(obs) if actor is not None else target
-        if scores is None:
-            raise ValueError("rollout needs a teacher or an actor")
-        if noise > 0:
-            scores = scores + rng.normal(0.0, noise, scores.shape)
-        outcome = sim.step(sim.project(scores))
-        yield obs, target, outcome
+    for slot in episode(sim, policy, slots, check=True):
+        assert slot.obs is not None
+        yield slot.obs, policy.target, slot.outcome

@@ -1,5 +1,5 @@
 """Convert version-1 checkpoints (pickled dicts, numpy arrays) to the version-2 format of
-:mod:`agents.checkpoint_file`, without retraining.
+:mod:`mabp_gym.agents.checkpoint_file`, without retraining.
 
 The old file is read with ``weights_only=True`` too: numpy arrays need three numpy globals
 (``ndarray``, ``dtype`` and the array reconstructor), allowed for this one read and nothing
@@ -7,7 +7,7 @@ else, so even an old file cannot run code. The workload the checkpoint was made 
 rebuilt from its name at the builder defaults (the only way the version-1 files were
 trained: their training command records no ``--set``), and its full description is stored.
 
-    python -m training.convert_checkpoints OLD.pt NEW.pt [--workload mixed]
+    python -m mabp_gym.training.convert_checkpoints OLD.pt NEW.pt [--workload mixed]
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.gnn import GNNScheduler, save_checkpoint
-from agents.learn_mabp import PrimitiveEstimate
+from mabp_gym.agents.gnn import GNNScheduler, save_checkpoint
+from mabp_gym.agents.learn_mabp import PrimitiveEstimate
 from mabp_gym.workloads import make_workload
 
 _NUMPY_GLOBALS = [np.ndarray, np.dtype, np.dtypes.Float64DType, np.dtypes.BoolDType,

@@ -21,25 +21,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents import make_policy
-from agents.gnn import (
+from mabp_gym.agents import make_policy
+from mabp_gym.agents.gnn import (
     GNNScheduler,
     load_checkpoint,
     observation_dims,
     resolve_device,
     save_checkpoint,
 )
-from mabp_gym.cli import OneLineParser
-from mabp_gym.env import ObservationEncoder
+from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.pyg import to_pyg
-from mabp_gym.workloads import make_workload
-from training.common import (
+from mabp_gym.training.arguments import (
+    OneLineParser,
     add_dataclass_arguments,
     command_line,
     from_namespace,
-    rollout,
-    seed_everything,
 )
+from mabp_gym.training.common import rollout, seed_everything
+from mabp_gym.workloads import make_workload
 
 
 @dataclass
@@ -174,7 +173,7 @@ def train(args: GNNArgs) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     workload = make_workload(args.workload)
     encoder = ObservationEncoder(workload)
-    model = GNNScheduler(observation_dims(encoder.space), hidden=args.hidden,
+    model = GNNScheduler(observation_dims(encoder.layout), hidden=args.hidden,
                          layers=args.layers).to(device)
     imitation_path = out / "gnn_imitation.pt"
     command = command_line("gnn", args)
@@ -243,7 +242,7 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from agents.gnn_sb3 import GNNActorCriticPolicy
+    from mabp_gym.agents.gnn_sb3 import GNNActorCriticPolicy
 
     def make(rank: int):
         def thunk():
@@ -297,7 +296,7 @@ def _ppo_archive_objects(path: Path, envs: Any, args: GNNArgs) -> dict[str, Any]
     episode statistics) is dropped: training resumes from a reset of the fresh envs."""
     import zipfile
 
-    from agents.gnn_sb3 import GNNActorCriticPolicy
+    from mabp_gym.agents.gnn_sb3 import GNNActorCriticPolicy
 
     try:
         with zipfile.ZipFile(path) as archive:
@@ -320,7 +319,7 @@ def _ppo_archive_objects(path: Path, envs: Any, args: GNNArgs) -> dict[str, Any]
 
 def validate(args: GNNArgs) -> None:
     """Raise ``ValueError`` naming the first bad argument, before any work starts."""
-    from agents import POLICIES
+    from mabp_gym.agents import POLICIES
 
     make_workload(args.workload)
     resolve_device(args.device)

@@ -18,18 +18,17 @@ from typing import Any
 
 import torch
 
-from agents import make_policy
-from agents.gnn import resolve_device
-from agents.learn_mabp import PrimitiveEstimate
-from mabp_gym.cli import OneLineParser
-from mabp_gym.workloads import make_workload
-from training.common import (
+from mabp_gym.agents import make_policy
+from mabp_gym.agents.gnn import resolve_device
+from mabp_gym.agents.learn_mabp import PrimitiveEstimate
+from mabp_gym.training.arguments import (
+    OneLineParser,
     add_dataclass_arguments,
     command_line,
     from_namespace,
-    rollout,
-    seed_everything,
 )
+from mabp_gym.training.common import rollout, seed_everything
+from mabp_gym.workloads import make_workload
 
 
 @dataclass

@@ -1,0 +1,165 @@
+"""Policies by name: entry-point strings resolved on first use.
+
+The way ``gymnasium.register`` does it for envs: the harness, the CLI and the training code
+name a policy (``"mabp"``) and :func:`make_policy` imports its module only then, so the core
+never imports the agents package and a learned policy loads torch only when it is asked for.
+
+``register_policy("mine", "my_package.module:MyPolicy")`` (or a callable) adds a policy for
+this process; the harness then runs it by name like a built-in one. A registered entry is
+called as ``entry(workload, nu=..., memory=..., **kwargs)`` and must return an object that
+follows :class:`mabp_gym.policy.Policy`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mabp_gym.workload import Workload
+from mabp_gym.workloads import make_workload
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A registered policy: where it lives and the keyword arguments fixed by its name."""
+
+    name: str
+    entry_point: str | Callable[..., Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    needs: str | None = None
+    """The extra to install when the entry point's module cannot be imported."""
+    checkpoint: str | None = None
+    """The shipped checkpoint the policy reads by default, a file name pattern with
+    ``{workload}`` in the agents' ``checkpoints`` folder (``None``: it reads none)."""
+
+    def load(self) -> Callable[..., Any]:
+        """The callable behind the entry point (``"module:attr.attr"``), imported now."""
+        if callable(self.entry_point):
+            return self.entry_point
+        module_name, _, attribute = self.entry_point.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if self.needs is None or error.name in (None, module_name):
+                raise
+            raise ImportError(f"policy {self.name!r} needs {error.name}: pip install "
+                              f"'mabp-gym[{self.needs}]'") from error
+        for part in attribute.split("."):
+            target = getattr(target, part)
+        return target
+
+
+_REGISTRY: dict[str, PolicySpec] = {}
+_AGENTS = "mabp_gym.agents"
+
+
+def register_policy(name: str, entry_point: str | Callable[..., Any], *,
+                    needs: str | None = None, checkpoint: str | None = None,
+                    **kwargs: Any) -> None:
+    """Register ``entry_point`` (``"module:attribute"`` or a callable) as policy ``name``.
+
+    ``kwargs`` are fixed arguments of the name (an ablation is a name with a switch off);
+    ``needs`` names the extra whose absence makes the import fail; ``checkpoint`` the
+    shipped file the policy reads by default (results are keyed by its content).
+
+    Raises:
+        ValueError: the name is empty or taken, or the entry point is not a
+            ``"module:attribute"`` string or a callable.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"policy name must be a non-empty string, got {name!r}")
+    if name in _REGISTRY:
+        raise ValueError(f"policy {name!r} is already registered; choose another name")
+    if isinstance(entry_point, str):
+        module_name, colon, attribute = entry_point.partition(":")
+        if not (module_name and colon and attribute):
+            raise ValueError(f"entry point of policy {name!r} must look like "
+                             f"'module:attribute', got {entry_point!r}")
+    elif not callable(entry_point):
+        raise ValueError(f"entry point of policy {name!r} must be a 'module:attribute' "
+                         f"string or a callable, got {type(entry_point).__name__}")
+    _REGISTRY[name] = PolicySpec(name, entry_point, dict(kwargs), needs, checkpoint)
+
+
+def policy_names() -> tuple[str, ...]:
+    """Every registered name: the built-in ones in Table I order, then those added."""
+    return tuple(_REGISTRY)
+
+
+def resolve_workload(env_or_workload: Any) -> tuple[Workload, dict[str, Any]]:
+    """The workload behind a workload name, a :class:`Workload` or a (wrapped) env, and the
+    env's ``nu`` / ``memory`` settings when there is an env."""
+    if isinstance(env_or_workload, Workload):
+        return env_or_workload, {}
+    if isinstance(env_or_workload, str):
+        return make_workload(env_or_workload), {}
+    unwrapped = getattr(env_or_workload, "unwrapped", None)
+    workload = getattr(unwrapped, "workload", None)
+    if isinstance(workload, Workload):
+        return workload, {"nu": unwrapped.nu, "memory": unwrapped.memory}
+    raise ValueError("make_policy needs a workload name, a Workload or an mabp_gym env, got "
+                     f"{type(env_or_workload).__name__}")
+
+
+def checkpoint_path(name: str, policy_kw: dict[str, Any], workload_name: str
+                    ) -> Path | None:
+    """The checkpoint file policy ``name`` reads with ``policy_kw`` for a workload: its
+    ``checkpoint`` argument, else the shipped default (``None``: it reads none)."""
+    if policy_kw.get("checkpoint"):
+        return Path(policy_kw["checkpoint"])
+    spec = _REGISTRY.get(name)
+    if spec is None or spec.checkpoint is None:
+        return None
+    return _checkpoint_dir() / spec.checkpoint.format(workload=workload_name)
+
+
+def _checkpoint_dir() -> Path:
+    """The agents' ``checkpoints`` folder, found without importing the agents package."""
+    spec = importlib.util.find_spec(_AGENTS)
+    if spec is None or not spec.submodule_search_locations:  # pragma: no cover - broken install
+        raise ImportError(f"{_AGENTS} is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "checkpoints"
+
+
+def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Any:
+    """Build policy ``name`` for a workload name, a ``Workload`` or an mabp_gym env.
+
+    With an env, the env's ``nu`` and ``memory`` settings are used unless given in ``kw``.
+
+    Raises:
+        ValueError: ``name`` is not registered (the message lists the names).
+        ImportError: the policy needs an extra that is not installed (it names it).
+    """
+    spec = _REGISTRY.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise ValueError(f"unknown policy {name!r}; choose one of {policy_names()}")
+    workload, settings = resolve_workload(env_or_workload)
+    policy = spec.load()(workload, **{**settings, **spec.kwargs, **kw})
+    policy.name = name
+    return policy
+
+
+for _name, _entry, _kwargs in (
+    ("sp", "shortest_path:ShortestPath", {}),
+    ("jsq", "shortest_path:JoinShortestQueue", {}),
+    ("bp", "backpressure:make_bp", {}),
+    ("cost-bp", "backpressure:make_cost_bp", {}),
+    ("greedycache-bp", "backpressure:make_greedycache_bp", {}),
+    ("mabp", "mabp:MABP", {}),
+    ("mabp-no-transition", "mabp:MABP", {"transition": False}),
+    ("mabp-no-reuse", "mabp:MABP", {"reuse": False}),
+    ("mabp-no-retention", "mabp:MABP", {"retention": False}),
+    ("oracle-sur", "oracle:OracleSur", {}),
+    ("frame-mabp", "frame_mabp:FrameMABP", {}),
+):
+    register_policy(_name, f"{_AGENTS}.{_entry}", **_kwargs)
+register_policy("gnn", f"{_AGENTS}.gnn:GNNPolicy", needs="learn", checkpoint="gnn_{workload}.pt")
+register_policy("learn-mabp", f"{_AGENTS}.learn_mabp:LearnMABP.from_checkpoint", needs="learn",
+                checkpoint="learn_mabp_{workload}.pt")
+
+POLICIES: tuple[str, ...] = policy_names()
+"""The built-in policies (Table I's, the MABP ablations, frame-MABP)."""

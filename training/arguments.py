@@ -1,0 +1,61 @@
+"""Command lines of the training entry points (and the CLI's parser class): a dataclass of
+arguments becomes typed options, and a run records the command that reproduces it.
+
+Imports neither torch nor the training code, so the CLI can build its parser without the
+learning stack."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any, get_type_hints
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One ``--field`` option per dataclass field, typed, with the field's doc as help."""
+    hints = get_type_hints(cls)
+    docs = getattr(cls, "__field_docs__", {})
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        option = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        help_text = f"{docs.get(f.name, '')} (default: {default})"
+        if kind is bool:
+            parser.add_argument(option, dest=f.name, action=argparse.BooleanOptionalAction,
+                                default=default, help=help_text)
+        elif kind in (int, float, str):
+            parser.add_argument(option, dest=f.name, type=kind, default=default, help=help_text)
+        elif kind == (str | None):
+            parser.add_argument(option, dest=f.name, type=str, default=default, help=help_text)
+        elif kind == list[float]:
+            parser.add_argument(option, dest=f.name, type=float, nargs="+", default=default,
+                                help=help_text)
+        elif kind == list[int]:
+            parser.add_argument(option, dest=f.name, type=int, nargs="+", default=default,
+                                help=help_text)
+        else:  # pragma: no cover - a field type this helper does not know
+            raise TypeError(f"unsupported field type {kind} for {f.name}")
+
+
+def command_line(learner: str, args: Any) -> str:
+    """The ``mabp-gym train`` command that reproduces a run (recorded in checkpoints)."""
+    parts = []
+    for key, value in dataclasses.asdict(args).items():
+        if value is None or isinstance(value, bool):
+            continue
+        text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+        parts.append(f"--{key.replace('_', '-')} {text}")
+    return f"mabp-gym train {learner} " + " ".join(parts)
+
+
+def from_namespace(cls: type, namespace: argparse.Namespace) -> Any:
+    return cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)})
