@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from mabp_gym.index import WorkloadIndex
 from mabp_gym.state import SimState
-from mabp_gym.workload import Workload, WorkloadIndex
+from mabp_gym.workload import Workload
 
 
 class Policy:

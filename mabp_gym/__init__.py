@@ -1,10 +1,14 @@
 """mabp-gym: stateful foundation-model service networks (SFMSN) for scheduling research.
 
 The simulator core (workloads, state, controls, the one-slot transition, the shared
-projection and the capacity LPs) imports only numpy and scipy. Importing the package
-registers the Gymnasium ids; ``to_pyg`` loads torch and PyG on first use, and
-``parallel_env`` (the decentralized PettingZoo view, extra ``marl``) loads PettingZoo on
-first use; it is left out of ``__all__`` so that ``import *`` works without PettingZoo.
+projection, the capacity LPs, observation encoding, the policy registry and the evaluation
+harness) imports neither gymnasium nor torch; ``docs/architecture.md`` draws the layers.
+
+Importing the package registers the Gymnasium ids without importing gymnasium: at once
+when gymnasium is already imported, otherwise as soon as it is (a one-shot import hook).
+``SFMSNEnv`` loads gymnasium on first use, ``to_pyg`` torch and PyG, ``parallel_env`` (the
+decentralized PettingZoo view, extra ``marl``) PettingZoo; the last is left out of
+``__all__`` so that ``import *`` works without PettingZoo.
 
 A process that never imported the package (an RLlib remote env runner, a subprocess
 vector env) makes the env from the module-qualified id ``"mabp_gym:mabp_gym/SFMSN-v0"``:
@@ -13,9 +17,12 @@ Gymnasium imports ``mabp_gym`` first. Gymnasium 1.x has no plugin entry points.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
 from typing import Any
-
-import gymnasium
 
 from mabp_gym.capacity import capacity
 from mabp_gym.control import Control, InfeasibleControlError, check_control
@@ -27,12 +34,12 @@ from mabp_gym.evaluation import (
     summarize_records,
 )
 from mabp_gym.projection import project
+from mabp_gym.registry import make_policy, policy_names, register_policy
 from mabp_gym.simulator import InvariantError, Simulator, SlotOutcome
 from mabp_gym.state import SimState
+from mabp_gym.version import __version__ as __version__
 from mabp_gym.workload import Action, Commodity, Link, Node, Signature, Workload
 from mabp_gym.workloads import WORKLOADS, make_workload, workload_params
-
-__version__ = "0.1.0"
 
 ENV_IDS = {
     "work_reuse": "mabp_gym/WorkReuse-v0",
@@ -51,6 +58,8 @@ FLEET_ENV_ID = "mabp_gym/Fleet-v0"
 
 
 def _register() -> None:
+    import gymnasium
+
     entry = "mabp_gym.env:SFMSNEnv"
     horizon = workload_params("mixed")["horizon"].default
     ids = {"mabp_gym/SFMSN-v0": "mixed", **{v: k for k, v in ENV_IDS.items()}}
@@ -63,10 +72,49 @@ def _register() -> None:
         gymnasium.register(id=FLEET_ENV_ID, entry_point="mabp_gym.fleet.env:FleetEnv")
 
 
-_register()
+class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Runs :func:`_register` right after gymnasium's own module has executed.
+
+    It finds gymnasium's real spec (with itself off ``sys.meta_path``) and wraps its loader,
+    so the import is gymnasium's own; it removes itself at the first import of gymnasium."""
+
+    def __init__(self) -> None:
+        self._loader: Any = None
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if name != "gymnasium":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__.loader = self._loader
+        module.__loader__ = self._loader
+        self._loader.exec_module(module)
+        _register()
+
+
+if "gymnasium" in sys.modules:
+    _register()
+elif not any(isinstance(f, _RegisterAfterImport) for f in sys.meta_path):
+    sys.meta_path.insert(0, _RegisterAfterImport())
 
 
 def __getattr__(name: str) -> Any:
+    if name == "SFMSNEnv":
+        from mabp_gym.env import SFMSNEnv
+
+        return SFMSNEnv
     if name == "to_pyg":
         from mabp_gym.pyg import to_pyg
 
@@ -93,6 +141,7 @@ __all__ = [
     "InvariantError",
     "Link",
     "Node",
+    "SFMSNEnv",
     "Signature",
     "SimState",
     "Simulator",
@@ -101,10 +150,13 @@ __all__ = [
     "capacity",
     "check_control",
     "evaluate",
+    "make_policy",
     "make_workload",
+    "policy_names",
     "project",
     "paper_load",
     "read_records",
+    "register_policy",
     "stable_load",
     "summarize_records",
     "to_pyg",

@@ -13,8 +13,9 @@ from mabp_gym.encoding import (
     ObservationEncoder,
 )
 from mabp_gym.simulator import Simulator, SlotOutcome
+from mabp_gym.validate import check_number
 from mabp_gym.workload import Workload
-from mabp_gym.workloads import check_number, is_workload_file, make_workload, workload_params
+from mabp_gym.workloads import is_workload_file, make_workload, workload_params
 
 REWARDS = ("backlog", "drift_plus_penalty")
 OBS_MODES = ("dict", "flat")

@@ -40,6 +40,7 @@ from mabp_gym.metrics import Trace, is_stable, summarize
 from mabp_gym.registry import checkpoint_path, make_policy, policy_names
 from mabp_gym.rollout import episode
 from mabp_gym.simulator import Simulator
+from mabp_gym.version import __version__
 from mabp_gym.workload import Workload
 from mabp_gym.workloads import make_workload
 
@@ -88,8 +89,6 @@ class RunSpec:
         the policy and its parameters (a checkpoint by its content, not its path), the
         exact load (no rounding), seed, horizon, warm-up, memory, ``nu`` and the package
         version. A rerun skips a run whose key is already in the results file."""
-        from mabp_gym import __version__
-
         workload_digest = self.workload_digest or workload_digest_of(self.build_workload())
         checkpoint = self.checkpoint_digest
         if checkpoint is None:

@@ -39,11 +39,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mabp_gym.workload import Action, Commodity, Link, Node, Signature, Workload
-from mabp_gym.workloads import check_number
+from mabp_gym.validate import check_number
+from mabp_gym.workload import (
+    FILE_FORMAT,
+    FILE_VERSION,
+    Action,
+    Commodity,
+    Link,
+    Node,
+    Signature,
+    Workload,
+)
 
-FORMAT = "mabp-gym.workload"
-VERSION = 1
+FORMAT = FILE_FORMAT
+VERSION = FILE_VERSION
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "workload.schema.json"
 
 _TOP = {"format", "version", "name", "nodes", "links", "commodities", "signatures", "actions",
@@ -418,41 +427,7 @@ def _check_completion(r: _Reader, workload: Workload) -> None:
 
 def workload_to_dict(workload: Workload) -> dict[str, Any]:
     """The file format of ``workload`` (re-imports to an identical simulation)."""
-    nodes = [n.name for n in workload.nodes]
-    comms = [c.name for c in workload.commodities]
-    sigs = [s.name for s in workload.signatures]
-
-    def law(pairs: tuple[tuple[int, float], ...]) -> list[list[Any]]:
-        return [[comms[c], p] for c, p in pairs]
-
-    return {
-        "format": FORMAT, "version": VERSION, "name": workload.name,
-        "nodes": [{"name": n.name, "role": n.role, "mu": n.mu, "budget": n.budget}
-                  for n in workload.nodes],
-        "links": [{"src": nodes[x.src], "dst": nodes[x.dst], "capacity": x.capacity,
-                   "cost": x.cost, "bandwidth": x.bandwidth} for x in workload.links],
-        "commodities": [{"name": c.name, "family": c.family, "stage": c.stage,
-                         "state_type": c.state_type} for c in workload.commodities],
-        "signatures": [{"name": s.name, "size": s.size, "kind": s.kind}
-                       for s in workload.signatures],
-        "actions": [{"node": nodes[a.node], "commodity": comms[a.commodity],
-                     "signature": sigs[a.signature] if a.signature >= 0 else None,
-                     "work_hit": a.work_hit, "work_miss": a.work_miss,
-                     "loss_hit": a.loss_hit, "loss_miss": a.loss_miss,
-                     "credit_hit": a.credit_hit, "gen_prob": a.gen_prob,
-                     "successors_hit": law(a.successors_hit),
-                     "successors_miss": law(a.successors_miss)} for a in workload.actions],
-        "transit": [{"node": nodes[i], "commodity": comms[c]} for i, c in workload.transit],
-        "arrivals": {"mix": [{"node": nodes[i], "commodity": comms[c], "share": share}
-                             for i, c, share in workload.arrival_mix],
-                     "load": workload.load},
-        "costs": {"eta": workload.eta, "migration_cost": workload.migration_cost,
-                  "theta": workload.theta, "omega": workload.omega},
-        "memory": {"replicas": workload.replicas, "fixed": workload.fixed_memory,
-                   "initial": [[{"node": nodes[i], "signature": sigs[s]} for i, s in alt]
-                               for alt in workload.initial_memory]},
-        "horizon": workload.horizon,
-    }
+    return workload.to_dict()
 
 
 def load_workload(path: str | Path, **overrides: Any) -> Workload:

@@ -36,8 +36,9 @@ import numpy as np
 
 from mabp_gym import slotcore
 from mabp_gym.control import EPS, CheckedControl, Control, hit_bits
+from mabp_gym.index import WorkloadIndex
 from mabp_gym.state import SimState
-from mabp_gym.workload import Workload, WorkloadIndex
+from mabp_gym.workload import Workload
 
 # One compiled projection (static arrays and scratch) per workload index.
 _COMPILED: weakref.WeakKeyDictionary[WorkloadIndex, slotcore.CompiledProjection] = \

@@ -21,15 +21,21 @@ Conventions (SPEC section 1):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from mabp_gym.fluid import fluid_capacity
+from mabp_gym.index import FastLists, WorkloadIndex
+from mabp_gym.validate import check_number
+
 ROLES = ("ingress", "retriever", "generator", "expert", "tool", "verifier", "server")
 EXIT = -1
+FILE_FORMAT = "mabp-gym.workload"
+"""The ``format`` field of a workload file (:mod:`mabp_gym.fileformat`)."""
+FILE_VERSION = 1
 """Successor target meaning "the request leaves the network"."""
 
 
@@ -96,131 +102,6 @@ class Action:
     gen_prob: float = 1.0
 
 
-def _fail(path: str, message: str) -> None:
-    raise ValueError(f"{path}: {message}")
-
-
-def _check_number(path: str, value: Any, *, low: float | None = None, high: float | None = None,
-                  low_open: bool = False, integer: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        _fail(path, f"must be a number, got {value!r}")
-    if integer and int(value) != value:
-        _fail(path, f"must be an integer, got {value!r}")
-    if not math.isfinite(float(value)):
-        _fail(path, f"must be finite, got {value!r}")
-    if low is not None and (value <= low if low_open else value < low):
-        _fail(path, f"must be {'>' if low_open else '>='} {low}, got {value!r}")
-    if high is not None and value > high:
-        _fail(path, f"must be <= {high}, got {value!r}")
-
-
-@dataclass(frozen=True, eq=False)
-class FastLists:
-    """Python-list mirrors of index arrays for the per-unit loops of the hot path
-    (indexing a list is several times cheaper than indexing a numpy array by a scalar)."""
-
-    action_node: list[int]
-    action_pair: list[int]
-    action_signature: list[int]
-    route_link: list[int]
-    route_src_pair: list[int]
-    route_dst_pair: list[int]
-    transfer_link: list[int]
-    transfer_signature: list[int]
-    link_src: list[int]
-    link_dst: list[int]
-    link_cost: list[float]
-    pair_commodity: list[int]
-    retain_of: list[list[int]]
-    penalty: list[list[float]]
-    work: list[list[float]]
-    gen_prob: list[float]
-    signature_size: list[float]
-    mu: list[float]
-    budget: list[float]
-
-
-@dataclass(frozen=True, eq=False)
-class WorkloadIndex:
-    """Index arrays derived from a :class:`Workload` (read-only by convention).
-
-    Shapes use ``N`` nodes, ``E`` links, ``C`` commodities, ``S`` signatures, ``M``
-    object identities, ``A`` actions, ``P`` admissible pairs, ``R`` route candidates,
-    ``T`` transfer candidates and ``K`` retain candidates.
-    """
-
-    num_nodes: int
-    num_links: int
-    num_commodities: int
-    num_signatures: int
-    num_objects: int
-    num_actions: int
-    num_pairs: int
-    num_routes: int
-    num_transfers: int
-    num_retains: int
-    mu: np.ndarray  # (N,) float64
-    budget: np.ndarray  # (N,) float64
-    link_src: np.ndarray  # (E,) int64
-    link_dst: np.ndarray  # (E,) int64
-    link_capacity: np.ndarray  # (E,) int64
-    link_cost: np.ndarray  # (E,) float64
-    link_bandwidth: np.ndarray  # (E,) float64
-    signature_size: np.ndarray  # (S,) float64
-    object_signature: np.ndarray  # (M,) int64, identity m = s * replicas + r
-    pair_node: np.ndarray  # (P,) int64
-    pair_commodity: np.ndarray  # (P,) int64
-    pair_of: np.ndarray  # (N, C) int64, -1 where inadmissible
-    serves: np.ndarray  # (N, C) bool
-    eligible: np.ndarray  # (N, S) bool: node has an action compatible with the signature
-    max_budget: np.ndarray  # (N,) float64: B_i^max, the eligible-object footprint
-    action_node: np.ndarray  # (A,) int64
-    action_commodity: np.ndarray  # (A,) int64
-    action_pair: np.ndarray  # (A,) int64
-    action_signature: np.ndarray  # (A,) int64, -1 when never memory-assisted
-    work: np.ndarray  # (2, A) float64, [hit, action]
-    loss: np.ndarray  # (2, A) float64
-    credit: np.ndarray  # (2, A) float64
-    penalty: np.ndarray  # (2, A) float64, loss - eta * credit
-    successor_law: np.ndarray  # (2, A, C + 1) float64, last column = exit
-    gen_prob: np.ndarray  # (A,) float64
-    route_link: np.ndarray  # (R,) int64
-    route_commodity: np.ndarray  # (R,) int64
-    route_src_pair: np.ndarray  # (R,) int64
-    route_dst_pair: np.ndarray  # (R,) int64
-    transfer_link: np.ndarray  # (T,) int64
-    transfer_signature: np.ndarray  # (T,) int64
-    retain_node: np.ndarray  # (K,) int64
-    retain_signature: np.ndarray  # (K,) int64
-    retain_of: np.ndarray  # (N, S) int64, -1 where the node can never hold the signature
-    arrival_pair: np.ndarray  # (Z,) int64
-    arrival_share: np.ndarray  # (Z,) float64, sums to 1
-    # Successor sampling tables, per hit bit and action: cumulative probabilities and the
-    # pair each outcome joins (EXIT to leave). Python lists: they are read one unit at a time.
-    successor_cum: tuple[list[list[float]], list[list[float]]] = field(repr=False)
-    successor_pair: tuple[list[list[int]], list[list[int]]] = field(repr=False)
-    fast: FastLists = field(repr=False)
-    hit_slot: np.ndarray = field(default=None, repr=False)  # (A,) int64  # type: ignore[assignment]
-    # Raveled (N * S) holder positions at the two ends of every transfer candidate, and the
-    # actions every retain candidate (i, s) makes hits: a transfer changes only those hit
-    # bits, so that no per-slot structure spans all nodes x signatures.
-    transfer_src_slot: np.ndarray = field(default=None, repr=False)  # (T,) int64  # type: ignore[assignment]
-    transfer_dst_slot: np.ndarray = field(default=None, repr=False)  # (T,) int64  # type: ignore[assignment]
-    retain_actions: tuple[tuple[int, ...], ...] = field(default=(), repr=False)  # (K,) ragged
-
-    @property
-    def num_scores(self) -> int:
-        """Length ``D`` of a score vector: service, route, transfer, retain candidates."""
-        return self.num_actions + self.num_routes + self.num_transfers + self.num_retains
-
-    @property
-    def score_slices(self) -> tuple[slice, slice, slice, slice]:
-        """Slices of a score vector: ``(service, route, transfer, retain)``."""
-        a, r, t = self.num_actions, self.num_routes, self.num_transfers
-        return (slice(0, a), slice(a, a + r), slice(a + r, a + r + t),
-                slice(a + r + t, a + r + t + self.num_retains))
-
-
 @dataclass(frozen=True)
 class Workload:
     """A frozen, validated SFMSN description (SPEC sections 1 and 2).
@@ -269,10 +150,9 @@ class Workload:
         self._validate()
         object.__setattr__(self, "index", _build_index(self))
         if self.lambda_ref is None:
-            from mabp_gym.capacity import capacity
-
-            object.__setattr__(self, "lambda_ref", capacity(self, reference="full"))
-        _check_number("lambda_ref", self.lambda_ref, low=0.0)
+            object.__setattr__(self, "lambda_ref",
+                               fluid_capacity(self.index, hit=True, name=self.name))
+        _check_number_at("lambda_ref", self.lambda_ref, low=0.0)
 
     # -- derived quantities -------------------------------------------------------------
     @property
@@ -309,23 +189,49 @@ class Workload:
         raise KeyError(f"no signature named {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """This workload in the file format (see :mod:`mabp_gym.fileformat`)."""
-        from mabp_gym.fileformat import workload_to_dict
+        """This workload in the file format (:mod:`mabp_gym.fileformat` reads it back to an
+        identical simulation)."""
+        nodes = [n.name for n in self.nodes]
+        comms = [c.name for c in self.commodities]
+        sigs = [s.name for s in self.signatures]
 
-        return workload_to_dict(self)
+        def law(pairs: tuple[tuple[int, float], ...]) -> list[list[Any]]:
+            return [[comms[c], p] for c, p in pairs]
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], **overrides: Any) -> Workload:
-        """A workload from the file format (``overrides``: ``load``, ``horizon``)."""
-        from mabp_gym.fileformat import workload_from_dict
-
-        return workload_from_dict(data, **overrides)
+        return {
+            "format": FILE_FORMAT, "version": FILE_VERSION, "name": self.name,
+            "nodes": [{"name": n.name, "role": n.role, "mu": n.mu, "budget": n.budget}
+                      for n in self.nodes],
+            "links": [{"src": nodes[x.src], "dst": nodes[x.dst], "capacity": x.capacity,
+                       "cost": x.cost, "bandwidth": x.bandwidth} for x in self.links],
+            "commodities": [{"name": c.name, "family": c.family, "stage": c.stage,
+                             "state_type": c.state_type} for c in self.commodities],
+            "signatures": [{"name": s.name, "size": s.size, "kind": s.kind}
+                           for s in self.signatures],
+            "actions": [{"node": nodes[a.node], "commodity": comms[a.commodity],
+                         "signature": sigs[a.signature] if a.signature >= 0 else None,
+                         "work_hit": a.work_hit, "work_miss": a.work_miss,
+                         "loss_hit": a.loss_hit, "loss_miss": a.loss_miss,
+                         "credit_hit": a.credit_hit, "gen_prob": a.gen_prob,
+                         "successors_hit": law(a.successors_hit),
+                         "successors_miss": law(a.successors_miss)} for a in self.actions],
+            "transit": [{"node": nodes[i], "commodity": comms[c]} for i, c in self.transit],
+            "arrivals": {"mix": [{"node": nodes[i], "commodity": comms[c], "share": share}
+                                 for i, c, share in self.arrival_mix],
+                         "load": self.load},
+            "costs": {"eta": self.eta, "migration_cost": self.migration_cost,
+                      "theta": self.theta, "omega": self.omega},
+            "memory": {"replicas": self.replicas, "fixed": self.fixed_memory,
+                       "initial": [[{"node": nodes[i], "signature": sigs[s]} for i, s in alt]
+                                   for alt in self.initial_memory]},
+            "horizon": self.horizon,
+        }
 
     def with_load(self, load: float) -> Workload:
         """The same network at another normalized load (``lambda_ref`` is kept)."""
         from dataclasses import replace
 
-        _check_number("load", load, low=0.0)
+        _check_number_at("load", load, low=0.0)
         return replace(self, load=float(load))
 
     # -- validation ---------------------------------------------------------------------
@@ -341,22 +247,22 @@ class Workload:
         for i, node in enumerate(self.nodes):
             if node.role not in ROLES:
                 _fail(f"nodes[{i}].role", f"must be one of {ROLES}, got {node.role!r}")
-            _check_number(f"nodes[{i}].mu", node.mu, low=0.0)
-            _check_number(f"nodes[{i}].budget", node.budget, low=0.0)
+            _check_number_at(f"nodes[{i}].mu", node.mu, low=0.0)
+            _check_number_at(f"nodes[{i}].budget", node.budget, low=0.0)
         seen_links: set[tuple[int, int]] = set()
         for e, link in enumerate(self.links):
             for end in ("src", "dst"):
                 value = getattr(link, end)
-                _check_number(f"links[{e}].{end}", value, low=0, high=n_nodes - 1, integer=True)
+                _check_number_at(f"links[{e}].{end}", value, low=0, high=n_nodes - 1, integer=True)
             if link.src == link.dst:
                 _fail(f"links[{e}]", f"a link needs two different nodes, got {link.src} -> "
                       f"{link.dst}")
             if (link.src, link.dst) in seen_links:
                 _fail(f"links[{e}]", f"duplicate link {link.src} -> {link.dst}")
             seen_links.add((link.src, link.dst))
-            _check_number(f"links[{e}].capacity", link.capacity, low=0, integer=True)
-            _check_number(f"links[{e}].cost", link.cost)
-            _check_number(f"links[{e}].bandwidth", link.bandwidth, low=0.0)
+            _check_number_at(f"links[{e}].capacity", link.capacity, low=0, integer=True)
+            _check_number_at(f"links[{e}].cost", link.cost)
+            _check_number_at(f"links[{e}].bandwidth", link.bandwidth, low=0.0)
         comm_names = [c.name for c in self.commodities]
         if len(set(comm_names)) != len(comm_names):
             _fail("commodities", "commodity names must be unique")
@@ -364,14 +270,14 @@ class Workload:
         if len(set(sig_names)) != len(sig_names):
             _fail("signatures", "signature names must be unique")
         for s, signature in enumerate(self.signatures):
-            _check_number(f"signatures[{s}].size", signature.size, low=0.0, low_open=True)
+            _check_number_at(f"signatures[{s}].size", signature.size, low=0.0, low_open=True)
         served: set[tuple[int, int, int]] = set()
         for a, action in enumerate(self.actions):
             path = f"actions[{a}]"
-            _check_number(f"{path}.node", action.node, low=0, high=n_nodes - 1, integer=True)
-            _check_number(f"{path}.commodity", action.commodity, low=0, high=n_comm - 1,
+            _check_number_at(f"{path}.node", action.node, low=0, high=n_nodes - 1, integer=True)
+            _check_number_at(f"{path}.commodity", action.commodity, low=0, high=n_comm - 1,
                           integer=True)
-            _check_number(f"{path}.signature", action.signature, low=-1, high=n_sig - 1,
+            _check_number_at(f"{path}.signature", action.signature, low=-1, high=n_sig - 1,
                           integer=True)
             key3 = (action.node, action.commodity, action.signature)
             if key3 in served:
@@ -381,17 +287,17 @@ class Workload:
                 _fail(f"{path}.node", f"node {self.nodes[action.node].name!r} has mu = 0 and "
                       "cannot serve")
             for key in ("work_hit", "work_miss"):
-                _check_number(f"{path}.{key}", getattr(action, key), low=0.0)
+                _check_number_at(f"{path}.{key}", getattr(action, key), low=0.0)
             for key in ("loss_hit", "loss_miss", "credit_hit"):
-                _check_number(f"{path}.{key}", getattr(action, key))
-            _check_number(f"{path}.gen_prob", action.gen_prob, low=0.0, high=1.0)
+                _check_number_at(f"{path}.{key}", getattr(action, key))
+            _check_number_at(f"{path}.gen_prob", action.gen_prob, low=0.0, high=1.0)
             for key in ("successors_hit", "successors_miss"):
                 total = 0.0
                 targets = set()
                 for k, (commodity, prob) in enumerate(getattr(action, key)):
-                    _check_number(f"{path}.{key}[{k}].commodity", commodity, low=0,
+                    _check_number_at(f"{path}.{key}[{k}].commodity", commodity, low=0,
                                   high=n_comm - 1, integer=True)
-                    _check_number(f"{path}.{key}[{k}].probability", prob, low=0.0, high=1.0)
+                    _check_number_at(f"{path}.{key}[{k}].probability", prob, low=0.0, high=1.0)
                     if commodity in targets:
                         _fail(f"{path}.{key}", f"commodity {commodity} listed twice")
                     targets.add(commodity)
@@ -400,29 +306,29 @@ class Workload:
                     _fail(f"{path}.{key}", f"probabilities must sum to at most 1 (the rest "
                           f"exits), got {total:.6g}")
         for k, (node, commodity) in enumerate(self.transit):
-            _check_number(f"transit[{k}].node", node, low=0, high=n_nodes - 1, integer=True)
-            _check_number(f"transit[{k}].commodity", commodity, low=0, high=n_comm - 1,
+            _check_number_at(f"transit[{k}].node", node, low=0, high=n_nodes - 1, integer=True)
+            _check_number_at(f"transit[{k}].commodity", commodity, low=0, high=n_comm - 1,
                           integer=True)
         if not self.arrival_mix:
             _fail("arrival_mix", "at least one arrival pair is required")
         total = 0.0
         seen_arrivals = set()
         for k, (node, commodity, share) in enumerate(self.arrival_mix):
-            _check_number(f"arrival_mix[{k}].node", node, low=0, high=n_nodes - 1, integer=True)
-            _check_number(f"arrival_mix[{k}].commodity", commodity, low=0, high=n_comm - 1,
+            _check_number_at(f"arrival_mix[{k}].node", node, low=0, high=n_nodes - 1, integer=True)
+            _check_number_at(f"arrival_mix[{k}].commodity", commodity, low=0, high=n_comm - 1,
                           integer=True)
-            _check_number(f"arrival_mix[{k}].share", share, low=0.0)
+            _check_number_at(f"arrival_mix[{k}].share", share, low=0.0)
             if (node, commodity) in seen_arrivals:
                 _fail(f"arrival_mix[{k}]", "duplicate arrival pair")
             seen_arrivals.add((node, commodity))
             total += share
         if abs(total - 1.0) > 1e-6:
             _fail("arrival_mix", f"shares must sum to 1, got {total:.6g}")
-        _check_number("load", self.load, low=0.0)
-        _check_number("replicas", self.replicas, low=1, integer=True)
-        _check_number("horizon", self.horizon, low=1, integer=True)
+        _check_number_at("load", self.load, low=0.0)
+        _check_number_at("replicas", self.replicas, low=1, integer=True)
+        _check_number_at("horizon", self.horizon, low=1, integer=True)
         for key in ("eta", "migration_cost", "theta", "omega"):
-            _check_number(key, getattr(self, key), low=0.0)
+            _check_number_at(key, getattr(self, key), low=0.0)
 
     def _validate_memory(self, index: WorkloadIndex) -> None:
         for k, alternative in enumerate(self.initial_memory):
@@ -431,8 +337,9 @@ class Workload:
             placed = set()
             for q, (node, signature) in enumerate(alternative):
                 path = f"initial_memory[{k}][{q}]"
-                _check_number(f"{path}.node", node, low=0, high=len(self.nodes) - 1, integer=True)
-                _check_number(f"{path}.signature", signature, low=0,
+                _check_number_at(f"{path}.node", node, low=0, high=len(self.nodes) - 1,
+                                 integer=True)
+                _check_number_at(f"{path}.signature", signature, low=0,
                               high=len(self.signatures) - 1, integer=True)
                 if not index.eligible[node, signature]:
                     _fail(path, "no action of the node is compatible with the signature")
@@ -447,6 +354,14 @@ class Workload:
             for s in np.flatnonzero(count > self.replicas):
                 _fail(f"initial_memory[{k}]", f"signature {self.signatures[s].name!r} placed "
                       f"{count[s]} times, at most replicas = {self.replicas}")
+
+
+def _fail(path: str, message: str) -> None:
+    raise ValueError(f"{path}: {message}")
+
+
+def _check_number_at(path: str, value: Any, **bounds: Any) -> None:
+    check_number(value, path, **bounds)
 
 
 def _freeze(value: Any) -> Any:

@@ -98,7 +98,7 @@ def test_run_key__covers_everything_that_determines_the_record(monkeypatch):
                    dict(memory=False), dict(policies=["cost-bp"]), dict(K=5.0),
                    dict(eps=0.2), dict(workload="rag")):
         assert keys(**change) != base, change
-    monkeypatch.setattr(mabp_gym, "__version__", "9.9.9")
+    monkeypatch.setattr(evaluation, "__version__", "9.9.9")
     assert keys() != base
 
 

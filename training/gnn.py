@@ -155,7 +155,7 @@ def fit_imitation(model: GNNScheduler, data: dict[str, np.ndarray], targets: np.
 
 
 def quick_stable_load(checkpoint: Path, args: GNNArgs, loads: list[float]) -> float:
-    from mabp_gym import evaluate, stable_load
+    from mabp_gym.evaluation import evaluate, stable_load
 
     records = evaluate("gnn", args.workload, loads=loads, seeds=range(100, 100 + 2),
                        policy_kw={"checkpoint": str(checkpoint)}, backend="serial")
@@ -222,7 +222,7 @@ def train(args: GNNArgs) -> dict[str, Any]:
         **notes, "selected": chosen, "selection": scores, "ppo_steps": ppo_steps_done,
         "command": command})
 
-    from mabp_gym import evaluate, stable_load
+    from mabp_gym.evaluation import evaluate, stable_load
 
     records = evaluate("gnn", args.workload, loads=args.eval_loads,
                        seeds=range(args.eval_seeds), policy_kw={"checkpoint": str(final_path)},

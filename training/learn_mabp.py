@@ -93,7 +93,7 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
     estimate.save(path, workload, errors=errors, units=len(units), command=command,
                   args=dataclasses.asdict(args))
 
-    from mabp_gym import evaluate, stable_load
+    from mabp_gym.evaluation import evaluate, stable_load
 
     reference = evaluate("mabp", args.workload, loads=args.eval_loads,
                          seeds=range(args.eval_seeds), output=out / "eval_mabp.jsonl")

@@ -1,0 +1,34 @@
+"""The one validator of a number given by a user: builder parameters, workload-file fields,
+workload fields and env arguments all go through :func:`check_number`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def check_number(value: Any, name: str, *, low: float | None = None,
+                 high: float | None = None, low_open: bool = False,
+                 integer: bool = False) -> Any:
+    """The one validator of a number given by a user (a builder parameter, a workload-file
+    field, an env argument): a real number (Python or numpy; not a bool, a string, a
+    complex or an array), finite, an integer when asked, within ``[low, high]``
+    (``(low, high]`` with ``low_open``). Returns it as ``int`` or ``float``.
+
+    Raises:
+        ValueError: ``"{name}: must be ..., got {value!r}"``.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name}: must be a number, got {value!r}")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{name}: must be finite, got {value!r}")
+    if integer and int(value) != value:
+        raise ValueError(f"{name}: must be an integer, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ValueError(f"{name}: must be {'>' if low_open else '>='} {low:g}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name}: must be <= {high:g}, got {value!r}")
+    return int(value) if integer else float(value)
