@@ -98,6 +98,7 @@ class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
+        assert module.__spec__ is not None
         module.__spec__.loader = self._loader
         module.__loader__ = self._loader
         self._loader.exec_module(module)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.capacity import REFERENCES, capacity
+from mabp_gym.extras import MissingExtraError, require
 from mabp_gym.training.arguments import OneLineParser
 from mabp_gym.workloads import WORKLOADS, make_workload
 
@@ -531,6 +532,7 @@ def _sweep_value(record: dict[str, Any], param: str) -> float | None:
 
 
 def _plot(args: argparse.Namespace) -> None:
+    require("plot", "mabp-gym plot")
     from mabp_gym.plots import make_figures
 
     with user_input():
@@ -569,6 +571,7 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
             print(f"{wl.name}: occupation bound (exact LP, paper (6)-(9)) "
                   f"{result['occ_exact']:.4f} requests/slot")
     if args.figure:
+        require("plot", "mabp-gym capacity --figure")
         from mabp_gym.plots_occupation import plot_occupation
 
         with user_input():
@@ -652,6 +655,7 @@ def _fleet(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
+    require("learn", "mabp-gym train")
     if args.learner == "gnn":
         from mabp_gym.training import gnn as learner
     else:
@@ -674,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except UsageError as error:
+    except (UsageError, MissingExtraError) as error:
         parser.error(str(error))
     except ResultsFileBusyError as error:
         parser.error(str(error))

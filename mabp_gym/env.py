@@ -12,6 +12,7 @@ from mabp_gym.encoding import (
     ArraySpec,
     ObservationEncoder,
 )
+from mabp_gym.extras import has_extra, require
 from mabp_gym.simulator import Simulator, SlotOutcome
 from mabp_gym.validate import check_number
 from mabp_gym.workload import Workload
@@ -171,7 +172,9 @@ class SFMSNEnv(gym.Env):
     - v0: initial version.
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    # rgb_array draws with matplotlib (extra ``plot``): advertised only where it is installed.
+    metadata = {"render_modes": ["ansi", *(["rgb_array"] if has_extra("plot") else [])],
+                "render_fps": 4}
 
     def __init__(self, workload: str | Workload = "mixed", *, nu: float = 5.0,
                  memory: bool = True, reward: str = "backlog", reward_scale: float = 100.0,
@@ -206,6 +209,8 @@ class SFMSNEnv(gym.Env):
         for name, flag in (("memory", memory), ("check_invariants", check_invariants)):
             if not isinstance(flag, (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
+        if render_mode == "rgb_array":
+            require("plot", 'render_mode="rgb_array"')
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or "
                              f"None, got {render_mode!r}")
@@ -236,7 +241,7 @@ class SFMSNEnv(gym.Env):
 
     # ----------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+              ) -> tuple[dict[str, np.ndarray] | np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         if options:
             raise ValueError(f"options are not supported, got {sorted(options)}")
@@ -268,8 +273,8 @@ class SFMSNEnv(gym.Env):
         flat[:mask.start] = symlog(flat[:mask.start])
         return flat
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool,
-                                                 dict[str, Any]]:
+    def step(self, action: np.ndarray
+             ) -> tuple[dict[str, np.ndarray] | np.ndarray, float, bool, bool, dict[str, Any]]:
         # The projection validates the scores (shape, finiteness) before anything changes.
         scores = _checked_action(action)
         state = self.sim.state

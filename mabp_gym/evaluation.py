@@ -204,7 +204,7 @@ def _record_problem(value: Any) -> str | None:
     for name, kind in RECORD_FIELDS.items():
         if name not in value:
             return f"no {name!r} field"
-        if isinstance(value[name], bool) or not isinstance(value[name], kind):
+        if isinstance(value[name], bool) or not isinstance(value[name], kind):  # type: ignore[arg-type]
             return f"field {name!r} is {value[name]!r}"
     missing = [k for k in METRIC_KEYS if k not in value]
     if missing:
@@ -354,7 +354,7 @@ class _ResultsFile:
         try:
             import fcntl
         except ImportError:  # pragma: no cover - Windows: no advisory locks
-            fcntl = None
+            fcntl = None  # type: ignore[assignment]
         self._lock = _sidecar(self.path, ".lock").open("a+")
         if fcntl is not None:
             try:
@@ -518,8 +518,8 @@ def _execute(wanted: dict[str, RunSpec], results: _ResultsFile | None,
     bar = _progress(len(todo), progress)
     try:
         for spec, record, error in _dispatch(todo, backend, workers, address):
-            if error is not None:
-                failures.append((spec, error))
+            if error is not None or record is None:
+                failures.append((spec, error or "no record"))
                 continue
             done[record["key"]] = record
             if results is not None:

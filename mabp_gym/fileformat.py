@@ -176,7 +176,7 @@ class _Reader:
         return value
 
     def number(self, value: Any, path: str, *, low: float | None = None,
-               high: float | None = None, integer: bool = False) -> float:
+               high: float | None = None, integer: bool = False) -> Any:
         try:
             return check_number(value, path, low=low, high=high, integer=integer)
         except ValueError as error:
@@ -199,6 +199,7 @@ def _names(reader: _Reader, entries: list, path: str) -> dict[str, int]:
             reader.fail(f"{path}[{k}].name", "must be a non-empty string")
         if name in names:
             reader.fail(f"{path}[{k}].name", f"duplicate name {name!r}")
+        assert isinstance(name, str)  # reader.fail raised otherwise
         names[name] = k
     return names
 
@@ -273,7 +274,7 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
                 r.fail(f"{path}.{key}", f"probabilities sum to {total:g}; they must sum to at "
                        "most 1 (the remainder exits)")
             laws[key] = tuple(law)
-        fields = {}
+        fields: dict[str, Any] = {}
         for key, default in (("work_hit", 1.0), ("work_miss", None), ("loss_hit", 0.0),
                              ("loss_miss", None), ("credit_hit", 0.0), ("gen_prob", 1.0)):
             value = raw.get(key, default)
@@ -282,7 +283,7 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
             fields[key] = r.number(value, f"{path}.{key}", low=0.0 if "work" in key or
                                    key == "gen_prob" else None)
         actions.append(Action(node=node, commodity=commodity, signature=signature, **fields,
-                              **laws))
+                              **laws))  # type: ignore[arg-type]
         served.add(commodity)
 
     transit = []
@@ -291,9 +292,9 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         transit.append((r.name(raw["node"], f"transit[{k}].node", node_id, "node"),
                         r.name(raw["commodity"], f"transit[{k}].commodity", commodity_id,
                                "commodity")))
-    for c, commodity in enumerate(commodities):
+    for c, declared in enumerate(commodities):
         if c not in served:
-            r.fail(f"commodities[{c}]", f"{commodity.name!r} is served by no node; add an "
+            r.fail(f"commodities[{c}]", f"{declared.name!r} is served by no node; add an "
                    "action that serves it")
 
     eligible: list[set[int]] = [set() for _ in raw_nodes]
@@ -314,9 +315,9 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         nodes.append(Node(raw["name"], str(raw["role"]),
                           r.number(raw["mu"], f"{path}.mu", low=0.0), budget))
     largest = max((n.budget for n in nodes), default=0.0)
-    for s, signature in enumerate(signatures):
-        if signature.size > largest + 1e-9 and any(s in e for e in eligible):
-            r.fail(f"signatures[{s}].size", f"{signature.size:g} is larger than every node's "
+    for s, declared in enumerate(signatures):
+        if declared.size > largest + 1e-9 and any(s in e for e in eligible):
+            r.fail(f"signatures[{s}].size", f"{declared.size:g} is larger than every node's "
                    f"budget (largest {largest:g}): the object could never be held")
 
     links = []

@@ -16,10 +16,8 @@ from mabp_gym.index import WorkloadIndex
 def fluid_capacity(ix: WorkloadIndex, *, hit: bool, name: str = "workload") -> float:
     """Largest ``theta`` with ``theta * mix`` carried by the fluid network (``inf`` if no
     resource binds); every memory-assisted action a hit (``hit``) or a miss."""
-    all_hit = hit
-    hit = 1 if all_hit else 0
     has_memory = ix.action_signature >= 0
-    hit_bits = np.where(has_memory, hit, 0)
+    hit_bits = np.where(has_memory, 1 if hit else 0, 0)
     arange = np.arange(ix.num_actions)
     work = ix.work[hit_bits, arange]
     law = ix.successor_law[hit_bits, arange, :-1]  # (A, C)

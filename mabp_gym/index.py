@@ -98,12 +98,12 @@ class WorkloadIndex:
     successor_cum: tuple[list[list[float]], list[list[float]]] = field(repr=False)
     successor_pair: tuple[list[list[int]], list[list[int]]] = field(repr=False)
     fast: FastLists = field(repr=False)
-    hit_slot: np.ndarray = field(default=None, repr=False)  # (A,) int64  # type: ignore[assignment]
+    hit_slot: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]  # (A,) int64
     # Raveled (N * S) holder positions at the two ends of every transfer candidate, and the
     # actions every retain candidate (i, s) makes hits: a transfer changes only those hit
     # bits, so that no per-slot structure spans all nodes x signatures.
-    transfer_src_slot: np.ndarray = field(default=None, repr=False)  # (T,) int64  # type: ignore[assignment]
-    transfer_dst_slot: np.ndarray = field(default=None, repr=False)  # (T,) int64  # type: ignore[assignment]
+    transfer_src_slot: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]
+    transfer_dst_slot: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]
     retain_actions: tuple[tuple[int, ...], ...] = field(default=(), repr=False)  # (K,) ragged
 
     @property

@@ -439,11 +439,11 @@ class _ExactModel:
             # A deterministic generated set: every budget-feasible subset is some map's
             # choice (positive priority on it, negative on the rest).
             pool = sorted(set(mine) | {p for p in outcomes[0] if p[0] == node})
-            maps = []
+            maps: list[tuple[State, ...]] = []
             for r in range(len(pool) + 1):
-                for kept in itertools.combinations(pool, r):
-                    if sum(self.size[s] for _, s in kept) <= self.budget[node] + 1e-6:
-                        maps.append((frozenset(kept),))
+                for subset in itertools.combinations(pool, r):
+                    if sum(self.size[s] for _, s in subset) <= self.budget[node] + 1e-6:
+                        maps.append((frozenset(subset),))
             return maps
         pool = sorted(set(mine) | {p for gen in outcomes for p in gen if p[0] == node})
         maps_set = set()
@@ -452,7 +452,8 @@ class _ExactModel:
                 result = []
                 for gen in outcomes:
                     available = set(mine) | {p for p in gen if p[0] == node}
-                    kept, used = [], 0.0
+                    kept: list[tuple[int, int]] = []
+                    used = 0.0
                     for pair in order:
                         if pair in available and used + self.size[pair[1]] <= \
                                 self.budget[node] + 1e-6:

@@ -425,6 +425,7 @@ class SFMSNParallelEnv(ParallelEnv):
         self._hist_memory = np.zeros((depth, n + 1, s), dtype=np.float32)
         self._hist_free = np.zeros((depth, n + 1), dtype=np.float32)
         self.last_scores = self.last_control = self.last_outcome = None
+        assert isinstance(global_obs, dict)  # the wrapped env runs in obs_mode='dict'
         obs = self._observe(global_obs)
         zero = dict.fromkeys(self.agents, 0.0)
         return obs, self._infos(zero, zero)

@@ -113,9 +113,9 @@ def separation_gap(records: list[Record], out: Path, policy: str) -> str | None:
     if len(gaps) < 2:
         return "needs bp and mabp on separation at two or more K (sweep --param K)"
     fig, ax = _figure()
-    k, gap = zip(*gaps, strict=True)
-    ax.plot(k, gap, "o-", label="BP - MABP (measured)")
-    ax.plot(k, [(x - 1) / 2 for x in k], "k--", label="(K - 1) / 2")
+    k_values, gap = zip(*gaps, strict=True)
+    ax.plot(k_values, gap, "o-", label="BP - MABP (measured)")
+    ax.plot(k_values, [(x - 1) / 2 for x in k_values], "k--", label="(K - 1) / 2")
     ax.set_xlabel("K")
     ax.set_ylabel("penalty gap per request")
     ax.legend(fontsize=8)

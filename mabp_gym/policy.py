@@ -59,7 +59,7 @@ class ScoreFunction:
                  name: str | None = None) -> None:
         self.rule = rule
         self.workload = workload
-        self.name = name or getattr(rule, "__name__", "score-function")
+        self.name: str = name or str(getattr(rule, "__name__", "score-function"))
 
     def reset(self, seed: int | None = None) -> None:
         """A score rule keeps no state."""

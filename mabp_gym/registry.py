@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mabp_gym.extras import require
 from mabp_gym.workload import Workload
 from mabp_gym.workloads import make_workload
 
@@ -41,13 +42,9 @@ class PolicySpec:
         if callable(self.entry_point):
             return self.entry_point
         module_name, _, attribute = self.entry_point.partition(":")
-        try:
-            target: Any = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if self.needs is None or error.name in (None, module_name):
-                raise
-            raise ImportError(f"policy {self.name!r} needs {error.name}: pip install "
-                              f"'mabp-gym[{self.needs}]'") from error
+        if self.needs is not None:
+            require(self.needs, f"policy {self.name!r}")
+        target: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             target = getattr(target, part)
         return target
@@ -97,7 +94,7 @@ def resolve_workload(env_or_workload: Any) -> tuple[Workload, dict[str, Any]]:
         return env_or_workload, {}
     if isinstance(env_or_workload, str):
         return make_workload(env_or_workload), {}
-    unwrapped = getattr(env_or_workload, "unwrapped", None)
+    unwrapped: Any = getattr(env_or_workload, "unwrapped", None)
     workload = getattr(unwrapped, "workload", None)
     if isinstance(workload, Workload):
         return workload, {"nu": unwrapped.nu, "memory": unwrapped.memory}
@@ -132,7 +129,8 @@ def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Any:
 
     Raises:
         ValueError: ``name`` is not registered (the message lists the names).
-        ImportError: the policy needs an extra that is not installed (it names it).
+        MissingExtraError: the policy needs an extra that is not installed (an
+            ``ImportError`` naming the extra).
     """
     spec = _REGISTRY.get(name) if isinstance(name, str) else None
     if spec is None:
@@ -143,7 +141,7 @@ def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Any:
     return policy
 
 
-for _name, _entry, _kwargs in (
+_BUILT_IN: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("sp", "shortest_path:ShortestPath", {}),
     ("jsq", "shortest_path:JoinShortestQueue", {}),
     ("bp", "backpressure:make_bp", {}),
@@ -155,7 +153,8 @@ for _name, _entry, _kwargs in (
     ("mabp-no-retention", "mabp:MABP", {"retention": False}),
     ("oracle-sur", "oracle:OracleSur", {}),
     ("frame-mabp", "frame_mabp:FrameMABP", {}),
-):
+)
+for _name, _entry, _kwargs in _BUILT_IN:
     register_policy(_name, f"{_AGENTS}.{_entry}", **_kwargs)
 register_policy("gnn", f"{_AGENTS}.gnn:GNNPolicy", needs="learn", checkpoint="gnn_{workload}.pt")
 register_policy("learn-mabp", f"{_AGENTS}.learn_mabp:LearnMABP.from_checkpoint", needs="learn",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mabp_gym.extras import require
 from mabp_gym.simulator import SlotOutcome
 from mabp_gym.state import SimState
 from mabp_gym.workload import Workload
@@ -40,6 +41,7 @@ def _layout(workload: Workload) -> np.ndarray:
 
 def render_rgb(workload: Workload, state: SimState) -> np.ndarray:
     """An RGB image ``(H, W, 3)`` uint8: the graph, queue bars and memory bars per node."""
+    require("plot", 'render_mode="rgb_array"')
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -56,7 +56,7 @@ def episode(sim: Simulator, policy: Policy, slots: int, *, check: bool = True,
     if observes and encoder is None:
         encoder = ObservationEncoder(sim.workload, memory=sim.memory)
     for _ in range(slots):
-        obs = encoder.encode(sim.state) if observes else None
+        obs = encoder.encode(sim.state) if encoder is not None and observes else None
         tick = time.perf_counter()
         decision = policy.act(obs, sim.state)
         if isinstance(decision, Control):

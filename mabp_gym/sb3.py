@@ -61,10 +61,14 @@ class GraphFeaturesExtractor(BaseFeaturesExtractor):
     def __init__(self, observation_space: spaces.Dict, hidden: int = 64,
                  layers: int = 2) -> None:
         super().__init__(observation_space, features_dim=3 * hidden)
-        node_dim = sum(observation_space[key].shape[-1]
-                       for key in ("node_features", "queues", "memory"))
-        edge_dim = observation_space["edge_features"].shape[-1]
-        service_dim = observation_space["service"].shape[-1]
+        def width(key: str) -> int:
+            shape = observation_space[key].shape
+            assert shape is not None
+            return int(shape[-1])
+
+        node_dim = sum(width(key) for key in ("node_features", "queues", "memory"))
+        edge_dim = width("edge_features")
+        service_dim = width("service")
         self.embed = nn.Sequential(nn.Linear(node_dim, hidden), nn.ReLU())
         self.convs = nn.ModuleList(
             GINEConv(nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(),

@@ -296,7 +296,8 @@ class Simulator:
                         generated.append((i, s, free))
 
         # (7) Retention by the priority map fixed before outcomes.
-        insertions, evicted, held_size = 0, [], float(used.sum())
+        insertions, held_size = 0, float(used.sum())
+        evicted: list[tuple[int, int]] = []
         if self._generates:
             insertions, evicted, held_size = self._retain(control.retain, generated)
         penalty_memory = transfer_cost + wl.theta * held_size + wl.omega * insertions

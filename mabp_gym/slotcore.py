@@ -26,7 +26,7 @@ try:  # numba is optional: the reference path needs only numpy
         raise ImportError("MABP_GYM_PURE is set")
     from numba import njit
 except ImportError:  # pragma: no cover - exercised on machines without numba
-    njit = None
+    njit = None  # type: ignore[assignment]
 
 AVAILABLE = njit is not None
 """Whether the compiled core is in use (numba importable and ``MABP_GYM_PURE`` unset)."""

@@ -63,7 +63,7 @@ def horizon_sensitivity(records: Iterable[dict[str, Any]], horizons: Sequence[in
         whose lowest load is above the grid's start means "below the loads run").
     """
     records = list(records)
-    lowest = {}
+    lowest: dict[tuple[str, int | None], float] = {}
     for record in records:
         key = (record["policy"], next((k for k, seeds in enumerate(seed_sets)
                                        if record["seed"] in set(seeds)), None))

@@ -305,22 +305,23 @@ class Workload:
                 if total > 1.0 + 1e-9:
                     _fail(f"{path}.{key}", f"probabilities must sum to at most 1 (the rest "
                           f"exits), got {total:.6g}")
-        for k, (node, commodity) in enumerate(self.transit):
-            _check_number_at(f"transit[{k}].node", node, low=0, high=n_nodes - 1, integer=True)
+        for k, (node_id, commodity) in enumerate(self.transit):
+            _check_number_at(f"transit[{k}].node", node_id, low=0, high=n_nodes - 1, integer=True)
             _check_number_at(f"transit[{k}].commodity", commodity, low=0, high=n_comm - 1,
                           integer=True)
         if not self.arrival_mix:
             _fail("arrival_mix", "at least one arrival pair is required")
         total = 0.0
         seen_arrivals = set()
-        for k, (node, commodity, share) in enumerate(self.arrival_mix):
-            _check_number_at(f"arrival_mix[{k}].node", node, low=0, high=n_nodes - 1, integer=True)
+        for k, (node_id, commodity, share) in enumerate(self.arrival_mix):
+            _check_number_at(f"arrival_mix[{k}].node", node_id, low=0, high=n_nodes - 1,
+                             integer=True)
             _check_number_at(f"arrival_mix[{k}].commodity", commodity, low=0, high=n_comm - 1,
                           integer=True)
             _check_number_at(f"arrival_mix[{k}].share", share, low=0.0)
-            if (node, commodity) in seen_arrivals:
+            if (node_id, commodity) in seen_arrivals:
                 _fail(f"arrival_mix[{k}]", "duplicate arrival pair")
-            seen_arrivals.add((node, commodity))
+            seen_arrivals.add((node_id, commodity))
             total += share
         if abs(total - 1.0) > 1e-6:
             _fail("arrival_mix", f"shares must sum to 1, got {total:.6g}")

@@ -120,7 +120,7 @@ def noisy_law(hit: Law, miss: Law, eps: float) -> tuple[tuple[tuple[int, float],
 
 def _budgets(n_nodes: int, actions: list[Action], signatures: list[Signature],
              beta: float) -> list[float]:
-    eligible = [set() for _ in range(n_nodes)]
+    eligible: list[set[int]] = [set() for _ in range(n_nodes)]
     for action in actions:
         if action.signature >= 0:
             eligible[action.node].add(action.signature)
@@ -145,7 +145,7 @@ def _primitive(p: dict[str, Any], *, signature: int, hit_law: Law, miss_law: Law
                   gen_prob=p.get("gen_prob", 1.0))
 
 
-def _costs(p: dict[str, Any]) -> dict[str, float]:
+def _costs(p: dict[str, Any]) -> dict[str, Any]:
     scale = p["penalty_scale"]
     return {"eta": p["eta"], "migration_cost": p["migration_cost"] * scale,
             "theta": p["theta"] * scale, "omega": p["omega"] * scale}

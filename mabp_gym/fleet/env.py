@@ -58,6 +58,8 @@ class FleetEnv(gymnasium.Env):
     def __init__(self, trace: str = "synthetic", num_requests: int | None = 400,
                  load: float | None = 0.8, **overrides: Any) -> None:
         self.config = make_config(**overrides)
+        self._seen: int = 0  # records and drops already scored
+        self._dropped: int = 0
         base = _cached_trace(trace)
         if num_requests is not None:
             if isinstance(num_requests, bool) or not isinstance(num_requests, int) or \
@@ -69,6 +71,7 @@ class FleetEnv(gymnasium.Env):
         w = self.config.num_workers
         self.action_space = spaces.Discrete(w)
         size = w * WORKER_FEATURES + REQUEST_FEATURES
+        self._obs_size = size
         self.observation_space = spaces.Box(0.0, np.inf, (size,), np.float32)
         self.sim: FleetSimulator | None = None
         self._request: Request | None = None
@@ -93,8 +96,8 @@ class FleetEnv(gymnasium.Env):
     def _score(self) -> tuple[int, int]:
         assert self.sim is not None
         cfg = self.config
-        good = sum(1 for ttft, _, tpot, down, _ in self.sim.records[self._seen:]
-                   if not down and ttft <= cfg.slo_ttft_s and tpot <= cfg.slo_tpot_s)
+        good = sum(int(not down and ttft <= cfg.slo_ttft_s and tpot <= cfg.slo_tpot_s)
+                   for ttft, _, tpot, down, _ in self.sim.records[self._seen:])
         self._seen = len(self.sim.records)
         dropped = self.sim.dropped - self._dropped
         self._dropped = self.sim.dropped
@@ -123,7 +126,7 @@ class FleetEnv(gymnasium.Env):
         info: dict[str, Any] = {"good": good, "dropped": dropped}
         if terminated:
             info["metrics"] = self.sim.metrics()
-            obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+            obs = np.zeros(self._obs_size, dtype=np.float32)
         else:
             obs = self._observe()
         return obs, float(good - dropped), terminated, False, info
