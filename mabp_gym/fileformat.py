@@ -315,9 +315,9 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         nodes.append(Node(raw["name"], str(raw["role"]),
                           r.number(raw["mu"], f"{path}.mu", low=0.0), budget))
     largest = max((n.budget for n in nodes), default=0.0)
-    for s, declared in enumerate(signatures):
-        if declared.size > largest + 1e-9 and any(s in e for e in eligible):
-            r.fail(f"signatures[{s}].size", f"{declared.size:g} is larger than every node's "
+    for s, held in enumerate(signatures):
+        if held.size > largest + 1e-9 and any(s in e for e in eligible):
+            r.fail(f"signatures[{s}].size", f"{held.size:g} is larger than every node's "
                    f"budget (largest {largest:g}): the object could never be held")
 
     links = []
