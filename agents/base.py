@@ -54,6 +54,7 @@ class Policy:
 
     def act(self, obs: dict[str, np.ndarray] | None, state: SimState) -> np.ndarray:
         """The :class:`mabp_gym.policy.Policy` decision: this slot's scores."""
+        assert obs is not None, "a score policy observes (observes = True)"
         return self.scores(obs)
 
     def _fill(self, obs: dict[str, np.ndarray], queues: np.ndarray, out: np.ndarray) -> None:

@@ -134,6 +134,7 @@ class FrameMABP(Policy):
 
     def act(self, obs: dict[str, np.ndarray] | None, state: SimState) -> Control:
         """The :class:`mabp_gym.policy.Policy` decision: :meth:`control`."""
+        assert obs is not None, "frame-MABP observes (observes = True)"
         return self.control(state, obs)
 
     def control(self, state: SimState, obs: dict[str, np.ndarray]) -> Control:

@@ -57,8 +57,8 @@ class GNNExtractor(BaseFeaturesExtractor):
         _check_dict_space(observation_space)
         dims = observation_dims(observation_space)
         super().__init__(observation_space, features_dim=dims["scores"] + 2 * hidden)
-        self.node_width = int(observation_space["node_features"].shape[-1]) if shape_free \
-            else None
+        node_shape = observation_space["node_features"].shape
+        self.node_width = int(node_shape[-1]) if shape_free and node_shape else None
         if shape_free:
             dims["node"] = self.node_width
         self.gnn = GNNScheduler(dims, hidden=hidden, layers=layers)
@@ -120,8 +120,9 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
                          share_features_extractor=True, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
-        actions = int(self.action_space.shape[0])
-        self.mlp_extractor = _Split(actions, self.features_dim - actions)
+        actions = int(self.action_space.shape[0])  # type: ignore[index]
+        self.mlp_extractor = _Split(actions,  # type: ignore[assignment]
+                                    self.features_dim - actions)
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
@@ -139,7 +140,8 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
                              self.gnn.transfer_head, self.gnn.retain_head):
                     head[-1].weight.mul_(0.01)
                     head[-1].bias.fill_(self.score_bias)
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),
+        self.optimizer = self.optimizer_class(self.parameters(),  # type: ignore[call-arg]
+                                              lr=lr_schedule(1),
                                               **self.optimizer_kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
@@ -159,7 +161,7 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
         workload without signatures has ``memory`` of shape ``(N, 0)``)."""
         if not isinstance(observation, dict):
             return super().obs_to_tensor(observation)
-        space = self.observation_space
+        space: Any = self.observation_space  # a spaces.Dict (_check_dict_space)
         nodes = np.asarray(observation["node_features"])
         vectorized = nodes.shape != space["node_features"].shape
         batch = nodes.size // max(1, int(np.prod(space["node_features"].shape)))

@@ -27,7 +27,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
         option = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = f.default if f.default is not dataclasses.MISSING \
+            else f.default_factory()  # type: ignore[operator]
         help_text = f"{docs.get(f.name, '')} (default: {default})"
         if kind is bool:
             parser.add_argument(option, dest=f.name, action=argparse.BooleanOptionalAction,

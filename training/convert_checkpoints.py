@@ -31,7 +31,7 @@ def _numpy_reconstruct() -> Any:
     try:
         from numpy._core.multiarray import _reconstruct  # numpy >= 2
     except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core.multiarray import _reconstruct
+        from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
     return _reconstruct
 
 

@@ -277,7 +277,7 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
                     gamma=0.99, seed=args.seed,
                     device=device, tensorboard_log=tensorboard, verbose=0,
                     policy_kwargs={"hidden": args.hidden, "layers": args.layers})
-        agent.policy.gnn.load_state_dict(model.state_dict())
+        agent.policy.gnn.load_state_dict(model.state_dict())  # type: ignore[union-attr]
     remaining = args.ppo_steps - agent.num_timesteps
     if remaining > 0:
         agent.learn(remaining, callback=Checkpoint(), reset_num_timesteps=False,
