@@ -31,6 +31,12 @@ and the same weights, but exactly where that is cheap:
 ``scores(obs)`` is MABP's score rule, so the agent also runs in any Gymnasium loop (where
 it behaves as MABP); :meth:`OracleSur.control` is the exact-control entry point for the
 simulator core.
+
+MABP is composed, not subclassed: the oracle holds one (``self.mabp``) and reads its
+public :meth:`~mabp_gym.agents.mabp.MABP.weights`,
+:meth:`~mabp_gym.agents.mabp.MABP.route_weights`,
+:attr:`~mabp_gym.agents.mabp.MABP.object_values`, ``primitives``, ``holding_cost`` and
+``migration_cost``, so MABP's internals may change freely.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from mabp_gym.agents.base import Policy
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.control import (
     EPS,
@@ -65,7 +72,7 @@ _ENUMERATE_MAX_ITEMS = 16
 _PAIR_POOL = 40  # largest transfer pool for which the search tries adding two at once
 
 
-class OracleSur(MABP):
+class OracleSur(Policy):
     """Exact-control solver of MABP's one-slot objective with known primitives.
 
     Args:
@@ -77,10 +84,13 @@ class OracleSur(MABP):
         time_limit: optional wall-clock limit of one solve, seconds (default None). With a
             time limit the controls depend on the machine's speed: runs are no longer
             reproducible.
-        **kw: MABP's keyword arguments (``nu``, ``memory``, ``horizon``, ``transition``,
-            ``reuse``, ``retention``).
+        nu, memory: as for every policy (also passed to the composed MABP).
+        **mabp_kw: the composed MABP's other keyword arguments (``horizon``,
+            ``transition``, ``reuse``, ``retention``, ``evidence``, ``primitives``).
 
     Attributes:
+        mabp: the composed :class:`~mabp_gym.agents.mabp.MABP` whose weights, object values
+            and primitives the oracle optimizes with; its scores are the oracle's scores.
         last_info: what the last :meth:`control` call did: ``source`` (``"milp"``: the
             searched transfers with the MILP's routing and service; ``"milp-mabp-transfers"``:
             MABP's transfers with the MILP's routing and service; ``"mabp"``: the fallback),
@@ -92,8 +102,10 @@ class OracleSur(MABP):
     memory_aware = True
 
     def __init__(self, workload: Workload, *, node_limit: int = 200,
-                 time_limit: float | None = None, **kw: Any) -> None:
-        super().__init__(workload, **kw)
+                 time_limit: float | None = None, nu: float = 5.0, memory: bool = True,
+                 **mabp_kw: Any) -> None:
+        super().__init__(workload, nu=nu, memory=memory)
+        self.mabp = MABP(workload, nu=nu, memory=memory, **mabp_kw)
         if time_limit is not None and (not math.isfinite(time_limit) or time_limit <= 0):
             raise ValueError(f"time_limit must be None or a finite number of seconds > 0, got "
                              f"{time_limit!r}")
@@ -103,28 +115,41 @@ class OracleSur(MABP):
         self.time_limit = None if time_limit is None else float(time_limit)
         ix = self.ix
         self._encoder: ObservationEncoder | None = None
-        self._values: np.ndarray | None = None
+        self._arange = np.arange(ix.num_actions)
+        self._retain_size = ix.signature_size[ix.retain_signature]
         self._node_mu = ix.mu[ix.action_node]
         self._transfer_size = ix.signature_size[ix.transfer_signature]
         self._transfer_src_node = ix.link_src[ix.transfer_link]
         self._transfer_dst_node = ix.link_dst[ix.transfer_link]
+        # The retain candidates a transfer moves an object from and to.
+        self._transfer_src_retain = ix.retain_of[self._transfer_src_node, ix.transfer_signature]
+        self._transfer_dst_retain = ix.retain_of[self._transfer_dst_node, ix.transfer_signature]
         self._route_capacity = ix.link_capacity[ix.route_link]
         self._generates = self.memory and not workload.fixed_memory
         self.last_info: dict[str, Any] = {}
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
-        self._values = None
+        self.mabp.reset(seed)
         self.last_info = {}
 
-    # -- MABP hooks ---------------------------------------------------------------------
-    def _object_values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray,
-                       backlog: np.ndarray) -> np.ndarray:
-        # MABP's values update the demand average as a side effect, so they are computed
-        # once per slot (inside scores()) and kept for the transfer search and retention.
-        values = super()._object_values(weight, ratio, own, backlog)
-        self._values = values
-        return values
+    # -- MABP, composed -------------------------------------------------------------------
+    def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """MABP's scores for this slot's observation, ``(D,)``.
+
+        They also refresh MABP's object values (``self.mabp.object_values``), which the
+        transfer search and the retention of :meth:`control` read: MABP's values advance
+        its demand average, so they are computed once per slot, here.
+        """
+        result = self.mabp.scores(obs)
+        self.t += 1
+        return result
+
+    __call__ = scores
+
+    def weights(self, queues: np.ndarray) -> np.ndarray:
+        """MABP's ``W_i^a`` under a miss (row 0) and a hit (row 1), ``(2, A)``."""
+        return self.mabp.weights(queues)
 
     # -- the objective --------------------------------------------------------------------
     def one_slot_objective(self, state: SimState, control: Control,
@@ -148,11 +173,7 @@ class OracleSur(MABP):
     def _weights(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """``W`` per hit bit and action ``(2, A)`` and routing weights ``(R,)``."""
         queues = np.asarray(obs["queues"], dtype=np.float64)
-        backlog = self.pair_backlog(queues)
-        ix = self.ix
-        route_weight = (backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
-                        - self.nu * self._route_cost)
-        return self.weights(queues), route_weight
+        return self.mabp.weights(queues), self.mabp.route_weights(queues)
 
     def _objective(self, state: SimState, control: Control, weight: np.ndarray,
                    route_weight: np.ndarray) -> float:
@@ -160,7 +181,7 @@ class OracleSur(MABP):
         checked = check_control(self.workload, state, control, memory=self.memory)
         hit = np.asarray(checked.hit, dtype=np.int64)
         gain = weight[hit, self._arange]
-        work = self._work[hit, self._arange]
+        work = self.mabp.primitives.work[hit, self._arange]
         service = np.asarray(control.service, dtype=np.float64)
         value = float(np.asarray(control.route, dtype=np.float64) @ route_weight
                       + service @ gain)
@@ -172,7 +193,7 @@ class OracleSur(MABP):
                 value += gain[a] * left[i] / work[a]
         if checked.transfers:
             moved = ix.signature_size[ix.transfer_signature[checked.transfers]].sum()
-            value -= self._migration * float(moved)
+            value -= self.mabp.migration_cost * float(moved)
         return value
 
     def _available(self, state: SimState) -> np.ndarray:
@@ -205,7 +226,6 @@ class OracleSur(MABP):
         if obs is None:
             obs = self._encode(state)
         wl = self.workload
-        self._values = None
         scores = self.scores(obs)  # MABP's scores; also refreshes the object values
         weight, route_weight = self._weights(obs)
         fallback = project(wl, state, scores, memory=self.memory)
@@ -256,11 +276,11 @@ class OracleSur(MABP):
         """Value of each transfer candidate this slot, ``(T,)``: MABP's transfer score times
         the object size, ``V_dst - V_src - nu * migration_cost * size``."""
         ix = self.ix
-        if self._values is None or not ix.num_transfers:
+        values = self.mabp.object_values
+        if values is None or not ix.num_transfers:
             return np.full(ix.num_transfers, -1.0)
-        values = self._values
-        return (values[self._transfer_dst] - values[self._transfer_src]
-                - self._migration * self._transfer_size)
+        return (values[self._transfer_dst_retain] - values[self._transfer_src_retain]
+                - self.mabp.migration_cost * self._transfer_size)
 
     def _search_transfers(self, state: SimState, start: np.ndarray) -> np.ndarray:
         """Best-improvement local search over feasible transfer sets, from ``start``.
@@ -269,7 +289,7 @@ class OracleSur(MABP):
         candidates worth more than 0 are added; the search stops at a local optimum.
         """
         ix = self.ix
-        if not self.memory or not ix.num_transfers or self._values is None:
+        if not self.memory or not ix.num_transfers or self.mabp.object_values is None:
             return start
         fx = ix.fast
         value = self.transfer_values()
@@ -364,7 +384,7 @@ class OracleSur(MABP):
             holder[src, sig] = -1
         hit = np.asarray(hit_bits(wl, holder, self.memory), dtype=np.int64)
         gain = weight[hit, self._arange]
-        work = self._work[hit, self._arange]
+        work = self.mabp.primitives.work[hit, self._arange]
         queue = state.queue_len
         avail = self._available(state)
         node_avail = avail[ix.action_node]
@@ -584,10 +604,12 @@ class OracleSur(MABP):
         """
         ix = self.ix
         retain_scores = scores[self.slices[3]]
-        if not ix.num_retains or self._values is None:
+        values = self.mabp.object_values
+        if not ix.num_retains or values is None:
             return retain_scores.copy()
-        net = self._values - self._holding * self._size
-        density = net / self._size
+        size = self._retain_size
+        net = values - self.mabp.holding_cost * size
+        density = net / size
         priority = np.where(net > 0, density / (1.0 + np.abs(density)),
                             np.where(net < 0, -1.0, 0.0))
         holder = state.holder
@@ -613,7 +635,7 @@ class OracleSur(MABP):
         candidates = np.flatnonzero(item & (net > 0))
         for i in np.unique(ix.retain_node[candidates]).tolist():
             members = candidates[ix.retain_node[candidates] == i]
-            take = knapsack(net[members], self._size[members], float(ix.budget[i]))
+            take = knapsack(net[members], size[members], float(ix.budget[i]))
             chosen = members[take]
             priority[chosen] = 1.0 + density[chosen]
         return priority

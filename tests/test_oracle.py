@@ -24,7 +24,7 @@ from mabp_gym import (
     make_workload,
     project,
 )
-from mabp_gym.agents.mabp import MABP
+from mabp_gym.agents.mabp import MABP, Primitives
 from mabp_gym.agents.oracle import OracleSur, knapsack
 from mabp_gym.encoding import ObservationEncoder
 
@@ -388,6 +388,26 @@ def test_scores__are_mabps_scores_of_shape_d():
     assert scores.shape == (MIXED.index.num_scores,)
     np.testing.assert_array_equal(scores, twin.scores(obs))
     assert oracle.name == "oracle-sur" and oracle.memory_aware
+
+
+def test_composition__holds_an_mabp_built_from_its_keywords_and_uses_its_primitives():
+    oracle = OracleSur(MIXED, nu=3.0, horizon=7, reuse=False, node_limit=50)
+    assert not isinstance(oracle, MABP) and isinstance(oracle.mabp, MABP)
+    assert (oracle.mabp.nu, oracle.mabp.horizon, oracle.mabp.reuse) == (3.0, 7, False)
+    sim, obs = _busy_state(20)
+    queues = np.asarray(obs["queues"], dtype=np.float64)
+    np.testing.assert_array_equal(oracle.weights(queues),
+                                  MABP(MIXED, nu=3.0, reuse=False).weights(queues))
+    # Explicit primitives reach the composed MABP, hence the oracle's weights and controls.
+    ix = MIXED.index
+    costlier = Primitives(ix.work, ix.penalty + 1.0, ix.successor_law[:, :, :-1])
+    shifted = OracleSur(MIXED, primitives=costlier)
+    assert shifted.mabp.primitives is costlier
+    np.testing.assert_allclose(shifted.weights(queues),
+                               OracleSur(MIXED).weights(queues) - shifted.nu)
+    control = shifted.control(sim.state, obs)
+    check_control(MIXED, sim.state, control)
+    assert shifted.last_info["objective"] >= shifted.last_info["mabp_objective"]
 
 
 def test_constructor__rejects_a_bad_time_limit():
