@@ -19,8 +19,7 @@ import numpy as np
 import torch
 
 from mabp_gym.agents import checkpoint_file
-from mabp_gym.agents.base import successor_support
-from mabp_gym.agents.mabp import MABP
+from mabp_gym.agents.mabp import MABP, Primitives
 from mabp_gym.workload import Workload
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
@@ -80,6 +79,10 @@ class PrimitiveEstimate:
                 self.work[1, a] = self.work[0, a]
                 self.penalty[1, a] = self.penalty[0, a]
                 self.law[1, a] = self.law[0, a]
+
+    def primitives(self) -> Primitives:
+        """The estimates as the :class:`~mabp_gym.agents.mabp.Primitives` MABP scores with."""
+        return Primitives(work=self.work, penalty=self.penalty, law=self.law)
 
     def errors(self, workload: Workload) -> dict[str, float]:
         """Estimation error against the true primitives, over the pairs seen."""
@@ -147,16 +150,22 @@ def default_checkpoint(workload_name: str) -> Path:
 
 
 class LearnMABP(MABP):
-    """MABP whose work, penalty and successor law are frozen estimates."""
+    """MABP whose work, penalty and successor law are frozen estimates.
+
+    Args:
+        workload: the network.
+        estimate: the fitted primitives, passed to MABP as its ``primitives`` (so MABP's
+            ``reuse`` has no effect: the estimated penalty is what was observed).
+        **kw: MABP's other keyword arguments.
+    """
 
     name = "learn-mabp"
 
     def __init__(self, workload: Workload, estimate: PrimitiveEstimate, **kw: Any) -> None:
-        super().__init__(workload, **kw)
+        if "primitives" in kw:
+            raise TypeError("LearnMABP takes its primitives from estimate, not primitives=")
+        super().__init__(workload, primitives=estimate.primitives(), **kw)
         self.estimate = estimate
-        self._work = estimate.work
-        self._penalty = estimate.penalty
-        self._law_positions, self._law = successor_support(self.ix, estimate.law)
 
     @classmethod
     def from_checkpoint(cls, workload: Workload, checkpoint: str | Path | None = None,

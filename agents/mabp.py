@@ -27,20 +27,96 @@ With known primitives and the current memory ``Y`` (SPEC 4; paper (1), (14), (16
 Ablations (paper Fig. 6): ``mabp-no-transition`` drops the successor-pressure term,
 ``mabp-no-reuse`` drops the reuse credit (``p = l``), ``mabp-no-retention`` keeps memory
 most-recently-used instead of by marginal value.
+
+The primitives are an explicit argument (:class:`Primitives`): by default the workload's own
+(the "known primitives"); Learn-MABP passes its estimates, Oracle-Sur composes an MABP and
+reads its weights and object values through the public methods.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from mabp_gym.agents.base import Policy, RecencyRetention, successor_support
+from mabp_gym.index import WorkloadIndex
 from mabp_gym.workload import Workload
+
+
+@dataclass(frozen=True, eq=False)
+class Primitives:
+    """The primitives MABP scores with, rows indexed by the hit bit (0 miss, 1 hit).
+
+    Attributes:
+        work: ``w_i(a, Y)``, ``(2, A)`` float64, >= 0.
+        penalty: ``p_i(a, Y)``, ``(2, A)`` float64 (the loss net of any reuse credit).
+        law: successor probabilities ``P_i(c'|a, Y)``, ``(2, A, C)`` float64 in [0, 1]; the
+            exit probability is the remainder, so each row sums to at most 1.
+
+    Raises:
+        ValueError: an array is not finite, has another dimensionality, disagrees with the
+            others on ``A``, a work is negative or a successor row is not a sub-probability.
+    """
+
+    work: np.ndarray  # (2, A) float64
+    penalty: np.ndarray  # (2, A) float64
+    law: np.ndarray  # (2, A, C) float64
+
+    def __post_init__(self) -> None:
+        work = np.asarray(self.work, dtype=np.float64)
+        penalty = np.asarray(self.penalty, dtype=np.float64)
+        law = np.asarray(self.law, dtype=np.float64)
+        if work.ndim != 2 or work.shape[0] != 2:
+            raise ValueError(f"work must have shape (2, A), got {work.shape}")
+        if penalty.shape != work.shape:
+            raise ValueError(f"penalty must have the shape of work {work.shape}, got "
+                             f"{penalty.shape}")
+        if law.ndim != 3 or law.shape[:2] != work.shape:
+            raise ValueError(f"law must have shape (2, A, C) with (2, A) = {work.shape}, got "
+                             f"{law.shape}")
+        for name, array in (("work", work), ("penalty", penalty), ("law", law)):
+            if not np.all(np.isfinite(array)):
+                raise ValueError(f"{name} must be finite")
+        if np.any(work < 0):
+            raise ValueError("work must be >= 0")
+        if np.any(law < 0) or np.any(law.sum(axis=2) > 1.0 + 1e-9):
+            raise ValueError("every successor law row must be probabilities in [0, 1] summing "
+                             "to at most 1 (the exit is the remainder)")
+        object.__setattr__(self, "work", work)
+        object.__setattr__(self, "penalty", penalty)
+        object.__setattr__(self, "law", law)
+
+    @classmethod
+    def known(cls, index: WorkloadIndex, *, reuse: bool = True) -> Primitives:
+        """A workload's own primitives from its index (``workload.index``).
+
+        Args:
+            index: the workload's index.
+            reuse: keep the reuse credit in the penalty (``p = l - eta v``); ``False`` gives
+                the loss ``l`` alone (the ``mabp-no-reuse`` ablation).
+        """
+        return cls(work=index.work, penalty=index.penalty if reuse else index.loss,
+                   law=index.successor_law[:, :, :index.num_commodities])
+
+    def check_fits(self, index: WorkloadIndex) -> None:
+        """Raise ``ValueError`` unless the shapes are ``(2, A)`` and ``(2, A, C)`` of ``index``."""
+        a_n, c_n = index.num_actions, index.num_commodities
+        if self.work.shape != (2, a_n) or self.law.shape != (2, a_n, c_n):
+            raise ValueError(f"primitives of shape work {self.work.shape}, law "
+                             f"{self.law.shape} do not fit a workload with A = {a_n} actions "
+                             f"and C = {c_n} commodities: need (2, {a_n}) and "
+                             f"(2, {a_n}, {c_n})")
 
 
 class MABP(Policy):
     """The MABP score rule.
 
     Args:
+        workload: the network.
+        primitives: work, penalty and successor law to score with (default: the workload's
+            own, :meth:`Primitives.known`, with the reuse credit as ``reuse`` says).
+            Explicit primitives are used as given: ``reuse`` then has no effect.
         horizon: ``H``, the slots over which retained memory is valued (default 20).
         evidence: memory of the demand evidence, in slots (default 4); it also sets how
             fast that evidence fades over the horizon.
@@ -48,30 +124,44 @@ class MABP(Policy):
         reuse: keep the reuse credit in the penalty.
         retention: marginal-value retention and transfers (else most-recently-used, no
             transfers).
+        **kw: :class:`~mabp_gym.agents.base.Policy`'s ``nu`` and ``memory``.
+
+    Attributes:
+        primitives: the :class:`Primitives` the rule scores with.
+        holding_cost: ``nu * theta * H``, the cost of holding one size unit of memory over
+            the horizon.
+        migration_cost: ``nu * kappa``, the cost of moving one size unit of an object.
     """
 
     name = "mabp"
     memory_aware = True
 
-    def __init__(self, workload: Workload, *, horizon: int = 20, transition: bool = True,
-                 reuse: bool = True, retention: bool = True, evidence: float = 4.0,
-                 **kw) -> None:
+    def __init__(self, workload: Workload, *, primitives: Primitives | None = None,
+                 horizon: int = 20, transition: bool = True, reuse: bool = True,
+                 retention: bool = True, evidence: float = 4.0, **kw) -> None:
         super().__init__(workload, **kw)
         if int(horizon) != horizon or horizon < 1:
             raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
         if not np.isfinite(evidence) or evidence < 1:
             raise ValueError(f"evidence must be a number of slots >= 1, got {evidence!r}")
         ix = self.ix
+        if primitives is None:
+            primitives = Primitives.known(ix, reuse=reuse)
+        elif not isinstance(primitives, Primitives):
+            raise TypeError(f"primitives must be a Primitives, got {type(primitives).__name__}")
+        primitives.check_fits(ix)
+        self.primitives = primitives
         self.horizon = int(horizon)
         self.transition = transition
         self.reuse = reuse
         self.retention = retention
         # Successor laws are sparse: per action the raveled (N * C) positions of its
         # successor queues and their probabilities per hit bit, padded with probability 0
-        # at the action's own first position, so the pressure is a gather of width W.
-        self._law_positions, self._law = successor_support(ix)  # (A, W), (2, A, W)
-        self._penalty = ix.penalty if reuse else ix.loss  # (2, A)
-        self._work = ix.work  # (2, A)
+        # at the action's own first position, so the pressure is a gather of width W:
+        # positions (A, W), probabilities (2, A, W).
+        self._law_positions, self._law = successor_support(ix, primitives.law)
+        self._penalty = primitives.penalty  # (2, A)
+        self._work = primitives.work  # (2, A)
         self._arange = np.arange(ix.num_actions)
         self._route_cost = ix.link_cost[ix.route_link]
         self._mu = ix.mu[ix.action_node]
@@ -83,13 +173,14 @@ class MABP(Policy):
                                          dtype=np.int64)
         self._assisted = ix.action_signature >= 0
         self._size = ix.signature_size[ix.retain_signature]
-        self._holding = self.nu * workload.theta * self.horizon
+        self.holding_cost = self.nu * workload.theta * self.horizon
         src = ix.link_src[ix.transfer_link]
         dst = ix.link_dst[ix.transfer_link]
         self._transfer_src = ix.retain_of[src, ix.transfer_signature]
         self._transfer_dst = ix.retain_of[dst, ix.transfer_signature]
-        self._migration = self.nu * workload.migration_cost  # per size unit
+        self.migration_cost = self.nu * workload.migration_cost  # per size unit
         self._demand = np.zeros(ix.num_actions)
+        self._object_values_now: np.ndarray | None = None
         self._recency = RecencyRetention(workload)
         self.evidence = float(evidence)
         # Evidence of demand fades by 1 / evidence per slot, so the value of the next H slots
@@ -112,6 +203,17 @@ class MABP(Policy):
         super().reset(seed)
         self._demand[:] = 0.0
         self._recency.reset()
+        self._object_values_now = None
+
+    @property
+    def object_values(self) -> np.ndarray | None:
+        """The marginal value of holding each retain candidate's object, ``(K,)``, as the
+        last :meth:`scores` call computed it (its retain scores are these values per size
+        unit net of :attr:`holding_cost`); ``None`` before the first call after
+        :meth:`reset` and when that call valued no objects (no retain candidates, or
+        ``retention=False``). Computing the values advances the demand average, so they
+        are computed once per slot, inside :meth:`scores`, and read here."""
+        return self._object_values_now
 
     def weights(self, queues: np.ndarray) -> np.ndarray:
         """``W_i^a`` under a miss (row 0) and a hit (row 1), ``(2, A)``."""
@@ -122,8 +224,18 @@ class MABP(Policy):
             weight = weight - (self._law * queues.ravel()[self._law_positions]).sum(axis=2)
         return weight
 
+    def route_weights(self, queues: np.ndarray) -> np.ndarray:
+        """The routing scores ``Q_i^c - Q_j^c - nu d_ij`` per route, ``(R,)``."""
+        return self._route_weights(self.pair_backlog(queues))
+
+    def _route_weights(self, backlog: np.ndarray) -> np.ndarray:
+        ix = self.ix
+        return (backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
+                - self.nu * self._route_cost)
+
     def _fill(self, obs, queues, out) -> None:
         ix = self.ix
+        self._object_values_now = None
         weight = self.weights(queues)
         if self.memory:
             hit = np.asarray(obs["service"])[:, 2].astype(np.int64)
@@ -135,19 +247,19 @@ class MABP(Policy):
         own = self.pair_backlog(queues)[ix.action_pair]
         out[self.slices[0]] = np.where(own > 0, current / work, -1.0)
         backlog = self.pair_backlog(queues)
-        out[self.slices[1]] = (backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
-                               - self.nu * self._route_cost)
+        out[self.slices[1]] = self._route_weights(backlog)
         if not ix.num_retains:
             return
         if not self.retention:
             out[self.slices[3]] = self._recency.priorities(queues, self.t)
             return
         value = self._object_values(weight, current / work, own, backlog)
-        out[self.slices[3]] = value / self._size - self._holding
+        self._object_values_now = value
+        out[self.slices[3]] = value / self._size - self.holding_cost
         if ix.num_transfers:
             gained = value[self._transfer_dst] - value[self._transfer_src]
             size = ix.signature_size[ix.transfer_signature]
-            out[self.slices[2]] = gained / size - self._migration
+            out[self.slices[2]] = gained / size - self.migration_cost
 
     def _object_values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray,
                        backlog: np.ndarray) -> np.ndarray:

@@ -31,18 +31,25 @@ and the same weights, but exactly where that is cheap:
 ``scores(obs)`` is MABP's score rule, so the agent also runs in any Gymnasium loop (where
 it behaves as MABP); :meth:`OracleSur.control` is the exact-control entry point for the
 simulator core.
+
+MABP is composed, not subclassed: the oracle holds one (``self.mabp``) and reads its
+public :meth:`~mabp_gym.agents.mabp.MABP.weights`,
+:meth:`~mabp_gym.agents.mabp.MABP.route_weights`,
+:attr:`~mabp_gym.agents.mabp.MABP.object_values`, ``primitives``, ``holding_cost`` and
+``migration_cost``, so MABP's internals may change freely.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from mabp_gym.agents.base import Policy
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.control import (
     EPS,
@@ -65,7 +72,74 @@ _ENUMERATE_MAX_ITEMS = 16
 _PAIR_POOL = 40  # largest transfer pool for which the search tries adding two at once
 
 
-class OracleSur(MABP):
+@dataclass(frozen=True, eq=False)
+class SlotProgram:
+    """The routing-and-service integer program of one slot, given the post-transfer memory.
+
+    Variables (columns), in four blocks: whole-unit service ``S_a`` of the actions in
+    ``serve``, routing ``F_r`` of the routes in ``routes``, and for the actions in
+    ``starts`` (work above the node's ``mu``: they can only start multi-slot service) a
+    start binary ``x_a`` and the compute ``c_a`` it receives. Variables of weight <= 0 are
+    left out: every constraint packs, so they are 0 at an optimum. The objective,
+    maximized, is ``sum S_a W_a + sum F_r W_r + sum c_a W_a / w_a``.
+
+    Packing rows ``sum data * var[cols] <= rhs``, as COO entries (``rows``, ``cols``,
+    ``data``), in three blocks: node compute (``S_a w_a`` and ``c_a``), link capacity
+    (``F_r``) and queue per pair (``S_a``, ``F_r`` and ``x_a``). Every row and every
+    variable belongs to one node (``row_node``, ``node``), so the program separates by
+    node. The coupling ``c_a <= avail_i x_a`` and one start per node are added by
+    :class:`HardProgram` for the nodes that need the solver.
+    """
+
+    gain: np.ndarray  # (A,) float64, W_a under the post-transfer hit bits
+    work: np.ndarray  # (A,) float64, w_a under those hit bits
+    avail: np.ndarray  # (N,) float64, compute left after the units in service
+    serve: np.ndarray  # (ns,) int64, actions with a service variable
+    serve_upper: np.ndarray  # (ns,) float64, queue and compute bound of S_a
+    routes: np.ndarray  # (nr,) int64, routes with a routing variable
+    route_upper: np.ndarray  # (nr,) queue and link bound of F_r
+    starts: np.ndarray  # (nx,) int64, actions with a start
+    start_node: np.ndarray  # (nx,) int64, their nodes
+    serve_cols: np.ndarray  # (ns,) int64, the column of each S_a
+    route_cols: np.ndarray  # (nr,) int64, of each F_r
+    binary_cols: np.ndarray  # (nx,) int64, of each x_a
+    compute_cols: np.ndarray  # (nx,) int64, of each c_a
+    node: np.ndarray  # (n,) int64, the node of each column
+    upper: np.ndarray  # (n,) float64, upper bound of each column (lower bounds are 0)
+    value: np.ndarray  # (n,) float64, objective coefficient of each column
+    integral: np.ndarray  # (n,) float64, 1 for S, F and x, 0 for c (HiGHS integrality)
+    compute_rows: slice  # node compute rows, one per node
+    link_rows: slice  # link capacity rows, one per link
+    queue_rows: slice  # queue rows, one per admissible pair
+    rows: np.ndarray  # (nnz,) int64, packing entries: row,
+    cols: np.ndarray  # (nnz,) int64, column,
+    data: np.ndarray  # (nnz,) float64, coefficient
+    rhs: np.ndarray  # (N + L + P,) float64, right-hand side of each packing row
+    row_node: np.ndarray  # (N + L + P,) int64, the node of each packing row
+
+    @property
+    def num_variables(self) -> int:
+        return len(self.node)
+
+
+@dataclass(frozen=True, eq=False)
+class HardProgram:
+    """The MILP over the "hard" nodes of a :class:`SlotProgram`: those whose variables'
+    upper bounds violate one of their packing rows, or that can both serve and start.
+
+    Its variables are the slot program's columns ``kept`` (in that order); its rows are
+    the hard nodes' binding packing rows, then one coupling row ``c_a - avail_i x_a <= 0``
+    per start candidate in ``hard_starts``, then one row ``sum x_a <= 1`` per node with a
+    start candidate (empty where the node has only one).
+    """
+
+    kept: np.ndarray  # (n_kept,) int64, slot-program columns of the hard nodes
+    hard_starts: np.ndarray  # (m,) int64, positions in SlotProgram.starts at hard nodes
+    matrix: sparse.csr_array  # (rows, n_kept)
+    bound: np.ndarray  # (rows,) float64, right-hand sides (every row is <=)
+
+
+class OracleSur(Policy):
     """Exact-control solver of MABP's one-slot objective with known primitives.
 
     Args:
@@ -77,10 +151,13 @@ class OracleSur(MABP):
         time_limit: optional wall-clock limit of one solve, seconds (default None). With a
             time limit the controls depend on the machine's speed: runs are no longer
             reproducible.
-        **kw: MABP's keyword arguments (``nu``, ``memory``, ``horizon``, ``transition``,
-            ``reuse``, ``retention``).
+        nu, memory: as for every policy (also passed to the composed MABP).
+        **mabp_kw: the composed MABP's other keyword arguments (``horizon``,
+            ``transition``, ``reuse``, ``retention``, ``evidence``, ``primitives``).
 
     Attributes:
+        mabp: the composed :class:`~mabp_gym.agents.mabp.MABP` whose weights, object values
+            and primitives the oracle optimizes with; its scores are the oracle's scores.
         last_info: what the last :meth:`control` call did: ``source`` (``"milp"``: the
             searched transfers with the MILP's routing and service; ``"milp-mabp-transfers"``:
             MABP's transfers with the MILP's routing and service; ``"mabp"``: the fallback),
@@ -92,8 +169,10 @@ class OracleSur(MABP):
     memory_aware = True
 
     def __init__(self, workload: Workload, *, node_limit: int = 200,
-                 time_limit: float | None = None, **kw: Any) -> None:
-        super().__init__(workload, **kw)
+                 time_limit: float | None = None, nu: float = 5.0, memory: bool = True,
+                 **mabp_kw: Any) -> None:
+        super().__init__(workload, nu=nu, memory=memory)
+        self.mabp = MABP(workload, nu=nu, memory=memory, **mabp_kw)
         if time_limit is not None and (not math.isfinite(time_limit) or time_limit <= 0):
             raise ValueError(f"time_limit must be None or a finite number of seconds > 0, got "
                              f"{time_limit!r}")
@@ -103,28 +182,41 @@ class OracleSur(MABP):
         self.time_limit = None if time_limit is None else float(time_limit)
         ix = self.ix
         self._encoder: ObservationEncoder | None = None
-        self._values: np.ndarray | None = None
+        self._arange = np.arange(ix.num_actions)
+        self._retain_size = ix.signature_size[ix.retain_signature]
         self._node_mu = ix.mu[ix.action_node]
         self._transfer_size = ix.signature_size[ix.transfer_signature]
         self._transfer_src_node = ix.link_src[ix.transfer_link]
         self._transfer_dst_node = ix.link_dst[ix.transfer_link]
+        # The retain candidates a transfer moves an object from and to.
+        self._transfer_src_retain = ix.retain_of[self._transfer_src_node, ix.transfer_signature]
+        self._transfer_dst_retain = ix.retain_of[self._transfer_dst_node, ix.transfer_signature]
         self._route_capacity = ix.link_capacity[ix.route_link]
         self._generates = self.memory and not workload.fixed_memory
         self.last_info: dict[str, Any] = {}
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
-        self._values = None
+        self.mabp.reset(seed)
         self.last_info = {}
 
-    # -- MABP hooks ---------------------------------------------------------------------
-    def _object_values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray,
-                       backlog: np.ndarray) -> np.ndarray:
-        # MABP's values update the demand average as a side effect, so they are computed
-        # once per slot (inside scores()) and kept for the transfer search and retention.
-        values = super()._object_values(weight, ratio, own, backlog)
-        self._values = values
-        return values
+    # -- MABP, composed -------------------------------------------------------------------
+    def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """MABP's scores for this slot's observation, ``(D,)``.
+
+        They also refresh MABP's object values (``self.mabp.object_values``), which the
+        transfer search and the retention of :meth:`control` read: MABP's values advance
+        its demand average, so they are computed once per slot, here.
+        """
+        result = self.mabp.scores(obs)
+        self.t += 1
+        return result
+
+    __call__ = scores
+
+    def weights(self, queues: np.ndarray) -> np.ndarray:
+        """MABP's ``W_i^a`` under a miss (row 0) and a hit (row 1), ``(2, A)``."""
+        return self.mabp.weights(queues)
 
     # -- the objective --------------------------------------------------------------------
     def one_slot_objective(self, state: SimState, control: Control,
@@ -148,11 +240,7 @@ class OracleSur(MABP):
     def _weights(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """``W`` per hit bit and action ``(2, A)`` and routing weights ``(R,)``."""
         queues = np.asarray(obs["queues"], dtype=np.float64)
-        backlog = self.pair_backlog(queues)
-        ix = self.ix
-        route_weight = (backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
-                        - self.nu * self._route_cost)
-        return self.weights(queues), route_weight
+        return self.mabp.weights(queues), self.mabp.route_weights(queues)
 
     def _objective(self, state: SimState, control: Control, weight: np.ndarray,
                    route_weight: np.ndarray) -> float:
@@ -160,7 +248,7 @@ class OracleSur(MABP):
         checked = check_control(self.workload, state, control, memory=self.memory)
         hit = np.asarray(checked.hit, dtype=np.int64)
         gain = weight[hit, self._arange]
-        work = self._work[hit, self._arange]
+        work = self.mabp.primitives.work[hit, self._arange]
         service = np.asarray(control.service, dtype=np.float64)
         value = float(np.asarray(control.route, dtype=np.float64) @ route_weight
                       + service @ gain)
@@ -172,7 +260,7 @@ class OracleSur(MABP):
                 value += gain[a] * left[i] / work[a]
         if checked.transfers:
             moved = ix.signature_size[ix.transfer_signature[checked.transfers]].sum()
-            value -= self._migration * float(moved)
+            value -= self.mabp.migration_cost * float(moved)
         return value
 
     def _available(self, state: SimState) -> np.ndarray:
@@ -205,7 +293,6 @@ class OracleSur(MABP):
         if obs is None:
             obs = self._encode(state)
         wl = self.workload
-        self._values = None
         scores = self.scores(obs)  # MABP's scores; also refreshes the object values
         weight, route_weight = self._weights(obs)
         fallback = project(wl, state, scores, memory=self.memory)
@@ -256,11 +343,11 @@ class OracleSur(MABP):
         """Value of each transfer candidate this slot, ``(T,)``: MABP's transfer score times
         the object size, ``V_dst - V_src - nu * migration_cost * size``."""
         ix = self.ix
-        if self._values is None or not ix.num_transfers:
+        values = self.mabp.object_values
+        if values is None or not ix.num_transfers:
             return np.full(ix.num_transfers, -1.0)
-        values = self._values
-        return (values[self._transfer_dst] - values[self._transfer_src]
-                - self._migration * self._transfer_size)
+        return (values[self._transfer_dst_retain] - values[self._transfer_src_retain]
+                - self.mabp.migration_cost * self._transfer_size)
 
     def _search_transfers(self, state: SimState, start: np.ndarray) -> np.ndarray:
         """Best-improvement local search over feasible transfer sets, from ``start``.
@@ -269,7 +356,7 @@ class OracleSur(MABP):
         candidates worth more than 0 are added; the search stops at a local optimum.
         """
         ix = self.ix
-        if not self.memory or not ix.num_transfers or self._values is None:
+        if not self.memory or not ix.num_transfers or self.mabp.object_values is None:
             return start
         fx = ix.fast
         value = self.transfer_values()
@@ -353,6 +440,22 @@ class OracleSur(MABP):
             (``"trivial"`` when no MILP was needed), or ``(None, status)`` when the solver
             found no solution.
         """
+        program = self._program(state, transfers, weight, route_weight)
+        binding, hard = self._hard_nodes(program)
+        service, route, start = self._closed_form(program, hard)
+        kept = np.flatnonzero(hard[program.node])
+        if kept.size == 0:
+            return self._make(transfers, route, service, start), "trivial"
+        milp_program = self._hard_program(program, binding, hard, kept)
+        x, status = self._run_milp(program, milp_program)
+        if x is None:
+            return None, status
+        self._read_solution(program, milp_program, hard, x, service, route, start)
+        return self._make(transfers, route, service, start), status
+
+    def _program(self, state: SimState, transfers: np.ndarray, weight: np.ndarray,
+                 route_weight: np.ndarray) -> SlotProgram:
+        """The slot's :class:`SlotProgram` after ``transfers``."""
         wl, ix = self.workload, self.ix
         holder = state.holder
         if len(transfers):
@@ -364,117 +467,149 @@ class OracleSur(MABP):
             holder[src, sig] = -1
         hit = np.asarray(hit_bits(wl, holder, self.memory), dtype=np.int64)
         gain = weight[hit, self._arange]
-        work = self._work[hit, self._arange]
+        work = self.mabp.primitives.work[hit, self._arange]
         queue = state.queue_len
         avail = self._available(state)
         node_avail = avail[ix.action_node]
         waiting = queue[ix.action_pair]
         fits = work <= self._node_mu + EPS
 
-        # Variables with weight <= 0 are 0 at an optimum (every constraint is a packing
-        # constraint), so they are left out.
+        # Variables with weight <= 0 are left out (0 at an optimum).
         serve = np.flatnonzero(fits & (gain > 0) & (waiting > 0) & (node_avail >= work - EPS))
-        serve_ub = np.minimum(waiting[serve],
-                              np.floor((node_avail[serve] + EPS) / np.maximum(work[serve], EPS)))
+        serve_upper = np.minimum(waiting[serve], np.floor((node_avail[serve] + EPS)
+                                                          / np.maximum(work[serve], EPS)))
         starts = np.flatnonzero(~fits & (gain > 0) & (waiting > 0) & (node_avail > EPS))
         route_queue = queue[ix.route_src_pair]
         routes = np.flatnonzero((route_weight > 0) & (route_queue > 0)
                                 & (self._route_capacity > 0))
-        route_ub = np.minimum(route_queue[routes], self._route_capacity[routes])
+        route_upper = np.minimum(route_queue[routes], self._route_capacity[routes])
         ns, nr, nx = len(serve), len(routes), len(starts)
-        o_r, o_x, o_c = ns, ns + nr, ns + nr + nx
-        n_var = ns + nr + 2 * nx
-        n_nodes, n_links = ix.num_nodes, ix.num_links
+        serve_cols = np.arange(ns)
+        route_cols = ns + np.arange(nr)
+        binary_cols = ns + nr + np.arange(nx)
+        compute_cols = ns + nr + nx + np.arange(nx)
+        start_node = ix.action_node[starts]
 
-        # Packing rows (node compute, link capacity, queue per pair) as COO entries.
+        n_nodes, n_links = ix.num_nodes, ix.num_links
+        compute_rows = slice(0, n_nodes)
+        link_rows = slice(n_nodes, n_nodes + n_links)
+        queue_rows = slice(n_nodes + n_links, n_nodes + n_links + ix.num_pairs)
         rows = np.concatenate([
-            ix.action_node[serve], ix.action_node[starts],  # compute: S w_a, c_a
-            n_nodes + ix.route_link[routes],  # link: F
-            n_nodes + n_links + ix.action_pair[serve],  # queue: S, F, x
-            n_nodes + n_links + ix.route_src_pair[routes],
-            n_nodes + n_links + ix.action_pair[starts]])
-        cols = np.concatenate([
-            np.arange(ns), o_c + np.arange(nx), o_r + np.arange(nr), np.arange(ns),
-            o_r + np.arange(nr), o_x + np.arange(nx)])
+            compute_rows.start + ix.action_node[serve],  # compute: S w_a, c_a
+            compute_rows.start + start_node,
+            link_rows.start + ix.route_link[routes],  # link: F
+            queue_rows.start + ix.action_pair[serve],  # queue: S, F, x
+            queue_rows.start + ix.route_src_pair[routes],
+            queue_rows.start + ix.action_pair[starts]])
+        cols = np.concatenate([serve_cols, compute_cols, route_cols, serve_cols, route_cols,
+                               binary_cols])
         data = np.concatenate([work[serve], np.ones(nx), np.ones(nr), np.ones(ns),
                                np.ones(nr), np.ones(nx)])
-        rhs = np.concatenate([avail, ix.link_capacity.astype(np.float64),
-                              queue.astype(np.float64)])
-        row_node = np.concatenate([np.arange(n_nodes), ix.link_src, ix.pair_node])
-        start_node = ix.action_node[starts]
-        var_node = np.concatenate([ix.action_node[serve], ix.link_src[ix.route_link[routes]],
-                                   start_node, start_node])
-        upper = np.concatenate([serve_ub, route_ub, np.ones(nx), node_avail[starts]])
-        # A row that even the upper bounds cannot violate is redundant. A start's compute
-        # row counts only when the node also serves: one start per node, c_a <= avail.
-        is_start_c = cols >= o_c
-        reach = np.bincount(rows[~is_start_c], weights=(data * upper[cols])[~is_start_c],
-                            minlength=len(rhs)).astype(np.float64)
-        has_start = np.bincount(start_node, minlength=n_nodes) > 0
-        has_serve = np.bincount(ix.action_node[serve], minlength=n_nodes) > 0
-        reach[:n_nodes] += np.where(has_start & has_serve, avail, 0.0)
-        binding = reach > rhs + EPS
-        hard = np.zeros(n_nodes, dtype=bool)
-        hard[row_node[binding]] = True
-        hard |= has_start & has_serve
+        return SlotProgram(
+            gain=gain, work=work, avail=avail, serve=serve, serve_upper=serve_upper,
+            routes=routes, route_upper=route_upper, starts=starts, start_node=start_node,
+            serve_cols=serve_cols, route_cols=route_cols, binary_cols=binary_cols,
+            compute_cols=compute_cols,
+            node=np.concatenate([ix.action_node[serve], ix.link_src[ix.route_link[routes]],
+                                 start_node, start_node]),
+            upper=np.concatenate([serve_upper, route_upper, np.ones(nx), node_avail[starts]]),
+            value=np.concatenate([gain[serve], route_weight[routes], np.zeros(nx),
+                                  gain[starts] / work[starts]]),
+            integral=np.concatenate([np.ones(ns + nr + nx), np.zeros(nx)]),
+            compute_rows=compute_rows, link_rows=link_rows, queue_rows=queue_rows,
+            rows=rows, cols=cols, data=data,
+            rhs=np.concatenate([avail, ix.link_capacity.astype(np.float64),
+                                queue.astype(np.float64)]),
+            row_node=np.concatenate([np.arange(n_nodes), ix.link_src, ix.pair_node]))
 
-        # Closed-form nodes: every variable at its upper bound, and the best single start.
+    def _hard_nodes(self, program: SlotProgram) -> tuple[np.ndarray, np.ndarray]:
+        """The binding packing rows ``(N + L + P,)`` and the hard nodes ``(N,)``, bool.
+
+        A row that even the upper bounds cannot violate is redundant. A start's compute
+        row counts only when the node also serves: one start per node, ``c_a <= avail``.
+        """
+        ix = self.ix
+        is_compute = program.integral[program.cols] == 0.0
+        rows, cols = program.rows[~is_compute], program.cols[~is_compute]
+        reach = np.bincount(rows, weights=program.data[~is_compute] * program.upper[cols],
+                            minlength=len(program.rhs)).astype(np.float64)
+        has_start = np.bincount(program.start_node, minlength=ix.num_nodes) > 0
+        has_serve = np.bincount(ix.action_node[program.serve], minlength=ix.num_nodes) > 0
+        reach[program.compute_rows] += np.where(has_start & has_serve, program.avail, 0.0)
+        binding = reach > program.rhs + EPS
+        hard = np.zeros(ix.num_nodes, dtype=bool)
+        hard[program.row_node[binding]] = True
+        hard |= has_start & has_serve
+        return binding, hard
+
+    def _closed_form(self, program: SlotProgram, hard: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Service ``(A,)``, routing ``(R,)`` and starts ``(N,)`` of the nodes that are not
+        hard: every variable at its upper bound, and the best single start."""
+        ix = self.ix
         service = np.zeros(ix.num_actions, dtype=np.int64)
         route = np.zeros(ix.num_routes, dtype=np.int64)
         start = np.full(ix.num_nodes, -1, dtype=np.int64)
-        easy_serve = ~hard[ix.action_node[serve]]
-        service[serve[easy_serve]] = serve_ub[easy_serve].astype(np.int64)
-        easy_route = ~hard[ix.link_src[ix.route_link[routes]]]
-        route[routes[easy_route]] = route_ub[easy_route].astype(np.int64)
-        if nx:
-            rate = gain[starts] / work[starts]
+        easy_serve = ~hard[program.node[program.serve_cols]]
+        service[program.serve[easy_serve]] = program.serve_upper[easy_serve].astype(np.int64)
+        easy_route = ~hard[program.node[program.route_cols]]
+        route[program.routes[easy_route]] = program.route_upper[easy_route].astype(np.int64)
+        if len(program.starts):
+            starts, start_node = program.starts, program.start_node
+            rate = program.gain[starts] / program.work[starts]
             for q in np.argsort(rate, kind="stable").tolist():  # the best start wins
                 if not hard[start_node[q]]:
                     start[start_node[q]] = starts[q]
-        kept = np.flatnonzero(hard[var_node])
-        if kept.size == 0:
-            return self._make(transfers, route, service, start), "trivial"
+        return service, route, start
 
-        # The MILP over the hard nodes: their binding packing rows, c_a <= avail_i x_a,
-        # and at most one start per node where a node has several start candidates.
-        renumber_row = np.full(len(rhs), -1, dtype=np.int64)
-        used_rows = np.flatnonzero(binding & hard[row_node])
+    def _hard_program(self, program: SlotProgram, binding: np.ndarray, hard: np.ndarray,
+                      kept: np.ndarray) -> HardProgram:
+        """The MILP over the hard nodes: their binding packing rows, ``c_a <= avail_i x_a``,
+        and at most one start per node where a node has several start candidates."""
+        renumber_row = np.full(len(program.rhs), -1, dtype=np.int64)
+        used_rows = np.flatnonzero(binding & hard[program.row_node])
         renumber_row[used_rows] = np.arange(used_rows.size)
         n_rows = used_rows.size
-        row_rhs = [rhs[used_rows]]
-        hard_starts = np.flatnonzero(hard[start_node])
+        row_rhs = [program.rhs[used_rows]]
+        rows, cols, data = renumber_row[program.rows], program.cols, program.data
+        hard_starts = np.flatnonzero(hard[program.start_node])
         if hard_starts.size:
             m = hard_starts.size
-            link_rows = n_rows + np.arange(m)
-            nodes_with, node_row, count = np.unique(start_node[hard_starts],
+            coupling_rows = n_rows + np.arange(m)
+            nodes_with, node_row, count = np.unique(program.start_node[hard_starts],
                                                     return_inverse=True, return_counts=True)
-            one_rows = n_rows + m + node_row
+            one_start_rows = n_rows + m + node_row
             several = count[node_row] > 1
-            rows = np.concatenate([renumber_row[rows], link_rows, link_rows,
-                                   one_rows[several]])
-            cols = np.concatenate([cols, o_c + hard_starts, o_x + hard_starts,
-                                   o_x + hard_starts[several]])
-            data = np.concatenate([data, np.ones(m), -node_avail[starts[hard_starts]],
+            binary = program.binary_cols[hard_starts]
+            rows = np.concatenate([rows, coupling_rows, coupling_rows,
+                                   one_start_rows[several]])
+            cols = np.concatenate([cols, program.compute_cols[hard_starts], binary,
+                                   binary[several]])
+            data = np.concatenate([data, np.ones(m),
+                                   -program.avail[program.start_node[hard_starts]],
                                    np.ones(int(several.sum()))])
             row_rhs += [np.zeros(m), np.ones(len(nodes_with))]
             n_rows += m + len(nodes_with)
-        else:
-            rows = renumber_row[rows]
-        renumber_col = np.full(n_var, -1, dtype=np.int64)
+        renumber_col = np.full(program.num_variables, -1, dtype=np.int64)
         renumber_col[kept] = np.arange(kept.size)
         keep = (rows >= 0) & (renumber_col[cols] >= 0)
         matrix = sparse.csr_array((data[keep], (rows[keep], renumber_col[cols[keep]])),
                                   shape=(n_rows, kept.size))
-        value = np.concatenate([gain[serve], route_weight[routes], np.zeros(nx),
-                                gain[starts] / work[starts]])
-        integrality = (np.arange(n_var) < o_c).astype(np.float64)
-        bound = np.concatenate(row_rhs)
-        problem = {"c": -value[kept], "bounds": Bounds(np.zeros(kept.size), upper[kept]),
-                   "constraints": LinearConstraint(matrix, -np.inf, bound),
+        return HardProgram(kept=kept, hard_starts=hard_starts, matrix=matrix,
+                           bound=np.concatenate(row_rhs))
+
+    def _run_milp(self, program: SlotProgram, hard: HardProgram
+                  ) -> tuple[np.ndarray | None, Any]:
+        """Solve ``hard``: the slot program's solution vector ``(n,)`` (zero outside the
+        kept columns) and the status, or ``(None, status)`` when HiGHS found none."""
+        kept = hard.kept
+        problem = {"c": -program.value[kept],
+                   "bounds": Bounds(np.zeros(kept.size), program.upper[kept]),
+                   "constraints": LinearConstraint(hard.matrix, -np.inf, hard.bound),
                    "options": {"node_limit": self.node_limit, "mip_rel_gap": 0.0,
                                **({} if self.time_limit is None
                                   else {"time_limit": self.time_limit})}}
-        x = np.zeros(n_var)
+        x = np.zeros(program.num_variables)
         try:
             # The LP relaxation first: it bounds the MILP, and on these programs its vertex
             # is usually integral once each start's binary is opened where its compute
@@ -482,28 +617,38 @@ class OracleSur(MABP):
             # the branch-and-bound solve, several times slower, is skipped.
             relaxed = milp(integrality=np.zeros(kept.size), **problem)
             status: Any = "lp"
-            if relaxed.status != 0 or not self._integral_fix(
-                    x, kept, relaxed.x, o_x, o_c, hard_starts, matrix, bound):
-                result = milp(integrality=integrality[kept], **problem)
+            if relaxed.status != 0 or not self._integral_fix(x, program, hard, relaxed.x):
+                result = milp(integrality=program.integral[kept], **problem)
                 if result.x is None:
                     return None, result.status
                 x[kept] = result.x
                 status = result.status
         except (ValueError, RuntimeError):  # a solver failure is a fallback, not a crash
             return None, "error"
-        hard_serve = ~easy_serve
-        service[serve[hard_serve]] = np.rint(x[:ns][hard_serve]).astype(np.int64)
-        hard_route = ~easy_route
-        route[routes[hard_route]] = np.rint(x[o_r:o_x][hard_route]).astype(np.int64)
+        return x, status
+
+    def _read_solution(self, program: SlotProgram, hard_program: HardProgram,
+                       hard: np.ndarray, x: np.ndarray, service: np.ndarray,
+                       route: np.ndarray, start: np.ndarray) -> None:
+        """Write the hard nodes' service, routing and starts from ``x`` into the
+        closed-form ``service``, ``route`` and ``start`` (in place)."""
+        ix = self.ix
+        hard_serve = hard[program.node[program.serve_cols]]
+        service[program.serve[hard_serve]] = np.rint(
+            x[program.serve_cols][hard_serve]).astype(np.int64)
+        hard_route = hard[program.node[program.route_cols]]
+        route[program.routes[hard_route]] = np.rint(
+            x[program.route_cols][hard_route]).astype(np.int64)
+        hard_starts = hard_program.hard_starts
         if hard_starts.size:
-            spent = np.bincount(ix.action_node, weights=service * work, minlength=n_nodes)
-            chosen = hard_starts[(np.rint(x[o_x + hard_starts]) >= 1)
-                                 & (x[o_c + hard_starts] > EPS)]
+            spent = np.bincount(ix.action_node, weights=service * program.work,
+                                minlength=ix.num_nodes)
+            chosen = hard_starts[(np.rint(x[program.binary_cols[hard_starts]]) >= 1)
+                                 & (x[program.compute_cols[hard_starts]] > EPS)]
             for q in chosen.tolist():
-                a, i = int(starts[q]), int(start_node[q])
-                if start[i] < 0 and avail[i] - spent[i] > EPS:
+                a, i = int(program.starts[q]), int(program.start_node[q])
+                if start[i] < 0 and program.avail[i] - spent[i] > EPS:
                     start[i] = a
-        return self._make(transfers, route, service, start), status
 
     def _route_leftover(self, state: SimState, control: Control,
                         route_weight: np.ndarray) -> Control:
@@ -545,23 +690,23 @@ class OracleSur(MABP):
         return replace(control, route=route)
 
     @staticmethod
-    def _integral_fix(x: np.ndarray, kept: np.ndarray, relaxed: np.ndarray | None, o_x: int,
-                      o_c: int, hard_starts: np.ndarray, matrix: sparse.csr_array,
-                      bound: np.ndarray) -> bool:
+    def _integral_fix(x: np.ndarray, program: SlotProgram, hard: HardProgram,
+                      relaxed: np.ndarray | None) -> bool:
         """Write the LP solution into ``x`` with start binaries opened where compute flows;
         True when the result is integral and feasible (then it is MILP-optimal)."""
         if relaxed is None:
             return False
-        x[kept] = relaxed
-        compute = x[o_c + hard_starts]
-        x[o_x + hard_starts] = compute > EPS
-        x[o_c + hard_starts] = np.where(compute > EPS, compute, 0.0)
-        integer = x[:o_c]
-        rounded = np.rint(integer)
-        if np.abs(integer - rounded).max(initial=0.0) > 1e-7:
+        x[hard.kept] = relaxed
+        compute_cols = program.compute_cols[hard.hard_starts]
+        compute = x[compute_cols]
+        x[program.binary_cols[hard.hard_starts]] = compute > EPS
+        x[compute_cols] = np.where(compute > EPS, compute, 0.0)
+        integer = program.integral == 1.0
+        rounded = np.rint(x[integer])
+        if np.abs(x[integer] - rounded).max(initial=0.0) > 1e-7:
             return False
-        x[:o_c] = rounded
-        return bool(np.all(matrix @ x[kept] <= bound + 1e-7))
+        x[integer] = rounded
+        return bool(np.all(hard.matrix @ x[hard.kept] <= hard.bound + 1e-7))
 
     def _make(self, transfers: np.ndarray, route: np.ndarray, service: np.ndarray,
               start: np.ndarray) -> Control:
@@ -584,10 +729,12 @@ class OracleSur(MABP):
         """
         ix = self.ix
         retain_scores = scores[self.slices[3]]
-        if not ix.num_retains or self._values is None:
+        values = self.mabp.object_values
+        if not ix.num_retains or values is None:
             return retain_scores.copy()
-        net = self._values - self._holding * self._size
-        density = net / self._size
+        size = self._retain_size
+        net = values - self.mabp.holding_cost * size
+        density = net / size
         priority = np.where(net > 0, density / (1.0 + np.abs(density)),
                             np.where(net < 0, -1.0, 0.0))
         holder = state.holder
@@ -613,7 +760,7 @@ class OracleSur(MABP):
         candidates = np.flatnonzero(item & (net > 0))
         for i in np.unique(ix.retain_node[candidates]).tolist():
             members = candidates[ix.retain_node[candidates] == i]
-            take = knapsack(net[members], self._size[members], float(ix.budget[i]))
+            take = knapsack(net[members], size[members], float(ix.budget[i]))
             chosen = members[take]
             priority[chosen] = 1.0 + density[chosen]
         return priority

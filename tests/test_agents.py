@@ -8,6 +8,7 @@ import pytest
 
 from mabp_gym import Simulator, make_workload
 from mabp_gym.agents import POLICIES, make_policy
+from mabp_gym.agents.mabp import MABP, Primitives
 from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.metrics import Trace, summarize
 
@@ -198,3 +199,85 @@ def test_ablations__differ_from_mabp_only_in_their_term():
     assert np.array_equal(a[service], b[service]) and np.array_equal(a[route], b[route])
     assert not np.array_equal(a[retain], b[retain])
     assert (b[transfer] < 0).all()
+
+
+# -- explicit primitives ---------------------------------------------------------------------
+def test_primitives__known_are_the_workloads_and_no_reuse_takes_the_loss():
+    ix = make_workload("mixed").index
+    known = Primitives.known(ix)
+    assert np.array_equal(known.work, ix.work) and np.array_equal(known.penalty, ix.penalty)
+    assert np.array_equal(known.law, ix.successor_law[:, :, :-1])
+    assert np.array_equal(Primitives.known(ix, reuse=False).penalty, ix.loss)
+    assert not np.array_equal(ix.loss, ix.penalty)
+
+
+def test_mabp__explicit_primitives_are_the_ones_it_scores_with():
+    wl = make_workload("mixed", load=0.6)
+    ix = wl.index
+    sim = Simulator(wl)
+    sim.reset(2)
+    encoder = ObservationEncoder(wl)
+    default = MABP(wl)
+    explicit = MABP(wl, primitives=Primitives.known(ix))
+    no_reuse = MABP(wl, reuse=False)
+    explicit_no_reuse = MABP(wl, primitives=Primitives.known(ix, reuse=False))
+    doubled = MABP(wl, primitives=Primitives(2.0 * ix.work, ix.penalty,
+                                                ix.successor_law[:, :, :-1]))
+    for _ in range(40):
+        obs = encoder.encode(sim.state)
+        scores = default.scores(obs)
+        assert np.array_equal(explicit.scores(obs), scores)
+        assert np.array_equal(explicit_no_reuse.scores(obs), no_reuse.scores(obs))
+        service = ix.score_slices[0]
+        twice = doubled.scores(obs)[service]
+        busy = scores[service] != -1.0  # an empty queue scores -1 whatever the work
+        assert np.allclose(twice[busy], scores[service][busy] / 2.0)
+        sim.step_scores(scores)
+    assert default.primitives.work is ix.work
+
+
+def test_primitives__bad_arrays_are_refused_with_what_was_wrong():
+    ix = make_workload("mixed").index
+    law = ix.successor_law[:, :, :-1]
+    with pytest.raises(ValueError, match="work must have shape"):
+        Primitives(ix.work[0], ix.penalty, law)
+    with pytest.raises(ValueError, match="penalty must have the shape"):
+        Primitives(ix.work, ix.penalty[:, :-1], law)
+    with pytest.raises(ValueError, match="law must have shape"):
+        Primitives(ix.work, ix.penalty, law[:, :-1])
+    with pytest.raises(ValueError, match="work must be finite"):
+        Primitives(np.full_like(ix.work, np.nan), ix.penalty, law)
+    with pytest.raises(ValueError, match="work must be >= 0"):
+        Primitives(-ix.work - 1.0, ix.penalty, law)
+    with pytest.raises(ValueError, match="successor law row"):
+        Primitives(ix.work, ix.penalty, law + 1.0)
+    other = make_workload("separation").index
+    with pytest.raises(ValueError, match="do not fit"):
+        MABP(make_workload("mixed"), primitives=Primitives.known(other))
+    with pytest.raises(TypeError, match="primitives must be a Primitives"):
+        MABP(make_workload("mixed"), primitives=(ix.work, ix.penalty, law))
+
+
+def test_mabp__object_values_are_the_retain_scores_before_sizing():
+    wl = make_workload("mixed", load=0.8)
+    ix = wl.index
+    sim = Simulator(wl)
+    sim.reset(1)
+    encoder = ObservationEncoder(wl)
+    mabp = MABP(wl)
+    assert mabp.object_values is None
+    size = ix.signature_size[ix.retain_signature]
+    for _ in range(30):
+        scores = mabp.scores(encoder.encode(sim.state))
+        assert np.array_equal(scores[ix.score_slices[3]],
+                              mabp.object_values / size - mabp.holding_cost)
+        sim.step_scores(scores)
+    assert mabp.object_values.max() > 0
+    no_retention = MABP(wl, retention=False)
+    no_retention.scores(encoder.encode(sim.state))
+    assert no_retention.object_values is None
+    mabp.reset(0)
+    assert mabp.object_values is None
+    queues = np.asarray(encoder.encode(sim.state)["queues"], dtype=np.float64)
+    assert np.array_equal(mabp.route_weights(queues),
+                          mabp.scores(encoder.encode(sim.state))[ix.score_slices[1]])

@@ -13,6 +13,7 @@ from mabp_gym import Simulator, make_workload
 from mabp_gym.agents import make_policy
 from mabp_gym.agents.gnn import GNNScheduler, load_checkpoint, observation_dims, resolve_device
 from mabp_gym.agents.learn_mabp import LearnMABP, PrimitiveEstimate
+from mabp_gym.agents.mabp import MABP
 from mabp_gym.encoding import ObservationEncoder
 
 
@@ -132,6 +133,37 @@ def test_learn_mabp__exact_primitives_reproduce_mabp():
         a, b = learned.scores(obs), mabp.scores(obs)
         assert np.allclose(a, b)
         sim.step_scores(b)
+
+
+def test_learn_mabp__scores_with_the_estimate_passed_as_mabps_primitives():
+    wl = make_workload("mixed", load=0.6)
+    ix = wl.index
+    # An estimate that differs from the truth: every work doubled.
+    estimate = PrimitiveEstimate(2.0 * ix.work, ix.penalty.copy(),
+                                 ix.successor_law[:, :, :-1].copy(),
+                                 np.ones((2, ix.num_actions), bool), np.ones((2, ix.num_actions)))
+    learned = LearnMABP(wl, estimate)
+    assert learned.primitives.work is estimate.work and learned.primitives.law is estimate.law
+    explicit = MABP(wl, primitives=estimate.primitives())
+    # The estimated penalty is what was observed: the reuse switch does not replace it.
+    no_reuse = LearnMABP(wl, estimate, reuse=False)
+    assert no_reuse.primitives.penalty is estimate.penalty
+    truth = MABP(wl)
+    sim = Simulator(wl)
+    sim.reset(5)
+    encoder = ObservationEncoder(wl)
+    differs = False
+    for _ in range(30):
+        obs = encoder.encode(sim.state)
+        a = learned.scores(obs)
+        assert np.array_equal(a, explicit.scores(obs))
+        assert np.array_equal(a, no_reuse.scores(obs))
+        b = truth.scores(obs)
+        differs |= not np.array_equal(a, b)
+        sim.step_scores(b)
+    assert differs
+    with pytest.raises(TypeError, match="from estimate"):
+        LearnMABP(wl, estimate, primitives=estimate.primitives())
 
 
 def test_learn_mabp__fit_recovers_seen_pairs_and_uses_miss_primitives_for_unseen():

@@ -24,7 +24,7 @@ from mabp_gym import (
     make_workload,
     project,
 )
-from mabp_gym.agents.mabp import MABP
+from mabp_gym.agents.mabp import MABP, Primitives
 from mabp_gym.agents.oracle import OracleSur, knapsack
 from mabp_gym.encoding import ObservationEncoder
 
@@ -390,6 +390,26 @@ def test_scores__are_mabps_scores_of_shape_d():
     assert oracle.name == "oracle-sur" and oracle.memory_aware
 
 
+def test_composition__holds_an_mabp_built_from_its_keywords_and_uses_its_primitives():
+    oracle = OracleSur(MIXED, nu=3.0, horizon=7, reuse=False, node_limit=50)
+    assert not isinstance(oracle, MABP) and isinstance(oracle.mabp, MABP)
+    assert (oracle.mabp.nu, oracle.mabp.horizon, oracle.mabp.reuse) == (3.0, 7, False)
+    sim, obs = _busy_state(20)
+    queues = np.asarray(obs["queues"], dtype=np.float64)
+    np.testing.assert_array_equal(oracle.weights(queues),
+                                  MABP(MIXED, nu=3.0, reuse=False).weights(queues))
+    # Explicit primitives reach the composed MABP, hence the oracle's weights and controls.
+    ix = MIXED.index
+    costlier = Primitives(ix.work, ix.penalty + 1.0, ix.successor_law[:, :, :-1])
+    shifted = OracleSur(MIXED, primitives=costlier)
+    assert shifted.mabp.primitives is costlier
+    np.testing.assert_allclose(shifted.weights(queues),
+                               OracleSur(MIXED).weights(queues) - shifted.nu)
+    control = shifted.control(sim.state, obs)
+    check_control(MIXED, sim.state, control)
+    assert shifted.last_info["objective"] >= shifted.last_info["mabp_objective"]
+
+
 def test_constructor__rejects_a_bad_time_limit():
     with pytest.raises(ValueError, match="time_limit"):
         OracleSur(MIXED, time_limit=0.0)
@@ -421,3 +441,40 @@ def test_records__reproducible_across_reruns():
                      for _ in range(2))
     assert {k: v for k, v in first.items() if k not in TIMING_KEYS} == {
         k: v for k, v in second.items() if k not in TIMING_KEYS}
+
+
+def test_slot_program__its_blocks_and_rows_describe_the_oracles_service_and_objective():
+    sim, obs = _busy_state()
+    oracle = OracleSur(MIXED)
+    control = oracle.control(sim.state, obs)
+    assert oracle.last_info["source"] == "milp"
+    queues = np.asarray(obs["queues"], dtype=np.float64)
+    weight = oracle.weights(queues)
+    no_routes = np.full(MIXED.index.num_routes, -1.0)
+    program = oracle._program(sim.state, control.transfers, weight, no_routes)
+    n = program.num_variables
+    blocks = [program.serve_cols, program.route_cols, program.binary_cols, program.compute_cols]
+    np.testing.assert_array_equal(np.concatenate(blocks), np.arange(n))
+    assert len(program.route_cols) == 0 and len(program.starts) > 0
+    assert (program.integral[program.compute_cols] == 0).all()
+    assert (program.integral[np.concatenate(blocks[:3])] == 1).all()
+    # The oracle's service and starts as a point of the program: feasible on every packing
+    # row, and the program's objective there is the one-slot objective without routing.
+    x = np.zeros(n)
+    x[program.serve_cols] = control.service[program.serve]
+    assert control.service.sum() == x.sum() > 0
+    spent = np.bincount(MIXED.index.action_node, weights=control.service * program.work,
+                        minlength=MIXED.index.num_nodes)
+    for q, (a, i) in enumerate(zip(program.starts, program.start_node, strict=True)):
+        if control.start[i] == a:
+            x[program.binary_cols[q]] = 1.0
+            x[program.compute_cols[q]] = program.avail[i] - spent[i]
+    assert x[program.binary_cols].sum() == (control.start >= 0).sum() > 0
+    packing = np.zeros(len(program.rhs))
+    np.add.at(packing, program.rows, program.data * x[program.cols])
+    assert (packing <= program.rhs + 1e-9).all()
+    assert (packing[program.compute_rows] > 0).any() and (packing[program.queue_rows] > 0).any()
+    served = dataclasses.replace(control, route=np.zeros_like(control.route))
+    assert program.value @ x == pytest.approx(
+        oracle.one_slot_objective(sim.state, served, obs) + oracle.mabp.migration_cost
+        * MIXED.index.signature_size[MIXED.index.transfer_signature[control.transfers]].sum())
