@@ -18,5 +18,15 @@ from mabp_gym.agents.oracle import OracleSur
 from mabp_gym.agents.shortest_path import JoinShortestQueue, ShortestPath
 from mabp_gym.registry import POLICIES, make_policy, register_policy
 
-__all__ = ["MABP", "POLICIES", "Backpressure", "FrameMABP", "JoinShortestQueue", "OracleSur",
-           "Policy", "ShortestPath", "make_policy", "register_policy"]
+__all__ = [
+    "MABP",
+    "POLICIES",
+    "Backpressure",
+    "FrameMABP",
+    "JoinShortestQueue",
+    "OracleSur",
+    "Policy",
+    "ShortestPath",
+    "make_policy",
+    "register_policy",
+]

@@ -34,8 +34,16 @@ class Backpressure(Policy):
 
     name = "bp"
 
-    def __init__(self, workload: Workload, *, cost: bool = False, cache: str = "recency",
-                 transfers: bool = False, decay: float = 0.9, **kw) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        cost: bool = False,
+        cache: str = "recency",
+        transfers: bool = False,
+        decay: float = 0.9,
+        **kw,
+    ) -> None:
         super().__init__(workload, **kw)
         if cache not in ("recency", "popularity"):
             raise ValueError(f"cache must be 'recency' or 'popularity', got {cache!r}")
@@ -54,8 +62,9 @@ class Backpressure(Policy):
         self._work = weight * ix.work[1] + (1 - weight) * ix.work[0]
         self._penalty = weight * ix.penalty[1] + (1 - weight) * ix.penalty[0]
         # Route candidates whose source itself serves the commodity (sibling links).
-        self._sibling = ix.serves[ix.pair_node[ix.route_src_pair],
-                                  ix.pair_commodity[ix.route_src_pair]]
+        self._sibling = ix.serves[
+            ix.pair_node[ix.route_src_pair], ix.pair_commodity[ix.route_src_pair]
+        ]
         self._route_cost = ix.link_cost[ix.route_link]
         self._recency = RecencyRetention(workload)
         self._popularity = np.zeros(ix.num_retains)

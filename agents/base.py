@@ -66,8 +66,9 @@ class Policy:
         return queues[self.ix.pair_node, self.ix.pair_commodity]
 
 
-def successor_support(ix: WorkloadIndex, law: np.ndarray | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def successor_support(
+    ix: WorkloadIndex, law: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The successor laws as a gather over their support (they have a few outcomes each).
 
     Args:
@@ -89,8 +90,8 @@ def successor_support(ix: WorkloadIndex, law: np.ndarray | None = None
     positions = np.repeat((ix.action_node * n_comm)[:, None], width, axis=1)
     probs = np.zeros((2, ix.num_actions, width))
     for a, outcomes in enumerate(support):
-        positions[a, :len(outcomes)] = ix.action_node[a] * n_comm + outcomes
-        probs[:, a, :len(outcomes)] = law[:, a, outcomes]
+        positions[a, : len(outcomes)] = ix.action_node[a] * n_comm + outcomes
+        probs[:, a, : len(outcomes)] = law[:, a, outcomes]
     return positions, probs
 
 
@@ -99,15 +100,17 @@ def compatible_support(ix: WorkloadIndex) -> tuple[np.ndarray, np.ndarray]:
     that ``s`` makes hits at ``i``: ``positions`` ``(K, W)`` int64 and ``valid`` ``(K, W)``
     float64 (1 for a position, 0 for padding)."""
     n_comm = ix.num_commodities
-    served = [sorted({int(ix.action_commodity[a]) for a in members})
-              for members in ix.retain_actions]
+    served = [
+        sorted({int(ix.action_commodity[a]) for a in members}) for members in ix.retain_actions
+    ]
     width = max([1, *(len(c) for c in served)])
     positions = np.repeat((ix.retain_node * n_comm)[:, None], width, axis=1)
     valid = np.zeros((ix.num_retains, width))
     for k, commodities in enumerate(served):
-        positions[k, :len(commodities)] = ix.retain_node[k] * n_comm + np.asarray(
-            commodities, dtype=np.int64)
-        valid[k, :len(commodities)] = 1.0
+        positions[k, : len(commodities)] = ix.retain_node[k] * n_comm + np.asarray(
+            commodities, dtype=np.int64
+        )
+        valid[k, : len(commodities)] = 1.0
     return positions, valid
 
 

@@ -55,8 +55,9 @@ def content_digest(tensors: dict[str, torch.Tensor], meta_text: str) -> str:
     for name in sorted(tensors):
         tensor = tensors[name].detach().cpu().contiguous()
         digest.update(f"\0{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
-        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes()
-                      if tensor.numel() else b"")
+        digest.update(
+            tensor.view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        )
     return digest.hexdigest()
 
 
@@ -117,23 +118,33 @@ def check_workload(meta: dict[str, Any], workload: Workload, path: str | Path) -
     # A parameter the builder gained after the checkpoint was made counts as its default
     # (a new parameter keeps the old network at its default, e.g. mixed's copies=1).
     defaults = _builder_defaults(str(stored.get("name")))
-    changed = [f"{key}={old_params.get(key)!r} in the checkpoint, {new_params.get(key)!r} here"
-               for key in sorted(set(old_params) | set(new_params))
-               if old_params.get(key, defaults.get(key)) != new_params.get(key, defaults.get(key))
-               ] if old_params and new_params else []
+    changed = (
+        [
+            f"{key}={old_params.get(key)!r} in the checkpoint, {new_params.get(key)!r} here"
+            for key in sorted(set(old_params) | set(new_params))
+            if old_params.get(key, defaults.get(key)) != new_params.get(key, defaults.get(key))
+        ]
+        if old_params and new_params
+        else []
+    )
     if changed:
-        raise ValueError(f"{path} was made for workload {stored.get('name')!r} with other "
-                         f"parameters: {'; '.join(changed)}")
+        raise ValueError(
+            f"{path} was made for workload {stored.get('name')!r} with other "
+            f"parameters: {'; '.join(changed)}"
+        )
     paths = _differences(stored.get("description"), current["description"])
     paths = [p for p in paths if p != "name"]
     if paths:
         shown = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
-        raise ValueError(f"{path} was made for workload {stored.get('name')!r}, which differs "
-                         f"from {workload.name!r} at {shown}")
+        raise ValueError(
+            f"{path} was made for workload {stored.get('name')!r}, which differs "
+            f"from {workload.name!r} at {shown}"
+        )
 
 
-def save(path: str | Path, kind: str, tensors: dict[str, torch.Tensor],
-         meta: dict[str, Any]) -> str:
+def save(
+    path: str | Path, kind: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
+) -> str:
     """Write a checkpoint (atomically: a temporary file renamed over ``path``); return its
     content digest."""
     import torch
@@ -142,16 +153,23 @@ def save(path: str | Path, kind: str, tensors: dict[str, torch.Tensor],
     meta_text = json.dumps(meta, sort_keys=True, allow_nan=False)
     tensors = {name: t.detach().cpu().contiguous().clone() for name, t in tensors.items()}
     digest = content_digest(tensors, meta_text)
-    payload = {"format": FORMAT, "version": VERSION, "kind": kind, "tensors": tensors,
-               "meta": meta_text, "digest": digest}
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "kind": kind,
+        "tensors": tensors,
+        "meta": meta_text,
+        "digest": digest,
+    }
     partial = path.with_name(path.name + ".partial")
     torch.save(payload, partial)
     partial.replace(path)
     return digest
 
 
-def load(path: str | Path, kind: str, device: str = "cpu"
-         ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def load(
+    path: str | Path, kind: str, device: str = "cpu"
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Read and verify a checkpoint of ``kind``: ``(tensors, meta)``.
 
     Raises:
@@ -173,25 +191,34 @@ def load(path: str | Path, kind: str, device: str = "cpu"
     except pickle.UnpicklingError as error:
         # weights_only refused a global: a file from a pre-2 version or a crafted one.
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise ValueError(f"{path}: refused: the file holds objects other than tensors and "
-                         f"plain data (an old-format or a tampered checkpoint; {first})") \
-            from None
+        raise ValueError(
+            f"{path}: refused: the file holds objects other than tensors and "
+            f"plain data (an old-format or a tampered checkpoint; {first})"
+        ) from None
     except Exception as error:  # noqa: BLE001 - torch raises many types on a damaged file
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise ValueError(f"{path}: not a readable checkpoint ({type(error).__name__}: "
-                         f"{first[:200]})") from None
+        raise ValueError(
+            f"{path}: not a readable checkpoint ({type(error).__name__}: {first[:200]})"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a mabp-gym checkpoint (no format "
-                         f"{FORMAT!r}; files of version 1 are converted by "
-                         "training/convert_checkpoints.py)")
+        raise ValueError(
+            f"{path}: not a mabp-gym checkpoint (no format "
+            f"{FORMAT!r}; files of version 1 are converted by "
+            "training/convert_checkpoints.py)"
+        )
     if payload.get("version") != VERSION:
-        raise ValueError(f"{path}: checkpoint version {payload.get('version')!r}, this "
-                         f"package reads version {VERSION}")
+        raise ValueError(
+            f"{path}: checkpoint version {payload.get('version')!r}, this "
+            f"package reads version {VERSION}"
+        )
     if payload.get("kind") != kind:
         raise ValueError(f"{path}: a {payload.get('kind')!r} checkpoint, not a {kind!r} one")
     tensors, meta_text = payload.get("tensors"), payload.get("meta")
-    if not isinstance(tensors, dict) or not isinstance(meta_text, str) or not all(
-            isinstance(t, torch.Tensor) for t in tensors.values()):
+    if (
+        not isinstance(tensors, dict)
+        or not isinstance(meta_text, str)
+        or not all(isinstance(t, torch.Tensor) for t in tensors.values())
+    ):
         raise ValueError(f"{path}: damaged checkpoint (tensors or meta missing)")
     if content_digest(tensors, meta_text) != payload.get("digest"):
         raise ValueError(f"{path}: damaged checkpoint: its content does not match its digest")

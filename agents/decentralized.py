@@ -53,8 +53,18 @@ class _NodesRule:
     in the same order of floating-point operations, so that results are bit-identical.
     """
 
-    def __init__(self, workload: Workload, nodes: list[int], *, nu: float, horizon: int,
-                 transition: bool, reuse: bool, evidence: float, upstream_width: int) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        nodes: list[int],
+        *,
+        nu: float,
+        horizon: int,
+        transition: bool,
+        reuse: bool,
+        evidence: float,
+        upstream_width: int,
+    ) -> None:
         ix = workload.index
         per_node = [np.flatnonzero(ix.action_node == node) for node in nodes]
         acts = np.concatenate(per_node).astype(np.int64)
@@ -94,8 +104,7 @@ class _NodesRule:
         self.cap_miss = mu / w_miss
         self.saved_penalty = nu * (penalty[0] - penalty[1])
         self.saved_work = w_miss - w_hit
-        self.shadow_signature = np.where(self.assisted, self.signatures, -1)[
-            self.num_own_actions:]
+        self.shadow_signature = np.where(self.assisted, self.signatures, -1)[self.num_own_actions :]
         # Compatible units about to arrive (MABP's inflow term): for each action, the
         # routes into its pair in ascending route order (MABP's summation order), read from
         # the upstream telemetry [own (U) | each shadowed node's, relayed (U each)], each
@@ -113,8 +122,7 @@ class _NodesRule:
                     inflow_pair.append(int(ix.route_src_pair[r]))
         self.inflow_action = np.asarray(inflow_action, dtype=np.int64)
         self.inflow_entry = np.asarray(inflow_entry, dtype=np.int64)
-        self.inflow_share = 1.0 / np.maximum(
-            fanout[np.asarray(inflow_pair, dtype=np.int64)], 1.0)
+        self.inflow_share = 1.0 / np.maximum(fanout[np.asarray(inflow_pair, dtype=np.int64)], 1.0)
 
     def reset(self) -> None:
         self.demand[:] = 0.0
@@ -132,23 +140,27 @@ class _NodesRule:
         """Hit bits of the shadowed nodes' actions from their residency ``(num_nodes - 1,
         S)``."""
         padded = np.concatenate([memory, np.zeros((memory.shape[0], 1))], axis=1)
-        held = padded[self.node_slot[self.num_own_actions:] - 1, self.shadow_signature]
+        held = padded[self.node_slot[self.num_own_actions :] - 1, self.shadow_signature]
         return (held > 0).astype(np.int64)
 
-    def values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray,
-               upstream: np.ndarray) -> np.ndarray:
+    def values(
+        self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray, upstream: np.ndarray
+    ) -> np.ndarray:
         """Marginal value of every retain candidate of the nodes, ``(K,)``; advances the
         demand evidence one slot (as MABP's ``_object_values``). ``upstream`` is the flat
         upstream telemetry ``[own (U) | each shadowed node's (U)]``."""
         positive = np.maximum(weight, 0.0)
-        frozen = np.maximum(np.minimum(own, self.cap_hit) * positive[1]
-                            - np.minimum(own, self.cap_miss) * positive[0], 0.0)
+        frozen = np.maximum(
+            np.minimum(own, self.cap_hit) * positive[1]
+            - np.minimum(own, self.cap_miss) * positive[0],
+            0.0,
+        )
         price = np.ones(self.num_nodes)
         np.maximum.at(price, self.node_slot, ratio)
         saved = self.saved_penalty + self.saved_work * price[self.node_slot]
-        coming = own + np.bincount(self.inflow_action,
-                                   self.inflow_share * upstream[self.inflow_entry],
-                                   minlength=own.size)
+        coming = own + np.bincount(
+            self.inflow_action, self.inflow_share * upstream[self.inflow_entry], minlength=own.size
+        )
         servable = np.minimum(coming, self.cap_hit)
         rate = 1.0 / self.evidence
         self.demand = (1 - rate) * self.demand + rate * servable
@@ -204,8 +216,7 @@ class LocalPolicy:
 
     def _routes(self, queues: np.ndarray, neighbours: np.ndarray, cost: bool) -> np.ndarray:
         """``Q_i^c - Q_j^c`` (minus ``nu d`` with ``cost``) per own route."""
-        route = queues[self.route_commodity] \
-            - neighbours[self.route_slot, self.route_commodity]
+        route = queues[self.route_commodity] - neighbours[self.route_slot, self.route_commodity]
         return route - self.nu * self.route_cost if cost else route
 
 
@@ -218,9 +229,17 @@ class LocalMABP(LocalPolicy):
 
     name = "mabp"
 
-    def __init__(self, env: Any, agent: str, *, horizon: int = 20, evidence: float = 4.0,
-                 transition: bool = True, reuse: bool = True, nu: float | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        env: Any,
+        agent: str,
+        *,
+        horizon: int = 20,
+        evidence: float = 4.0,
+        transition: bool = True,
+        reuse: bool = True,
+        nu: float | None = None,
+    ) -> None:
         super().__init__(env, agent, nu=nu)
         if int(horizon) != horizon or horizon < 1:
             raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
@@ -232,9 +251,16 @@ class LocalMABP(LocalPolicy):
         self.shadow_slots = np.unique(lay.transfer_neighbour)
         nodes = [lay.node, *(int(lay.neighbours[k]) for k in self.shadow_slots)]
         width = env.observation_space(agent)["upstream_queues"].shape[0]
-        self.rule = _NodesRule(wl, nodes, nu=self.nu, horizon=int(horizon),
-                               transition=transition, reuse=reuse,
-                               evidence=float(evidence), upstream_width=width)
+        self.rule = _NodesRule(
+            wl,
+            nodes,
+            nu=self.nu,
+            horizon=int(horizon),
+            transition=transition,
+            reuse=reuse,
+            evidence=float(evidence),
+            upstream_width=width,
+        )
         self.holding = self.nu * wl.theta * int(horizon)
         self.migration = self.nu * wl.migration_cost
         self.retain_size = ix.signature_size[ix.retain_signature[lay.retains]]
@@ -242,10 +268,14 @@ class LocalMABP(LocalPolicy):
         sig = ix.transfer_signature[lay.transfers]
         self.transfer_src = np.searchsorted(lay.retains, ix.retain_of[lay.node, sig])
         slot_of = {int(k): q + 1 for q, k in enumerate(self.shadow_slots)}
-        self.transfer_dst = np.asarray([
-            rule.retain_offsets[slot_of[int(k)]] + np.searchsorted(
-                rule.retains[slot_of[int(k)]], ix.retain_of[lay.neighbours[k], s])
-            for k, s in zip(lay.transfer_neighbour, sig, strict=True)], dtype=np.int64)
+        self.transfer_dst = np.asarray(
+            [
+                rule.retain_offsets[slot_of[int(k)]]
+                + np.searchsorted(rule.retains[slot_of[int(k)]], ix.retain_of[lay.neighbours[k], s])
+                for k, s in zip(lay.transfer_neighbour, sig, strict=True)
+            ],
+            dtype=np.int64,
+        )
         self.transfer_size = ix.signature_size[sig]
 
     def reset(self, seed: int | None = None) -> None:
@@ -258,8 +288,9 @@ class LocalMABP(LocalPolicy):
         queues = np.asarray(obs["queues"], dtype=np.float64)
         neighbours = np.asarray(obs["neighbour_queues"], dtype=np.float64)
         service, route, transfer, retain = self.slices
-        out[route.start:route.start + self.route_commodity.size] = self._routes(
-            queues, neighbours, cost=True)
+        out[route.start : route.start + self.route_commodity.size] = self._routes(
+            queues, neighbours, cost=True
+        )
         if rule.num_nodes > 1:
             stacked = np.concatenate([queues[None, :], neighbours[self.shadow_slots]])
         else:
@@ -269,24 +300,32 @@ class LocalMABP(LocalPolicy):
         if self.memory:
             hit[:a_i] = np.asarray(obs["service"])[:a_i, 2]
             if rule.num_nodes > 1:
-                hit[a_i:] = rule.shadow_hits(np.asarray(
-                    obs["neighbour_memory"], dtype=np.float64)[self.shadow_slots])
+                hit[a_i:] = rule.shadow_hits(
+                    np.asarray(obs["neighbour_memory"], dtype=np.float64)[self.shadow_slots]
+                )
         current = weight[hit, rule.arange]
         ratio = current / np.maximum(rule.work[hit, rule.arange], 1e-9)
-        out[service.start:service.start + a_i] = np.where(own[:a_i] > 0, ratio[:a_i], -1.0)
+        out[service.start : service.start + a_i] = np.where(own[:a_i] > 0, ratio[:a_i], -1.0)
         k_i = self.retain_size.size
         if not k_i:
             return
         upstream = np.asarray(obs["upstream_queues"], dtype=np.float64)
         if rule.num_nodes > 1:
-            upstream = np.concatenate([upstream, np.asarray(
-                obs["neighbour_upstream"], dtype=np.float64)[self.shadow_slots].ravel()])
+            upstream = np.concatenate(
+                [
+                    upstream,
+                    np.asarray(obs["neighbour_upstream"], dtype=np.float64)[
+                        self.shadow_slots
+                    ].ravel(),
+                ]
+            )
         value = rule.values(weight, ratio, own, upstream)
-        out[retain.start:retain.start + k_i] = value[:k_i] / self.retain_size - self.holding
+        out[retain.start : retain.start + k_i] = value[:k_i] / self.retain_size - self.holding
         if self.transfer_size.size:
             gained = value[self.transfer_dst] - value[self.transfer_src]
-            out[transfer.start:transfer.start + gained.size] = gained / self.transfer_size \
-                - self.migration
+            out[transfer.start : transfer.start + gained.size] = (
+                gained / self.transfer_size - self.migration
+            )
 
 
 class LocalBP(LocalPolicy):
@@ -295,8 +334,9 @@ class LocalBP(LocalPolicy):
 
     name = "bp"
 
-    def __init__(self, env: Any, agent: str, *, cost: bool = False,
-                 nu: float | None = None) -> None:
+    def __init__(
+        self, env: Any, agent: str, *, cost: bool = False, nu: float | None = None
+    ) -> None:
         super().__init__(env, agent, nu=nu)
         ix, lay = self.workload.index, self.layout
         acts = lay.actions
@@ -305,8 +345,7 @@ class LocalBP(LocalPolicy):
         assisted = ix.action_signature[acts] >= 0
         weight = np.where(assisted & self.memory, 0.5, 0.0)
         mix = weight[:, None]
-        self.law = (mix * ix.successor_law[1, acts] + (1 - mix) * ix.successor_law[0, acts]
-                    )[:, :-1]
+        self.law = (mix * ix.successor_law[1, acts] + (1 - mix) * ix.successor_law[0, acts])[:, :-1]
         self.work = weight * ix.work[1, acts] + (1 - weight) * ix.work[0, acts]
         self.penalty = weight * ix.penalty[1, acts] + (1 - weight) * ix.penalty[0, acts]
         # Recency retention over the node's own queues (mabp_gym.agents.base.RecencyRetention).
@@ -314,8 +353,9 @@ class LocalBP(LocalPolicy):
         for a in acts:
             s = ix.action_signature[a]
             if s >= 0 and ix.retain_of[lay.node, s] >= 0:
-                compat[np.searchsorted(lay.retains, ix.retain_of[lay.node, s]),
-                       ix.action_commodity[a]] = True
+                compat[
+                    np.searchsorted(lay.retains, ix.retain_of[lay.node, s]), ix.action_commodity[a]
+                ] = True
         self.compat = compat
         self.last_used = np.full(lay.retains.size, -1e9)
         # Cost-BP's sibling hold: routes of a commodity the node itself serves; the best
@@ -336,8 +376,9 @@ class LocalBP(LocalPolicy):
         if self.cost:
             weight = weight - self.nu * self.penalty
         service, route, _, retain = self.slices
-        out[service.start:service.start + a_i] = np.where(
-            own > 0, weight / np.maximum(self.work, 1e-9), -1.0)
+        out[service.start : service.start + a_i] = np.where(
+            own > 0, weight / np.maximum(self.work, 1e-9), -1.0
+        )
         neighbours = np.asarray(obs["neighbour_queues"], dtype=np.float64)
         routes = self._routes(queues, neighbours, cost=self.cost)
         if self.cost:
@@ -347,13 +388,14 @@ class LocalBP(LocalPolicy):
             np.maximum.at(best, self.commodities, weight)
             held = self.sibling & (best[self.route_commodity] < 0)
             routes = np.where(held, -1.0, routes)
-        out[route.start:route.start + self.route_commodity.size] = routes
+        out[route.start : route.start + self.route_commodity.size] = routes
         k_i = self.last_used.size
         if k_i:
             wanted = (self.compat * queues).sum(axis=1) > 0
             self.last_used[wanted] = self.t
-            out[retain.start:retain.start + k_i] = \
-                1.0 / (1.0 + np.minimum(self.t - self.last_used, 1e6))
+            out[retain.start : retain.start + k_i] = 1.0 / (
+                1.0 + np.minimum(self.t - self.last_used, 1e6)
+            )
 
 
 def make_local_policy(name: str, env: Any, agent: str, **kw: Any) -> LocalPolicy:

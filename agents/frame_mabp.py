@@ -81,10 +81,18 @@ class FrameMABP(Policy):
     name = "frame-mabp"
     memory_aware = True
 
-    def __init__(self, workload: Workload, *, frame: int = 10, smoothing: float | None = None,
-                 slack: float = 1.0, switch: float = 1.0, nu: float = 5.0,
-                 memory: bool = True,
-                 **mabp_kw: Any) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        frame: int = 10,
+        smoothing: float | None = None,
+        slack: float = 1.0,
+        switch: float = 1.0,
+        nu: float = 5.0,
+        memory: bool = True,
+        **mabp_kw: Any,
+    ) -> None:
         super().__init__(workload, nu=nu, memory=memory)
         if int(frame) != frame or frame < 1:
             raise ValueError(f"frame must be an integer >= 1, got {frame!r}")
@@ -171,12 +179,18 @@ class FrameMABP(Policy):
         c = ix.route_commodity[live]
         sibling = ix.serves[src, c]
         r_src, r_dst = self._ratio[src, c], self._ratio[dst, c]
-        excess = (backlog[ix.route_src_pair[live]] * r_src
-                  - backlog[ix.route_dst_pair[live]] * r_dst) / (r_src + r_dst)
+        excess = (
+            backlog[ix.route_src_pair[live]] * r_src - backlog[ix.route_dst_pair[live]] * r_dst
+        ) / (r_src + r_dst)
         cap = np.maximum(np.floor(excess), 0).astype(np.int64)
         route[live] = np.where(sibling, np.minimum(route[live], cap), route[live])
-        return Control(transfers=control.transfers, route=route, service=control.service,
-                       start=control.start, retain=control.retain)
+        return Control(
+            transfers=control.transfers,
+            route=route,
+            service=control.service,
+            start=control.start,
+            retain=control.retain,
+        )
 
     # -- the frame plan -----------------------------------------------------------------------
     def frame_values(self, own: np.ndarray, held: np.ndarray) -> np.ndarray:
@@ -243,8 +257,7 @@ class FrameMABP(Policy):
         # Service: hits, then acquisitions of planned objects, then other misses.
         service = base[self.slices[0]].copy()
         k_of = self._retain_of_action
-        acquiring = (~hit) & (k_of >= 0) & planned[np.maximum(k_of, 0)] \
-            & ~held[np.maximum(k_of, 0)]
+        acquiring = (~hit) & (k_of >= 0) & planned[np.maximum(k_of, 0)] & ~held[np.maximum(k_of, 0)]
         live = (own > 0) & (service > 0)
         hit_now = live & hit & self._assisted
         service = np.where(hit_now, service + _HIT, service)
@@ -256,8 +269,12 @@ class FrameMABP(Policy):
         unplanned = (~hit) & self._assisted & (k_of >= 0) & ~planned[np.maximum(k_of, 0)]
         fits = self._size[np.maximum(k_of, 0)] <= ix.budget[ix.action_node] + 1e-9
         node = ix.action_node
-        busy = np.bincount(node, weights=(hit_now | (live & acquiring)).astype(float),
-                           minlength=ix.num_nodes) > 0
+        busy = (
+            np.bincount(
+                node, weights=(hit_now | (live & acquiring)).astype(float), minlength=ix.num_nodes
+            )
+            > 0
+        )
         covered = np.ones(ix.num_actions, dtype=bool)
         covered[self._assisted] = False
         ok_k = held | planned
@@ -271,8 +288,9 @@ class FrameMABP(Policy):
 
         # Retention: planned by net value per size, the rest in MABP's order below them.
         retain = base[self.slices[3]]
-        out[self.slices[3]] = np.where(planned, _HIT + net / self._size,
-                                       np.clip(retain, -1.0, _ACQUIRE - 1.0))
+        out[self.slices[3]] = np.where(
+            planned, _HIT + net / self._size, np.clip(retain, -1.0, _ACQUIRE - 1.0)
+        )
         if ix.num_transfers:
             out[self.slices[2]] = -1.0
 
@@ -286,7 +304,8 @@ class FrameMABP(Policy):
         ok = (held | planned)[k_of[assisted]]
         work_ratio = ix.work[0, assisted] / np.maximum(ix.work[1, assisted], 1e-9)
         ratio[ix.action_node[assisted], ix.action_commodity[assisted]] = np.where(
-            ok, 1.0, work_ratio)
+            ok, 1.0, work_ratio
+        )
         self._ratio = ratio
         best = np.where(ix.serves, ratio, np.inf).min(axis=0)
         best = np.where(np.isfinite(best), best, 1.0)

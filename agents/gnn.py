@@ -42,13 +42,19 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
 
 def observation_dims(observation_space: Any) -> dict[str, int]:
     """Input widths the model needs, from the env's observation space."""
+
     def width(key: str) -> int:
         return int(observation_space[key].shape[-1])
 
-    return {"node": width("node_features") + width("queues") + width("memory"),
-            "edge": width("edge_features"), "service": width("service"),
-            "route": width("route"), "transfer": width("transfer"), "retain": width("retain"),
-            "scores": int(observation_space["action_mask"].shape[0])}
+    return {
+        "node": width("node_features") + width("queues") + width("memory"),
+        "edge": width("edge_features"),
+        "service": width("service"),
+        "route": width("route"),
+        "transfer": width("transfer"),
+        "retain": width("retain"),
+        "scores": int(observation_space["action_mask"].shape[0]),
+    }
 
 
 class GNNScheduler(nn.Module):
@@ -72,7 +78,8 @@ class GNNScheduler(nn.Module):
         self.node_in = _mlp([dims["node"], hidden, hidden])
         self.edge_in = nn.Linear(dims["edge"], hidden)
         self.convs = nn.ModuleList(
-            GINEConv(_mlp([hidden, hidden, hidden]), edge_dim=hidden) for _ in range(layers))
+            GINEConv(_mlp([hidden, hidden, hidden]), edge_dim=hidden) for _ in range(layers)
+        )
         self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
         self.service_head = _mlp([hidden + dims["service"], hidden, 1])
         self.route_head = _mlp([3 * hidden + dims["route"], hidden, 1])
@@ -86,19 +93,34 @@ class GNNScheduler(nn.Module):
         for conv, norm in zip(self.convs, self.norms, strict=True):
             h = norm(h + torch.relu(conv(h, graph.edge_index, e)))
         src, dst = graph.edge_index
-        service = self.service_head(torch.cat([h[graph.service_node],
-                                               symlog(graph.service_x)], -1))
-        route = self.route_head(torch.cat([h[graph.route_src], h[graph.route_dst],
-                                           e[graph.route_edge], symlog(graph.route_x)], -1))
+        service = self.service_head(torch.cat([h[graph.service_node], symlog(graph.service_x)], -1))
+        route = self.route_head(
+            torch.cat(
+                [
+                    h[graph.route_src],
+                    h[graph.route_dst],
+                    e[graph.route_edge],
+                    symlog(graph.route_x),
+                ],
+                -1,
+            )
+        )
         t_edge = graph.transfer_edge
-        transfer = self.transfer_head(torch.cat([h[src[t_edge]], h[dst[t_edge]], e[t_edge],
-                                                 symlog(graph.transfer_x)], -1))
-        retain = self.retain_head(torch.cat([h[graph.retain_node],
-                                             symlog(graph.retain_x)], -1))
-        raw = torch.cat([part.reshape(batch, part.shape[0] // batch)
-                         for part in (service, route, transfer, retain)], dim=1)
-        pooled = torch.cat([global_mean_pool(h, graph.batch, batch),
-                            global_max_pool(h, graph.batch, batch)], dim=-1)
+        transfer = self.transfer_head(
+            torch.cat([h[src[t_edge]], h[dst[t_edge]], e[t_edge], symlog(graph.transfer_x)], -1)
+        )
+        retain = self.retain_head(torch.cat([h[graph.retain_node], symlog(graph.retain_x)], -1))
+        raw = torch.cat(
+            [
+                part.reshape(batch, part.shape[0] // batch)
+                for part in (service, route, transfer, retain)
+            ],
+            dim=1,
+        )
+        pooled = torch.cat(
+            [global_mean_pool(h, graph.batch, batch), global_max_pool(h, graph.batch, batch)],
+            dim=-1,
+        )
         return nn.functional.softsign(raw), pooled
 
     def scores(self, obs: dict[str, Any]) -> torch.Tensor:
@@ -109,25 +131,37 @@ class GNNScheduler(nn.Module):
 def shape_of(workload: Workload) -> dict[str, int]:
     """What a checkpoint must match: the candidate counts and graph sizes."""
     ix = workload.index
-    return {"nodes": ix.num_nodes, "links": ix.num_links, "commodities": ix.num_commodities,
-            "signatures": ix.num_signatures, "actions": ix.num_actions,
-            "routes": ix.num_routes, "transfers": ix.num_transfers,
-            "retains": ix.num_retains}
+    return {
+        "nodes": ix.num_nodes,
+        "links": ix.num_links,
+        "commodities": ix.num_commodities,
+        "signatures": ix.num_signatures,
+        "actions": ix.num_actions,
+        "routes": ix.num_routes,
+        "transfers": ix.num_transfers,
+        "retains": ix.num_retains,
+    }
 
 
-def save_checkpoint(path: str | Path, model: GNNScheduler, workload: Workload,
-                    **extra: Any) -> str:
+def save_checkpoint(path: str | Path, model: GNNScheduler, workload: Workload, **extra: Any) -> str:
     """Save the model with the full description of the workload it was trained for
     (``extra``: JSON-serializable notes such as the epoch or the command); return the
     content digest. See :mod:`mabp_gym.agents.checkpoint_file` for the format."""
-    meta = {"dims": model.dims, "hidden": model.hidden, "layers": len(model.convs),
-            "workload": workload.name, "shape": shape_of(workload),
-            "workload_identity": checkpoint_file.workload_identity(workload), **extra}
+    meta = {
+        "dims": model.dims,
+        "hidden": model.hidden,
+        "layers": len(model.convs),
+        "workload": workload.name,
+        "shape": shape_of(workload),
+        "workload_identity": checkpoint_file.workload_identity(workload),
+        **extra,
+    }
     return checkpoint_file.save(path, "gnn", dict(model.state_dict()), meta)
 
 
-def load_checkpoint(path: str | Path, workload: Workload, device: str = "cpu", *,
-                    any_parameters: bool = False) -> tuple[GNNScheduler, dict[str, Any]]:
+def load_checkpoint(
+    path: str | Path, workload: Workload, device: str = "cpu", *, any_parameters: bool = False
+) -> tuple[GNNScheduler, dict[str, Any]]:
     """Load a GNN checkpoint (read with ``weights_only=True``, digest verified).
 
     Args:
@@ -146,17 +180,18 @@ def load_checkpoint(path: str | Path, workload: Workload, device: str = "cpu", *
     if meta.get("shape") != expected:
         raise ValueError(
             f"checkpoint {path} was trained on workload {meta.get('workload')!r} with shape "
-            f"{meta.get('shape')}, but this workload {workload.name!r} has shape {expected}")
+            f"{meta.get('shape')}, but this workload {workload.name!r} has shape {expected}"
+        )
     if not any_parameters:
         checkpoint_file.check_workload(meta, workload, path)
     try:
-        model = GNNScheduler(meta["dims"], hidden=int(meta["hidden"]),
-                             layers=int(meta["layers"]))
+        model = GNNScheduler(meta["dims"], hidden=int(meta["hidden"]), layers=int(meta["layers"]))
         model.load_state_dict(tensors)
     except (KeyError, TypeError, RuntimeError) as error:
-        raise ValueError(f"{path}: the stored model does not fit the GNN "
-                         f"({type(error).__name__}: {str(error).splitlines()[0][:200]})") \
-            from None
+        raise ValueError(
+            f"{path}: the stored model does not fit the GNN "
+            f"({type(error).__name__}: {str(error).splitlines()[0][:200]})"
+        ) from None
     model.to(device).eval()
     return model, meta
 
@@ -180,16 +215,26 @@ class GNNPolicy(Policy):
     name = "gnn"
     memory_aware = True
 
-    def __init__(self, workload: Workload, *, checkpoint: str | Path | None = None,
-                 device: str = "cpu", any_parameters: bool = False, **kw: Any) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        checkpoint: str | Path | None = None,
+        device: str = "cpu",
+        any_parameters: bool = False,
+        **kw: Any,
+    ) -> None:
         super().__init__(workload, **kw)
         path = Path(checkpoint) if checkpoint else default_checkpoint(workload.name)
         if not path.exists():
-            raise ValueError(f"no GNN checkpoint at {path}; train one with "
-                             f"`mabp-gym train gnn --workload {workload.name}`")
+            raise ValueError(
+                f"no GNN checkpoint at {path}; train one with "
+                f"`mabp-gym train gnn --workload {workload.name}`"
+            )
         self.device = resolve_device(device)
-        self.model, self.info = load_checkpoint(path, workload, self.device,
-                                                any_parameters=bool(any_parameters))
+        self.model, self.info = load_checkpoint(
+            path, workload, self.device, any_parameters=bool(any_parameters)
+        )
         self.checkpoint = str(path)
 
     @torch.no_grad()

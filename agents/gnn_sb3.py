@@ -36,10 +36,14 @@ from mabp_gym.pyg import to_pyg
 
 
 def _check_dict_space(observation_space: Any) -> None:
-    if not isinstance(observation_space, spaces.Dict) or "node_features" not in \
-            observation_space.spaces:
-        raise TypeError("the graph policy needs the env's Dict observation (obs_mode='dict', "
-                        f"the default), got observation space {observation_space}")
+    if (
+        not isinstance(observation_space, spaces.Dict)
+        or "node_features" not in observation_space.spaces
+    ):
+        raise TypeError(
+            "the graph policy needs the env's Dict observation (obs_mode='dict', "
+            f"the default), got observation space {observation_space}"
+        )
 
 
 class GNNExtractor(BaseFeaturesExtractor):
@@ -52,8 +56,13 @@ class GNNExtractor(BaseFeaturesExtractor):
             ``queues`` and ``memory`` rows, whose widths depend on the workload.
     """
 
-    def __init__(self, observation_space: spaces.Dict, hidden: int = 64,
-                 layers: int = 3, shape_free: bool = False) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        hidden: int = 64,
+        layers: int = 3,
+        shape_free: bool = False,
+    ) -> None:
         _check_dict_space(observation_space)
         dims = observation_dims(observation_space)
         super().__init__(observation_space, features_dim=dims["scores"] + 2 * hidden)
@@ -85,7 +94,7 @@ class _Split(nn.Module):
         return features[:, : self.latent_dim_pi]
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
-        return features[:, self.latent_dim_pi:]
+        return features[:, self.latent_dim_pi :]
 
 
 class GNNActorCriticPolicy(ActorCriticPolicy):
@@ -104,25 +113,43 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
             ``ortho_init`` to False, so that pretrained weights stay as they are).
     """
 
-    def __init__(self, observation_space: spaces.Dict, action_space: spaces.Box,
-                 lr_schedule: Any, hidden: int = 64, layers: int = 3,
-                 shape_free: bool = False, score_bias: float = 0.5, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        action_space: spaces.Box,
+        lr_schedule: Any,
+        hidden: int = 64,
+        layers: int = 3,
+        shape_free: bool = False,
+        score_bias: float = 0.5,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("ortho_init", False)  # keep pretrained weights as they are
         kwargs.setdefault("log_std_init", -1.5)
         if not np.isfinite(score_bias):
             raise ValueError(f"score_bias must be a finite number, got {score_bias!r}")
         self.shape_free = bool(shape_free)
         self.score_bias = float(score_bias)
-        super().__init__(observation_space, action_space, lr_schedule,
-                         features_extractor_class=GNNExtractor,
-                         features_extractor_kwargs={"hidden": hidden, "layers": layers,
-                                                    "shape_free": self.shape_free},
-                         share_features_extractor=True, **kwargs)
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            features_extractor_class=GNNExtractor,
+            features_extractor_kwargs={
+                "hidden": hidden,
+                "layers": layers,
+                "shape_free": self.shape_free,
+            },
+            share_features_extractor=True,
+            **kwargs,
+        )
 
     def _build_mlp_extractor(self) -> None:
         actions = int(self.action_space.shape[0])  # type: ignore[index]
-        self.mlp_extractor = _Split(actions,  # type: ignore[assignment]
-                                    self.features_dim - actions)
+        self.mlp_extractor = _Split(
+            actions,  # type: ignore[assignment]
+            self.features_dim - actions,
+        )
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
@@ -136,23 +163,36 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
             # order, which beats random scores by far (-97 against -591 at load 0.3), and
             # learns the order from there; means at 0 would idle (docs/learning.md).
             with torch.no_grad():
-                for head in (self.gnn.service_head, self.gnn.route_head,
-                             self.gnn.transfer_head, self.gnn.retain_head):
+                for head in (
+                    self.gnn.service_head,
+                    self.gnn.route_head,
+                    self.gnn.transfer_head,
+                    self.gnn.retain_head,
+                ):
                     head[-1].weight.mul_(0.01)
                     head[-1].bias.fill_(self.score_bias)
-        self.optimizer = self.optimizer_class(self.parameters(),  # type: ignore[call-arg]
-                                              lr=lr_schedule(1),
-                                              **self.optimizer_kwargs)
+        self.optimizer = self.optimizer_class(
+            self.parameters(),  # type: ignore[call-arg]
+            lr=lr_schedule(1),
+            **self.optimizer_kwargs,
+        )
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         # The extractor is fixed by the class; hidden / layers / shape_free rebuild it.
-        for key in ("features_extractor_class", "features_extractor_kwargs",
-                    "share_features_extractor"):
+        for key in (
+            "features_extractor_class",
+            "features_extractor_kwargs",
+            "share_features_extractor",
+        ):
             data.pop(key, None)
         kw = self.features_extractor_kwargs
-        data.update(hidden=kw["hidden"], layers=kw["layers"], shape_free=self.shape_free,
-                    score_bias=self.score_bias)
+        data.update(
+            hidden=kw["hidden"],
+            layers=kw["layers"],
+            shape_free=self.shape_free,
+            score_bias=self.score_bias,
+        )
         return data
 
     def obs_to_tensor(self, observation: Any) -> tuple[Any, bool]:
@@ -166,11 +206,12 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
         vectorized = nodes.shape != space["node_features"].shape
         batch = nodes.size // max(1, int(np.prod(space["node_features"].shape)))
         try:
-            arrays = {key: np.asarray(value).reshape((batch, *space[key].shape))
-                      for key, value in observation.items()}
+            arrays = {
+                key: np.asarray(value).reshape((batch, *space[key].shape))
+                for key, value in observation.items()
+            }
         except ValueError as error:
-            raise ValueError(f"observation does not match the observation space: {error}") \
-                from None
+            raise ValueError(f"observation does not match the observation space: {error}") from None
         return obs_as_tensor(arrays, self.device), vectorized
 
     @property
@@ -191,9 +232,24 @@ class GraphActorCriticPolicy(GNNActorCriticPolicy):
         model.learn(10_000)
     """
 
-    def __init__(self, observation_space: spaces.Dict, action_space: spaces.Box,
-                 lr_schedule: Any, hidden: int = 64, layers: int = 3,
-                 shape_free: bool = True, score_bias: float = 0.5, **kwargs: Any) -> None:
-        super().__init__(observation_space, action_space, lr_schedule, hidden=hidden,
-                         layers=layers, shape_free=shape_free, score_bias=score_bias,
-                         **kwargs)
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        action_space: spaces.Box,
+        lr_schedule: Any,
+        hidden: int = 64,
+        layers: int = 3,
+        shape_free: bool = True,
+        score_bias: float = 0.5,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            hidden=hidden,
+            layers=layers,
+            shape_free=shape_free,
+            score_bias=score_bias,
+            **kwargs,
+        )

@@ -29,14 +29,24 @@ class PrimitiveEstimate:
     """Estimated primitives ``work (2, A)``, ``penalty (2, A)``, ``law (2, A, C)`` (the
     exit probability is the remainder) and ``seen (2, A)``, rows indexed by the hit bit."""
 
-    def __init__(self, work: np.ndarray, penalty: np.ndarray, law: np.ndarray,
-                 seen: np.ndarray, counts: np.ndarray) -> None:
+    def __init__(
+        self,
+        work: np.ndarray,
+        penalty: np.ndarray,
+        law: np.ndarray,
+        seen: np.ndarray,
+        counts: np.ndarray,
+    ) -> None:
         self.work, self.penalty, self.law = work, penalty, law
         self.seen, self.counts = seen, counts
 
     @classmethod
-    def fit(cls, workload: Workload, units: Iterable[tuple[int, int, int, float, float]],
-            device: str = "cpu") -> PrimitiveEstimate:
+    def fit(
+        cls,
+        workload: Workload,
+        units: Iterable[tuple[int, int, int, float, float]],
+        device: str = "cpu",
+    ) -> PrimitiveEstimate:
         """Maximum-likelihood fit from ``(action, hit, successor or -1, work, penalty)``."""
         ix = workload.index
         rows = np.asarray(list(units), dtype=np.float64).reshape(-1, 5)
@@ -53,15 +63,21 @@ class PrimitiveEstimate:
         sums[0].index_add_(0, cell, values[0])
         sums[1].index_add_(0, cell, values[1])
         outcomes = torch.zeros(2 * a_n * (c_n + 1), device=device, dtype=torch.float64)
-        outcomes.index_add_(0, cell * (c_n + 1) + successor,
-                            torch.ones_like(cell, dtype=torch.float64))
+        outcomes.index_add_(
+            0, cell * (c_n + 1) + successor, torch.ones_like(cell, dtype=torch.float64)
+        )
         safe = counts.clamp(min=1.0)
         work = (sums[0] / safe).view(2, a_n)
         penalty = (sums[1] / safe).view(2, a_n)
         law = (outcomes.view(2 * a_n, c_n + 1) / safe[:, None]).view(2, a_n, c_n + 1)
         counts = counts.view(2, a_n)
-        estimate = cls(work.cpu().numpy(), penalty.cpu().numpy(), law[..., :c_n].cpu().numpy(),
-                       (counts > 0).cpu().numpy(), counts.cpu().numpy())
+        estimate = cls(
+            work.cpu().numpy(),
+            penalty.cpu().numpy(),
+            law[..., :c_n].cpu().numpy(),
+            (counts > 0).cpu().numpy(),
+            counts.cpu().numpy(),
+        )
         estimate._fill_unseen(workload)
         return estimate
 
@@ -89,11 +105,13 @@ class PrimitiveEstimate:
         ix = workload.index
         seen = self.seen
         true_law = ix.successor_law[:, :, :-1]
-        total_variation = 0.5 * (np.abs(self.law - true_law).sum(axis=2)
-                                 + np.abs((1 - self.law.sum(axis=2))
-                                          - ix.successor_law[:, :, -1]))
+        total_variation = 0.5 * (
+            np.abs(self.law - true_law).sum(axis=2)
+            + np.abs((1 - self.law.sum(axis=2)) - ix.successor_law[:, :, -1])
+        )
         return {
-            "pairs_seen": int(seen.sum()), "pairs": int(seen.size),
+            "pairs_seen": int(seen.sum()),
+            "pairs": int(seen.size),
             "work_abs_error": float(np.abs(self.work - ix.work)[seen].mean()),
             "penalty_abs_error": float(np.abs(self.penalty - ix.penalty)[seen].mean()),
             "successor_tv_mean": float(total_variation[seen].mean()),
@@ -107,10 +125,13 @@ class PrimitiveEstimate:
         (``extra``: JSON-serializable notes); return the content digest."""
         from mabp_gym.agents.gnn import shape_of
 
-        tensors = {name: torch.as_tensor(np.asarray(getattr(self, name)))
-                   for name in self._ARRAYS}
-        meta = {"workload": workload.name, "shape": shape_of(workload),
-                "workload_identity": checkpoint_file.workload_identity(workload), **extra}
+        tensors = {name: torch.as_tensor(np.asarray(getattr(self, name))) for name in self._ARRAYS}
+        meta = {
+            "workload": workload.name,
+            "shape": shape_of(workload),
+            "workload_identity": checkpoint_file.workload_identity(workload),
+            **extra,
+        }
         return checkpoint_file.save(path, "learn-mabp", tensors, meta)
 
     @classmethod
@@ -129,19 +150,25 @@ class PrimitiveEstimate:
             raise ValueError(
                 f"checkpoint {path} was fitted on workload {meta.get('workload')!r} with shape "
                 f"{meta.get('shape')}, but this workload {workload.name!r} has shape "
-                f"{shape_of(workload)}")
+                f"{shape_of(workload)}"
+            )
         checkpoint_file.check_workload(meta, workload, path)
         ix = workload.index
         a_n, c_n = ix.num_actions, ix.num_commodities
-        expected = {"work": (2, a_n), "penalty": (2, a_n), "law": (2, a_n, c_n),
-                    "seen": (2, a_n), "counts": (2, a_n)}
+        expected = {
+            "work": (2, a_n),
+            "penalty": (2, a_n),
+            "law": (2, a_n, c_n),
+            "seen": (2, a_n),
+            "counts": (2, a_n),
+        }
         for name, shape in expected.items():
             if name not in tensors or tuple(tensors[name].shape) != shape:
-                raise ValueError(f"{path}: damaged checkpoint: {name} should have shape "
-                                 f"{shape}")
+                raise ValueError(f"{path}: damaged checkpoint: {name} should have shape {shape}")
         arrays = {name: tensors[name].numpy() for name in cls._ARRAYS}
-        return cls(arrays["work"], arrays["penalty"], arrays["law"], arrays["seen"],
-                   arrays["counts"]), meta
+        return cls(
+            arrays["work"], arrays["penalty"], arrays["law"], arrays["seen"], arrays["counts"]
+        ), meta
 
 
 def default_checkpoint(workload_name: str) -> Path:
@@ -168,11 +195,14 @@ class LearnMABP(MABP):
         self.estimate = estimate
 
     @classmethod
-    def from_checkpoint(cls, workload: Workload, checkpoint: str | Path | None = None,
-                        **kw: Any) -> LearnMABP:
+    def from_checkpoint(
+        cls, workload: Workload, checkpoint: str | Path | None = None, **kw: Any
+    ) -> LearnMABP:
         path = Path(checkpoint) if checkpoint else default_checkpoint(workload.name)
         if not path.exists():
-            raise ValueError(f"no Learn-MABP checkpoint at {path}; fit one with "
-                             f"`mabp-gym train learn-mabp --workload {workload.name}`")
+            raise ValueError(
+                f"no Learn-MABP checkpoint at {path}; fit one with "
+                f"`mabp-gym train learn-mabp --workload {workload.name}`"
+            )
         estimate, _ = PrimitiveEstimate.load(path, workload)
         return cls(workload, estimate, **kw)

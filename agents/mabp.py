@@ -70,19 +70,23 @@ class Primitives:
         if work.ndim != 2 or work.shape[0] != 2:
             raise ValueError(f"work must have shape (2, A), got {work.shape}")
         if penalty.shape != work.shape:
-            raise ValueError(f"penalty must have the shape of work {work.shape}, got "
-                             f"{penalty.shape}")
+            raise ValueError(
+                f"penalty must have the shape of work {work.shape}, got {penalty.shape}"
+            )
         if law.ndim != 3 or law.shape[:2] != work.shape:
-            raise ValueError(f"law must have shape (2, A, C) with (2, A) = {work.shape}, got "
-                             f"{law.shape}")
+            raise ValueError(
+                f"law must have shape (2, A, C) with (2, A) = {work.shape}, got {law.shape}"
+            )
         for name, array in (("work", work), ("penalty", penalty), ("law", law)):
             if not np.all(np.isfinite(array)):
                 raise ValueError(f"{name} must be finite")
         if np.any(work < 0):
             raise ValueError("work must be >= 0")
         if np.any(law < 0) or np.any(law.sum(axis=2) > 1.0 + 1e-9):
-            raise ValueError("every successor law row must be probabilities in [0, 1] summing "
-                             "to at most 1 (the exit is the remainder)")
+            raise ValueError(
+                "every successor law row must be probabilities in [0, 1] summing "
+                "to at most 1 (the exit is the remainder)"
+            )
         object.__setattr__(self, "work", work)
         object.__setattr__(self, "penalty", penalty)
         object.__setattr__(self, "law", law)
@@ -96,17 +100,22 @@ class Primitives:
             reuse: keep the reuse credit in the penalty (``p = l - eta v``); ``False`` gives
                 the loss ``l`` alone (the ``mabp-no-reuse`` ablation).
         """
-        return cls(work=index.work, penalty=index.penalty if reuse else index.loss,
-                   law=index.successor_law[:, :, :index.num_commodities])
+        return cls(
+            work=index.work,
+            penalty=index.penalty if reuse else index.loss,
+            law=index.successor_law[:, :, : index.num_commodities],
+        )
 
     def check_fits(self, index: WorkloadIndex) -> None:
         """Raise ``ValueError`` unless the shapes are ``(2, A)`` and ``(2, A, C)`` of ``index``."""
         a_n, c_n = index.num_actions, index.num_commodities
         if self.work.shape != (2, a_n) or self.law.shape != (2, a_n, c_n):
-            raise ValueError(f"primitives of shape work {self.work.shape}, law "
-                             f"{self.law.shape} do not fit a workload with A = {a_n} actions "
-                             f"and C = {c_n} commodities: need (2, {a_n}) and "
-                             f"(2, {a_n}, {c_n})")
+            raise ValueError(
+                f"primitives of shape work {self.work.shape}, law "
+                f"{self.law.shape} do not fit a workload with A = {a_n} actions "
+                f"and C = {c_n} commodities: need (2, {a_n}) and "
+                f"(2, {a_n}, {c_n})"
+            )
 
 
 class MABP(Policy):
@@ -136,9 +145,18 @@ class MABP(Policy):
     name = "mabp"
     memory_aware = True
 
-    def __init__(self, workload: Workload, *, primitives: Primitives | None = None,
-                 horizon: int = 20, transition: bool = True, reuse: bool = True,
-                 retention: bool = True, evidence: float = 4.0, **kw) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        primitives: Primitives | None = None,
+        horizon: int = 20,
+        transition: bool = True,
+        reuse: bool = True,
+        retention: bool = True,
+        evidence: float = 4.0,
+        **kw,
+    ) -> None:
         super().__init__(workload, **kw)
         if int(horizon) != horizon or horizon < 1:
             raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
@@ -167,10 +185,10 @@ class MABP(Policy):
         self._mu = ix.mu[ix.action_node]
         # Retain candidate k = (i, s) collects the actions of node i compatible with s: a
         # segment sum over (candidate, action) member pairs.
-        self._member_retain = np.repeat(np.arange(ix.num_retains),
-                                        [len(m) for m in ix.retain_actions]).astype(np.int64)
-        self._member_action = np.asarray([a for m in ix.retain_actions for a in m],
-                                         dtype=np.int64)
+        self._member_retain = np.repeat(
+            np.arange(ix.num_retains), [len(m) for m in ix.retain_actions]
+        ).astype(np.int64)
+        self._member_action = np.asarray([a for m in ix.retain_actions for a in m], dtype=np.int64)
         self._assisted = ix.action_signature >= 0
         self._size = ix.signature_size[ix.retain_signature]
         self.holding_cost = self.nu * workload.theta * self.horizon
@@ -230,8 +248,7 @@ class MABP(Policy):
 
     def _route_weights(self, backlog: np.ndarray) -> np.ndarray:
         ix = self.ix
-        return (backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
-                - self.nu * self._route_cost)
+        return backlog[ix.route_src_pair] - backlog[ix.route_dst_pair] - self.nu * self._route_cost
 
     def _fill(self, obs, queues, out) -> None:
         ix = self.ix
@@ -261,26 +278,35 @@ class MABP(Policy):
             size = ix.signature_size[ix.transfer_signature]
             out[self.slices[2]] = gained / size - self.migration_cost
 
-    def _object_values(self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray,
-                       backlog: np.ndarray) -> np.ndarray:
+    def _object_values(
+        self, weight: np.ndarray, ratio: np.ndarray, own: np.ndarray, backlog: np.ndarray
+    ) -> np.ndarray:
         """Marginal value of holding each retain candidate's object, ``(K,)``."""
         ix = self.ix
         w_miss, w_hit = np.maximum(self._work, 1e-9)
         positive = np.maximum(weight, 0.0)
-        frozen = np.maximum(np.minimum(own, self._mu / w_hit) * positive[1]
-                            - np.minimum(own, self._mu / w_miss) * positive[0], 0.0)
+        frozen = np.maximum(
+            np.minimum(own, self._mu / w_hit) * positive[1]
+            - np.minimum(own, self._mu / w_miss) * positive[0],
+            0.0,
+        )
         # Price of a unit of compute at each node: its best pressure per unit of work.
         price = np.ones(ix.num_nodes)
         np.maximum.at(price, ix.action_node, ratio)
-        saved = self.nu * (self._penalty[0] - self._penalty[1]) \
+        saved = (
+            self.nu * (self._penalty[0] - self._penalty[1])
             + (w_miss - w_hit) * price[ix.action_node]
-        coming = own + np.bincount(self._inflow_action,
-                                   self._inflow_share * backlog[self._inflow_pair],
-                                   minlength=ix.num_actions)
+        )
+        coming = own + np.bincount(
+            self._inflow_action,
+            self._inflow_share * backlog[self._inflow_pair],
+            minlength=ix.num_actions,
+        )
         servable = np.minimum(coming, self._mu / w_hit)
         rate = 1.0 / self.evidence
         self._demand = (1 - rate) * self._demand + rate * servable
         future = self._effective_horizon * self._demand * np.maximum(saved, 0.0)
         per_action = np.where(self._assisted, frozen + future, 0.0)
-        return np.bincount(self._member_retain, per_action[self._member_action],
-                           minlength=ix.num_retains)
+        return np.bincount(
+            self._member_retain, per_action[self._member_action], minlength=ix.num_retains
+        )

@@ -168,14 +168,22 @@ class OracleSur(Policy):
     name = "oracle-sur"
     memory_aware = True
 
-    def __init__(self, workload: Workload, *, node_limit: int = 200,
-                 time_limit: float | None = None, nu: float = 5.0, memory: bool = True,
-                 **mabp_kw: Any) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        node_limit: int = 200,
+        time_limit: float | None = None,
+        nu: float = 5.0,
+        memory: bool = True,
+        **mabp_kw: Any,
+    ) -> None:
         super().__init__(workload, nu=nu, memory=memory)
         self.mabp = MABP(workload, nu=nu, memory=memory, **mabp_kw)
         if time_limit is not None and (not math.isfinite(time_limit) or time_limit <= 0):
-            raise ValueError(f"time_limit must be None or a finite number of seconds > 0, got "
-                             f"{time_limit!r}")
+            raise ValueError(
+                f"time_limit must be None or a finite number of seconds > 0, got {time_limit!r}"
+            )
         if isinstance(node_limit, bool) or int(node_limit) != node_limit or node_limit < 1:
             raise ValueError(f"node_limit must be an integer >= 1, got {node_limit!r}")
         self.node_limit = int(node_limit)
@@ -219,8 +227,9 @@ class OracleSur(Policy):
         return self.mabp.weights(queues)
 
     # -- the objective --------------------------------------------------------------------
-    def one_slot_objective(self, state: SimState, control: Control,
-                           obs: dict[str, np.ndarray] | None = None) -> float:
+    def one_slot_objective(
+        self, state: SimState, control: Control, obs: dict[str, np.ndarray] | None = None
+    ) -> float:
         """Paper (16) for any feasible ``control`` in ``state`` (with MABP's weights).
 
         ``sum F_r (Q_i^c - Q_j^c - nu d) + sum S_a W_a + sum_starts W_a c_a / w_a
@@ -242,19 +251,18 @@ class OracleSur(Policy):
         queues = np.asarray(obs["queues"], dtype=np.float64)
         return self.mabp.weights(queues), self.mabp.route_weights(queues)
 
-    def _objective(self, state: SimState, control: Control, weight: np.ndarray,
-                   route_weight: np.ndarray) -> float:
+    def _objective(
+        self, state: SimState, control: Control, weight: np.ndarray, route_weight: np.ndarray
+    ) -> float:
         ix = self.ix
         checked = check_control(self.workload, state, control, memory=self.memory)
         hit = np.asarray(checked.hit, dtype=np.int64)
         gain = weight[hit, self._arange]
         work = self.mabp.primitives.work[hit, self._arange]
         service = np.asarray(control.service, dtype=np.float64)
-        value = float(np.asarray(control.route, dtype=np.float64) @ route_weight
-                      + service @ gain)
+        value = float(np.asarray(control.route, dtype=np.float64) @ route_weight + service @ gain)
         if checked.start:
-            spent = np.bincount(ix.action_node, weights=service * work,
-                                minlength=ix.num_nodes)
+            spent = np.bincount(ix.action_node, weights=service * work, minlength=ix.num_nodes)
             left = self._available(state) - spent
             for i, a in checked.start:
                 value += gain[a] * left[i] / work[a]
@@ -332,10 +340,13 @@ class OracleSur(Policy):
         if source != "mabp":
             chosen = replace(chosen, retain=self._retention(state, chosen, scores))
         if objective < floor:
-            raise AssertionError(f"oracle-sur objective {objective!r} below MABP's "
-                                 f"{baseline!r}")
-        self.last_info = {"source": source, "objective": objective,
-                          "mabp_objective": baseline, "milp_status": statuses}
+            raise AssertionError(f"oracle-sur objective {objective!r} below MABP's {baseline!r}")
+        self.last_info = {
+            "source": source,
+            "objective": objective,
+            "mabp_objective": baseline,
+            "milp_status": statuses,
+        }
         return chosen
 
     # -- transfers ------------------------------------------------------------------------
@@ -346,8 +357,11 @@ class OracleSur(Policy):
         values = self.mabp.object_values
         if values is None or not ix.num_transfers:
             return np.full(ix.num_transfers, -1.0)
-        return (values[self._transfer_dst_retain] - values[self._transfer_src_retain]
-                - self.mabp.migration_cost * self._transfer_size)
+        return (
+            values[self._transfer_dst_retain]
+            - values[self._transfer_src_retain]
+            - self.mabp.migration_cost * self._transfer_size
+        )
 
     def _search_transfers(self, state: SimState, start: np.ndarray) -> np.ndarray:
         """Best-improvement local search over feasible transfer sets, from ``start``.
@@ -363,10 +377,12 @@ class OracleSur(Policy):
         holder = state.holder
         sig = ix.transfer_signature
         pool = np.flatnonzero(
-            (value > 0) & (holder[self._transfer_src_node, sig] >= 0)
+            (value > 0)
+            & (holder[self._transfer_src_node, sig] >= 0)
             & (holder[self._transfer_dst_node, sig] < 0)
             & (self._transfer_size <= ix.link_bandwidth[ix.transfer_link] + EPS)
-            & (self._transfer_size <= ix.budget[self._transfer_dst_node] + EPS)).tolist()
+            & (self._transfer_size <= ix.budget[self._transfer_dst_node] + EPS)
+        ).tolist()
         chosen = start.tolist()
         if not pool:
             return start
@@ -391,8 +407,9 @@ class OracleSur(Policy):
                 load[link[k]] = load.get(link[k], 0.0) + size[k]
                 change[src[k]] = change.get(src[k], 0.0) - size[k]
                 change[dst[k]] = change.get(dst[k], 0.0) + size[k]
-            return (all(total <= bandwidth[e] + EPS for e, total in load.items())
-                    and all(used[i] + d <= budget[i] + EPS for i, d in change.items()))
+            return all(total <= bandwidth[e] + EPS for e, total in load.items()) and all(
+                used[i] + d <= budget[i] + EPS for i, d in change.items()
+            )
 
         while True:
             best_gain, best_plan = 1e-12, None
@@ -415,7 +432,7 @@ class OracleSur(Policy):
             # the room the other frees) is infeasible one transfer at a time.
             free = [k for k in pool if k not in members] if len(pool) <= _PAIR_POOL else []
             for q, first in enumerate(free):
-                for second in free[q + 1:]:
+                for second in free[q + 1 :]:
                     gain = vals[first] + vals[second]
                     if gain > best_gain and feasible([*chosen, first, second]):
                         best_gain, best_plan = gain, [*chosen, first, second]
@@ -425,8 +442,9 @@ class OracleSur(Policy):
         return np.sort(np.asarray(chosen, dtype=np.int64))
 
     # -- routing and service --------------------------------------------------------------
-    def _solve(self, state: SimState, transfers: np.ndarray, weight: np.ndarray,
-               route_weight: np.ndarray) -> tuple[Control | None, Any]:
+    def _solve(
+        self, state: SimState, transfers: np.ndarray, weight: np.ndarray, route_weight: np.ndarray
+    ) -> tuple[Control | None, Any]:
         """Optimal integer routing, service and starts given the transfers.
 
         The program separates by node: every constraint (compute, link capacity, queue,
@@ -453,8 +471,9 @@ class OracleSur(Policy):
         self._read_solution(program, milp_program, hard, x, service, route, start)
         return self._make(transfers, route, service, start), status
 
-    def _program(self, state: SimState, transfers: np.ndarray, weight: np.ndarray,
-                 route_weight: np.ndarray) -> SlotProgram:
+    def _program(
+        self, state: SimState, transfers: np.ndarray, weight: np.ndarray, route_weight: np.ndarray
+    ) -> SlotProgram:
         """The slot's :class:`SlotProgram` after ``transfers``."""
         wl, ix = self.workload, self.ix
         holder = state.holder
@@ -476,12 +495,12 @@ class OracleSur(Policy):
 
         # Variables with weight <= 0 are left out (0 at an optimum).
         serve = np.flatnonzero(fits & (gain > 0) & (waiting > 0) & (node_avail >= work - EPS))
-        serve_upper = np.minimum(waiting[serve], np.floor((node_avail[serve] + EPS)
-                                                          / np.maximum(work[serve], EPS)))
+        serve_upper = np.minimum(
+            waiting[serve], np.floor((node_avail[serve] + EPS) / np.maximum(work[serve], EPS))
+        )
         starts = np.flatnonzero(~fits & (gain > 0) & (waiting > 0) & (node_avail > EPS))
         route_queue = queue[ix.route_src_pair]
-        routes = np.flatnonzero((route_weight > 0) & (route_queue > 0)
-                                & (self._route_capacity > 0))
+        routes = np.flatnonzero((route_weight > 0) & (route_queue > 0) & (self._route_capacity > 0))
         route_upper = np.minimum(route_queue[routes], self._route_capacity[routes])
         ns, nr, nx = len(serve), len(routes), len(starts)
         serve_cols = np.arange(ns)
@@ -494,33 +513,55 @@ class OracleSur(Policy):
         compute_rows = slice(0, n_nodes)
         link_rows = slice(n_nodes, n_nodes + n_links)
         queue_rows = slice(n_nodes + n_links, n_nodes + n_links + ix.num_pairs)
-        rows = np.concatenate([
-            compute_rows.start + ix.action_node[serve],  # compute: S w_a, c_a
-            compute_rows.start + start_node,
-            link_rows.start + ix.route_link[routes],  # link: F
-            queue_rows.start + ix.action_pair[serve],  # queue: S, F, x
-            queue_rows.start + ix.route_src_pair[routes],
-            queue_rows.start + ix.action_pair[starts]])
-        cols = np.concatenate([serve_cols, compute_cols, route_cols, serve_cols, route_cols,
-                               binary_cols])
-        data = np.concatenate([work[serve], np.ones(nx), np.ones(nr), np.ones(ns),
-                               np.ones(nr), np.ones(nx)])
+        rows = np.concatenate(
+            [
+                compute_rows.start + ix.action_node[serve],  # compute: S w_a, c_a
+                compute_rows.start + start_node,
+                link_rows.start + ix.route_link[routes],  # link: F
+                queue_rows.start + ix.action_pair[serve],  # queue: S, F, x
+                queue_rows.start + ix.route_src_pair[routes],
+                queue_rows.start + ix.action_pair[starts],
+            ]
+        )
+        cols = np.concatenate(
+            [serve_cols, compute_cols, route_cols, serve_cols, route_cols, binary_cols]
+        )
+        data = np.concatenate(
+            [work[serve], np.ones(nx), np.ones(nr), np.ones(ns), np.ones(nr), np.ones(nx)]
+        )
         return SlotProgram(
-            gain=gain, work=work, avail=avail, serve=serve, serve_upper=serve_upper,
-            routes=routes, route_upper=route_upper, starts=starts, start_node=start_node,
-            serve_cols=serve_cols, route_cols=route_cols, binary_cols=binary_cols,
+            gain=gain,
+            work=work,
+            avail=avail,
+            serve=serve,
+            serve_upper=serve_upper,
+            routes=routes,
+            route_upper=route_upper,
+            starts=starts,
+            start_node=start_node,
+            serve_cols=serve_cols,
+            route_cols=route_cols,
+            binary_cols=binary_cols,
             compute_cols=compute_cols,
-            node=np.concatenate([ix.action_node[serve], ix.link_src[ix.route_link[routes]],
-                                 start_node, start_node]),
+            node=np.concatenate(
+                [ix.action_node[serve], ix.link_src[ix.route_link[routes]], start_node, start_node]
+            ),
             upper=np.concatenate([serve_upper, route_upper, np.ones(nx), node_avail[starts]]),
-            value=np.concatenate([gain[serve], route_weight[routes], np.zeros(nx),
-                                  gain[starts] / work[starts]]),
+            value=np.concatenate(
+                [gain[serve], route_weight[routes], np.zeros(nx), gain[starts] / work[starts]]
+            ),
             integral=np.concatenate([np.ones(ns + nr + nx), np.zeros(nx)]),
-            compute_rows=compute_rows, link_rows=link_rows, queue_rows=queue_rows,
-            rows=rows, cols=cols, data=data,
-            rhs=np.concatenate([avail, ix.link_capacity.astype(np.float64),
-                                queue.astype(np.float64)]),
-            row_node=np.concatenate([np.arange(n_nodes), ix.link_src, ix.pair_node]))
+            compute_rows=compute_rows,
+            link_rows=link_rows,
+            queue_rows=queue_rows,
+            rows=rows,
+            cols=cols,
+            data=data,
+            rhs=np.concatenate(
+                [avail, ix.link_capacity.astype(np.float64), queue.astype(np.float64)]
+            ),
+            row_node=np.concatenate([np.arange(n_nodes), ix.link_src, ix.pair_node]),
+        )
 
     def _hard_nodes(self, program: SlotProgram) -> tuple[np.ndarray, np.ndarray]:
         """The binding packing rows ``(N + L + P,)`` and the hard nodes ``(N,)``, bool.
@@ -531,8 +572,11 @@ class OracleSur(Policy):
         ix = self.ix
         is_compute = program.integral[program.cols] == 0.0
         rows, cols = program.rows[~is_compute], program.cols[~is_compute]
-        reach = np.bincount(rows, weights=program.data[~is_compute] * program.upper[cols],
-                            minlength=len(program.rhs)).astype(np.float64)
+        reach = np.bincount(
+            rows,
+            weights=program.data[~is_compute] * program.upper[cols],
+            minlength=len(program.rhs),
+        ).astype(np.float64)
         has_start = np.bincount(program.start_node, minlength=ix.num_nodes) > 0
         has_serve = np.bincount(ix.action_node[program.serve], minlength=ix.num_nodes) > 0
         reach[program.compute_rows] += np.where(has_start & has_serve, program.avail, 0.0)
@@ -542,8 +586,9 @@ class OracleSur(Policy):
         hard |= has_start & has_serve
         return binding, hard
 
-    def _closed_form(self, program: SlotProgram, hard: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _closed_form(
+        self, program: SlotProgram, hard: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Service ``(A,)``, routing ``(R,)`` and starts ``(N,)`` of the nodes that are not
         hard: every variable at its upper bound, and the best single start."""
         ix = self.ix
@@ -562,8 +607,9 @@ class OracleSur(Policy):
                     start[start_node[q]] = starts[q]
         return service, route, start
 
-    def _hard_program(self, program: SlotProgram, binding: np.ndarray, hard: np.ndarray,
-                      kept: np.ndarray) -> HardProgram:
+    def _hard_program(
+        self, program: SlotProgram, binding: np.ndarray, hard: np.ndarray, kept: np.ndarray
+    ) -> HardProgram:
         """The MILP over the hard nodes: their binding packing rows, ``c_a <= avail_i x_a``,
         and at most one start per node where a node has several start candidates."""
         renumber_row = np.full(len(program.rhs), -1, dtype=np.int64)
@@ -576,39 +622,50 @@ class OracleSur(Policy):
         if hard_starts.size:
             m = hard_starts.size
             coupling_rows = n_rows + np.arange(m)
-            nodes_with, node_row, count = np.unique(program.start_node[hard_starts],
-                                                    return_inverse=True, return_counts=True)
+            nodes_with, node_row, count = np.unique(
+                program.start_node[hard_starts], return_inverse=True, return_counts=True
+            )
             one_start_rows = n_rows + m + node_row
             several = count[node_row] > 1
             binary = program.binary_cols[hard_starts]
-            rows = np.concatenate([rows, coupling_rows, coupling_rows,
-                                   one_start_rows[several]])
-            cols = np.concatenate([cols, program.compute_cols[hard_starts], binary,
-                                   binary[several]])
-            data = np.concatenate([data, np.ones(m),
-                                   -program.avail[program.start_node[hard_starts]],
-                                   np.ones(int(several.sum()))])
+            rows = np.concatenate([rows, coupling_rows, coupling_rows, one_start_rows[several]])
+            cols = np.concatenate(
+                [cols, program.compute_cols[hard_starts], binary, binary[several]]
+            )
+            data = np.concatenate(
+                [
+                    data,
+                    np.ones(m),
+                    -program.avail[program.start_node[hard_starts]],
+                    np.ones(int(several.sum())),
+                ]
+            )
             row_rhs += [np.zeros(m), np.ones(len(nodes_with))]
             n_rows += m + len(nodes_with)
         renumber_col = np.full(program.num_variables, -1, dtype=np.int64)
         renumber_col[kept] = np.arange(kept.size)
         keep = (rows >= 0) & (renumber_col[cols] >= 0)
-        matrix = sparse.csr_array((data[keep], (rows[keep], renumber_col[cols[keep]])),
-                                  shape=(n_rows, kept.size))
-        return HardProgram(kept=kept, hard_starts=hard_starts, matrix=matrix,
-                           bound=np.concatenate(row_rhs))
+        matrix = sparse.csr_array(
+            (data[keep], (rows[keep], renumber_col[cols[keep]])), shape=(n_rows, kept.size)
+        )
+        return HardProgram(
+            kept=kept, hard_starts=hard_starts, matrix=matrix, bound=np.concatenate(row_rhs)
+        )
 
-    def _run_milp(self, program: SlotProgram, hard: HardProgram
-                  ) -> tuple[np.ndarray | None, Any]:
+    def _run_milp(self, program: SlotProgram, hard: HardProgram) -> tuple[np.ndarray | None, Any]:
         """Solve ``hard``: the slot program's solution vector ``(n,)`` (zero outside the
         kept columns) and the status, or ``(None, status)`` when HiGHS found none."""
         kept = hard.kept
-        problem = {"c": -program.value[kept],
-                   "bounds": Bounds(np.zeros(kept.size), program.upper[kept]),
-                   "constraints": LinearConstraint(hard.matrix, -np.inf, hard.bound),
-                   "options": {"node_limit": self.node_limit, "mip_rel_gap": 0.0,
-                               **({} if self.time_limit is None
-                                  else {"time_limit": self.time_limit})}}
+        problem = {
+            "c": -program.value[kept],
+            "bounds": Bounds(np.zeros(kept.size), program.upper[kept]),
+            "constraints": LinearConstraint(hard.matrix, -np.inf, hard.bound),
+            "options": {
+                "node_limit": self.node_limit,
+                "mip_rel_gap": 0.0,
+                **({} if self.time_limit is None else {"time_limit": self.time_limit}),
+            },
+        }
         x = np.zeros(program.num_variables)
         try:
             # The LP relaxation first: it bounds the MILP, and on these programs its vertex
@@ -627,31 +684,44 @@ class OracleSur(Policy):
             return None, "error"
         return x, status
 
-    def _read_solution(self, program: SlotProgram, hard_program: HardProgram,
-                       hard: np.ndarray, x: np.ndarray, service: np.ndarray,
-                       route: np.ndarray, start: np.ndarray) -> None:
+    def _read_solution(
+        self,
+        program: SlotProgram,
+        hard_program: HardProgram,
+        hard: np.ndarray,
+        x: np.ndarray,
+        service: np.ndarray,
+        route: np.ndarray,
+        start: np.ndarray,
+    ) -> None:
         """Write the hard nodes' service, routing and starts from ``x`` into the
         closed-form ``service``, ``route`` and ``start`` (in place)."""
         ix = self.ix
         hard_serve = hard[program.node[program.serve_cols]]
-        service[program.serve[hard_serve]] = np.rint(
-            x[program.serve_cols][hard_serve]).astype(np.int64)
+        service[program.serve[hard_serve]] = np.rint(x[program.serve_cols][hard_serve]).astype(
+            np.int64
+        )
         hard_route = hard[program.node[program.route_cols]]
-        route[program.routes[hard_route]] = np.rint(
-            x[program.route_cols][hard_route]).astype(np.int64)
+        route[program.routes[hard_route]] = np.rint(x[program.route_cols][hard_route]).astype(
+            np.int64
+        )
         hard_starts = hard_program.hard_starts
         if hard_starts.size:
-            spent = np.bincount(ix.action_node, weights=service * program.work,
-                                minlength=ix.num_nodes)
-            chosen = hard_starts[(np.rint(x[program.binary_cols[hard_starts]]) >= 1)
-                                 & (x[program.compute_cols[hard_starts]] > EPS)]
+            spent = np.bincount(
+                ix.action_node, weights=service * program.work, minlength=ix.num_nodes
+            )
+            chosen = hard_starts[
+                (np.rint(x[program.binary_cols[hard_starts]]) >= 1)
+                & (x[program.compute_cols[hard_starts]] > EPS)
+            ]
             for q in chosen.tolist():
                 a, i = int(program.starts[q]), int(program.start_node[q])
                 if start[i] < 0 and program.avail[i] - spent[i] > EPS:
                     start[i] = a
 
-    def _route_leftover(self, state: SimState, control: Control,
-                        route_weight: np.ndarray) -> Control:
+    def _route_leftover(
+        self, state: SimState, control: Control, route_weight: np.ndarray
+    ) -> Control:
         """``control`` with the best routing of the units its service and starts leave.
 
         Each route variable sits in one queue row and one link row, so the program's matrix
@@ -659,13 +729,15 @@ class OracleSur(Policy):
         binds every positive route takes its bound.
         """
         ix = self.ix
-        left = state.queue_len - np.bincount(ix.action_pair, weights=control.service,
-                                             minlength=ix.num_pairs).astype(np.int64)
+        left = state.queue_len - np.bincount(
+            ix.action_pair, weights=control.service, minlength=ix.num_pairs
+        ).astype(np.int64)
         started = control.start[control.start >= 0]
         if started.size:
             left -= np.bincount(ix.action_pair[started], minlength=ix.num_pairs)
-        routes = np.flatnonzero((route_weight > 0) & (left[ix.route_src_pair] > 0)
-                                & (self._route_capacity > 0))
+        routes = np.flatnonzero(
+            (route_weight > 0) & (left[ix.route_src_pair] > 0) & (self._route_capacity > 0)
+        )
         route = np.zeros(ix.num_routes, dtype=np.int64)
         if routes.size == 0:
             return replace(control, route=route)
@@ -677,21 +749,28 @@ class OracleSur(Policy):
             route[routes] = upper
             return replace(control, route=route)
         n = routes.size
-        matrix = sparse.vstack([
-            sparse.csr_array((np.ones(n), (pair, np.arange(n))), shape=(ix.num_pairs, n)),
-            sparse.csr_array((np.ones(n), (link, np.arange(n))), shape=(ix.num_links, n))])
+        matrix = sparse.vstack(
+            [
+                sparse.csr_array((np.ones(n), (pair, np.arange(n))), shape=(ix.num_pairs, n)),
+                sparse.csr_array((np.ones(n), (link, np.arange(n))), shape=(ix.num_links, n)),
+            ]
+        )
         bound = np.concatenate([np.maximum(left, 0), ix.link_capacity]).astype(np.float64)
-        result = milp(-route_weight[routes], integrality=np.zeros(n),
-                      bounds=Bounds(np.zeros(n), upper.astype(np.float64)),
-                      constraints=LinearConstraint(matrix, -np.inf, bound))
+        result = milp(
+            -route_weight[routes],
+            integrality=np.zeros(n),
+            bounds=Bounds(np.zeros(n), upper.astype(np.float64)),
+            constraints=LinearConstraint(matrix, -np.inf, bound),
+        )
         if result.x is None:  # cannot happen for a bounded packing LP; stay safe
             return replace(control, route=route)
         route[routes] = np.floor(result.x + 1e-7).astype(np.int64)
         return replace(control, route=route)
 
     @staticmethod
-    def _integral_fix(x: np.ndarray, program: SlotProgram, hard: HardProgram,
-                      relaxed: np.ndarray | None) -> bool:
+    def _integral_fix(
+        x: np.ndarray, program: SlotProgram, hard: HardProgram, relaxed: np.ndarray | None
+    ) -> bool:
         """Write the LP solution into ``x`` with start binaries opened where compute flows;
         True when the result is integral and feasible (then it is MILP-optimal)."""
         if relaxed is None:
@@ -708,11 +787,16 @@ class OracleSur(Policy):
         x[integer] = rounded
         return bool(np.all(hard.matrix @ x[hard.kept] <= hard.bound + 1e-7))
 
-    def _make(self, transfers: np.ndarray, route: np.ndarray, service: np.ndarray,
-              start: np.ndarray) -> Control:
-        return Control(transfers=np.asarray(transfers, dtype=np.int64), route=route,
-                       service=service, start=start,
-                       retain=np.full(self.ix.num_retains, -1.0))
+    def _make(
+        self, transfers: np.ndarray, route: np.ndarray, service: np.ndarray, start: np.ndarray
+    ) -> Control:
+        return Control(
+            transfers=np.asarray(transfers, dtype=np.int64),
+            route=route,
+            service=service,
+            start=start,
+            retain=np.full(self.ix.num_retains, -1.0),
+        )
 
     # -- retention ------------------------------------------------------------------------
     def _retention(self, state: SimState, control: Control, scores: np.ndarray) -> np.ndarray:
@@ -735,8 +819,9 @@ class OracleSur(Policy):
         size = self._retain_size
         net = values - self.mabp.holding_cost * size
         density = net / size
-        priority = np.where(net > 0, density / (1.0 + np.abs(density)),
-                            np.where(net < 0, -1.0, 0.0))
+        priority = np.where(
+            net > 0, density / (1.0 + np.abs(density)), np.where(net < 0, -1.0, 0.0)
+        )
         holder = state.holder
         if len(control.transfers):
             holder = holder.copy()
@@ -751,7 +836,8 @@ class OracleSur(Policy):
             completing = np.asarray(control.service) > 0
             busy = np.flatnonzero(state.service_action >= 0)
             finishing = state.service_action[busy][
-                state.service_residual[busy] <= ix.mu[busy] + EPS]
+                state.service_residual[busy] <= ix.mu[busy] + EPS
+            ]
             completing[finishing] = True
             acts = np.flatnonzero(completing & (ix.action_signature >= 0))
             nodes, sigs = ix.action_node[acts], ix.action_signature[acts]
@@ -789,10 +875,13 @@ def knapsack(values: np.ndarray, sizes: np.ndarray, capacity: float) -> np.ndarr
     for scale in _KNAPSACK_SCALES:
         scaled = sizes * scale
         units = np.rint(scaled)
-        if np.all(np.abs(scaled - units) <= 1e-9 * scale) and capacity * scale <= \
-                _KNAPSACK_MAX_UNITS:
-            return _knapsack_dp(values, units.astype(np.int64),
-                                int(math.floor(capacity * scale + 1e-9)))
+        if (
+            np.all(np.abs(scaled - units) <= 1e-9 * scale)
+            and capacity * scale <= _KNAPSACK_MAX_UNITS
+        ):
+            return _knapsack_dp(
+                values, units.astype(np.int64), int(math.floor(capacity * scale + 1e-9))
+            )
     if n <= _ENUMERATE_MAX_ITEMS:
         subsets = (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1
         fit = subsets @ sizes <= capacity + EPS
@@ -812,7 +901,7 @@ def _knapsack_dp(values: np.ndarray, units: np.ndarray, capacity: int) -> np.nda
     for k, (value, size) in enumerate(zip(values.tolist(), units.tolist(), strict=True)):
         if value <= 0 or size > capacity:
             continue
-        with_item = best[:capacity + 1 - size] + value
+        with_item = best[: capacity + 1 - size] + value
         better = with_item > best[size:] + 1e-12
         took[k, size:] = better
         best[size:] = np.where(better, with_item, best[size:])

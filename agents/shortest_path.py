@@ -33,8 +33,7 @@ class _QueueObliviousRouting(Policy):
 
     def _service(self, queues: np.ndarray, out: np.ndarray) -> None:
         backlog = self.pair_backlog(queues)[self.ix.action_pair]
-        out[self.slices[0]] = np.where(backlog > 0, backlog / (1.0 + backlog.max(initial=0)),
-                                       -1.0)
+        out[self.slices[0]] = np.where(backlog > 0, backlog / (1.0 + backlog.max(initial=0)), -1.0)
 
     def _fill(self, obs, queues, out) -> None:
         self._service(queues, out)

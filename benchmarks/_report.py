@@ -9,8 +9,10 @@ from typing import Any
 
 def machine() -> dict[str, str]:
     """What the figures were measured on."""
-    return {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-            "python": platform.python_version()}
+    return {
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "python": platform.python_version(),
+    }
 
 
 def emit(result: dict[str, Any], path: str | None) -> None:

@@ -57,13 +57,19 @@ def main() -> None:
     torch.set_num_threads(1)  # one small graph per slot: one thread is fastest
     for name in POLICIES:
         us = decision_times(name, args.slots, args.seed)
-        rows.append({"policy": name, "mean_us": float(us.mean()),
-                     "p95_us": float(np.percentile(us, 95))})
+        rows.append(
+            {"policy": name, "mean_us": float(us.mean()), "p95_us": float(np.percentile(us, 95))}
+        )
     print(f"{'policy':<20} {'mean us':>9} {'p95 us':>9}")
     for row in rows:
         print(f"{row['policy']:<20} {row['mean_us']:>9.0f} {row['p95_us']:>9.0f}")
-    result = {"benchmark": "bench_agents", "workload": "mixed", "load": 0.85,
-              "slots": args.slots, "rows": rows}
+    result = {
+        "benchmark": "bench_agents",
+        "workload": "mixed",
+        "load": 0.85,
+        "slots": args.slots,
+        "rows": rows,
+    }
     emit(result, args.json)
 
 

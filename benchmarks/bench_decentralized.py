@@ -23,8 +23,9 @@ from mabp_gym.agents.decentralized import local_policies
 from mabp_gym.parallel import parallel_env
 
 
-def measure(workload: str, load: float, slots: int, seed: int, policy: str
-            ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def measure(
+    workload: str, load: float, slots: int, seed: int, policy: str
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     env = parallel_env(workload, load=load, horizon=slots)
     local = local_policies(policy, env)
     central = make_policy(policy, env.workload, nu=env.nu, memory=env.memory)
@@ -60,25 +61,33 @@ def main() -> None:
     per_agent, central = measure(args.workload, args.load, args.slots, args.seed, args.policy)
     pooled = np.concatenate(list(per_agent.values()))
     per_slot = np.sum(list(per_agent.values()), axis=0)
-    rows = {agent: (float(v.mean()), float(np.percentile(v, 95)))
-            for agent, v in per_agent.items()}
+    rows = {agent: (float(v.mean()), float(np.percentile(v, 95))) for agent, v in per_agent.items()}
     print(f"{args.policy} on {args.workload}, load {args.load}, {args.slots} slots")
     print(f"{'agent':<22} {'mean us':>9} {'P95 us':>9}")
     for agent, (mean, p95) in rows.items():
         print(f"{agent:<22} {mean:>9.1f} {p95:>9.1f}")
     summary = {
         "every agent, pooled": (float(pooled.mean()), float(np.percentile(pooled, 95))),
-        "all agents, summed per slot": (float(per_slot.mean()),
-                                        float(np.percentile(per_slot, 95))),
+        "all agents, summed per slot": (float(per_slot.mean()), float(np.percentile(per_slot, 95))),
         "centralized, per slot": (float(central.mean()), float(np.percentile(central, 95))),
     }
     for label, (mean, p95) in summary.items():
         print(f"{label:<22} {mean:>9.1f} {p95:>9.1f}")
-    emit({"benchmark": "decentralized_decision_time", "policy": args.policy,
-          "workload": args.workload, "load": args.load, "slots": args.slots,
-          "per_agent_us": {a: {"mean": m, "p95": p} for a, (m, p) in rows.items()},
-          **{label.replace(", ", "_").replace(" ", "_"): {"mean": m, "p95": p}
-             for label, (m, p) in summary.items()}}, args.json)
+    emit(
+        {
+            "benchmark": "decentralized_decision_time",
+            "policy": args.policy,
+            "workload": args.workload,
+            "load": args.load,
+            "slots": args.slots,
+            "per_agent_us": {a: {"mean": m, "p95": p} for a, (m, p) in rows.items()},
+            **{
+                label.replace(", ", "_").replace(" ", "_"): {"mean": m, "p95": p}
+                for label, (m, p) in summary.items()
+            },
+        },
+        args.json,
+    )
 
 
 if __name__ == "__main__":

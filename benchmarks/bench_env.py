@@ -34,8 +34,9 @@ def single(steps: int, seed: int) -> float:
 
 
 def vector(steps: int, seed: int, num_envs: int = 8) -> float:
-    envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=num_envs, vectorization_mode="sync",
-                        load=0.85)
+    envs = gym.make_vec(
+        "mabp_gym/Mixed-v0", num_envs=num_envs, vectorization_mode="sync", load=0.85
+    )
     envs.reset(seed=seed)
     envs.action_space.seed(seed)
     rounds = max(1, steps // num_envs)
@@ -55,16 +56,30 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
     rows = [
-        {"case": "single env", "steps_per_s": statistics.median(
-            single(args.steps, seed) for seed in range(args.repeats))},
-        {"case": "make_vec sync x8 (env steps)", "steps_per_s": statistics.median(
-            vector(args.steps, seed) for seed in range(args.repeats))},
+        {
+            "case": "single env",
+            "steps_per_s": statistics.median(
+                single(args.steps, seed) for seed in range(args.repeats)
+            ),
+        },
+        {
+            "case": "make_vec sync x8 (env steps)",
+            "steps_per_s": statistics.median(
+                vector(args.steps, seed) for seed in range(args.repeats)
+            ),
+        },
     ]
     print(f"{'case':<30} {'steps/s':>9}")
     for row in rows:
         print(f"{row['case']:<30} {row['steps_per_s']:>9.0f}")
-    result = {"benchmark": "bench_env", "workload": "mixed", "load": 0.85,
-              "steps": args.steps, "repeats": args.repeats, "rows": rows}
+    result = {
+        "benchmark": "bench_env",
+        "workload": "mixed",
+        "load": 0.85,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "rows": rows,
+    }
     emit(result, args.json)
 
 

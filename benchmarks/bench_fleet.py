@@ -25,8 +25,12 @@ TARGET_S = 10.0
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--load", type=float, default=None,
-                        help="scale the trace to this nominal load (default: its own times)")
+    parser.add_argument(
+        "--load",
+        type=float,
+        default=None,
+        help="scale the trace to this nominal load (default: its own times)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--routers", nargs="+", default=list(ROUTERS))
     parser.add_argument("--json", metavar="PATH")
@@ -45,19 +49,37 @@ def main() -> None:
             started = time.perf_counter()
             metrics = replay(trace, make_router(name), config, seed=seed)
             times.append(time.perf_counter() - started)
-        rows.append({"router": name, "seconds": statistics.median(times),
-                     "p95_scheduler_us": metrics["p95_scheduler_us"],
-                     "kv_hit_ratio": metrics["kv_hit_ratio"],
-                     "within_target": statistics.median(times) <= TARGET_S})
-    print(f"trace conversation: {len(trace)} requests, {args.workers} workers, "
-          f"read in {load_s:.2f} s")
+        rows.append(
+            {
+                "router": name,
+                "seconds": statistics.median(times),
+                "p95_scheduler_us": metrics["p95_scheduler_us"],
+                "kv_hit_ratio": metrics["kv_hit_ratio"],
+                "within_target": statistics.median(times) <= TARGET_S,
+            }
+        )
+    print(
+        f"trace conversation: {len(trace)} requests, {args.workers} workers, read in {load_s:.2f} s"
+    )
     print(f"{'router':<18} {'seconds':>8} {'p95 choose (us)':>16} {'KV hit':>7}")
     for row in rows:
-        print(f"{row['router']:<18} {row['seconds']:>8.2f} {row['p95_scheduler_us']:>16.1f} "
-              f"{row['kv_hit_ratio']:>7.3f}")
-    emit({"benchmark": "bench_fleet", "requests": len(trace), "workers": args.workers,
-          "load": args.load, "repeats": args.repeats, "target_s": TARGET_S,
-          "trace_read_s": load_s, "rows": rows}, args.json)
+        print(
+            f"{row['router']:<18} {row['seconds']:>8.2f} {row['p95_scheduler_us']:>16.1f} "
+            f"{row['kv_hit_ratio']:>7.3f}"
+        )
+    emit(
+        {
+            "benchmark": "bench_fleet",
+            "requests": len(trace),
+            "workers": args.workers,
+            "load": args.load,
+            "repeats": args.repeats,
+            "target_s": TARGET_S,
+            "trace_read_s": load_s,
+            "rows": rows,
+        },
+        args.json,
+    )
 
 
 if __name__ == "__main__":

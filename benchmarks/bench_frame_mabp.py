@@ -40,34 +40,53 @@ def growth_load(records: list[dict], threshold: float = 0.035) -> dict[str, floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--horizon", type=int, default=600)
-    parser.add_argument("--loads", type=float, nargs="+",
-                        default=[0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0])
+    parser.add_argument(
+        "--loads",
+        type=float,
+        nargs="+",
+        default=[0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0],
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[100, 101, 102, 103, 104])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default="results/frame_mabp.jsonl")
     args = parser.parse_args()
-    records = evaluate(list(POLICIES), "mixed", args.loads, args.seeds, horizon=args.horizon,
-                       workers=args.workers, output=args.out)
+    records = evaluate(
+        list(POLICIES),
+        "mixed",
+        args.loads,
+        args.seeds,
+        horizon=args.horizon,
+        workers=args.workers,
+        output=args.out,
+    )
     paper = stable_load(records)
     growth = growth_load(records)
     print(f"mixed, horizon {args.horizon}, seeds {args.seeds}")
-    print("| policy | stable load (harness) | no-growth load | decision us (mean) | "
-          "mean backlog by load |")
+    print(
+        "| policy | stable load (harness) | no-growth load | decision us (mean) | "
+        "mean backlog by load |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for policy in POLICIES:
         mine = [r for r in records if r["policy"] == policy]
         decision = statistics.mean(r["decision_us_mean"] for r in mine)
         backlog = " ".join(
             f"{load:g}:{statistics.mean(r['mean_backlog'] for r in mine if r['load'] == load):.0f}"
-            for load in args.loads)
-        print(f"| {policy} | {paper[policy]:.2f} | {growth[policy]:.2f} | {decision:.0f} | "
-              f"{backlog} |")
+            for load in args.loads
+        )
+        print(
+            f"| {policy} | {paper[policy]:.2f} | {growth[policy]:.2f} | {decision:.0f} | "
+            f"{backlog} |"
+        )
     for name, verdict in (("harness", paper), ("no-growth", growth)):
         gap = 1.0 - verdict["mabp"]
         closed = (verdict["frame-mabp"] - verdict["mabp"]) / gap if gap > 0 else float("nan")
         print(f"{name}: frame-mabp closes {closed:.0%} of MABP's gap to the bound (load 1.0)")
-    print(json.dumps({"horizon": args.horizon, "seeds": args.seeds, "stable": paper,
-                      "no_growth": growth}))
+    print(
+        json.dumps(
+            {"horizon": args.horizon, "seeds": args.seeds, "stable": paper, "no_growth": growth}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,16 @@ from mabp_gym.evaluation import METRIC_KEYS, _repair, evaluate, plan
 def _padding(count: int) -> bytes:
     lines = []
     for k in range(count):
-        record = {"key": f"padding{k:08d}", "policy": "pad", "workload": "pad", "load": 0.5,
-                  "seed": k, "horizon": 1, **{name: 0.0 for name in METRIC_KEYS},
-                  "backlog_trace": list(range(600))}
+        record = {
+            "key": f"padding{k:08d}",
+            "policy": "pad",
+            "workload": "pad",
+            "load": 0.5,
+            "seed": k,
+            "horizon": 1,
+            **{name: 0.0 for name in METRIC_KEYS},
+            "backlog_trace": list(range(600)),
+        }
         lines.append(json.dumps(record).encode() + b"\n")
     return b"".join(lines)
 
@@ -56,15 +63,25 @@ def main() -> None:
             _repair(path)
 
         def junk() -> None:
-            path.write_bytes(body[: len(body) // 2] + b"42\n" + body[len(body) // 2:])
+            path.write_bytes(body[: len(body) // 2] + b"42\n" + body[len(body) // 2 :])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 _repair(path)
 
-        rows.append({"what": f"repair: torn tail of a {megabytes:.0f} MB, 13,536-record file "
-                             "(read, scan, truncate in place)", "seconds": timed(torn)})
-        rows.append({"what": "repair: a junk line in the middle of the same file (set aside, "
-                             "rewrite to a temporary file, rename)", "seconds": timed(junk)})
+        rows.append(
+            {
+                "what": f"repair: torn tail of a {megabytes:.0f} MB, 13,536-record file "
+                "(read, scan, truncate in place)",
+                "seconds": timed(torn),
+            }
+        )
+        rows.append(
+            {
+                "what": "repair: a junk line in the middle of the same file (set aside, "
+                "rewrite to a temporary file, rename)",
+                "seconds": timed(junk),
+            }
+        )
 
         grid = dict(loads=[0.3, 0.6], seeds=range(20), horizon=20, backend="serial")
         out = Path(scratch) / "runs.jsonl"
@@ -76,19 +93,45 @@ def main() -> None:
         bare = timed(lambda: evaluate(["sp", "bp"], "work_reuse", **grid))
         synced = timed(streamed)
         rows.append({"what": "80 runs of 20 slots without an output file", "seconds": bare})
-        rows.append({"what": "the same with a locked output file, one fsync per record",
-                     "seconds": synced})
-        rows.append({"what": "planning Table I's grid (10 policies x 11 loads x 5 seeds = 550 "
-                             "runs): validation, one policy each, 550 run keys",
-                     "seconds": timed(lambda: [s.key for s in plan(
-                         ["sp", "jsq", "bp", "cost-bp", "greedycache-bp", "mabp", "oracle-sur",
-                          "mabp-no-transition", "mabp-no-reuse", "mabp-no-retention"],
-                         "mixed", [round(0.1 * k, 1) for k in range(1, 11)] + [0.85],
-                         range(5))], repeat=1)})
+        rows.append(
+            {"what": "the same with a locked output file, one fsync per record", "seconds": synced}
+        )
+        rows.append(
+            {
+                "what": "planning Table I's grid (10 policies x 11 loads x 5 seeds = 550 "
+                "runs): validation, one policy each, 550 run keys",
+                "seconds": timed(
+                    lambda: [
+                        s.key
+                        for s in plan(
+                            [
+                                "sp",
+                                "jsq",
+                                "bp",
+                                "cost-bp",
+                                "greedycache-bp",
+                                "mabp",
+                                "oracle-sur",
+                                "mabp-no-transition",
+                                "mabp-no-reuse",
+                                "mabp-no-retention",
+                            ],
+                            "mixed",
+                            [round(0.1 * k, 1) for k in range(1, 11)] + [0.85],
+                            range(5),
+                        )
+                    ],
+                    repeat=1,
+                ),
+            }
+        )
     workload = make_workload("mixed")
-    rows.append({"what": "loading the shipped GNN checkpoint (weights_only, digest, workload "
-                         "check)", "seconds": timed(lambda: load_checkpoint(
-                             default_checkpoint("gnn", "mixed"), workload))})
+    rows.append(
+        {
+            "what": "loading the shipped GNN checkpoint (weights_only, digest, workload check)",
+            "seconds": timed(lambda: load_checkpoint(default_checkpoint("gnn", "mixed"), workload)),
+        }
+    )
     for row in rows:
         print(f"{row['seconds']:9.3f} s  {row['what']}")
     emit({"benchmark": "reliability", "rows": rows}, args.json)

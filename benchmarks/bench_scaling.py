@@ -32,20 +32,23 @@ from pathlib import Path
 from _report import emit
 
 ROOT = Path(__file__).resolve().parent.parent
-NETWORKS = (("mixed x1", "mixed", {"copies": 1}, 0.85),
-            ("mixed x2", "mixed", {"copies": 2}, 0.85),
-            ("mixed x4", "mixed", {"copies": 4}, 0.85),
-            ("mixed x8", "mixed", {"copies": 8}, 0.85),
-            ("multihop 50", "multihop", {"nodes": 50}, 0.3),
-            ("multihop 100", "multihop", {"nodes": 100}, 0.3),
-            ("multihop 200", "multihop", {"nodes": 200}, 0.3))
+NETWORKS = (
+    ("mixed x1", "mixed", {"copies": 1}, 0.85),
+    ("mixed x2", "mixed", {"copies": 2}, 0.85),
+    ("mixed x4", "mixed", {"copies": 4}, 0.85),
+    ("mixed x8", "mixed", {"copies": 8}, 0.85),
+    ("multihop 50", "multihop", {"nodes": 50}, 0.3),
+    ("multihop 100", "multihop", {"nodes": 100}, 0.3),
+    ("multihop 200", "multihop", {"nodes": 200}, 0.3),
+)
 POLICIES = ("bp", "mabp")
 TABLE_LOADS = (0.5, 0.85)  # loads timed per Table I policy with --table
 
 
 # -- worker: runs inside whichever tree is first on sys.path --------------------------------
-def _slot_times(path: str, load: float, policy_name: str, slots: int, seed: int
-                ) -> dict[str, float]:
+def _slot_times(
+    path: str, load: float, policy_name: str, slots: int, seed: int
+) -> dict[str, float]:
     from mabp_gym import Simulator, make_workload
     from mabp_gym.agents import make_policy
     from mabp_gym.encoding import ObservationEncoder
@@ -67,8 +70,11 @@ def _slot_times(path: str, load: float, policy_name: str, slots: int, seed: int
         decision += clock() - tick
         sim.step_scores(scores)
     total = clock() - started
-    return {"us_per_slot": total / slots * 1e6, "decision_us": decision / slots * 1e6,
-            "backlog": float(sim.state.units)}
+    return {
+        "us_per_slot": total / slots * 1e6,
+        "decision_us": decision / slots * 1e6,
+        "backlog": float(sim.state.units),
+    }
 
 
 def _env_step_times(slots: int, seed: int) -> dict[str, float]:
@@ -105,8 +111,7 @@ def serve() -> None:
     """Answer measurement requests, one JSON line in and one out, in this process's tree."""
     import mabp_gym
 
-    print(json.dumps({"tree": str(Path(mabp_gym.__file__).resolve().parent.parent)}),
-          flush=True)
+    print(json.dumps({"tree": str(Path(mabp_gym.__file__).resolve().parent.parent)}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         kind = request.pop("kind")
@@ -124,11 +129,20 @@ class Worker:
     """A measuring process whose imports resolve to ``tree``."""
 
     def __init__(self, tree: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1",
-               "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
         self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--serve"], env=env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            [sys.executable, str(Path(__file__).resolve()), "--serve"],
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         hello = self._read()
         if Path(hello["tree"]) != tree.resolve():
             raise SystemExit(f"worker imported mabp_gym from {hello['tree']}, not {tree}")
@@ -159,22 +173,30 @@ def _measure(workers: dict[str, Worker], repeats: int, **request) -> dict[str, d
         order = list(workers) if repeat % 2 == 0 else list(reversed(workers))
         for name in order:
             answers[name].append(workers[name].ask(**request))
-    return {name: {key: statistics.median(a[key] for a in runs) for key in runs[0]}
-            for name, runs in answers.items()}
+    return {
+        name: {key: statistics.median(a[key] for a in runs) for key in runs[0]}
+        for name, runs in answers.items()
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slots", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="measurements per case and tree (alternating with --baseline)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="measurements per case and tree (alternating with --baseline)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--baseline", metavar="REF", help="git ref to compare against")
-    parser.add_argument("--table", action="store_true",
-                        help="also time evaluation.run per Table I policy (slow)")
+    parser.add_argument(
+        "--table", action="store_true", help="also time evaluation.run per Table I policy (slow)"
+    )
     parser.add_argument("--table-horizon", type=int, default=600)
-    parser.add_argument("--only", metavar="TEXT",
-                        help="measure only the networks whose label contains TEXT")
+    parser.add_argument(
+        "--only", metavar="TEXT", help="measure only the networks whose label contains TEXT"
+    )
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -193,9 +215,20 @@ def main() -> None:
         trees = {"current": ROOT}
         if args.baseline:
             trees["baseline"] = tmpdir / "baseline"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach",
-                            str(trees["baseline"]), args.baseline], check=True,
-                           capture_output=True)
+            subprocess.run(
+                [
+                    "git",
+                    "-C",
+                    str(ROOT),
+                    "worktree",
+                    "add",
+                    "--detach",
+                    str(trees["baseline"]),
+                    args.baseline,
+                ],
+                check=True,
+                capture_output=True,
+            )
         workers = {name: Worker(tree) for name, tree in trees.items()}
         try:
             for label, name, overrides, load in NETWORKS:
@@ -204,32 +237,62 @@ def main() -> None:
                 path = tmpdir / f"{label.replace(' ', '_')}.json"
                 save_workload(make_workload(name, **overrides), path)
                 for policy in POLICIES:
-                    result = _measure(workers, args.repeats, kind="slots", path=str(path),
-                                      load=load, policy_name=policy, slots=args.slots,
-                                      seed=args.seed)
+                    result = _measure(
+                        workers,
+                        args.repeats,
+                        kind="slots",
+                        path=str(path),
+                        load=load,
+                        policy_name=policy,
+                        slots=args.slots,
+                        seed=args.seed,
+                    )
                     for tree, row in result.items():
                         medians[tree]["cases"][f"{label}|{policy}"] = row
-            result = _measure(workers, args.repeats, kind="env", slots=args.slots,
-                              seed=args.seed)
+            result = _measure(workers, args.repeats, kind="env", slots=args.slots, seed=args.seed)
             for tree, row in result.items():
                 medians[tree]["env_step"] = row
             if args.table:
                 from mabp_gym.cli import TABLE_POLICIES
 
                 for policy in TABLE_POLICIES:
-                    result = _measure(workers, args.repeats, kind="table", policy=policy,
-                                      horizon=args.table_horizon)
+                    result = _measure(
+                        workers,
+                        args.repeats,
+                        kind="table",
+                        policy=policy,
+                        horizon=args.table_horizon,
+                    )
                     for tree, row in result.items():
                         medians[tree]["table"][policy] = row["us_per_slot"]
         finally:
             for worker in workers.values():
                 worker.close()
             if args.baseline:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                str(trees["baseline"])], check=False, capture_output=True)
+                subprocess.run(
+                    [
+                        "git",
+                        "-C",
+                        str(ROOT),
+                        "worktree",
+                        "remove",
+                        "--force",
+                        str(trees["baseline"]),
+                    ],
+                    check=False,
+                    capture_output=True,
+                )
     _print(medians, args)
-    emit({"benchmark": "bench_scaling", "slots": args.slots, "repeats": args.repeats,
-          "baseline": args.baseline, "results": medians}, args.json)
+    emit(
+        {
+            "benchmark": "bench_scaling",
+            "slots": args.slots,
+            "repeats": args.repeats,
+            "baseline": args.baseline,
+            "results": medians,
+        },
+        args.json,
+    )
 
 
 def _print(medians: dict, args: argparse.Namespace) -> None:
@@ -239,8 +302,10 @@ def _print(medians: dict, args: argparse.Namespace) -> None:
     print(head + (f" {'base us/slot':>13} {'speed-up':>9}" if base else ""))
     for key, row in current["cases"].items():
         label, policy = key.split("|")
-        line = (f"{label:<14} {policy:<6} {row['us_per_slot']:>9.0f} "
-                f"{row['decision_us']:>12.0f} {row['backlog']:>8.0f}")
+        line = (
+            f"{label:<14} {policy:<6} {row['us_per_slot']:>9.0f} "
+            f"{row['decision_us']:>12.0f} {row['backlog']:>8.0f}"
+        )
         if base:
             old = base["cases"][key]["us_per_slot"]
             line += f" {old:>13.0f} {old / row['us_per_slot']:>8.2f}x"
@@ -248,34 +313,42 @@ def _print(medians: dict, args: argparse.Namespace) -> None:
     cases = current["cases"]
     for policy in POLICIES:
         if f"mixed x1|{policy}" in cases and f"mixed x8|{policy}" in cases:
-            ratio = cases[f"mixed x8|{policy}"]["us_per_slot"] / \
-                cases[f"mixed x1|{policy}"]["us_per_slot"]
+            ratio = (
+                cases[f"mixed x8|{policy}"]["us_per_slot"]
+                / cases[f"mixed x1|{policy}"]["us_per_slot"]
+            )
             print(f"{policy}: mixed x8 / x1 time per slot = {ratio:.2f} (target <= 8)")
     if "multihop 200|mabp" in cases:
         big = cases["multihop 200|mabp"]["us_per_slot"]
         print(f"mabp on multihop 200: {1e6 / big:.0f} slots/s (target >= 1,000)")
     env = current["env_step"]
-    line = (f"env.step, mabp, mixed 0.85: {env['env_step_us']:.0f} us per step "
-            f"({env['us_per_slot']:.0f} us with the decision)")
+    line = (
+        f"env.step, mabp, mixed 0.85: {env['env_step_us']:.0f} us per step "
+        f"({env['us_per_slot']:.0f} us with the decision)"
+    )
     if base:
         ratio = base["env_step"]["env_step_us"] / env["env_step_us"]
         loop = base["env_step"]["us_per_slot"] / env["us_per_slot"]
         line += f"; {ratio:.2f}x the baseline ({loop:.2f}x with the decision; target >= 2)"
     print(line)
     if current["table"]:
-        print(f"evaluation.run per slot on mixed (loads {TABLE_LOADS}, horizon "
-              f"{args.table_horizon}):")
+        print(
+            f"evaluation.run per slot on mixed (loads {TABLE_LOADS}, horizon {args.table_horizon}):"
+        )
         for policy, us in current["table"].items():
             line = f"  {policy:<20} {us:>8.0f} us/slot"
             if base:
-                line += f"  baseline {base['table'][policy]:>8.0f}  " \
-                        f"{base['table'][policy] / us:.2f}x"
+                line += (
+                    f"  baseline {base['table'][policy]:>8.0f}  {base['table'][policy] / us:.2f}x"
+                )
             print(line)
         if base:
             new_total = sum(current["table"].values())
             old_total = sum(base["table"].values())
-            print(f"  Table I estimate (every policy, equal runs): {old_total / new_total:.2f}x "
-                  "(target >= 2)")
+            print(
+                f"  Table I estimate (every policy, equal runs): {old_total / new_total:.2f}x "
+                "(target >= 2)"
+            )
 
 
 if __name__ == "__main__":

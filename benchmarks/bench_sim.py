@@ -27,14 +27,21 @@ from mabp_gym.scores import queue_length_scores
 MULTIHOP = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 # (workload, load, score rule): "queue-length" runs the core alone; "bp" adds the
 # observation encoding and the backpressure agent (the multihop network of issue 7).
-CASES = (("mixed", 0.85, "queue-length"), ("mixed", 0.5, "queue-length"),
-         ("rag", 0.85, "queue-length"), ("agentic", 0.85, "queue-length"),
-         ("work_reuse", 0.9, "queue-length"), ("successor", 0.9, "queue-length"),
-         ("boundary", 0.85, "queue-length"), (MULTIHOP, 0.7, "bp"))
+CASES = (
+    ("mixed", 0.85, "queue-length"),
+    ("mixed", 0.5, "queue-length"),
+    ("rag", 0.85, "queue-length"),
+    ("agentic", 0.85, "queue-length"),
+    ("work_reuse", 0.9, "queue-length"),
+    ("successor", 0.9, "queue-length"),
+    ("boundary", 0.85, "queue-length"),
+    (MULTIHOP, 0.7, "bp"),
+)
 
 
-def slots_per_second(name: str, load: float, rule: str, slots: int, check_invariants: bool,
-                     seed: int) -> tuple[float, float]:
+def slots_per_second(
+    name: str, load: float, rule: str, slots: int, check_invariants: bool, seed: int
+) -> tuple[float, float]:
     wl = make_workload(name, load=load)
     sim = Simulator(wl, check_invariants=check_invariants)
     sim.reset(seed)
@@ -45,8 +52,10 @@ def slots_per_second(name: str, load: float, rule: str, slots: int, check_invari
         def scores():
             return agent.scores(encoder.encode(sim.state))
     else:
+
         def scores():
             return queue_length_scores(wl, sim.state)
+
     started = time.perf_counter()
     for _ in range(slots):
         sim.step_scores(scores())
@@ -64,20 +73,31 @@ def main() -> None:
     rows = []
     for name, load, rule in CASES:
         for check in (False, True):
-            runs = [slots_per_second(name, load, rule, args.slots, check, seed)
-                    for seed in range(args.repeats)]
-            rows.append({"workload": Path(name).stem, "load": load, "rule": rule,
-                         "invariants": check,
-                         "slots_per_s": statistics.median(r[0] for r in runs),
-                         "final_backlog": statistics.median(r[1] for r in runs)})
-    print(f"{'workload':<11} {'load':>5} {'rule':<12} {'invariants':>10} {'slots/s':>9} "
-          f"{'backlog':>8}")
+            runs = [
+                slots_per_second(name, load, rule, args.slots, check, seed)
+                for seed in range(args.repeats)
+            ]
+            rows.append(
+                {
+                    "workload": Path(name).stem,
+                    "load": load,
+                    "rule": rule,
+                    "invariants": check,
+                    "slots_per_s": statistics.median(r[0] for r in runs),
+                    "final_backlog": statistics.median(r[1] for r in runs),
+                }
+            )
+    print(
+        f"{'workload':<11} {'load':>5} {'rule':<12} {'invariants':>10} {'slots/s':>9} "
+        f"{'backlog':>8}"
+    )
     for row in rows:
-        print(f"{row['workload']:<11} {row['load']:>5.2f} {row['rule']:<12} "
-              f"{str(row['invariants']):>10} "
-              f"{row['slots_per_s']:>9.0f} {row['final_backlog']:>8.0f}")
-    result = {"benchmark": "bench_sim", "slots": args.slots, "repeats": args.repeats,
-              "rows": rows}
+        print(
+            f"{row['workload']:<11} {row['load']:>5.2f} {row['rule']:<12} "
+            f"{str(row['invariants']):>10} "
+            f"{row['slots_per_s']:>9.0f} {row['final_backlog']:>8.0f}"
+        )
+    result = {"benchmark": "bench_sim", "slots": args.slots, "repeats": args.repeats, "rows": rows}
     emit(result, args.json)
 
 

@@ -29,33 +29,47 @@ from mabp_gym.decentralized import run_decentralized
 
 def _run(job: tuple[str, int, float, int, int, str]) -> dict[str, Any]:
     name, staleness, load, seed, horizon, workload = job
-    return run_decentralized(name, workload, load=load, seed=seed, staleness=staleness,
-                             horizon=horizon)
+    return run_decentralized(
+        name, workload, load=load, seed=seed, staleness=staleness, horizon=horizon
+    )
 
 
 def _key(record: dict[str, Any]) -> tuple:
-    return (record["local_policy"], int(record["staleness"]), round(record["load"], 6),
-            record["seed"], record["horizon"], record["workload"])
+    return (
+        record["local_policy"],
+        int(record["staleness"]),
+        round(record["load"], 6),
+        record["seed"],
+        record["horizon"],
+        record["workload"],
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="mixed",
-                        help="a workload name or a workload file")
+    parser.add_argument("--workload", default="mixed", help="a workload name or a workload file")
     parser.add_argument("--policies", nargs="+", default=["bp", "mabp"])
     parser.add_argument("--staleness", nargs="+", type=int, default=[0, 1, 2, 5, 10])
-    parser.add_argument("--loads", nargs="+", type=float,
-                        default=[round(0.1 * k, 1) for k in range(1, 11)])
-    parser.add_argument("--policy-loads", nargs="*", default=[],
-                        help="POLICY=L1,L2,... : that policy's load grid instead of --loads "
-                             "(a grid around each policy's boundary)")
+    parser.add_argument(
+        "--loads", nargs="+", type=float, default=[round(0.1 * k, 1) for k in range(1, 11)]
+    )
+    parser.add_argument(
+        "--policy-loads",
+        nargs="*",
+        default=[],
+        help="POLICY=L1,L2,... : that policy's load grid instead of --loads "
+        "(a grid around each policy's boundary)",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--horizon", type=int, default=600)
-    parser.add_argument("--probe", nargs="*", default=["bp:0.4", "mabp:0.6"],
-                        help="policy:load pairs run at every --probe-staleness (the "
-                             "figure's right panel: backlog against staleness at one load)")
-    parser.add_argument("--probe-staleness", nargs="+", type=int,
-                        default=[0, 1, 2, 5, 10, 20, 50])
+    parser.add_argument(
+        "--probe",
+        nargs="*",
+        default=["bp:0.4", "mabp:0.6"],
+        help="policy:load pairs run at every --probe-staleness (the "
+        "figure's right panel: backlog against staleness at one load)",
+    )
+    parser.add_argument("--probe-staleness", nargs="+", type=int, default=[0, 1, 2, 5, 10, 20, 50])
     parser.add_argument("--probe-seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", default="results/staleness.jsonl")
@@ -67,8 +81,10 @@ def main() -> None:
     for item in args.policy_loads:
         policy, _, values = item.partition("=")
         if policy not in grids or not values:
-            parser.error(f"--policy-loads takes POLICY=L1,L2,... with POLICY one of "
-                         f"{args.policies}, got {item!r}")
+            parser.error(
+                f"--policy-loads takes POLICY=L1,L2,... with POLICY one of "
+                f"{args.policies}, got {item!r}"
+            )
         grids[policy] = [float(v) for v in values.split(",")]
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,15 +93,19 @@ def main() -> None:
     # first load whose seed-mean is unstable: the stable load never looks further, and
     # unstable runs (growing queues) are the slow ones.
     series = [(p, d) for p in args.policies for d in args.staleness]
-    with path.open("a", encoding="utf-8") as sink, \
-            ProcessPoolExecutor(max_workers=args.workers) as pool:
+    with (
+        path.open("a", encoding="utf-8") as sink,
+        ProcessPoolExecutor(max_workers=args.workers) as pool,
+    ):
         for p, d in series:
             for load in sorted(grids[p]):
                 done = {_key(r): r for r in read_records(path)}
-                keys = [(p, d, round(load, 6), seed, args.horizon, name)
-                        for seed in args.seeds]
-                jobs = [(p, d, load, seed, args.horizon, args.workload)
-                        for seed, key in zip(args.seeds, keys, strict=True) if key not in done]
+                keys = [(p, d, round(load, 6), seed, args.horizon, name) for seed in args.seeds]
+                jobs = [
+                    (p, d, load, seed, args.horizon, args.workload)
+                    for seed, key in zip(args.seeds, keys, strict=True)
+                    if key not in done
+                ]
                 for record in pool.map(_run, jobs):
                     sink.write(json.dumps(record) + "\n")
                     sink.flush()
@@ -94,39 +114,66 @@ def main() -> None:
                     break
         probes = [(p, float(load)) for p, load in (x.split(":") for x in args.probe)]
         done = {_key(r) for r in read_records(path)}
-        jobs = [(p, d, load, seed, args.horizon, args.workload) for p, load in probes
-                for d in args.probe_staleness for seed in args.probe_seeds
-                if (p, d, round(load, 6), seed, args.horizon, name) not in done]
+        jobs = [
+            (p, d, load, seed, args.horizon, args.workload)
+            for p, load in probes
+            for d in args.probe_staleness
+            for seed in args.probe_seeds
+            if (p, d, round(load, 6), seed, args.horizon, name) not in done
+        ]
         for record in pool.map(_run, jobs):
             sink.write(json.dumps(record) + "\n")
             sink.flush()
 
-    wanted = {(p, d, round(load, 6), seed, args.horizon, name) for p in args.policies
-              for d in args.staleness for load in grids[p] for seed in args.seeds}
+    wanted = {
+        (p, d, round(load, 6), seed, args.horizon, name)
+        for p in args.policies
+        for d in args.staleness
+        for load in grids[p]
+        for seed in args.seeds
+    }
     records = [r for r in read_records(path) if _key(r) in wanted]
     stable = stable_load(records)
     telemetry = {int(r["staleness"]): r["telemetry_per_agent"] for r in records}
     table: dict[str, dict[str, Any]] = {}
-    print(f"{name}, {len(args.seeds)} seeds, {args.horizon} slots, loads "
-          + ", ".join(f"{p} {min(g):g}-{max(g):g}" for p, g in grids.items()))
-    print("| staleness | " + " | ".join(f"{p} stable load" for p in args.policies)
-          + " | telemetry numbers per agent per slot |")
+    print(
+        f"{name}, {len(args.seeds)} seeds, {args.horizon} slots, loads "
+        + ", ".join(f"{p} {min(g):g}-{max(g):g}" for p, g in grids.items())
+    )
+    print(
+        "| staleness | "
+        + " | ".join(f"{p} stable load" for p in args.policies)
+        + " | telemetry numbers per agent per slot |"
+    )
     print("|" + " --- |" * (len(args.policies) + 2))
     for d in args.staleness:
         entry = {p: stable.get(f"{p}@{d}", 0.0) for p in args.policies}
         table[str(d)] = {"stable_load": entry}
-        print(f"| {d} | " + " | ".join(f"{entry[p]:.2f}" for p in args.policies)
-              + f" | {telemetry.get(d, float('nan')):.1f} |")
+        print(
+            f"| {d} | "
+            + " | ".join(f"{entry[p]:.2f}" for p in args.policies)
+            + f" | {telemetry.get(d, float('nan')):.1f} |"
+        )
     probe_rows = _probe_table(args, name, read_records(path))
-    emit({"benchmark": "staleness_stable_load", "workload": name, "seeds": args.seeds,
-          "horizon": args.horizon, "loads": grids, "table": table,
-          "probe": probe_rows}, args.json)
+    emit(
+        {
+            "benchmark": "staleness_stable_load",
+            "workload": name,
+            "seeds": args.seeds,
+            "horizon": args.horizon,
+            "loads": grids,
+            "table": table,
+            "probe": probe_rows,
+        },
+        args.json,
+    )
     if args.figure:
         _figure(args, stable, probe_rows, Path(args.figure))
 
 
-def _probe_table(args: argparse.Namespace, name: str, records: list[dict[str, Any]]
-                 ) -> dict[str, dict[str, dict[str, float]]]:
+def _probe_table(
+    args: argparse.Namespace, name: str, records: list[dict[str, Any]]
+) -> dict[str, dict[str, dict[str, float]]]:
     """Mean backlog, its std over seeds, stability and hit ratio per probe and staleness."""
     result: dict[str, dict[str, dict[str, float]]] = {}
     print(f"\nprobes: {len(args.probe_seeds)} seeds, {args.horizon} slots")
@@ -136,23 +183,33 @@ def _probe_table(args: argparse.Namespace, name: str, records: list[dict[str, An
         p, load = probe.split(":")
         result[probe] = {}
         for d in args.probe_staleness:
-            keys = {(p, d, round(float(load), 6), seed, args.horizon, name)
-                    for seed in args.probe_seeds}
+            keys = {
+                (p, d, round(float(load), 6), seed, args.horizon, name) for seed in args.probe_seeds
+            }
             chosen = [r for r in records if _key(r) in keys]
             if not chosen:
                 continue
             row = summarize_records(chosen)[0]
-            result[probe][str(d)] = {"mean_backlog": row["mean_backlog"],
-                                     "std": row["mean_backlog_std"], "stable": row["stable"],
-                                     "hit_ratio": row["hit_ratio"]}
-            print(f"| {p} | {load} | {d} | {row['mean_backlog']:.1f} | "
-                  f"{row['mean_backlog_std']:.1f} | {'yes' if row['stable'] else 'no'} | "
-                  f"{row['hit_ratio']:.2f} |")
+            result[probe][str(d)] = {
+                "mean_backlog": row["mean_backlog"],
+                "std": row["mean_backlog_std"],
+                "stable": row["stable"],
+                "hit_ratio": row["hit_ratio"],
+            }
+            print(
+                f"| {p} | {load} | {d} | {row['mean_backlog']:.1f} | "
+                f"{row['mean_backlog_std']:.1f} | {'yes' if row['stable'] else 'no'} | "
+                f"{row['hit_ratio']:.2f} |"
+            )
     return result
 
 
-def _figure(args: argparse.Namespace, stable: dict[str, float],
-            probes: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
+def _figure(
+    args: argparse.Namespace,
+    stable: dict[str, float],
+    probes: dict[str, dict[str, dict[str, float]]],
+    path: Path,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,8 +217,12 @@ def _figure(args: argparse.Namespace, stable: dict[str, float],
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3), dpi=90)
     for p in args.policies:
-        left.plot(args.staleness, [stable.get(f"{p}@{d}", 0.0) for d in args.staleness],
-                  "o-", label=p.upper())
+        left.plot(
+            args.staleness,
+            [stable.get(f"{p}@{d}", 0.0) for d in args.staleness],
+            "o-",
+            label=p.upper(),
+        )
     left.set_xlabel("telemetry staleness (slots)")
     left.set_ylabel("stable load")
     left.set_ylim(0, 1)
@@ -170,9 +231,14 @@ def _figure(args: argparse.Namespace, stable: dict[str, float],
     for probe, rows in probes.items():
         p, load = probe.split(":")
         stale = [int(d) for d in rows]
-        right.errorbar(stale, [rows[d]["mean_backlog"] for d in rows],
-                       yerr=[rows[d]["std"] for d in rows], fmt="o-", capsize=3,
-                       label=f"{p.upper()} at load {load}")
+        right.errorbar(
+            stale,
+            [rows[d]["mean_backlog"] for d in rows],
+            yerr=[rows[d]["std"] for d in rows],
+            fmt="o-",
+            capsize=3,
+            label=f"{p.upper()} at load {load}",
+        )
     right.set_xscale("symlog", linthresh=1)
     right.set_xlabel("telemetry staleness (slots)")
     right.set_ylabel("mean backlog")

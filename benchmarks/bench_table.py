@@ -22,8 +22,11 @@ from mabp_gym.evaluation import execute, plan
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/table1.jsonl",
-                        help="JSON-lines file (must not exist, so that every run is timed)")
+    parser.add_argument(
+        "--out",
+        default="results/table1.jsonl",
+        help="JSON-lines file (must not exist, so that every run is timed)",
+    )
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--horizon", type=int, default=600)
     parser.add_argument("--json", metavar="PATH")
@@ -33,8 +36,13 @@ def main() -> None:
         raise SystemExit(f"{out} exists: remove it so that every run is timed")
     out.parent.mkdir(parents=True, exist_ok=True)
     loads = list(DEFAULT_GRID)
-    specs = plan(list(TABLE_POLICIES), "mixed", sorted(set(loads) | {0.85}),
-                 range(args.seeds), horizon=args.horizon)
+    specs = plan(
+        list(TABLE_POLICIES),
+        "mixed",
+        sorted(set(loads) | {0.85}),
+        range(args.seeds),
+        horizon=args.horizon,
+    )
     started = time.perf_counter()
     records = execute(specs, output=out, progress=True)
     wall = time.perf_counter() - started
@@ -44,8 +52,12 @@ def main() -> None:
     for row in rows:
         print("| " + " | ".join(row) + " |")
     print(f"{len(specs)} runs in {wall:.0f} s on {os.cpu_count()} cores")
-    result = {"benchmark": "bench_table", "runs": len(specs), "wall_s": wall,
-              "cores": os.cpu_count()}
+    result = {
+        "benchmark": "bench_table",
+        "runs": len(specs),
+        "wall_s": wall,
+        "cores": os.cpu_count(),
+    }
     emit(result, args.json)
 
 

@@ -58,8 +58,16 @@ def ppo_steps_per_s(device: str, steps: int) -> float:
     # The documented per-candidate policy; its rollout scores the 4 envs in one batched
     # graph forward, on ``device``.
     envs = DummyVecEnv([lambda: gym.make("mabp_gym/Mixed-v0", load=0.6) for _ in range(4)])
-    agent = PPO(GraphActorCriticPolicy, envs, n_steps=256, batch_size=256, n_epochs=4,
-                device=device, seed=0, verbose=0)
+    agent = PPO(
+        GraphActorCriticPolicy,
+        envs,
+        n_steps=256,
+        batch_size=256,
+        n_epochs=4,
+        device=device,
+        seed=0,
+        verbose=0,
+    )
     started = time.perf_counter()
     agent.learn(steps)
     return agent.num_timesteps / (time.perf_counter() - started)
@@ -81,23 +89,36 @@ def main() -> None:
     devices = ["cpu"] + (["cuda"] if resolve_device("auto") == "cuda" else [])
     rows = []
     for device in devices:
-        rows.append({"device": device,
-                     "imitation_steps_per_s": imitation_steps_per_s(
-                         device, data, targets, args.imitation_steps),
-                     "ppo_env_steps_per_s": ppo_steps_per_s(device, args.ppo_steps)})
+        rows.append(
+            {
+                "device": device,
+                "imitation_steps_per_s": imitation_steps_per_s(
+                    device, data, targets, args.imitation_steps
+                ),
+                "ppo_env_steps_per_s": ppo_steps_per_s(device, args.ppo_steps),
+            }
+        )
     print(f"{'device':<6} {'imitation steps/s':>18} {'PPO env steps/s':>16}")
     for row in rows:
-        print(f"{row['device']:<6} {row['imitation_steps_per_s']:>18.1f} "
-              f"{row['ppo_env_steps_per_s']:>16.1f}")
-    result = {"benchmark": "bench_train", "rows": rows, "cuda": torch.cuda.is_available(),
-              "torch": torch.__version__}
+        print(
+            f"{row['device']:<6} {row['imitation_steps_per_s']:>18.1f} "
+            f"{row['ppo_env_steps_per_s']:>16.1f}"
+        )
+    result = {
+        "benchmark": "bench_train",
+        "rows": rows,
+        "cuda": torch.cuda.is_available(),
+        "torch": torch.__version__,
+    }
     if len(rows) == 2:
-        result["cuda_speedup_imitation"] = (rows[1]["imitation_steps_per_s"]
-                                            / rows[0]["imitation_steps_per_s"])
-        result["cuda_speedup_ppo"] = rows[1]["ppo_env_steps_per_s"] / rows[0][
-            "ppo_env_steps_per_s"]
-        print(f"CUDA speed-up over the CPU: imitation {result['cuda_speedup_imitation']:.2f}x, "
-              f"PPO {result['cuda_speedup_ppo']:.2f}x")
+        result["cuda_speedup_imitation"] = (
+            rows[1]["imitation_steps_per_s"] / rows[0]["imitation_steps_per_s"]
+        )
+        result["cuda_speedup_ppo"] = rows[1]["ppo_env_steps_per_s"] / rows[0]["ppo_env_steps_per_s"]
+        print(
+            f"CUDA speed-up over the CPU: imitation {result['cuda_speedup_imitation']:.2f}x, "
+            f"PPO {result['cuda_speedup_ppo']:.2f}x"
+        )
     else:
         print("no CUDA device here: CPU figures only")
     emit(result, args.json)

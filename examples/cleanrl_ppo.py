@@ -66,8 +66,9 @@ class Args:
 def parse_args(argv: list[str] | None = None) -> Args:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for field in dataclasses.fields(Args):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default),
-                            default=field.default)
+        parser.add_argument(
+            f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default
+        )
     return Args(**vars(parser.parse_args(argv)))
 
 
@@ -81,11 +82,20 @@ def layer(inputs: int, outputs: int, std: float = np.sqrt(2)) -> nn.Linear:
 class Agent(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden: int) -> None:
         super().__init__()
-        self.critic = nn.Sequential(layer(obs_dim, hidden), nn.Tanh(),
-                                    layer(hidden, hidden), nn.Tanh(), layer(hidden, 1, 1.0))
-        self.actor_mean = nn.Sequential(layer(obs_dim, hidden), nn.Tanh(),
-                                        layer(hidden, hidden), nn.Tanh(),
-                                        layer(hidden, act_dim, 0.01))
+        self.critic = nn.Sequential(
+            layer(obs_dim, hidden),
+            nn.Tanh(),
+            layer(hidden, hidden),
+            nn.Tanh(),
+            layer(hidden, 1, 1.0),
+        )
+        self.actor_mean = nn.Sequential(
+            layer(obs_dim, hidden),
+            nn.Tanh(),
+            layer(hidden, hidden),
+            nn.Tanh(),
+            layer(hidden, act_dim, 0.01),
+        )
         self.actor_logstd = nn.Parameter(torch.full((1, act_dim), -1.0))
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
@@ -101,16 +111,25 @@ class Agent(nn.Module):
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(argv)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                          else ("cpu" if args.device == "auto" else args.device))
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
     torch.set_num_threads(1)
 
-    envs = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=args.num_envs, workload=args.workload,
-                        load=args.load, horizon=args.horizon,
-                        max_episode_steps=args.horizon, obs_mode="flat",
-                        vectorization_mode="sync")
+    envs = gym.make_vec(
+        "mabp_gym/SFMSN-v0",
+        num_envs=args.num_envs,
+        workload=args.workload,
+        load=args.load,
+        horizon=args.horizon,
+        max_episode_steps=args.horizon,
+        obs_mode="flat",
+        vectorization_mode="sync",
+    )
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     # NEXT_STEP: the step after an episode ends is a reset step, whose transition is
     # masked out of the loss below (gymnasium >= 1.0's default, declared by the env).
@@ -123,8 +142,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     shape = (args.num_steps, args.num_envs)
     obs_buf = torch.zeros(shape + (obs_dim,), device=device)
     act_buf = torch.zeros(shape + (act_dim,), device=device)
-    logp_buf, rew_buf, done_buf, val_buf, valid_buf = (torch.zeros(shape, device=device)
-                                                       for _ in range(5))
+    logp_buf, rew_buf, done_buf, val_buf, valid_buf = (
+        torch.zeros(shape, device=device) for _ in range(5)
+    )
     batch_size = args.num_envs * args.num_steps
     minibatch = batch_size // args.num_minibatches
     iterations = max(1, args.total_timesteps // batch_size)
@@ -173,22 +193,30 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 adv = b_adv[idx]
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 w = b_valid[idx]
-                pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - args.clip_coef,
-                                                                1 + args.clip_coef))
+                pg = torch.max(
+                    -adv * ratio, -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
+                )
                 v_loss = 0.5 * (value.flatten() - b_ret[idx]) ** 2
-                loss = ((pg - args.ent_coef * entropy + args.vf_coef * v_loss) * w).sum() \
-                    / w.sum().clamp(min=1.0)
+                loss = (
+                    (pg - args.ent_coef * entropy + args.vf_coef * v_loss) * w
+                ).sum() / w.sum().clamp(min=1.0)
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
         mean_return = float(np.mean(returns[-10:])) if returns else float("nan")
-        print(f"step {global_step:>7}  episodes {len(returns):>4}  "
-              f"mean return (last 10) {mean_return:10.2f}  "
-              f"{global_step / (time.perf_counter() - started):6.0f} steps/s", flush=True)
+        print(
+            f"step {global_step:>7}  episodes {len(returns):>4}  "
+            f"mean return (last 10) {mean_return:10.2f}  "
+            f"{global_step / (time.perf_counter() - started):6.0f} steps/s",
+            flush=True,
+        )
     envs.close()
-    return {"steps": global_step, "episodes": len(returns),
-            "mean_return": float(np.mean(returns[-10:])) if returns else float("nan")}
+    return {
+        "steps": global_step,
+        "episodes": len(returns),
+        "mean_return": float(np.mean(returns[-10:])) if returns else float("nan"),
+    }
 
 
 if __name__ == "__main__":

@@ -33,8 +33,10 @@ def episode(staleness: int, load: float, horizon: int, seed: int, policy: str) -
             returns[agent] += reward
         backlog.append(env.last_outcome.backlog)
     telemetry = np.mean([info["telemetry_received"] for info in infos.values()])
-    print(f"{policy}, staleness {staleness}: mean backlog {np.mean(backlog):.1f}, final "
-          f"{backlog[-1]}, telemetry {telemetry:.0f} numbers per agent per slot")
+    print(
+        f"{policy}, staleness {staleness}: mean backlog {np.mean(backlog):.1f}, final "
+        f"{backlog[-1]}, telemetry {telemetry:.0f} numbers per agent per slot"
+    )
     print("  return per agent: " + ", ".join(f"{a} {r:.1f}" for a, r in returns.items()))
 
 

@@ -27,16 +27,20 @@ import mabp_gym
 
 
 def make_env(config: dict[str, Any]) -> ParallelPettingZooEnv:
-    return ParallelPettingZooEnv(mabp_gym.parallel_env(
-        "mixed", staleness=config.get("staleness", 0), horizon=config.get("horizon", 100),
-        load=config.get("load", 0.5)))
+    return ParallelPettingZooEnv(
+        mabp_gym.parallel_env(
+            "mixed",
+            staleness=config.get("staleness", 0),
+            horizon=config.get("horizon", 100),
+            load=config.get("load", 0.5),
+        )
+    )
 
 
 def roles() -> dict[str, str]:
     """Agent name -> role of its node (the parameter-sharing groups)."""
     env = mabp_gym.parallel_env("mixed")
-    return {agent: env.workload.nodes[env.layout(agent).node].role
-            for agent in env.possible_agents}
+    return {agent: env.workload.nodes[env.layout(agent).node].role for agent in env.possible_agents}
 
 
 def build_config(horizon: int, staleness: int) -> PPOConfig:
@@ -46,15 +50,22 @@ def build_config(horizon: int, staleness: int) -> PPOConfig:
     return (
         PPOConfig()
         .environment("mabp_parallel", env_config={"horizon": horizon, "staleness": staleness})
-        .env_runners(num_env_runners=0,
-                     env_to_module_connector=lambda *args, **kw: FlattenObservations(
-                         multi_agent=True))
-        .multi_agent(policies=set(modules),
-                     policy_mapping_fn=lambda agent_id, episode, **kw: role_of[agent_id])
-        .rl_module(rl_module_spec=MultiRLModuleSpec(
-            rl_module_specs={role: RLModuleSpec() for role in modules}))
-        .training(train_batch_size_per_learner=2 * horizon, minibatch_size=horizon,
-                  num_epochs=1, lr=1e-4)
+        .env_runners(
+            num_env_runners=0,
+            env_to_module_connector=lambda *args, **kw: FlattenObservations(multi_agent=True),
+        )
+        .multi_agent(
+            policies=set(modules),
+            policy_mapping_fn=lambda agent_id, episode, **kw: role_of[agent_id],
+        )
+        .rl_module(
+            rl_module_spec=MultiRLModuleSpec(
+                rl_module_specs={role: RLModuleSpec() for role in modules}
+            )
+        )
+        .training(
+            train_batch_size_per_learner=2 * horizon, minibatch_size=horizon, num_epochs=1, lr=1e-4
+        )
     )
 
 
@@ -69,9 +80,11 @@ def main() -> None:
         for iteration in range(args.iterations):
             result = algo.train()
             runners = result.get("env_runners", {})
-            print(f"iteration {iteration}: episode return mean "
-                  f"{runners.get('episode_return_mean')}, modules "
-                  f"{sorted(result.get('learners', {}))}")
+            print(
+                f"iteration {iteration}: episode return mean "
+                f"{runners.get('episode_return_mean')}, modules "
+                f"{sorted(result.get('learners', {}))}"
+            )
     finally:
         algo.stop()
 

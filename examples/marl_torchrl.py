@@ -34,12 +34,14 @@ class RoleScorer(nn.Module):
         super().__init__()
         width = sum(int(torch.tensor(shape).prod()) for shape in shapes)
         self.dims = [len(shape) for shape in shapes]
-        self.net = nn.Sequential(nn.Linear(width, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, actions), nn.Tanh())
+        self.net = nn.Sequential(
+            nn.Linear(width, hidden), nn.Tanh(), nn.Linear(hidden, actions), nn.Tanh()
+        )
 
     def forward(self, *fields: torch.Tensor) -> torch.Tensor:
-        flat = torch.cat([f.flatten(start_dim=-d) for f, d in zip(fields, self.dims,
-                                                                   strict=True)], dim=-1)
+        flat = torch.cat(
+            [f.flatten(start_dim=-d) for f, d in zip(fields, self.dims, strict=True)], dim=-1
+        )
         # Queues are counts in the tens to hundreds: a signed log keeps inputs small.
         return self.net(torch.sign(flat) * torch.log1p(flat.abs()))
 
@@ -50,14 +52,18 @@ def build(staleness: int, horizon: int, seed: int) -> tuple[PettingZooWrapper, n
     for agent in env.possible_agents:
         role = env.workload.nodes[env.layout(agent).node].role
         groups.setdefault(role, []).append(agent)
-    torchrl_env = PettingZooWrapper(env=env, group_map=groups, categorical_actions=False,
-                                    seed=seed)
+    torchrl_env = PettingZooWrapper(env=env, group_map=groups, categorical_actions=False, seed=seed)
     space = env.observation_space(env.possible_agents[0])
     shapes = [space[f].shape for f in FIELDS]
     actions = env.action_space(env.possible_agents[0]).shape[0]
-    modules = [TensorDictModule(RoleScorer(shapes, actions),
-                                in_keys=[(group, "observation", f) for f in FIELDS],
-                                out_keys=[(group, "action")]) for group in groups]
+    modules = [
+        TensorDictModule(
+            RoleScorer(shapes, actions),
+            in_keys=[(group, "observation", f) for f in FIELDS],
+            out_keys=[(group, "action")],
+        )
+        for group in groups
+    ]
     return torchrl_env, TensorDictSequential(*modules)
 
 
@@ -74,9 +80,10 @@ def main() -> None:
     print(f"collected {rollout.batch_size[0]} steps; groups {list(env.group_map)}")
     for group, agents in env.group_map.items():
         reward = rollout["next", group, "reward"].sum(dim=0).flatten()
-        print(f"  {group:<10} " + ", ".join(f"{a} {r:.2f}"
-                                             for a, r in zip(agents, reward.tolist(),
-                                                             strict=True)))
+        print(
+            f"  {group:<10} "
+            + ", ".join(f"{a} {r:.2f}" for a, r in zip(agents, reward.tolist(), strict=True))
+        )
 
 
 if __name__ == "__main__":

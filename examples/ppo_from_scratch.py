@@ -37,24 +37,23 @@ from mabp_gym.sb3 import GraphActorCriticPolicy
 @dataclass
 class Args:
     workload: str = "mixed"
-    load_low: float = 0.3          # training load interval, drawn per episode
+    load_low: float = 0.3  # training load interval, drawn per episode
     load_high: float = 0.7
-    eval_load: float = 0.5         # fixed evaluation load (BP and "serve everything" differ)
-    horizon: int = 600             # training episode length (slots)
+    eval_load: float = 0.5  # fixed evaluation load (BP and "serve everything" differ)
+    horizon: int = 600  # training episode length (slots)
     eval_horizon: int = 600
-    steps: int = 20_000            # PPO environment steps
+    steps: int = 20_000  # PPO environment steps
     n_envs: int = 4
-    n_steps: int = 256             # rollout length per env
+    n_steps: int = 256  # rollout length per env
     batch_size: int = 256
     n_epochs: int = 4
-    learning_rate: float = 3e-4    # SB3's default
-    reward_scale: float = 100.0    # training envs only (the env's default 100); eval keeps 100
-    score_bias: float = 0.5        # initial mean of every candidate score (0 reproduces v1)
-    log_std_init: float = -1.5     # the policy's default
+    learning_rate: float = 3e-4  # SB3's default
+    reward_scale: float = 100.0  # training envs only (the env's default 100); eval keeps 100
+    score_bias: float = 0.5  # initial mean of every candidate score (0 reproduces v1)
+    log_std_init: float = -1.5  # the policy's default
     eval_every: int = 4_096
     eval_seeds: list[int] = field(default_factory=lambda: [100, 101])
-    references: list[str] = field(default_factory=lambda: ["random", "all_positive", "bp",
-                                                            "mabp"])
+    references: list[str] = field(default_factory=lambda: ["random", "all_positive", "bp", "mabp"])
     seed: int = 0
     json: str | None = None
     # Optional, after training (or on --checkpoint without training): mabp_gym.evaluate on
@@ -65,8 +64,14 @@ class Args:
 
 
 def make_env(args: Args, load: Any, horizon: int, reward_scale: float = 100.0) -> gym.Env:
-    return gym.make("mabp_gym/SFMSN-v0", workload=args.workload, load=load, horizon=horizon,
-                    max_episode_steps=horizon, reward_scale=reward_scale)
+    return gym.make(
+        "mabp_gym/SFMSN-v0",
+        workload=args.workload,
+        load=load,
+        horizon=horizon,
+        max_episode_steps=horizon,
+        reward_scale=reward_scale,
+    )
 
 
 def episode_return(env: gym.Env, act, seed: int) -> float:
@@ -116,24 +121,37 @@ class Curve(BaseCallback):
             returns = []
             for seed in self.args.eval_seeds:
                 torch.manual_seed(seed)
-                returns.append(episode_return(
-                    self.env, lambda o, d=mode == "deterministic":
-                    self.model.predict(o, deterministic=d)[0], seed))
+                returns.append(
+                    episode_return(
+                        self.env,
+                        lambda o, d=mode == "deterministic": self.model.predict(o, deterministic=d)[
+                            0
+                        ],
+                        seed,
+                    )
+                )
             point[f"return_{mode}"] = float(np.mean(returns))
         point["log_std"] = float(self.model.policy.log_std.detach().mean())
         # The last update's diagnostics (SB3 dumps its logger after this callback).
-        for key in ("train/approx_kl", "train/clip_fraction", "train/explained_variance",
-                    "train/value_loss"):
+        for key in (
+            "train/approx_kl",
+            "train/clip_fraction",
+            "train/explained_variance",
+            "train/value_loss",
+        ):
             value = self.model.logger.name_to_value.get(key)
             if value is not None:
                 point[key.split("/")[1]] = float(value)
         point["wall_s"] = time.perf_counter() - self.started
         self.points.append(point)
-        print(f"steps {point['steps']:>7}  det {point['return_deterministic']:9.1f}  "
-              f"sto {point['return_stochastic']:9.1f}  log_std {point['log_std']:.2f}  "
-              f"{point['wall_s']:.0f}s  kl {point.get('approx_kl', float('nan')):.3f}  "
-              f"clip {point.get('clip_fraction', float('nan')):.2f}  "
-              f"ev {point.get('explained_variance', float('nan')):.2f}", flush=True)
+        print(
+            f"steps {point['steps']:>7}  det {point['return_deterministic']:9.1f}  "
+            f"sto {point['return_stochastic']:9.1f}  log_std {point['log_std']:.2f}  "
+            f"{point['wall_s']:.0f}s  kl {point.get('approx_kl', float('nan')):.3f}  "
+            f"clip {point.get('clip_fraction', float('nan')):.2f}  "
+            f"ev {point.get('explained_variance', float('nan')):.2f}",
+            flush=True,
+        )
         self.next = self.num_timesteps + self.args.eval_every
 
     def _on_training_start(self) -> None:
@@ -163,10 +181,21 @@ def stable_loads(model: PPO, args: Args) -> dict[str, Any]:
 
     if "ppo-scratch" not in policy_names():
         register_policy("ppo-scratch", Means)
-    records = evaluate(["ppo-scratch", "bp"], args.workload, args.stable_loads,
-                       args.stable_seeds, horizon=args.eval_horizon, backend="serial")
-    rows = [{k: row[k] for k in ("policy", "load", "mean_backlog", "stable_seeds", "stable",
-                                 "paper_stable")} for row in summarize_records(records)]
+    records = evaluate(
+        ["ppo-scratch", "bp"],
+        args.workload,
+        args.stable_loads,
+        args.stable_seeds,
+        horizon=args.eval_horizon,
+        backend="serial",
+    )
+    rows = [
+        {
+            k: row[k]
+            for k in ("policy", "load", "mean_backlog", "stable_seeds", "stable", "paper_stable")
+        }
+        for row in summarize_records(records)
+    ]
     for row in rows:
         print(row, flush=True)
     out = {"rows": rows, "stable_load": stable_load(records), "paper_load": paper_load(records)}
@@ -196,20 +225,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print("references", {k: round(v, 1) for k, v in references.items()}, flush=True)
 
     load = (args.load_low, args.load_high) if args.load_high > args.load_low else args.load_low
-    envs = DummyVecEnv([lambda: make_env(args, load, args.horizon, args.reward_scale)
-                        for _ in range(args.n_envs)])
+    envs = DummyVecEnv(
+        [lambda: make_env(args, load, args.horizon, args.reward_scale) for _ in range(args.n_envs)]
+    )
     envs.seed(args.seed)
-    model = PPO(GraphActorCriticPolicy, envs, n_steps=args.n_steps, batch_size=args.batch_size,
-                n_epochs=args.n_epochs, learning_rate=args.learning_rate, seed=args.seed,
-                device="cpu", policy_kwargs={"log_std_init": args.log_std_init,
-                                             "score_bias": args.score_bias}, verbose=0)
+    model = PPO(
+        GraphActorCriticPolicy,
+        envs,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        n_epochs=args.n_epochs,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+        device="cpu",
+        policy_kwargs={"log_std_init": args.log_std_init, "score_bias": args.score_bias},
+        verbose=0,
+    )
 
     curve = Curve(args, started)
     model.learn(args.steps, callback=curve)
     if curve.points[-1]["steps"] != model.num_timesteps:
         curve.evaluate()
-    result = {"args": dataclasses.asdict(args), "references": references,
-              "curve": curve.points, "wall_s": time.perf_counter() - started}
+    result = {
+        "args": dataclasses.asdict(args),
+        "references": references,
+        "curve": curve.points,
+        "wall_s": time.perf_counter() - started,
+    }
     if args.stable_loads:
         result["stable"] = stable_loads(model, args)
     if args.json:

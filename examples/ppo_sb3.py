@@ -33,8 +33,13 @@ from mabp_gym.sb3 import GraphActorCriticPolicy
 
 def make_env(workload: str, load: Any, horizon: int) -> gym.Env:
     """One env of the run: ``load`` is a number or a ``(low, high)`` interval."""
-    return gym.make("mabp_gym/SFMSN-v0", workload=workload, load=load, horizon=horizon,
-                    max_episode_steps=horizon)
+    return gym.make(
+        "mabp_gym/SFMSN-v0",
+        workload=workload,
+        load=load,
+        horizon=horizon,
+        max_episode_steps=horizon,
+    )
 
 
 def episode_return(env: gym.Env, act, seed: int) -> float:
@@ -81,6 +86,7 @@ class Curve(BaseCallback):
         # Deterministic (the means) and stochastic (sampled, seeded) play: early on the
         # means are all near 0 and only their signs decide, so both are reported.
         for mode in ("deterministic", "stochastic"):
+
             def act(obs, det=mode == "deterministic"):
                 return self.model.predict(obs, deterministic=det)[0]
 
@@ -90,9 +96,12 @@ class Curve(BaseCallback):
                 returns.append(episode_return(self.env, act, seed))
             point[f"return_{mode}"] = float(np.mean(returns))
         self.points.append(point)
-        print(f"steps {self.num_timesteps:>7}  eval return deterministic "
-              f"{point['return_deterministic']:10.2f}  stochastic "
-              f"{point['return_stochastic']:10.2f}", flush=True)
+        print(
+            f"steps {self.num_timesteps:>7}  eval return deterministic "
+            f"{point['return_deterministic']:10.2f}  stochastic "
+            f"{point['return_stochastic']:10.2f}",
+            flush=True,
+        )
         self.next = self.num_timesteps + self.args.eval_every
 
     def _on_training_start(self) -> None:
@@ -108,25 +117,43 @@ class Curve(BaseCallback):
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="mixed",
-                        help="workload name or workload file (default mixed)")
-    parser.add_argument("--load", type=float, nargs="+", default=[0.3],
-                        help="training load, or two numbers: an interval drawn per episode")
-    parser.add_argument("--eval-load", type=float, default=None,
-                        help="evaluation load (default: the training load, or the middle "
-                             "of its interval)")
+    parser.add_argument(
+        "--workload", default="mixed", help="workload name or workload file (default mixed)"
+    )
+    parser.add_argument(
+        "--load",
+        type=float,
+        nargs="+",
+        default=[0.3],
+        help="training load, or two numbers: an interval drawn per episode",
+    )
+    parser.add_argument(
+        "--eval-load",
+        type=float,
+        default=None,
+        help="evaluation load (default: the training load, or the middle of its interval)",
+    )
     parser.add_argument("--horizon", type=int, default=600, help="slots per episode")
     parser.add_argument("--steps", type=int, default=10_000, help="PPO environment steps")
-    parser.add_argument("--n-envs", type=int, default=4, help="vector envs (one batched "
-                        "graph forward scores all of them)")
+    parser.add_argument(
+        "--n-envs",
+        type=int,
+        default=4,
+        help="vector envs (one batched graph forward scores all of them)",
+    )
     parser.add_argument("--n-steps", type=int, default=256, help="rollout length per env")
     parser.add_argument("--eval-every", type=int, default=2_000)
     parser.add_argument("--eval-seeds", type=int, nargs="+", default=[100, 101])
-    parser.add_argument("--references", nargs="*", default=["random", "bp", "mabp"],
-                        help="reference policies evaluated on the same seeds")
+    parser.add_argument(
+        "--references",
+        nargs="*",
+        default=["random", "bp", "mabp"],
+        help="reference policies evaluated on the same seeds",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="auto", help="auto (cuda when there is one), "
-                        "cpu or cuda")
+    parser.add_argument(
+        "--device", default="auto", help="auto (cuda when there is one), cpu or cuda"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the curve there")
     args = parser.parse_args(argv)
     if len(args.load) not in (1, 2):
@@ -140,21 +167,37 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     references = reference_returns(args)
     for name, value in references.items():
         print(f"reference {name:<8} return {value:10.2f}", flush=True)
-    envs = DummyVecEnv([lambda: make_env(args.workload, load, args.horizon)
-                        for _ in range(args.n_envs)])
+    envs = DummyVecEnv(
+        [lambda: make_env(args.workload, load, args.horizon) for _ in range(args.n_envs)]
+    )
     envs.seed(args.seed)
-    model = PPO(GraphActorCriticPolicy, envs, n_steps=args.n_steps,
-                batch_size=min(256, args.n_steps * args.n_envs), n_epochs=4,
-                seed=args.seed, device=device, verbose=0)
+    model = PPO(
+        GraphActorCriticPolicy,
+        envs,
+        n_steps=args.n_steps,
+        batch_size=min(256, args.n_steps * args.n_envs),
+        n_epochs=4,
+        seed=args.seed,
+        device=device,
+        verbose=0,
+    )
     curve = Curve(args)
     model.learn(args.steps, callback=curve)
     if curve.points[-1]["steps"] != model.num_timesteps:
         curve.evaluate()
-    result = {"workload": args.workload, "load": args.load, "eval_load": args.eval_load,
-              "horizon": args.horizon, "steps": int(model.num_timesteps),
-              "eval_seeds": args.eval_seeds, "seed": args.seed, "device": device,
-              "references": references, "curve": curve.points,
-              "wall_s": time.perf_counter() - started}
+    result = {
+        "workload": args.workload,
+        "load": args.load,
+        "eval_load": args.eval_load,
+        "horizon": args.horizon,
+        "steps": int(model.num_timesteps),
+        "eval_seeds": args.eval_seeds,
+        "seed": args.seed,
+        "device": device,
+        "references": references,
+        "curve": curve.points,
+        "wall_s": time.perf_counter() - started,
+    }
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)

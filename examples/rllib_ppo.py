@@ -23,17 +23,26 @@ from ray.rllib.algorithms.ppo import PPOConfig
 ENV = "mabp_gym:mabp_gym/SFMSN-v0"
 
 
-def build_config(horizon: int = 600, load: Any = 0.3, workload: str = "mixed",
-                 env_runners: int = 0) -> PPOConfig:
+def build_config(
+    horizon: int = 600, load: Any = 0.3, workload: str = "mixed", env_runners: int = 0
+) -> PPOConfig:
     """PPO on the flat observation; ``load`` may be an interval ``(low, high)``."""
     return (
         PPOConfig()
-        .environment(ENV, env_config={"workload": workload, "load": load,
-                                      "horizon": horizon, "max_episode_steps": horizon,
-                                      "obs_mode": "flat"})
+        .environment(
+            ENV,
+            env_config={
+                "workload": workload,
+                "load": load,
+                "horizon": horizon,
+                "max_episode_steps": horizon,
+                "obs_mode": "flat",
+            },
+        )
         .env_runners(num_env_runners=env_runners, num_envs_per_env_runner=1)
-        .training(train_batch_size_per_learner=2 * horizon, minibatch_size=horizon,
-                  num_epochs=1, lr=1e-4)
+        .training(
+            train_batch_size_per_learner=2 * horizon, minibatch_size=horizon, num_epochs=1, lr=1e-4
+        )
     )
 
 
@@ -42,8 +51,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--iterations", type=int, default=1)
     parser.add_argument("--horizon", type=int, default=600)
     parser.add_argument("--load", type=float, nargs="+", default=[0.3])
-    parser.add_argument("--env-runners", type=int, default=0,
-                        help="remote env runners (0: sample in the driver)")
+    parser.add_argument(
+        "--env-runners", type=int, default=0, help="remote env runners (0: sample in the driver)"
+    )
     args = parser.parse_args(argv)
     load = args.load[0] if len(args.load) == 1 else tuple(args.load)
     algo = build_config(args.horizon, load, env_runners=args.env_runners).build_algo()
@@ -51,9 +61,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for iteration in range(args.iterations):
             result = algo.train()
             runners = result.get("env_runners", {})
-            print(f"iteration {iteration}: env steps "
-                  f"{runners.get('num_env_steps_sampled_lifetime')}, episode return mean "
-                  f"{runners.get('episode_return_mean')}", flush=True)
+            print(
+                f"iteration {iteration}: env steps "
+                f"{runners.get('num_env_steps_sampled_lifetime')}, episode return mean "
+                f"{runners.get('episode_return_mean')}",
+                flush=True,
+            )
     finally:
         algo.stop()
     return result

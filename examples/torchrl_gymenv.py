@@ -18,12 +18,19 @@ from torchrl.envs import GymEnv
 import mabp_gym  # noqa: F401  (registers the env ids)
 
 
-def build(workload: str = "mixed", load: float = 0.5, horizon: int = 600,
-          flat: bool = False) -> GymEnv:
+def build(
+    workload: str = "mixed", load: float = 0.5, horizon: int = 600, flat: bool = False
+) -> GymEnv:
     """The env as TorchRL sees it (extra keywords go to the env's constructor)."""
     kwargs = {"obs_mode": "flat"} if flat else {}
-    return GymEnv("mabp_gym/SFMSN-v0", workload=workload, load=load, horizon=horizon,
-                  max_episode_steps=horizon, **kwargs)
+    return GymEnv(
+        "mabp_gym/SFMSN-v0",
+        workload=workload,
+        load=load,
+        horizon=horizon,
+        max_episode_steps=horizon,
+        **kwargs,
+    )
 
 
 def main(argv: list[str] | None = None):
@@ -42,8 +49,10 @@ def main(argv: list[str] | None = None):
     reward = rollout["next", "reward"]
     flags = ("action", "next", "done", "terminated", "truncated")
     keys = sorted(k for k in rollout.keys() if k not in flags)  # noqa: SIM118 (a TensorDict iterates its batch)
-    print(f"rolled out {rollout.batch_size[0]} steps; observation keys {keys}; "
-          f"return {reward.sum().item():.2f}")
+    print(
+        f"rolled out {rollout.batch_size[0]} steps; observation keys {keys}; "
+        f"return {reward.sum().item():.2f}"
+    )
     return rollout
 
 

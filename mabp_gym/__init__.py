@@ -65,8 +65,12 @@ def _register() -> None:
     ids = {"mabp_gym/SFMSN-v0": "mixed", **{v: k for k, v in ENV_IDS.items()}}
     for env_id, workload in ids.items():
         if env_id not in gymnasium.registry:
-            gymnasium.register(id=env_id, entry_point=entry, max_episode_steps=horizon,
-                               kwargs={"workload": workload})
+            gymnasium.register(
+                id=env_id,
+                entry_point=entry,
+                max_episode_steps=horizon,
+                kwargs={"workload": workload},
+            )
     if FLEET_ENV_ID not in gymnasium.registry:
         # Serving-fleet mode (SPEC 11): one step routes one request of a replayed trace.
         gymnasium.register(id=FLEET_ENV_ID, entry_point="mabp_gym.fleet.env:FleetEnv")
@@ -81,8 +85,9 @@ class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self) -> None:
         self._loader: Any = None
 
-    def find_spec(self, name: str, path: Any = None, target: Any = None
-                  ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, name: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if name != "gymnasium":
             return None
         if self in sys.meta_path:
@@ -126,10 +131,12 @@ def __getattr__(name: str) -> Any:
         except ModuleNotFoundError as error:
             if error.name != "pettingzoo":
                 raise
-            raise ImportError("mabp_gym.parallel_env needs PettingZoo: "
-                              "pip install 'mabp-gym[marl]'") from error
+            raise ImportError(
+                "mabp_gym.parallel_env needs PettingZoo: pip install 'mabp-gym[marl]'"
+            ) from error
         return parallel_env
     raise AttributeError(f"module 'mabp_gym' has no attribute {name!r}")
+
 
 __all__ = [
     "ENV_IDS",

@@ -32,8 +32,18 @@ from mabp_gym.extras import MissingExtraError, require
 from mabp_gym.training.arguments import OneLineParser
 from mabp_gym.workloads import WORKLOADS, make_workload
 
-TABLE_POLICIES = ("sp", "jsq", "bp", "cost-bp", "greedycache-bp", "mabp", "oracle-sur",
-                  "mabp-no-transition", "mabp-no-reuse", "mabp-no-retention")
+TABLE_POLICIES = (
+    "sp",
+    "jsq",
+    "bp",
+    "cost-bp",
+    "greedycache-bp",
+    "mabp",
+    "oracle-sur",
+    "mabp-no-transition",
+    "mabp-no-reuse",
+    "mabp-no-retention",
+)
 DEFAULT_GRID = tuple(round(0.1 * k, 1) for k in range(1, 11))
 SWEEPS = ("load", "beta", "K", "nu", "skew")
 
@@ -61,8 +71,7 @@ def _writable(path: str | None, option: str) -> None:
         check_output_path(path, option)
 
 
-def _no_grid_overrides(overrides: dict[str, Any], command: str,
-                       settings: dict[str, str]) -> None:
+def _no_grid_overrides(overrides: dict[str, Any], command: str, settings: dict[str, str]) -> None:
     """Refuse a ``--set`` the command would ignore or that another option sets."""
     for key, option in settings.items():
         if key in overrides:
@@ -101,7 +110,8 @@ def _workload_name(value: str) -> str:
         return value
     raise argparse.ArgumentTypeError(
         f"{value!r} is neither a built-in workload ({', '.join(WORKLOADS)}) nor a .json / "
-        ".yaml workload file")
+        ".yaml workload file"
+    )
 
 
 def _parse_grid(tokens: list[str], name: str) -> list[float]:
@@ -143,13 +153,28 @@ def _policies(tokens: list[str]) -> list[str]:
 
 
 def _common(parser: argparse.ArgumentParser, *, loads: bool = True) -> None:
-    parser.add_argument("--workload", default="mixed", type=_workload_name,
-                        help="built-in workload or a workload file (default: mixed)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="NAME=VALUE", help="workload parameter override (repeatable)")
+    parser.add_argument(
+        "--workload",
+        default="mixed",
+        type=_workload_name,
+        help="built-in workload or a workload file (default: mixed)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="workload parameter override (repeatable)",
+    )
     if loads:
-        parser.add_argument("--loads", nargs="+", default=None, metavar="RHO",
-                            help="normalized loads: numbers or start:stop:step")
+        parser.add_argument(
+            "--loads",
+            nargs="+",
+            default=None,
+            metavar="RHO",
+            help="normalized loads: numbers or start:stop:step",
+        )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--horizon", type=int, default=600, help="slots per run (600)")
     parser.add_argument("--warmup", type=float, default=0.2, help="discarded fraction (0.2)")
@@ -173,26 +198,51 @@ def _build_parser() -> argparse.ArgumentParser:
     table = commands.add_parser("table", help="the paper's Table I for any policies")
     table.add_argument("--policies", nargs="+", default=list(TABLE_POLICIES))
     _common(table)
-    table.add_argument("--at", type=float, default=0.85,
-                       help="load at which the fixed-load metrics are reported (0.85)")
-    table.add_argument("--out", metavar="PATH", default="results/table1.jsonl",
-                       help="JSON-lines results, reused and extended (resumable)")
+    table.add_argument(
+        "--at",
+        type=float,
+        default=0.85,
+        help="load at which the fixed-load metrics are reported (0.85)",
+    )
+    table.add_argument(
+        "--out",
+        metavar="PATH",
+        default="results/table1.jsonl",
+        help="JSON-lines results, reused and extended (resumable)",
+    )
     table.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     table.add_argument("--csv", metavar="PATH", help="write the table as CSV")
-    table.add_argument("--search", action="store_true",
-                       help="walk the loads upward and stop each policy at its first load "
-                            "that grows (the stable load needs nothing above it)")
-    table.add_argument("--from-results", action="store_true",
-                       help="tabulate the records already in --out; run nothing")
+    table.add_argument(
+        "--search",
+        action="store_true",
+        help="walk the loads upward and stop each policy at its first load "
+        "that grows (the stable load needs nothing above it)",
+    )
+    table.add_argument(
+        "--from-results",
+        action="store_true",
+        help="tabulate the records already in --out; run nothing",
+    )
 
     verdicts = commands.add_parser(
-        "verdicts", help="stable load per seed set and horizon, from saved long runs")
+        "verdicts", help="stable load per seed set and horizon, from saved long runs"
+    )
     verdicts.add_argument("--results", nargs="+", required=True, help="JSON-lines result files")
-    verdicts.add_argument("--horizons", type=int, nargs="+", required=True,
-                          help="horizons to cut the saved runs at (each <= the runs' own)")
-    verdicts.add_argument("--seed-sets", nargs="+", required=True, metavar="SEEDS",
-                          help="disjoint seed sets, each as comma-separated seeds or a:b "
-                               "(b excluded), e.g. 100:105 105:110 110:115")
+    verdicts.add_argument(
+        "--horizons",
+        type=int,
+        nargs="+",
+        required=True,
+        help="horizons to cut the saved runs at (each <= the runs' own)",
+    )
+    verdicts.add_argument(
+        "--seed-sets",
+        nargs="+",
+        required=True,
+        metavar="SEEDS",
+        help="disjoint seed sets, each as comma-separated seeds or a:b "
+        "(b excluded), e.g. 100:105 105:110 110:115",
+    )
     verdicts.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
 
     sweep = commands.add_parser("sweep", help="load, beta, K, nu or skew sweep (paper VI-A)")
@@ -200,8 +250,9 @@ def _build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--values", nargs="+", required=True, help="values of the parameter")
     sweep.add_argument("--policies", nargs="+", default=["cost-bp", "mabp"])
     _common(sweep, loads=False)
-    sweep.add_argument("--at", type=float, default=0.85,
-                       help="load for the beta, K, nu and skew sweeps (0.85)")
+    sweep.add_argument(
+        "--at", type=float, default=0.85, help="load for the beta, K, nu and skew sweeps (0.85)"
+    )
     sweep.add_argument("--out", metavar="PATH", required=True, help="JSON-lines results")
 
     plot = commands.add_parser("plot", help="figures (PNG) from saved results")
@@ -210,33 +261,70 @@ def _build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--policy", default="mabp", help="policy of the trace and heat map")
 
     cap = commands.add_parser("capacity", help="no-memory, all-hit and occupation capacities")
-    cap.add_argument("--workload", default="mixed", type=_workload_name,
-                     help="built-in workload or a workload file (default: mixed)")
-    cap.add_argument("--set", dest="overrides", action="append", default=[],
-                     metavar="NAME=VALUE", help="workload parameter override (repeatable)")
+    cap.add_argument(
+        "--workload",
+        default="mixed",
+        type=_workload_name,
+        help="built-in workload or a workload file (default: mixed)",
+    )
+    cap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="workload parameter override (repeatable)",
+    )
     cap.add_argument("--json", metavar="PATH", help="also write the result as JSON")
-    cap.add_argument("--reference", nargs="+", choices=REFERENCES, default=["nomem", "full"],
-                     help="capacities to report: nomem, full, occ (the occupation-measure "
-                          "relaxation of paper Thm. 1); default nomem full")
-    cap.add_argument("--exact", action="store_true",
-                     help="with occ: also the exact occupation LP (tiny workloads only)")
-    cap.add_argument("--figure", metavar="PNG",
-                     help="also draw Fig. 2b (occ / full against beta and skew) for the "
-                          "workload's family (mixed, rag, moe, agentic)")
+    cap.add_argument(
+        "--reference",
+        nargs="+",
+        choices=REFERENCES,
+        default=["nomem", "full"],
+        help="capacities to report: nomem, full, occ (the occupation-measure "
+        "relaxation of paper Thm. 1); default nomem full",
+    )
+    cap.add_argument(
+        "--exact",
+        action="store_true",
+        help="with occ: also the exact occupation LP (tiny workloads only)",
+    )
+    cap.add_argument(
+        "--figure",
+        metavar="PNG",
+        help="also draw Fig. 2b (occ / full against beta and skew) for the "
+        "workload's family (mixed, rag, moe, agentic)",
+    )
 
     train = commands.add_parser(
-        "train", help="train a learned scheduler (gnn, learn-mabp)",
+        "train",
+        help="train a learned scheduler (gnn, learn-mabp)",
         description="Train a learned scheduler. `mabp-gym train gnn --help` and "
-        "`mabp-gym train learn-mabp --help` list each learner's options.")
+        "`mabp-gym train learn-mabp --help` list each learner's options.",
+    )
     train.add_argument("learner", choices=("gnn", "learn-mabp"), help="the learner to train")
-    train.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
-                       help="the learner's options (see `mabp-gym train LEARNER --help`)")
+    train.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="...",
+        help="the learner's options (see `mabp-gym train LEARNER --help`)",
+    )
 
     sim = commands.add_parser("simulate", help="run the queue-length score rule on a workload")
-    sim.add_argument("--workload", default="mixed", type=_workload_name,
-                     help="built-in workload or a workload file (default: mixed)")
-    sim.add_argument("--set", dest="overrides", action="append", default=[],
-                     metavar="NAME=VALUE", help="workload parameter override (repeatable)")
+    sim.add_argument(
+        "--workload",
+        default="mixed",
+        type=_workload_name,
+        help="built-in workload or a workload file (default: mixed)",
+    )
+    sim.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="workload parameter override (repeatable)",
+    )
     sim.add_argument("--load", type=float, default=None, help="normalized load rho")
     sim.add_argument("--horizon", type=int, default=None, help="slots per run")
     sim.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default: 0)")
@@ -245,20 +333,39 @@ def _build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", metavar="PATH", help="also write the records as JSON")
 
     fleet = commands.add_parser("fleet", help="routers over a replayed trace (SPEC 11, Table II)")
-    fleet.add_argument("--trace", default="synthetic",
-                       help="shipped trace (conversation, synthetic) or a Mooncake JSONL file")
+    fleet.add_argument(
+        "--trace",
+        default="synthetic",
+        help="shipped trace (conversation, synthetic) or a Mooncake JSONL file",
+    )
     fleet.add_argument("--workers", type=int, default=4, help="workers in the fleet (4)")
-    fleet.add_argument("--routers", nargs="+", default=None,
-                       help="router names (default: all); see docs/fleet.md")
-    fleet.add_argument("--loads", type=float, nargs="+", default=[0.6, 0.9],
-                       help="nominal loads to scale the trace to (0.6 0.9)")
+    fleet.add_argument(
+        "--routers", nargs="+", default=None, help="router names (default: all); see docs/fleet.md"
+    )
+    fleet.add_argument(
+        "--loads",
+        type=float,
+        nargs="+",
+        default=[0.6, 0.9],
+        help="nominal loads to scale the trace to (0.6 0.9)",
+    )
     fleet.add_argument("--runs", type=int, default=10, help="independent runs (10)")
     fleet.add_argument("--requests", type=int, default=None, help="use the first N requests")
     fleet.add_argument("--seed", type=int, default=0, help="seed of the first run (0)")
-    fleet.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="NAME=VALUE", help="FleetConfig override (repeatable)")
-    fleet.add_argument("--layout", choices=("metrics", "routers"), default="metrics",
-                       help="rows are metrics (the paper's Table II) or routers")
+    fleet.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="FleetConfig override (repeatable)",
+    )
+    fleet.add_argument(
+        "--layout",
+        choices=("metrics", "routers"),
+        default="metrics",
+        help="rows are metrics (the paper's Table II) or routers",
+    )
     fleet.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     fleet.add_argument("--json", metavar="PATH", help="also write the per-run records as JSON")
     return parser
@@ -274,33 +381,43 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _print_summary(rows: list[dict[str, Any]]) -> None:
-    print(f"{'policy':<20} {'load':>5} {'stable':>6} {'slope':>7} {'backlog':>8} "
-          f"{'penalty':>8} {'p95':>7} {'hit':>5} {'churn':>6} {'compl':>6} {'dec us':>7}")
+    print(
+        f"{'policy':<20} {'load':>5} {'stable':>6} {'slope':>7} {'backlog':>8} "
+        f"{'penalty':>8} {'p95':>7} {'hit':>5} {'churn':>6} {'compl':>6} {'dec us':>7}"
+    )
     for row in rows:
-        print(f"{row['policy']:<20} {row['load']:>5.2f} {_fmt(row['stable']):>6} "
-              f"{_fmt(row['slope']):>7} {_fmt(row['mean_backlog'], 1):>8} "
-              f"{_fmt(row['penalty'], 4):>8} {_fmt(row['p95_delay'], 1):>7} "
-              f"{_fmt(row['hit_ratio'], 2):>5} {_fmt(row['churn']):>6} "
-              f"{_fmt(row['completion_ratio']):>6} {_fmt(row['decision_us_mean'], 0):>7}")
+        print(
+            f"{row['policy']:<20} {row['load']:>5.2f} {_fmt(row['stable']):>6} "
+            f"{_fmt(row['slope']):>7} {_fmt(row['mean_backlog'], 1):>8} "
+            f"{_fmt(row['penalty'], 4):>8} {_fmt(row['p95_delay'], 1):>7} "
+            f"{_fmt(row['hit_ratio'], 2):>5} {_fmt(row['churn']):>6} "
+            f"{_fmt(row['completion_ratio']):>6} {_fmt(row['decision_us_mean'], 0):>7}"
+        )
 
 
 def _grid_args(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(horizon=args.horizon, warmup=args.warmup, memory=not args.no_memory,
-                nu=args.nu)
+    return dict(horizon=args.horizon, warmup=args.warmup, memory=not args.no_memory, nu=args.nu)
 
 
 def _run_args(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(workers=args.workers, backend=args.backend, address=args.address,
-                progress=not args.no_progress)
+    return dict(
+        workers=args.workers,
+        backend=args.backend,
+        address=args.address,
+        progress=not args.no_progress,
+    )
 
 
 # -- subcommands -------------------------------------------------------------------------------
 def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
     """``stable load: bp 0.5, sp none of the tested loads (lowest 0.1)``."""
     lowest = min(loads)
-    parts = [f"{policy} {value:g}" if value > 0 or lowest == 0
-             else f"{policy} none of the tested loads (lowest {lowest:g})"
-             for policy, value in stable.items()]
+    parts = [
+        f"{policy} {value:g}"
+        if value > 0 or lowest == 0
+        else f"{policy} none of the tested loads (lowest {lowest:g})"
+        for policy, value in stable.items()
+    ]
     return "stable load: " + ", ".join(parts)
 
 
@@ -310,12 +427,21 @@ def _eval(args: argparse.Namespace) -> None:
     with user_input():
         loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
         overrides = _parse_overrides(args.overrides)
-        _no_grid_overrides(overrides, "eval", {"load": "sets the loads with --loads",
-                                               "horizon": "sets it with --horizon"})
+        _no_grid_overrides(
+            overrides,
+            "eval",
+            {"load": "sets the loads with --loads", "horizon": "sets it with --horizon"},
+        )
         _writable(args.out, "--out")
         _check_run_args(args)
-        specs = plan(_policies(args.policy), args.workload, loads, args.seeds,
-                     **_grid_args(args), **overrides)
+        specs = plan(
+            _policies(args.policy),
+            args.workload,
+            loads,
+            args.seeds,
+            **_grid_args(args),
+            **overrides,
+        )
     records = execute(specs, output=args.out, **_run_args(args))
     _print_summary(summarize_records(records))
     print(_stable_load_line(stable_load(records), loads))
@@ -328,12 +454,21 @@ def _check_run_args(args: argparse.Namespace) -> None:
         raise ValueError("--address is for --backend ray")
 
 
-TABLE_COLUMNS = ("Policy", "Stable load", "Paper load", "Penalty", "P95 delay", "Hit ratio",
-                 "Churn", "Completion")
+TABLE_COLUMNS = (
+    "Policy",
+    "Stable load",
+    "Paper load",
+    "Penalty",
+    "P95 delay",
+    "Hit ratio",
+    "Churn",
+    "Completion",
+)
 
 
-def table_rows(records: list[dict[str, Any]], policies: list[str], grid: list[float],
-               at: float) -> list[list[str]]:
+def table_rows(
+    records: list[dict[str, Any]], policies: list[str], grid: list[float], at: float
+) -> list[list[str]]:
     """Paper Table I rows: both verdicts over ``grid`` (SPEC 9.2), the other metrics as
     mean +- std over seeds at load ``at``."""
     from mabp_gym.evaluation import paper_load, stable_load
@@ -345,13 +480,22 @@ def table_rows(records: list[dict[str, Any]], policies: list[str], grid: list[fl
         fixed = [r for r in records if r["policy"] == policy and abs(r["load"] - at) < 1e-9]
         ran = [r["load"] for r in on_grid if r["policy"] == policy]
         lowest = min(ran) if ran else float("nan")
-        cells = [policy, _verdict_cell(stable.get(policy, 0.0), lowest, min(grid)),
-                 _verdict_cell(paper.get(policy, 0.0), lowest, min(grid))]
-        for key, digits in (("penalty", 4), ("p95_delay", 1), ("hit_ratio", 2),
-                            ("churn", 3), ("completion_ratio", 3)):
+        cells = [
+            policy,
+            _verdict_cell(stable.get(policy, 0.0), lowest, min(grid)),
+            _verdict_cell(paper.get(policy, 0.0), lowest, min(grid)),
+        ]
+        for key, digits in (
+            ("penalty", 4),
+            ("p95_delay", 1),
+            ("hit_ratio", 2),
+            ("churn", 3),
+            ("completion_ratio", 3),
+        ):
             values = np.array([r[key] for r in fixed if r.get(key) is not None], dtype=float)
-            cells.append(f"{values.mean():.{digits}f} ± {values.std():.{digits}f}"
-                         if values.size else "-")
+            cells.append(
+                f"{values.mean():.{digits}f} ± {values.std():.{digits}f}" if values.size else "-"
+            )
         rows.append(cells)
     return rows
 
@@ -363,8 +507,11 @@ def _table(args: argparse.Namespace) -> None:
         loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
         policies = _policies(args.policies)
         overrides = _parse_overrides(args.overrides)
-        _no_grid_overrides(overrides, "table", {"load": "sets the loads with --loads and --at",
-                                                "horizon": "sets it with --horizon"})
+        _no_grid_overrides(
+            overrides,
+            "table",
+            {"load": "sets the loads with --loads and --at", "horizon": "sets it with --horizon"},
+        )
         _writable(args.markdown, "--markdown")
         _writable(args.csv, "--csv")
         if args.from_results:
@@ -375,8 +522,9 @@ def _table(args: argparse.Namespace) -> None:
         else:
             _check_run_args(args)
             grid = dict(**_grid_args(args), **overrides)
-            specs = plan(policies, args.workload, sorted(set(loads) | {args.at}), args.seeds,
-                         **grid)
+            specs = plan(
+                policies, args.workload, sorted(set(loads) | {args.at}), args.seeds, **grid
+            )
             out = Path(args.out)
             if not out.parent.exists():  # the default, results/, is made on first use
                 out.parent.mkdir(parents=True, exist_ok=True)
@@ -385,13 +533,18 @@ def _table(args: argparse.Namespace) -> None:
         records = [r for r in read_records(args.out) if r["policy"] in policies]
     elif args.search:
         records = _search_loads(policies, args, sorted(loads), grid)
-        records += execute(plan(policies, args.workload, [args.at], args.seeds, **grid),
-                           output=args.out, **_run_args(args))
+        records += execute(
+            plan(policies, args.workload, [args.at], args.seeds, **grid),
+            output=args.out,
+            **_run_args(args),
+        )
     else:
         records = execute(specs, output=args.out, **_run_args(args))
     rows = table_rows(records, policies, loads, args.at)
-    markdown = ["| " + " | ".join(TABLE_COLUMNS) + " |",
-                "| " + " | ".join("---" for _ in TABLE_COLUMNS) + " |"]
+    markdown = [
+        "| " + " | ".join(TABLE_COLUMNS) + " |",
+        "| " + " | ".join("---" for _ in TABLE_COLUMNS) + " |",
+    ]
     markdown += ["| " + " | ".join(row) + " |" for row in rows]
     text = "\n".join(markdown)
     print(text)
@@ -404,16 +557,20 @@ def _table(args: argparse.Namespace) -> None:
             writer.writerows(rows)
 
 
-def _search_loads(policies: list[str], args: argparse.Namespace, loads: list[float],
-                  grid: dict[str, Any]) -> list[dict[str, Any]]:
+def _search_loads(
+    policies: list[str], args: argparse.Namespace, loads: list[float], grid: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Run the loads in ascending order; a policy stops at its first load that grows."""
     from mabp_gym.evaluation import execute, plan, summarize_records
 
     records: list[dict[str, Any]] = []
     active = list(policies)
     for load in loads:
-        batch = execute(plan(active, args.workload, [load], args.seeds, **grid),
-                        output=args.out, **_run_args(args))
+        batch = execute(
+            plan(active, args.workload, [load], args.seeds, **grid),
+            output=args.out,
+            **_run_args(args),
+        )
         records += batch
         verdict = {row["policy"]: row["stable"] for row in summarize_records(batch)}
         active = [p for p in active if verdict.get(p)]
@@ -439,8 +596,10 @@ def _verdicts(args: argparse.Namespace) -> None:
         cells = [policy]
         for horizon in args.horizons:
             (row,) = [r for r in rows if r["policy"] == policy and r["horizon"] == horizon]
-            text = " / ".join(_verdict_cell(load, low) for load, low in
-                              zip(row["stable_loads"], row["lowest"], strict=True))
+            text = " / ".join(
+                _verdict_cell(load, low)
+                for load, low in zip(row["stable_loads"], row["lowest"], strict=True)
+            )
             cells.append(text if row["agree"] else f"**{text}**")
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines)
@@ -479,8 +638,7 @@ def _parse_seeds(token: str) -> list[int]:
         else:
             seeds = [int(x) for x in token.split(",") if x]
     except ValueError:
-        raise ValueError(f"--seed-sets: {token!r} is not 'a:b' or comma-separated seeds") \
-            from None
+        raise ValueError(f"--seed-sets: {token!r} is not 'a:b' or comma-separated seeds") from None
     if not seeds:
         raise ValueError(f"--seed-sets: {token!r} holds no seed")
     return seeds
@@ -493,10 +651,15 @@ def _sweep(args: argparse.Namespace) -> None:
         values = _parse_grid(args.values, "--values")
         policies = _policies(args.policies)
         overrides = _parse_overrides(args.overrides)
-        _no_grid_overrides(overrides, "sweep", {
-            "load": "sets the load with --values (--param load) or --at",
-            "horizon": "sets it with --horizon",
-            args.param: "sweeps it with --param and --values"})
+        _no_grid_overrides(
+            overrides,
+            "sweep",
+            {
+                "load": "sets the load with --values (--param load) or --at",
+                "horizon": "sets it with --horizon",
+                args.param: "sweeps it with --param and --values",
+            },
+        )
         _writable(args.out, "--out")
         _check_run_args(args)
         base = _grid_args(args)
@@ -506,20 +669,36 @@ def _sweep(args: argparse.Namespace) -> None:
         else:
             for value in values:
                 if args.param == "nu":
-                    specs += plan(policies, args.workload, [args.at], args.seeds,
-                                  **{**base, "nu": value}, **overrides)
+                    specs += plan(
+                        policies,
+                        args.workload,
+                        [args.at],
+                        args.seeds,
+                        **{**base, "nu": value},
+                        **overrides,
+                    )
                 else:
-                    specs += plan(policies, args.workload, [args.at], args.seeds, **base,
-                                  **{**overrides, args.param: _number(str(value))})
+                    specs += plan(
+                        policies,
+                        args.workload,
+                        [args.at],
+                        args.seeds,
+                        **base,
+                        **{**overrides, args.param: _number(str(value))},
+                    )
     records = execute(specs, output=args.out, **_run_args(args))
-    print(f"{args.param:>8} {'policy':<20} {'stable':>6} {'backlog':>8} {'penalty':>8} "
-          f"{'p95':>7} {'hit':>5}")
+    print(
+        f"{args.param:>8} {'policy':<20} {'stable':>6} {'backlog':>8} {'penalty':>8} "
+        f"{'p95':>7} {'hit':>5}"
+    )
     for value in values:
         chosen = [r for r in records if _sweep_value(r, args.param) == value]
         for row in summarize_records(chosen):
-            print(f"{value:>8g} {row['policy']:<20} {_fmt(row['stable']):>6} "
-                  f"{_fmt(row['mean_backlog'], 1):>8} {_fmt(row['penalty'], 4):>8} "
-                  f"{_fmt(row['p95_delay'], 1):>7} {_fmt(row['hit_ratio'], 2):>5}")
+            print(
+                f"{value:>8g} {row['policy']:<20} {_fmt(row['stable']):>6} "
+                f"{_fmt(row['mean_backlog'], 1):>8} {_fmt(row['penalty'], 4):>8} "
+                f"{_fmt(row['p95_delay'], 1):>7} {_fmt(row['hit_ratio'], 2):>5}"
+            )
 
 
 def _sweep_value(record: dict[str, Any], param: str) -> float | None:
@@ -550,26 +729,39 @@ def _plot(args: argparse.Namespace) -> None:
 def _capacity(args: argparse.Namespace) -> dict[str, Any]:
     with user_input():
         overrides = _parse_overrides(args.overrides)
-        _no_grid_overrides(overrides, "capacity", {
-            "load": "does not depend on the load", "horizon": "does not depend on the horizon"})
+        _no_grid_overrides(
+            overrides,
+            "capacity",
+            {"load": "does not depend on the load", "horizon": "does not depend on the horizon"},
+        )
         _writable(args.json, "--json")
         wl = make_workload(args.workload, **overrides)
     nomem, full = capacity(wl, "nomem"), capacity(wl, "full")
-    result: dict[str, Any] = {"workload": wl.name, "nomem": nomem, "full": full,
-                              "ratio": nomem / full}
-    print(f"{wl.name}: no-memory capacity {nomem:.4f}, all-hit capacity (lambda_ref) "
-          f"{full:.4f} requests/slot; ratio {nomem / full:.3f}")
+    result: dict[str, Any] = {
+        "workload": wl.name,
+        "nomem": nomem,
+        "full": full,
+        "ratio": nomem / full,
+    }
+    print(
+        f"{wl.name}: no-memory capacity {nomem:.4f}, all-hit capacity (lambda_ref) "
+        f"{full:.4f} requests/slot; ratio {nomem / full:.3f}"
+    )
     if "occ" in args.reference or args.exact:
         from mabp_gym.occupation import occupation_bound
 
         result["occ"] = capacity(wl, "occ")
-        print(f"{wl.name}: occupation bound (relaxation, SPEC 9.1) {result['occ']:.4f} "
-              f"requests/slot; occ / full {result['occ'] / full:.3f}")
+        print(
+            f"{wl.name}: occupation bound (relaxation, SPEC 9.1) {result['occ']:.4f} "
+            f"requests/slot; occ / full {result['occ'] / full:.3f}"
+        )
         if args.exact:
             with user_input():  # too large for the enumeration: the user's choice of workload
                 result["occ_exact"] = occupation_bound(wl, exact=True)
-            print(f"{wl.name}: occupation bound (exact LP, paper (6)-(9)) "
-                  f"{result['occ_exact']:.4f} requests/slot")
+            print(
+                f"{wl.name}: occupation bound (exact LP, paper (6)-(9)) "
+                f"{result['occ_exact']:.4f} requests/slot"
+            )
     if args.figure:
         require("plot", "mabp-gym capacity --figure")
         from mabp_gym.plots_occupation import plot_occupation
@@ -577,8 +769,9 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
         with user_input():
             _writable(args.figure, "--figure")
             if wl.name not in ("mixed", "rag", "moe", "agentic"):
-                raise ValueError(f"--figure sweeps beta and skew of mixed, rag, moe or "
-                                 f"agentic, got {wl.name!r}")
+                raise ValueError(
+                    f"--figure sweeps beta and skew of mixed, rag, moe or agentic, got {wl.name!r}"
+                )
         plot_occupation(args.figure, wl.name)
         print(f"wrote {args.figure}")
     if args.json:
@@ -605,23 +798,34 @@ def _simulate(args: argparse.Namespace) -> None:
         _writable(args.json, "--json")
         wl = make_workload(args.workload, **overrides)
     records = []
-    print(f"{wl.name} at load {wl.load:g} ({wl.total_rate:.3f} requests/slot), "
-          f"{wl.horizon} slots, queue-length scores, memory={'off' if args.no_memory else 'on'}")
+    print(
+        f"{wl.name} at load {wl.load:g} ({wl.total_rate:.3f} requests/slot), "
+        f"{wl.horizon} slots, queue-length scores, memory={'off' if args.no_memory else 'on'}"
+    )
     for seed in args.seeds:
         started = time.perf_counter()
         trace = rollout(wl, queue_length_scores, seed, memory=not args.no_memory)
         elapsed = time.perf_counter() - started
-        records.append({"policy": "queue-length", "workload": wl.name, "load": wl.load,
-                        "seed": seed, "memory": not args.no_memory,
-                        **summarize(trace, args.warmup), "slots_per_s": wl.horizon / elapsed})
+        records.append(
+            {
+                "policy": "queue-length",
+                "workload": wl.name,
+                "load": wl.load,
+                "seed": seed,
+                "memory": not args.no_memory,
+                **summarize(trace, args.warmup),
+                "slots_per_s": wl.horizon / elapsed,
+            }
+        )
     for record in records:
-        print(f"seed {record['seed']}: stable {_fmt(record['stable'])}, backlog "
-              f"{record['mean_backlog']:.1f}, hit ratio {_fmt(record['hit_ratio'], 2)}, "
-              f"completion {_fmt(record['completion_ratio'])}, "
-              f"{record['slots_per_s']:.0f} slots/s")
+        print(
+            f"seed {record['seed']}: stable {_fmt(record['stable'])}, backlog "
+            f"{record['mean_backlog']:.1f}, hit ratio {_fmt(record['hit_ratio'], 2)}, "
+            f"completion {_fmt(record['completion_ratio'])}, "
+            f"{record['slots_per_s']:.0f} slots/s"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=2, default=str),
-                                   encoding="utf-8")
+        Path(args.json).write_text(json.dumps(records, indent=2, default=str), encoding="utf-8")
 
 
 def _fleet(args: argparse.Namespace) -> None:
@@ -630,12 +834,12 @@ def _fleet(args: argparse.Namespace) -> None:
 
     with user_input():
         config = make_config(num_workers=args.workers, **_parse_overrides(args.overrides))
-        routers = [r for token in (args.routers or list(ROUTERS)) for r in token.split(",")
-                   if r]
+        routers = [r for token in (args.routers or list(ROUTERS)) for r in token.split(",") if r]
         for router in routers:
             if router not in ROUTERS:
-                raise ValueError(f"--routers: unknown router {router!r}; choose from "
-                                 f"{sorted(ROUTERS)}")
+                raise ValueError(
+                    f"--routers: unknown router {router!r}; choose from {sorted(ROUTERS)}"
+                )
         _writable(args.markdown, "--markdown")
         _writable(args.json, "--json")
         trace = load_trace(args.trace)  # a bad line is named in the error
@@ -643,8 +847,15 @@ def _fleet(args: argparse.Namespace) -> None:
             if args.requests < 2:
                 raise ValueError(f"--requests must be >= 2, got {args.requests}")
             trace = trace.head(args.requests)
-    records = evaluate_fleet(trace, routers, args.loads, args.runs, config, seed=args.seed,
-                             progress=lambda line: print(line, file=sys.stderr))
+    records = evaluate_fleet(
+        trace,
+        routers,
+        args.loads,
+        args.runs,
+        config,
+        seed=args.seed,
+        progress=lambda line: print(line, file=sys.stderr),
+    )
     table = format_table(records, routers, args.layout)
     print(f"trace {trace.name}: {len(trace)} requests, {config.num_workers} workers")
     print(table)
@@ -665,9 +876,17 @@ def _train(args: argparse.Namespace) -> None:
     learner.report(learner.train(options))
 
 
-COMMANDS = {"train": _train, "eval": _eval, "table": _table, "verdicts": _verdicts,
-            "sweep": _sweep, "plot": _plot, "capacity": _capacity, "simulate": _simulate,
-            "fleet": _fleet}
+COMMANDS = {
+    "train": _train,
+    "eval": _eval,
+    "table": _table,
+    "verdicts": _verdicts,
+    "sweep": _sweep,
+    "plot": _plot,
+    "capacity": _capacity,
+    "simulate": _simulate,
+    "fleet": _fleet,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

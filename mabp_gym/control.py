@@ -52,8 +52,13 @@ class Control:
 
     def as_dict(self) -> dict[str, np.ndarray]:
         """The control as a dict of arrays (what the env puts in ``info["control"]``)."""
-        return {"transfers": self.transfers, "route": self.route, "service": self.service,
-                "start": self.start, "retain": self.retain}
+        return {
+            "transfers": self.transfers,
+            "route": self.route,
+            "service": self.service,
+            "start": self.start,
+            "retain": self.retain,
+        }
 
     @staticmethod
     def idle(workload: Workload) -> Control:
@@ -79,13 +84,19 @@ def _as_int_array(name: str, value: np.ndarray, length: int | None) -> np.ndarra
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
     if array.ndim != 1 or (length is not None and array.shape[0] != length):
         expected = f"({length},)" if length is not None else "(n,)"
-        raise InfeasibleControlError("shape", f"control.{name}",
-                                     f"expected shape {expected}, got {array.shape}")
+        raise InfeasibleControlError(
+            "shape", f"control.{name}", f"expected shape {expected}, got {array.shape}"
+        )
     if array.dtype.kind not in "iu":
-        if array.dtype.kind not in "f" or (array.size and not (
-                np.all(np.abs(array) < 2.0**53) and np.all(array == np.round(array)))):
-            raise InfeasibleControlError("integrality", f"control.{name}",
-                                         f"amounts must be integers, got dtype {array.dtype}")
+        if array.dtype.kind not in "f" or (
+            array.size
+            and not (np.all(np.abs(array) < 2.0**53) and np.all(array == np.round(array)))
+        ):
+            raise InfeasibleControlError(
+                "integrality",
+                f"control.{name}",
+                f"amounts must be integers, got dtype {array.dtype}",
+            )
         array = array.astype(np.int64)
     return array
 
@@ -94,8 +105,12 @@ def _as_int_list(name: str, value: np.ndarray, length: int | None) -> list[int]:
     return _as_int_array(name, value, length).tolist()
 
 
-def hit_bits(workload: Workload, holder: np.ndarray, memory: bool,
-             transfers: list[int] | tuple[int, ...] = ()) -> list[int]:
+def hit_bits(
+    workload: Workload,
+    holder: np.ndarray,
+    memory: bool,
+    transfers: list[int] | tuple[int, ...] = (),
+) -> list[int]:
     """Hit bit of every action given who holds what (``holder``: ``(N, S)`` identities).
 
     ``transfers`` (transfer-candidate indices, already known to be feasible) are applied on
@@ -128,8 +143,10 @@ def _link_name(workload: Workload, e: int) -> str:
 
 def _pair_name(workload: Workload, p: int) -> str:
     ix = workload.index
-    return (f"node {workload.nodes[ix.pair_node[p]].name}, commodity "
-            f"{workload.commodities[ix.pair_commodity[p]].name!r}")
+    return (
+        f"node {workload.nodes[ix.pair_node[p]].name}, commodity "
+        f"{workload.commodities[ix.pair_commodity[p]].name!r}"
+    )
 
 
 @dataclass(frozen=True)
@@ -143,8 +160,9 @@ class CheckedControl:
     start: list[tuple[int, int]]  # (node, action) of each multi-slot start
 
 
-def check_control(workload: Workload, state: SimState, control: Control, *,
-                  memory: bool = True) -> CheckedControl:
+def check_control(
+    workload: Workload, state: SimState, control: Control, *, memory: bool = True
+) -> CheckedControl:
     """Raise :class:`InfeasibleControlError` unless ``control`` is feasible in ``state``.
 
     Returns:
@@ -160,11 +178,13 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
     start = _as_int_list("start", control.start, ix.num_nodes)
     retain = np.asarray(control.retain)
     if retain.shape != (ix.num_retains,):
-        raise InfeasibleControlError("shape", "control.retain",
-                                     f"expected shape ({ix.num_retains},), got {retain.shape}")
+        raise InfeasibleControlError(
+            "shape", "control.retain", f"expected shape ({ix.num_retains},), got {retain.shape}"
+        )
     if retain.size and not np.isfinite(retain).all():
-        raise InfeasibleControlError("finite priorities", "control.retain",
-                                     "retention priorities must be finite")
+        raise InfeasibleControlError(
+            "finite priorities", "control.retain", "retention priorities must be finite"
+        )
 
     if transfers:
         _check_transfers(workload, state, transfers, memory)
@@ -175,16 +195,18 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
     taken: dict[int, int] = {}
     for r, n in route:
         if n < 0:
-            raise InfeasibleControlError("nonnegativity", f"control.route[{r}]",
-                                         f"amount {n} < 0")
+            raise InfeasibleControlError("nonnegativity", f"control.route[{r}]", f"amount {n} < 0")
         load[fx.route_link[r]] += n
         p = fx.route_src_pair[r]
         taken[p] = taken.get(p, 0) + n
     capacity = ix.link_capacity.tolist()
     for e, units in enumerate(load):
         if units > capacity[e]:
-            raise InfeasibleControlError("link capacity", _link_name(workload, e),
-                                         f"{units} units routed, capacity {capacity[e]}")
+            raise InfeasibleControlError(
+                "link capacity",
+                _link_name(workload, e),
+                f"{units} units routed, capacity {capacity[e]}",
+            )
 
     # Compute: units in service first, then whole units, then at most one start.
     spent = [0.0] * ix.num_nodes
@@ -193,31 +215,40 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
             spent[i] = min(fx.mu[i], float(state.service_residual[i]))
     for a, n in service:
         if n < 0:
-            raise InfeasibleControlError("nonnegativity", f"control.service[{a}]",
-                                         f"amount {n} < 0")
+            raise InfeasibleControlError(
+                "nonnegativity", f"control.service[{a}]", f"amount {n} < 0"
+            )
         spent[fx.action_node[a]] += n * fx.work[hit[a]][a]
         p = fx.action_pair[a]
         taken[p] = taken.get(p, 0) + n
     for i, total in enumerate(spent):
         if total > fx.mu[i] + CHECK_TOLERANCE:
-            raise InfeasibleControlError("compute capacity", f"node {names[i].name}",
-                                         f"work {total:g} exceeds mu {fx.mu[i]:g}")
+            raise InfeasibleControlError(
+                "compute capacity",
+                f"node {names[i].name}",
+                f"work {total:g} exceeds mu {fx.mu[i]:g}",
+            )
     starts: list[tuple[int, int]] = []
     for i, a in enumerate(start):
         if a == -1:
             continue
         if not 0 <= a < ix.num_actions or fx.action_node[a] != i:
-            raise InfeasibleControlError("start action", f"node {names[i].name}",
-                                         f"action {a} is not an action of this node (or -1)")
+            raise InfeasibleControlError(
+                "start action",
+                f"node {names[i].name}",
+                f"action {a} is not an action of this node (or -1)",
+            )
         left = fx.mu[i] - spent[i]
         work = fx.work[hit[a]][a]
         # The projection starts a unit only with more than EPS of compute left; the check
         # wants clearly more than nothing, far below EPS, so the two never disagree.
         if left <= 1e-3 * EPS or work <= fx.mu[i] + EPS:
             raise InfeasibleControlError(
-                "multi-slot start", f"node {names[i].name}",
+                "multi-slot start",
+                f"node {names[i].name}",
                 f"only a unit whose work exceeds mu ({fx.mu[i]:g}) starts in service, "
-                f"with compute left; work {work:g}, compute left {left:g}")
+                f"with compute left; work {work:g}, compute left {left:g}",
+            )
         p = fx.action_pair[a]
         taken[p] = taken.get(p, 0) + 1
         starts.append((i, a))
@@ -228,14 +259,16 @@ def check_control(workload: Workload, state: SimState, control: Control, *,
         for p, units in taken.items():
             if units > queue[p]:
                 raise InfeasibleControlError(
-                    "queue", _pair_name(workload, p),
-                    f"{units} units routed or served, {int(queue[p])} waiting")
-    return CheckedControl(hit=hit, transfers=transfers, route=route, service=service,
-                          start=starts)
+                    "queue",
+                    _pair_name(workload, p),
+                    f"{units} units routed or served, {int(queue[p])} waiting",
+                )
+    return CheckedControl(hit=hit, transfers=transfers, route=route, service=service, start=starts)
 
 
-def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
-                     memory: bool) -> None:
+def _check_transfers(
+    workload: Workload, state: SimState, transfers: list[int], memory: bool
+) -> None:
     """Check transfers (SPEC 1 step 2).
 
     The source holds the object, each object moves once, the link's bandwidth, one replica
@@ -245,8 +278,9 @@ def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
     fx = ix.fast
     names = workload.nodes
     if not memory:
-        raise InfeasibleControlError("no-memory mode", "control.transfers",
-                                     "the no-memory system has no objects to move")
+        raise InfeasibleControlError(
+            "no-memory mode", "control.transfers", "the no-memory system has no objects to move"
+        )
     holder = state.holder
     bandwidth: dict[int, float] = {}
     used = state.memory_used.tolist()
@@ -254,24 +288,29 @@ def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
     arriving: set[tuple[int, int]] = set()
 
     def where(i: int, j: int, s: int) -> str:
-        return f"link {names[i].name}->{names[j].name}, signature " \
-               f"{workload.signatures[s].name!r}"
+        return f"link {names[i].name}->{names[j].name}, signature {workload.signatures[s].name!r}"
 
     for k in transfers:
         if not 0 <= k < ix.num_transfers:
-            raise InfeasibleControlError("candidate range", "control.transfers",
-                                         f"index {k} not in [0, {ix.num_transfers})")
+            raise InfeasibleControlError(
+                "candidate range", "control.transfers", f"index {k} not in [0, {ix.num_transfers})"
+            )
         e, s = fx.transfer_link[k], fx.transfer_signature[k]
         i, j = fx.link_src[e], fx.link_dst[e]
         if holder[i, s] < 0:
-            raise InfeasibleControlError("transfer source", where(i, j, s),
-                                         "the source does not hold the object")
+            raise InfeasibleControlError(
+                "transfer source", where(i, j, s), "the source does not hold the object"
+            )
         if (i, s) in moved:
-            raise InfeasibleControlError("object moves at most once", where(i, j, s),
-                                         "the object is moved twice in one slot")
+            raise InfeasibleControlError(
+                "object moves at most once", where(i, j, s), "the object is moved twice in one slot"
+            )
         if holder[j, s] >= 0 or (j, s) in arriving:
-            raise InfeasibleControlError("one replica per node", where(i, j, s),
-                                         "the destination already holds or receives a replica")
+            raise InfeasibleControlError(
+                "one replica per node",
+                where(i, j, s),
+                "the destination already holds or receives a replica",
+            )
         moved.add((i, s))
         arriving.add((j, s))
         size = fx.signature_size[s]
@@ -280,11 +319,15 @@ def _check_transfers(workload: Workload, state: SimState, transfers: list[int],
         used[j] += size
     for e, size in bandwidth.items():
         if size > ix.link_bandwidth[e] + CHECK_TOLERANCE:
-            raise InfeasibleControlError("transfer bandwidth", _link_name(workload, e),
-                                         f"{size:g} size units moved, bandwidth "
-                                         f"{ix.link_bandwidth[e]:g}")
+            raise InfeasibleControlError(
+                "transfer bandwidth",
+                _link_name(workload, e),
+                f"{size:g} size units moved, bandwidth {ix.link_bandwidth[e]:g}",
+            )
     for i in {node for pair in arriving for node in pair[:1]}:
         if used[i] > fx.budget[i] + CHECK_TOLERANCE:
-            raise InfeasibleControlError("memory budget", f"node {names[i].name}",
-                                         f"{used[i]:g} size units resident after transfers, "
-                                         f"budget {fx.budget[i]:g}")
+            raise InfeasibleControlError(
+                "memory budget",
+                f"node {names[i].name}",
+                f"{used[i]:g} size units resident after transfers, budget {fx.budget[i]:g}",
+            )

@@ -20,22 +20,41 @@ from mabp_gym.version import __version__
 from mabp_gym.workload import Workload
 
 
-def decentralized_key(name: str, env: Any, *, load: float, seed: int, warmup: float,
-                      env_kw: dict[str, Any]) -> str:
+def decentralized_key(
+    name: str, env: Any, *, load: float, seed: int, warmup: float, env_kw: dict[str, Any]
+) -> str:
     """Identifier of one decentralized run (the ``key`` every results record carries,
     :func:`mabp_gym.read_records`): local rule, per-link delays, the whole workload, exact
     load, seed, horizon, warm-up, the other env settings and the package version."""
     settings = json.dumps({k: repr(v) for k, v in sorted(env_kw.items())})
-    text = "|".join([
-        "decentralized", name, ",".join(map(str, env.link_delays.tolist())),
-        workload_digest_of(env.workload), repr(float(load)), str(int(seed)),
-        str(int(env.horizon)), repr(float(warmup)), settings, __version__])
+    text = "|".join(
+        [
+            "decentralized",
+            name,
+            ",".join(map(str, env.link_delays.tolist())),
+            workload_digest_of(env.workload),
+            repr(float(load)),
+            str(int(seed)),
+            str(int(env.horizon)),
+            repr(float(warmup)),
+            settings,
+            __version__,
+        ]
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def run_decentralized(name: str, workload: str | Workload, *, load: float, seed: int,
-                      staleness: Any = 0, horizon: int = 600, warmup: float = 0.2,
-                      **env_kw: Any) -> dict[str, Any]:
+def run_decentralized(
+    name: str,
+    workload: str | Workload,
+    *,
+    load: float,
+    seed: int,
+    staleness: Any = 0,
+    horizon: int = 600,
+    warmup: float = 0.2,
+    **env_kw: Any,
+) -> dict[str, Any]:
     """One episode of local rule ``name`` on every agent; a record of the SPEC 5 metrics.
 
     The record has the fields :func:`mabp_gym.stable_load` reads, with ``policy`` set to
@@ -54,11 +73,16 @@ def run_decentralized(name: str, workload: str | Workload, *, load: float, seed:
         assert env.last_outcome is not None
         trace.record(env.last_outcome)
     label = staleness if isinstance(staleness, int) else "per-link"
-    return {"key": decentralized_key(name, env, load=load, seed=seed, warmup=warmup,
-                                     env_kw=env_kw),
-            "policy": f"{name}@{label}", "local_policy": name, "staleness": label,
-            "workload": env.workload.name, "load": float(load), "seed": int(seed),
-            "horizon": int(horizon), "warmup": float(warmup),
-            "telemetry_per_agent": float(np.mean([x.telemetry_received
-                                                  for x in env.layouts])),
-            **summarize(trace, warmup)}
+    return {
+        "key": decentralized_key(name, env, load=load, seed=seed, warmup=warmup, env_kw=env_kw),
+        "policy": f"{name}@{label}",
+        "local_policy": name,
+        "staleness": label,
+        "workload": env.workload.name,
+        "load": float(load),
+        "seed": int(seed),
+        "horizon": int(horizon),
+        "warmup": float(warmup),
+        "telemetry_per_agent": float(np.mean([x.telemetry_received for x in env.layouts])),
+        **summarize(trace, warmup),
+    }

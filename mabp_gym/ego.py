@@ -25,8 +25,15 @@ import numpy as np
 
 from mabp_gym.workload import ROLES
 
-EGO_NODE_FEATURES = ("is_self", "telemetry_age", "queues...", "memory...", "roles...", "mu",
-                     "budget")
+EGO_NODE_FEATURES = (
+    "is_self",
+    "telemetry_age",
+    "queues...",
+    "memory...",
+    "roles...",
+    "mu",
+    "budget",
+)
 """Layout of a row of ``x``: 2 + C + S + len(ROLES) + 2 columns."""
 
 
@@ -53,19 +60,27 @@ def ego_graph(obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     nb_mask = np.asarray(obs["neighbour_mask"]).astype(bool)
     nb = nb_queues.shape[0]
     roles = len(ROLES)
-    own = np.concatenate([[1.0, 0.0], queues, memory, node[:roles + 2]]).astype(np.float32)
-    others = np.concatenate([np.zeros((nb, 1), dtype=np.float32),
-                             np.asarray(obs["neighbour_age"], dtype=np.float32)[:, None],
-                             nb_queues, nb_memory, static[:, :roles + 2]], axis=1)
+    own = np.concatenate([[1.0, 0.0], queues, memory, node[: roles + 2]]).astype(np.float32)
+    others = np.concatenate(
+        [
+            np.zeros((nb, 1), dtype=np.float32),
+            np.asarray(obs["neighbour_age"], dtype=np.float32)[:, None],
+            nb_queues,
+            nb_memory,
+            static[:, : roles + 2],
+        ],
+        axis=1,
+    )
     route_index = np.asarray(obs["route_index"])
     transfer_index = np.asarray(obs["transfer_index"])
     upstream_index = np.asarray(obs["upstream_index"])
     return {
         "x": np.concatenate([own[None, :], others], axis=0),
         "node_mask": np.concatenate([[True], nb_mask]),
-        "edge_index": np.stack([np.zeros(nb, dtype=np.int64),
-                                np.arange(1, nb + 1, dtype=np.int64)]),
-        "edge_attr": static[:, roles + 2:].copy(),
+        "edge_index": np.stack(
+            [np.zeros(nb, dtype=np.int64), np.arange(1, nb + 1, dtype=np.int64)]
+        ),
+        "edge_attr": static[:, roles + 2 :].copy(),
         "edge_mask": nb_mask,
         "service_x": np.asarray(obs["service"], dtype=np.float32),
         "route_x": np.asarray(obs["route"], dtype=np.float32),
@@ -74,9 +89,14 @@ def ego_graph(obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         "transfer_edge": transfer_index[0].astype(np.int64),
         "retain_x": np.asarray(obs["retain"], dtype=np.float32),
         "candidate_mask": np.asarray(obs["candidate_mask"]).astype(bool),
-        "upstream_x": np.stack([np.asarray(obs["upstream_queues"], dtype=np.float32),
-                                np.asarray(obs["upstream_age"], dtype=np.float32),
-                                np.asarray(upstream_index[1], dtype=np.float32)], axis=1),
+        "upstream_x": np.stack(
+            [
+                np.asarray(obs["upstream_queues"], dtype=np.float32),
+                np.asarray(obs["upstream_age"], dtype=np.float32),
+                np.asarray(upstream_index[1], dtype=np.float32),
+            ],
+            axis=1,
+        ),
         "upstream_commodity": upstream_index[0].astype(np.int64),
         "edge_upstream": np.asarray(obs["neighbour_upstream"], dtype=np.float32),
     }
@@ -98,8 +118,14 @@ def ego_pyg(obs: Mapping[str, np.ndarray]) -> Any:
     keep = graph["node_mask"]
     edges = graph["edge_mask"]
     per_edge = ("edge_attr", "edge_upstream")
-    tensors = {key: torch.as_tensor(value) for key, value in graph.items()
-               if key not in ("x", "node_mask", "edge_index", "edge_mask", *per_edge)}
-    return Data(x=torch.as_tensor(graph["x"][keep]),
-                edge_index=torch.as_tensor(graph["edge_index"][:, edges]),
-                **{key: torch.as_tensor(graph[key][edges]) for key in per_edge}, **tensors)
+    tensors = {
+        key: torch.as_tensor(value)
+        for key, value in graph.items()
+        if key not in ("x", "node_mask", "edge_index", "edge_mask", *per_edge)
+    }
+    return Data(
+        x=torch.as_tensor(graph["x"][keep]),
+        edge_index=torch.as_tensor(graph["edge_index"][:, edges]),
+        **{key: torch.as_tensor(graph[key][edges]) for key in per_edge},
+        **tensors,
+    )

@@ -15,8 +15,15 @@ import numpy as np
 from mabp_gym import slotcore
 from mabp_gym.workload import ROLES, Workload
 
-NODE_FEATURES = (*(f"role_{r}" for r in ROLES), "mu", "budget", "memory_used", "backlog",
-                 "in_service", "residual_work")
+NODE_FEATURES = (
+    *(f"role_{r}" for r in ROLES),
+    "mu",
+    "budget",
+    "memory_used",
+    "backlog",
+    "in_service",
+    "residual_work",
+)
 EDGE_FEATURES = ("capacity", "cost", "bandwidth")
 SERVICE_FEATURES = ("work", "penalty", "hit", "successor_pressure", "queue")
 ROUTE_FEATURES = ("differential", "cost", "dst_compatible_memory", "queue")
@@ -50,28 +57,28 @@ class ObservationEncoder:
         roles[np.arange(n), [ROLES.index(node.role) for node in workload.nodes]] = 1.0
         budget = ix.budget if memory else np.zeros(n)
         self._static_nodes = np.concatenate(
-            [roles, ix.mu[:, None], budget[:, None]], axis=1).astype(np.float32)
+            [roles, ix.mu[:, None], budget[:, None]], axis=1
+        ).astype(np.float32)
         self._edge_index = np.stack([ix.link_src, ix.link_dst]).astype(np.int64)
         self._edge_features = np.stack(
-            [ix.link_capacity, ix.link_cost, ix.link_bandwidth], axis=1).astype(np.float32)
+            [ix.link_capacity, ix.link_cost, ix.link_bandwidth], axis=1
+        ).astype(np.float32)
         self._service_index = np.stack([ix.action_node, ix.action_commodity]).astype(np.int64)
         self._route_index = np.stack([ix.route_link, ix.route_commodity]).astype(np.int64)
-        self._transfer_index = np.stack([ix.transfer_link, ix.transfer_signature]).astype(
-            np.int64)
+        self._transfer_index = np.stack([ix.transfer_link, ix.transfer_signature]).astype(np.int64)
         self._retain_index = np.stack([ix.retain_node, ix.retain_signature]).astype(np.int64)
         self._arange_a = np.arange(a)
         # Successor laws are sparse (a few outcomes per action): keep, per action, the flat
         # positions of its successor queues in an (N * C + 1) vector (the extra last entry
         # reads 0) and their probabilities per hit bit, so that the successor pressure is a
         # gather instead of an (A, C) product.
-        width = max(1, int((ix.successor_law[:, :, :c] > 0).any(axis=0).sum(axis=1).max(
-            initial=0)))
+        width = max(1, int((ix.successor_law[:, :, :c] > 0).any(axis=0).sum(axis=1).max(initial=0)))
         positions = np.full((a, width), n * c, dtype=np.int64)
         probs = np.zeros((2, a, width), dtype=np.float32)
         for act in range(a):
             outcomes = np.flatnonzero((ix.successor_law[:, act, :c] > 0).any(axis=0))
-            positions[act, :outcomes.size] = ix.action_node[act] * c + outcomes
-            probs[:, act, :outcomes.size] = ix.successor_law[:, act, outcomes]
+            positions[act, : outcomes.size] = ix.action_node[act] * c + outcomes
+            probs[:, act, : outcomes.size] = ix.successor_law[:, act, outcomes]
         self._successor_positions = positions
         self._successor_probs = probs
         self._route_dst_node = ix.link_dst[ix.route_link]
@@ -83,14 +90,15 @@ class ObservationEncoder:
         # hit at its node, (K, C).
         compat = np.zeros((n, s, c), dtype=bool)
         assisted = ix.action_signature >= 0
-        compat[ix.action_node[assisted], ix.action_signature[assisted],
-               ix.action_commodity[assisted]] = True
+        compat[
+            ix.action_node[assisted], ix.action_signature[assisted], ix.action_commodity[assisted]
+        ] = True
         retain_commodities = compat[ix.retain_node, ix.retain_signature]  # (K, C)
         width = max(1, int(retain_commodities.sum(axis=1).max(initial=0)))
         self._retain_positions = np.full((k, width), n * c, dtype=np.int64)
         for cand in range(k):
             served = np.flatnonzero(retain_commodities[cand])
-            self._retain_positions[cand, :served.size] = ix.retain_node[cand] * c + served
+            self._retain_positions[cand, : served.size] = ix.retain_node[cand] * c + served
         # Scratch vectors with one extra entry that always reads "nothing" (-1 / 0), so that
         # padded positions can be gathered without masks.
         self._holder_flat = np.full(n * s + 1, -1, dtype=np.int64)
@@ -127,20 +135,25 @@ class ObservationEncoder:
         # Route r's destination holds memory compatible with its commodity when one of the
         # actions of that (node, commodity) is a hit: those actions, per route (CSR).
         by_pair: dict[tuple[int, int], list[int]] = {}
-        for a, (i, c) in enumerate(zip(ix.action_node.tolist(), ix.action_commodity.tolist(),
-                                       strict=True)):
+        for a, (i, c) in enumerate(
+            zip(ix.action_node.tolist(), ix.action_commodity.tolist(), strict=True)
+        ):
             by_pair.setdefault((i, c), []).append(a)
-        members = [by_pair.get(key, []) for key in zip(self._route_dst_node.tolist(),
-                                                       ix.route_commodity.tolist(),
-                                                       strict=True)]
-        self._compat_ptr = np.concatenate(
-            [[0], np.cumsum([len(m) for m in members])]).astype(np.int64)
+        members = [
+            by_pair.get(key, [])
+            for key in zip(self._route_dst_node.tolist(), ix.route_commodity.tolist(), strict=True)
+        ]
+        self._compat_ptr = np.concatenate([[0], np.cumsum([len(m) for m in members])]).astype(
+            np.int64
+        )
         self._compat_action = np.asarray([a for m in members for a in m], dtype=np.int64)
         self._transfer_dst_node = np.ascontiguousarray(self._transfer_dst)
-        self._transfer_bandwidth64 = np.ascontiguousarray(self._transfer_bandwidth,
-                                                          dtype=np.float64)
-        self._retain_slot = (ix.retain_node * ix.num_signatures
-                             + ix.retain_signature).astype(np.int64)
+        self._transfer_bandwidth64 = np.ascontiguousarray(
+            self._transfer_bandwidth, dtype=np.float64
+        )
+        self._retain_slot = (ix.retain_node * ix.num_signatures + ix.retain_signature).astype(
+            np.int64
+        )
         self._work = np.ascontiguousarray(ix.work)
 
     def encode(self, state) -> dict[str, np.ndarray]:
@@ -162,24 +175,63 @@ class ObservationEncoder:
         retain = np.empty((ix.num_retains, len(RETAIN_FEATURES)), dtype=np.float32)
         mask = np.empty(ix.num_scores, dtype=np.int8)
         slotcore.encode_compiled(
-            state.queue_len, state.service_action, state.service_residual,
-            state.holder.ravel(), state.memory_used, self.memory, ix.pair_node,
-            ix.pair_commodity, ix.action_pair, ix.action_node, ix.hit_slot, self._work,
-            self._penalty, ix.route_src_pair, ix.route_dst_pair, self._route_cost,
-            self._compat_ptr, self._compat_action, ix.transfer_src_slot,
-            ix.transfer_dst_slot, self._transfer_dst_node, self._transfer_size,
-            self._transfer_bandwidth64, ix.budget, self._retain_slot, self._retain_size,
-            self._retain_positions, ix.mu, self._static_nodes, self._queue_flat, hit, nodes,
-            queues, memory, service, route, transfer, retain, mask)
+            state.queue_len,
+            state.service_action,
+            state.service_residual,
+            state.holder.ravel(),
+            state.memory_used,
+            self.memory,
+            ix.pair_node,
+            ix.pair_commodity,
+            ix.action_pair,
+            ix.action_node,
+            ix.hit_slot,
+            self._work,
+            self._penalty,
+            ix.route_src_pair,
+            ix.route_dst_pair,
+            self._route_cost,
+            self._compat_ptr,
+            self._compat_action,
+            ix.transfer_src_slot,
+            ix.transfer_dst_slot,
+            self._transfer_dst_node,
+            self._transfer_size,
+            self._transfer_bandwidth64,
+            ix.budget,
+            self._retain_slot,
+            self._retain_size,
+            self._retain_positions,
+            ix.mu,
+            self._static_nodes,
+            self._queue_flat,
+            hit,
+            nodes,
+            queues,
+            memory,
+            service,
+            route,
+            transfer,
+            retain,
+            mask,
+        )
         # The successor pressure is a float32 sum whose order numpy fixes: numpy's.
-        service[:, 3] = (self._successor_probs[hit, self._arange_a]
-                         * self._queue_flat[self._successor_positions]).sum(axis=1)
-        return self._observation(nodes, queues, memory, service, route, transfer, retain,
-                                 mask)
+        service[:, 3] = (
+            self._successor_probs[hit, self._arange_a] * self._queue_flat[self._successor_positions]
+        ).sum(axis=1)
+        return self._observation(nodes, queues, memory, service, route, transfer, retain, mask)
 
-    def _observation(self, nodes: np.ndarray, queues: np.ndarray, memory: np.ndarray,
-                     service: np.ndarray, route: np.ndarray, transfer: np.ndarray,
-                     retain: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+    def _observation(
+        self,
+        nodes: np.ndarray,
+        queues: np.ndarray,
+        memory: np.ndarray,
+        service: np.ndarray,
+        route: np.ndarray,
+        transfer: np.ndarray,
+        retain: np.ndarray,
+        mask: np.ndarray,
+    ) -> dict[str, np.ndarray]:
         """The observation dict: this slot's arrays and fresh copies of the static ones."""
         return {
             "node_features": nodes,
@@ -220,8 +272,9 @@ class ObservationEncoder:
         service[:, 2] = hit
         flat = self._queue_flat
         flat[:-1] = queues.ravel()
-        service[:, 3] = (self._successor_probs[hit_int, self._arange_a]
-                         * flat[self._successor_positions]).sum(axis=1)
+        service[:, 3] = (
+            self._successor_probs[hit_int, self._arange_a] * flat[self._successor_positions]
+        ).sum(axis=1)
         service[:, 4] = pairs[ix.action_pair]  # the input queue
 
         route = np.empty((n_route, len(ROUTE_FEATURES)), dtype=np.float32)
@@ -254,13 +307,15 @@ class ObservationEncoder:
         waiting = state.queue_len
         node_free = (ix.mu - np.minimum(ix.mu, residual)) > 1e-9
         mask[:n_act] = (waiting[ix.action_pair] > 0) & node_free[ix.action_node]
-        mask[n_act:n_act + n_route] = waiting[ix.route_src_pair] > 0
+        mask[n_act : n_act + n_route] = waiting[ix.route_src_pair] > 0
         if ix.num_transfers:
             dst = self._transfer_dst
-            mask[n_act + n_route:n_act + n_route + ix.num_transfers] = (
-                src_holds & ~resident[dst, ix.transfer_signature]
+            mask[n_act + n_route : n_act + n_route + ix.num_transfers] = (
+                src_holds
+                & ~resident[dst, ix.transfer_signature]
                 & (self._transfer_size <= self._transfer_bandwidth)
-                & (self._transfer_size <= free[dst] + 1e-9))
+                & (self._transfer_size <= free[dst] + 1e-9)
+            )
 
         nodes = np.empty((ix.num_nodes, len(NODE_FEATURES)), dtype=np.float32)
         nodes[:, :-4] = self._static_nodes
@@ -268,5 +323,6 @@ class ObservationEncoder:
         nodes[:, -3] = queues.sum(axis=1)
         nodes[:, -2] = busy
         nodes[:, -1] = residual
-        return self._observation(nodes, queues, resident.astype(np.float32), service, route,
-                                 transfer, retain, mask)
+        return self._observation(
+            nodes, queues, resident.astype(np.float32), service, route, transfer, retain, mask
+        )

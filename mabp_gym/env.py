@@ -20,8 +20,16 @@ from mabp_gym.workloads import is_workload_file, make_workload, workload_params
 
 REWARDS = ("backlog", "drift_plus_penalty")
 OBS_MODES = ("dict", "flat")
-FLAT_KEYS = ("node_features", "queues", "memory", "service", "route", "transfer", "retain",
-             "action_mask")
+FLAT_KEYS = (
+    "node_features",
+    "queues",
+    "memory",
+    "service",
+    "route",
+    "transfer",
+    "retain",
+    "action_mask",
+)
 """The arrays of the ``obs_mode="flat"`` vector, in order: the observation less its static
 parts (``edge_index``, ``edge_features`` and every ``*_index`` array)."""
 
@@ -43,10 +51,12 @@ def _reject_unknown_keywords(workload: Any, overrides: dict[str, Any]) -> None:
         return
     unknown = sorted(set(overrides) - allowed)
     if unknown:
-        raise TypeError(f"SFMSNEnv.__init__() got an unexpected keyword argument "
-                        f"{unknown[0]!r} (neither an env argument nor a parameter of "
-                        f"workload {getattr(workload, 'name', workload)!r}; its parameters: "
-                        f"{sorted(allowed)})")
+        raise TypeError(
+            f"SFMSNEnv.__init__() got an unexpected keyword argument "
+            f"{unknown[0]!r} (neither an env argument nor a parameter of "
+            f"workload {getattr(workload, 'name', workload)!r}; its parameters: "
+            f"{sorted(allowed)})"
+        )
 
 
 def _load_interval(value: Any) -> tuple[float, float] | None:
@@ -73,12 +83,16 @@ def _checked_action(action: Any) -> Any:
     would be dropped), complex numbers (the imaginary part would be dropped), strings,
     booleans or objects. Shape and finiteness are checked by the projection."""
     if isinstance(action, np.ma.MaskedArray):
-        raise ValueError("the action is a masked array; pass a plain array of scores (fill "
-                         "the masked entries, e.g. with -1 for 'do not act')")
+        raise ValueError(
+            "the action is a masked array; pass a plain array of scores (fill "
+            "the masked entries, e.g. with -1 for 'do not act')"
+        )
     kind = np.asarray(action).dtype.kind
     if kind not in "fiu":
-        raise ValueError(f"the action must be real-valued scores (float or int), got dtype "
-                         f"{np.asarray(action).dtype}")
+        raise ValueError(
+            f"the action must be real-valued scores (float or int), got dtype "
+            f"{np.asarray(action).dtype}"
+        )
     return action
 
 
@@ -173,13 +187,24 @@ class SFMSNEnv(gym.Env):
     """
 
     # rgb_array draws with matplotlib (extra ``plot``): advertised only where it is installed.
-    metadata = {"render_modes": ["ansi", *(["rgb_array"] if has_extra("plot") else [])],
-                "render_fps": 4}
+    metadata = {
+        "render_modes": ["ansi", *(["rgb_array"] if has_extra("plot") else [])],
+        "render_fps": 4,
+    }
 
-    def __init__(self, workload: str | Workload = "mixed", *, nu: float = 5.0,
-                 memory: bool = True, reward: str = "backlog", reward_scale: float = 100.0,
-                 check_invariants: bool = False, render_mode: str | None = None,
-                 obs_mode: str = "dict", **workload_overrides: Any) -> None:
+    def __init__(
+        self,
+        workload: str | Workload = "mixed",
+        *,
+        nu: float = 5.0,
+        memory: bool = True,
+        reward: str = "backlog",
+        reward_scale: float = 100.0,
+        check_invariants: bool = False,
+        render_mode: str | None = None,
+        obs_mode: str = "dict",
+        **workload_overrides: Any,
+    ) -> None:
         _reject_unknown_keywords(workload, workload_overrides)
         if not isinstance(obs_mode, str) or obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
@@ -189,11 +214,11 @@ class SFMSNEnv(gym.Env):
             # The builder validates the high end too (its range), then builds at the low end.
             if isinstance(workload, str):
                 try:
-                    make_workload(workload, **{**workload_overrides,
-                                               "load": self.load_interval[1]})
+                    make_workload(workload, **{**workload_overrides, "load": self.load_interval[1]})
                 except ValueError as error:
-                    raise ValueError(f"load interval {self.load_interval}, high end: "
-                                     f"{error}") from None
+                    raise ValueError(
+                        f"load interval {self.load_interval}, high end: {error}"
+                    ) from None
             workload_overrides["load"] = self.load_interval[0]
         if isinstance(workload, Workload):
             load = workload_overrides.pop("load", None)
@@ -212,8 +237,10 @@ class SFMSNEnv(gym.Env):
         if render_mode == "rgb_array":
             require("plot", 'render_mode="rgb_array"')
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or "
-                             f"None, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']} or "
+                f"None, got {render_mode!r}"
+            )
         self.nu = float(nu)
         self.memory = bool(memory)
         self.reward_kind = reward
@@ -240,8 +267,9 @@ class SFMSNEnv(gym.Env):
         self._last: SlotOutcome | None = None
 
     # ----------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[dict[str, np.ndarray] | np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray] | np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         if options:
             raise ValueError(f"options are not supported, got {sorted(options)}")
@@ -251,8 +279,9 @@ class SFMSNEnv(gym.Env):
             # the arrival rate depends on the load, so the encoder and spaces stay.
             load = float(self.np_random.uniform(*self.load_interval))
             self.workload = self._base_workload.with_load(load)
-            self.sim = Simulator(self.workload, memory=self.memory,
-                                 check_invariants=self.sim.check_invariants)
+            self.sim = Simulator(
+                self.workload, memory=self.memory, check_invariants=self.sim.check_invariants
+            )
             info["load"] = load
         # The simulator owns its own generator, seeded from the env's so that reset(seed)
         # fixes the episode and reset() continues a reproducible stream.
@@ -270,11 +299,12 @@ class SFMSNEnv(gym.Env):
         flat = np.concatenate([obs[key].ravel() for key in FLAT_KEYS]).astype(np.float32)
         # Symlog every array but the 0/1 mask, so that default MLP encoders see O(1) inputs.
         mask = self.flat_layout["action_mask"][0]
-        flat[:mask.start] = symlog(flat[:mask.start])
+        flat[: mask.start] = symlog(flat[: mask.start])
         return flat
 
-    def step(self, action: np.ndarray
-             ) -> tuple[dict[str, np.ndarray] | np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(
+        self, action: np.ndarray
+    ) -> tuple[dict[str, np.ndarray] | np.ndarray, float, bool, bool, dict[str, Any]]:
         # The projection validates the scores (shape, finiteness) before anything changes.
         scores = _checked_action(action)
         state = self.sim.state
@@ -286,18 +316,25 @@ class SFMSNEnv(gym.Env):
         if self.reward_kind == "backlog":
             reward = -(outcome.backlog + cost) / self.reward_scale
         else:
-            reward = -(_lyapunov(self.sim.state, self.workload) - before + cost) \
-                / self.reward_scale
+            reward = -(_lyapunov(self.sim.state, self.workload) - before + cost) / self.reward_scale
         obs = self._encoder.encode(self.sim.state)
         truncated = self.sim.state.t >= self.horizon
         info = {
-            "arrivals": outcome.arrivals, "served": outcome.served, "hits": outcome.hits,
-            "completed": outcome.completed, "delays": outcome.delays,
-            "insertions": outcome.insertions, "evictions": outcome.evictions,
-            "routed": outcome.routed, "transfers": outcome.transfers, "work": outcome.work,
-            "penalty": outcome.penalty, "penalty_compute": outcome.penalty_compute,
+            "arrivals": outcome.arrivals,
+            "served": outcome.served,
+            "hits": outcome.hits,
+            "completed": outcome.completed,
+            "delays": outcome.delays,
+            "insertions": outcome.insertions,
+            "evictions": outcome.evictions,
+            "routed": outcome.routed,
+            "transfers": outcome.transfers,
+            "work": outcome.work,
+            "penalty": outcome.penalty,
+            "penalty_compute": outcome.penalty_compute,
             "penalty_transmission": outcome.penalty_transmission,
-            "penalty_memory": outcome.penalty_memory, "backlog": outcome.backlog,
+            "penalty_memory": outcome.penalty_memory,
+            "backlog": outcome.backlog,
             "control": self._control_info(control),
             "action_mask": obs["action_mask"].astype(bool),
         }

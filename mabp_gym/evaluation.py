@@ -46,17 +46,37 @@ from mabp_gym.workloads import make_workload
 
 TIMING_KEYS = ("decision_us_mean", "decision_us_p95", "wall_s")
 """Record fields measured in wall-clock time: the only fields that differ between reruns."""
-METRIC_KEYS = ("stable", "slope", "mean_backlog", "growth", "paper_slope", "paper_backlog",
-               "penalty", "p95_delay", "hit_ratio", "churn", "completion_ratio",
-               "work_per_request", "compute_cost", "transmission_cost", "memory_cost")
+METRIC_KEYS = (
+    "stable",
+    "slope",
+    "mean_backlog",
+    "growth",
+    "paper_slope",
+    "paper_backlog",
+    "penalty",
+    "p95_delay",
+    "hit_ratio",
+    "churn",
+    "completion_ratio",
+    "work_per_request",
+    "compute_cost",
+    "transmission_cost",
+    "memory_cost",
+)
 VERDICTS = ("stable", "paper")
 """``stable``: the backlog does not grow (SPEC 9.2, per seed, majority over seeds);
 ``paper``: the paper's short-horizon rule on seed means (slope < 0.035, backlog < 120)."""
 BACKENDS = ("serial", "process", "ray")
 TRACE_STRIDE = 5  # the stored backlog trace keeps every 5th slot
 KEY_VERSION = 2  # bumped whenever what the run key covers changes
-RECORD_FIELDS = {"key": str, "policy": str, "workload": str, "load": (int, float),
-                 "seed": int, "horizon": int}
+RECORD_FIELDS = {
+    "key": str,
+    "policy": str,
+    "workload": str,
+    "load": (int, float),
+    "seed": int,
+    "horizon": int,
+}
 """Fields (and types) without which a line of a results file is not a record."""
 
 
@@ -92,18 +112,32 @@ class RunSpec:
         workload_digest = self.workload_digest or workload_digest_of(self.build_workload())
         checkpoint = self.checkpoint_digest
         if checkpoint is None:
-            checkpoint = checkpoint_digest_of(self.policy, dict(self.policy_kw), self.workload
-                                              if self.workload_object is None
-                                              else self.workload_object.name)
+            checkpoint = checkpoint_digest_of(
+                self.policy,
+                dict(self.policy_kw),
+                self.workload if self.workload_object is None else self.workload_object.name,
+            )
         policy_kw = {k: v for k, v in self.policy_kw if k != "checkpoint"}
-        payload = json.dumps({
-            "key_version": KEY_VERSION, "package": __version__, "policy": self.policy,
-            "policy_kw": sorted(map(list, policy_kw.items())), "checkpoint": checkpoint,
-            "workload": self.workload, "workload_digest": workload_digest,
-            "overrides": sorted(map(list, self.overrides)),
-            "load": float(self.load).hex(), "seed": int(self.seed), "horizon": int(self.horizon),
-            "warmup": float(self.warmup).hex(), "memory": bool(self.memory),
-            "nu": float(self.nu).hex()}, sort_keys=True, default=repr)
+        payload = json.dumps(
+            {
+                "key_version": KEY_VERSION,
+                "package": __version__,
+                "policy": self.policy,
+                "policy_kw": sorted(map(list, policy_kw.items())),
+                "checkpoint": checkpoint,
+                "workload": self.workload,
+                "workload_digest": workload_digest,
+                "overrides": sorted(map(list, self.overrides)),
+                "load": float(self.load).hex(),
+                "seed": int(self.seed),
+                "horizon": int(self.horizon),
+                "warmup": float(self.warmup).hex(),
+                "memory": bool(self.memory),
+                "nu": float(self.nu).hex(),
+            },
+            sort_keys=True,
+            default=repr,
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
     def build_workload(self) -> Workload:
@@ -111,12 +145,12 @@ class RunSpec:
             from dataclasses import replace
 
             return replace(self.workload_object.with_load(self.load), horizon=self.horizon)
-        return make_workload(self.workload, **{**dict(self.overrides), "load": self.load,
-                                               "horizon": self.horizon})
+        return make_workload(
+            self.workload, **{**dict(self.overrides), "load": self.load, "horizon": self.horizon}
+        )
 
 
-def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: str
-                         ) -> str | None:
+def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: str) -> str | None:
     """The content digest of the checkpoint ``policy`` reads (``None``: it reads none).
 
     Raises:
@@ -136,8 +170,9 @@ def run(spec: RunSpec) -> dict[str, Any]:
     workload = spec.build_workload()
     sim = Simulator(workload, memory=spec.memory, check_invariants=True)
     sim.reset(spec.seed)
-    policy = make_policy(spec.policy, workload, nu=spec.nu, memory=spec.memory,
-                         **dict(spec.policy_kw))
+    policy = make_policy(
+        spec.policy, workload, nu=spec.nu, memory=spec.memory, **dict(spec.policy_kw)
+    )
     policy.reset(spec.seed)
     if "torch" in sys.modules:
         # A learned policy scores one small graph per slot: one thread is several times
@@ -152,13 +187,21 @@ def run(spec: RunSpec) -> dict[str, Any]:
         residency += sim.state.holder >= 0
     metrics = summarize(trace, spec.warmup)
     record: dict[str, Any] = {
-        "policy": spec.policy, "workload": workload.name, "load": spec.load,
-        "seed": spec.seed, **metrics,
+        "policy": spec.policy,
+        "workload": workload.name,
+        "load": spec.load,
+        "seed": spec.seed,
+        **metrics,
         "decision_us_mean": float(decisions.mean() * 1e6),
         "decision_us_p95": float(np.percentile(decisions, 95) * 1e6),
-        "horizon": spec.horizon, "warmup": spec.warmup, "memory": spec.memory,
-        "nu": spec.nu, "overrides": dict(spec.overrides), "policy_kw": dict(spec.policy_kw),
-        "arrival_rate": workload.total_rate, "lambda_ref": workload.lambda_ref,
+        "horizon": spec.horizon,
+        "warmup": spec.warmup,
+        "memory": spec.memory,
+        "nu": spec.nu,
+        "overrides": dict(spec.overrides),
+        "policy_kw": dict(spec.policy_kw),
+        "arrival_rate": workload.total_rate,
+        "lambda_ref": workload.lambda_ref,
         "backlog_trace": trace.backlog[::TRACE_STRIDE],
         "residency": (residency / spec.horizon).round(4).tolist(),
         "nodes": [node.name for node in workload.nodes],
@@ -252,8 +295,11 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
         raise ValueError(f"{path}: not a regular file")
     records, rejected = _scan(path.read_bytes())
     if rejected:
-        warnings.warn(f"{path}: skipped {len(rejected)} line(s) that are not records "
-                      f"(first: {rejected[0][1]})", stacklevel=2)
+        warnings.warn(
+            f"{path}: skipped {len(rejected)} line(s) that are not records "
+            f"(first: {rejected[0][1]})",
+            stacklevel=2,
+        )
     return [value for _, value in records]
 
 
@@ -306,9 +352,12 @@ def _repair(path: Path) -> dict[str, dict[str, Any]]:
         data = data[:keep]
     records, rejected = _scan(data)
     if rejected:
-        warnings.warn(f"{path}: set aside {len(rejected)} line(s) that are not records in "
-                      f"{_sidecar(path, '.rejected').name} (first: {rejected[0][1]}); their "
-                      "runs are recomputed", stacklevel=3)
+        warnings.warn(
+            f"{path}: set aside {len(rejected)} line(s) that are not records in "
+            f"{_sidecar(path, '.rejected').name} (first: {rejected[0][1]}); their "
+            "runs are recomputed",
+            stacklevel=3,
+        )
         _set_aside(path, rejected)
         cleaned = _sidecar(path, ".repair")
         with cleaned.open("wb") as handle:
@@ -328,8 +377,9 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
         if path.is_dir():
             raise ValueError(f"{what} {str(path)!r} is a directory; give a file path")
         if not path.is_file():
-            raise ValueError(f"{what} {str(path)!r} is not a regular file (a device, a pipe "
-                             "or a broken link)")
+            raise ValueError(
+                f"{what} {str(path)!r} is not a regular file (a device, a pipe or a broken link)"
+            )
         if not os.access(path, os.W_OK):
             raise ValueError(f"{what} {str(path)!r} is not writable")
         return path
@@ -366,7 +416,8 @@ class _ResultsFile:
                 raise ResultsFileBusyError(
                     f"{self.path} is being written by another process (pid {holder}); two "
                     "writers would duplicate runs: wait for it to finish, or write to "
-                    "another file") from None
+                    "another file"
+                ) from None
         self._lock.seek(0)
         self._lock.truncate()
         self._lock.write(str(os.getpid()))
@@ -400,8 +451,7 @@ def _check_seeds(seeds: Iterable[Any]) -> list[int]:
 def _check_loads(loads: Iterable[Any]) -> list[float]:
     checked = []
     for load in loads:
-        if isinstance(load, bool) or not isinstance(load, (int, float, np.integer,
-                                                           np.floating)):
+        if isinstance(load, bool) or not isinstance(load, (int, float, np.integer, np.floating)):
             raise ValueError(f"loads must be numbers, got {load!r}")
         if not math.isfinite(float(load)):
             raise ValueError(f"loads must be finite, got {load!r}")
@@ -409,10 +459,19 @@ def _check_loads(loads: Iterable[Any]) -> list[float]:
     return checked
 
 
-def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[float],
-         seeds: Iterable[int], *, horizon: int = 600, warmup: float = 0.2,
-         memory: bool = True, nu: float = 5.0, policy_kw: dict[str, Any] | None = None,
-         **overrides: Any) -> list[RunSpec]:
+def plan(
+    policies: Sequence[str],
+    workload: str | Workload,
+    loads: Iterable[float],
+    seeds: Iterable[int],
+    *,
+    horizon: int = 600,
+    warmup: float = 0.2,
+    memory: bool = True,
+    nu: float = 5.0,
+    policy_kw: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> list[RunSpec]:
     """The runs of a grid, every argument validated before anything runs.
 
     Builds the workload at every load and each policy once (a missing or mismatched
@@ -421,13 +480,11 @@ def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[floa
     Raises:
         ValueError: naming the bad argument and what is allowed.
     """
-    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or \
-            not 0.0 <= warmup < 1.0:
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0.0 <= warmup < 1.0:
         raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 2:
         raise ValueError(f"horizon must be an integer >= 2, got {horizon!r}")
-    if isinstance(nu, bool) or not isinstance(nu, (int, float)) or not math.isfinite(nu) \
-            or nu < 0:
+    if isinstance(nu, bool) or not isinstance(nu, (int, float)) or not math.isfinite(nu) or nu < 0:
         raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
     if not isinstance(memory, (bool, np.bool_)):
         raise ValueError(f"memory must be True or False, got {memory!r}")
@@ -442,8 +499,10 @@ def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[floa
         raise ValueError("policies, loads and seeds must not be empty")
     for key in ("load", "horizon"):
         if key in overrides:
-            raise ValueError(f"{key} is set by the {key}s/horizon argument of the grid, not "
-                             f"as a workload override (got {key}={overrides[key]!r})")
+            raise ValueError(
+                f"{key} is set by the {key}s/horizon argument of the grid, not "
+                f"as a workload override (got {key}={overrides[key]!r})"
+            )
     from mabp_gym.workloads import is_workload_file
 
     if isinstance(workload, str) and is_workload_file(workload):
@@ -462,8 +521,9 @@ def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[floa
         for load in loads[1:]:
             workload_params(workload)["load"].check("load", load)
     else:
-        raise ValueError(f"workload must be a workload name, a workload file or a Workload, "
-                         f"got {workload!r}")
+        raise ValueError(
+            f"workload must be a workload name, a workload file or a Workload, got {workload!r}"
+        )
     policy_kw = dict(policy_kw or {})
     digests = {}
     for policy in dict.fromkeys(policies):
@@ -473,17 +533,37 @@ def plan(policies: Sequence[str], workload: str | Workload, loads: Iterable[floa
             raise ValueError(f"policy {policy!r}: {error}") from None
         digests[policy] = checkpoint_digest_of(policy, policy_kw, name)
     workload_digest = workload_digest_of(base)
-    return [RunSpec(policy=p, workload=name, load=load, seed=seed, horizon=int(horizon),
-                    warmup=float(warmup), memory=bool(memory), nu=float(nu),
-                    overrides=tuple(sorted(overrides.items())),
-                    policy_kw=tuple(sorted(policy_kw.items())), workload_object=obj,
-                    workload_digest=workload_digest, checkpoint_digest=digests[p])
-            for p in policies for load in loads for seed in seeds]
+    return [
+        RunSpec(
+            policy=p,
+            workload=name,
+            load=load,
+            seed=seed,
+            horizon=int(horizon),
+            warmup=float(warmup),
+            memory=bool(memory),
+            nu=float(nu),
+            overrides=tuple(sorted(overrides.items())),
+            policy_kw=tuple(sorted(policy_kw.items())),
+            workload_object=obj,
+            workload_digest=workload_digest,
+            checkpoint_digest=digests[p],
+        )
+        for p in policies
+        for load in loads
+        for seed in seeds
+    ]
 
 
-def execute(specs: Sequence[RunSpec], *, workers: int | None = None, backend: str = "process",
-            output: str | os.PathLike | None = None, progress: bool = True,
-            address: str | None = None) -> list[dict[str, Any]]:
+def execute(
+    specs: Sequence[RunSpec],
+    *,
+    workers: int | None = None,
+    backend: str = "process",
+    output: str | os.PathLike | None = None,
+    progress: bool = True,
+    address: str | None = None,
+) -> list[dict[str, Any]]:
     """Run ``specs`` (skipping those already in ``output``) and return their records.
 
     With ``output``: the file is locked for the whole sweep (a second writer gets
@@ -497,8 +577,9 @@ def execute(specs: Sequence[RunSpec], *, workers: int | None = None, backend: st
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if workers is not None and (isinstance(workers, bool) or int(workers) != workers
-                                or workers < 1):
+    if workers is not None and (
+        isinstance(workers, bool) or int(workers) != workers or workers < 1
+    ):
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     path = check_output_path(output, "output file") if output is not None else None
     wanted = {spec.key: spec for spec in specs}
@@ -510,9 +591,15 @@ def execute(specs: Sequence[RunSpec], *, workers: int | None = None, backend: st
         return _execute(wanted, results, done, workers, backend, progress, address)
 
 
-def _execute(wanted: dict[str, RunSpec], results: _ResultsFile | None,
-             done: dict[str, dict[str, Any]], workers: int | None, backend: str,
-             progress: bool, address: str | None) -> list[dict[str, Any]]:
+def _execute(
+    wanted: dict[str, RunSpec],
+    results: _ResultsFile | None,
+    done: dict[str, dict[str, Any]],
+    workers: int | None,
+    backend: str,
+    progress: bool,
+    address: str | None,
+) -> list[dict[str, Any]]:
     todo = [spec for key, spec in wanted.items() if key not in done]
     failures: list[tuple[RunSpec, str]] = []
     bar = _progress(len(todo), progress)
@@ -531,13 +618,18 @@ def _execute(wanted: dict[str, RunSpec], results: _ResultsFile | None,
         finished = sum(key in done for key in wanted)
         spec, error = failures[0]
         last = error.strip().splitlines()[-1] if error.strip() else "unknown error"
-        where = f" ({finished} finished runs are in {results.path}; rerun to resume)" \
-            if results is not None else ""
+        where = (
+            f" ({finished} finished runs are in {results.path}; rerun to resume)"
+            if results is not None
+            else ""
+        )
         cancelled = len(wanted) - finished - len(failures)
         raise RunsFailedError(
             f"{len(failures)} of {len(wanted)} runs failed, {cancelled} cancelled{where}; "
             f"first failure: policy {spec.policy}, load {spec.load:g}, seed {spec.seed}: "
-            f"{last}", [error for _, error in failures])
+            f"{last}",
+            [error for _, error in failures],
+        )
     return [done[key] for key in wanted]
 
 
@@ -588,9 +680,9 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=watch, name="watch-parent", daemon=True).start()
 
 
-def _dispatch(todo: Sequence[RunSpec], backend: str, workers: int | None,
-              address: str | None
-              ) -> Iterable[tuple[RunSpec, dict[str, Any] | None, str | None]]:
+def _dispatch(
+    todo: Sequence[RunSpec], backend: str, workers: int | None, address: str | None
+) -> Iterable[tuple[RunSpec, dict[str, Any] | None, str | None]]:
     """Yield ``(spec, record, None)`` or ``(spec, None, traceback)`` as runs finish. After
     the first failure the runs not yet started are cancelled."""
     if not todo:
@@ -604,8 +696,11 @@ def _dispatch(todo: Sequence[RunSpec], backend: str, workers: int | None,
     elif backend == "process":
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        pool = ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(todo)),
-                                   initializer=_watch_parent, initargs=(os.getpid(),))
+        pool = ProcessPoolExecutor(
+            max_workers=min(workers or os.cpu_count() or 1, len(todo)),
+            initializer=_watch_parent,
+            initargs=(os.getpid(),),
+        )
         clean = False
         try:
             pending = {pool.submit(_run_safely, spec): spec for spec in todo}
@@ -641,17 +736,20 @@ def _dispatch(todo: Sequence[RunSpec], backend: str, workers: int | None,
             yield spec, record, error
 
 
-def _ray(todo: Sequence[RunSpec], workers: int | None, address: str | None
-         ) -> Iterable[tuple[RunSpec, tuple[dict[str, Any] | None, str | None]]]:
+def _ray(
+    todo: Sequence[RunSpec], workers: int | None, address: str | None
+) -> Iterable[tuple[RunSpec, tuple[dict[str, Any] | None, str | None]]]:
     try:
         import ray
     except ImportError as error:  # pragma: no cover - depends on the optional extra
-        raise ValueError("backend 'ray' needs the optional extra: pip install '.[ray]'") \
-            from error
+        raise ValueError("backend 'ray' needs the optional extra: pip install '.[ray]'") from error
     started_here = not ray.is_initialized()
     if started_here:
-        kwargs: dict[str, Any] = {"address": address} if address else {
-            "num_cpus": workers or os.cpu_count() or 1, "include_dashboard": False}
+        kwargs: dict[str, Any] = (
+            {"address": address}
+            if address
+            else {"num_cpus": workers or os.cpu_count() or 1, "include_dashboard": False}
+        )
         ray.init(ignore_reinit_error=True, log_to_driver=False, **kwargs)
     try:
         remote = ray.remote(num_cpus=1)(_run_safely)
@@ -670,13 +768,24 @@ def _ray(todo: Sequence[RunSpec], workers: int | None, address: str | None
             ray.shutdown()
 
 
-def evaluate(policy: str | Sequence[str], workload: str | Workload, loads: Iterable[float],
-             seeds: Iterable[int], horizon: int = 600, warmup: float = 0.2, *,
-             workers: int | None = None, backend: str = "process",
-             output: str | os.PathLike | None = None, progress: bool = False,
-             address: str | None = None, memory: bool = True, nu: float = 5.0,
-             policy_kw: dict[str, Any] | None = None,
-             **workload_overrides: Any) -> list[dict[str, Any]]:
+def evaluate(
+    policy: str | Sequence[str],
+    workload: str | Workload,
+    loads: Iterable[float],
+    seeds: Iterable[int],
+    horizon: int = 600,
+    warmup: float = 0.2,
+    *,
+    workers: int | None = None,
+    backend: str = "process",
+    output: str | os.PathLike | None = None,
+    progress: bool = False,
+    address: str | None = None,
+    memory: bool = True,
+    nu: float = 5.0,
+    policy_kw: dict[str, Any] | None = None,
+    **workload_overrides: Any,
+) -> list[dict[str, Any]]:
     """Evaluate policies on a workload over a grid of loads and seeds (SPEC 5).
 
     Args:
@@ -694,10 +803,21 @@ def evaluate(policy: str | Sequence[str], workload: str | Workload, loads: Itera
         One record per (policy, load, seed), in grid order.
     """
     policies = [policy] if isinstance(policy, str) else list(policy)
-    specs = plan(policies, workload, loads, seeds, horizon=horizon, warmup=warmup,
-                 memory=memory, nu=nu, policy_kw=policy_kw, **workload_overrides)
-    return execute(specs, workers=workers, backend=backend, output=output,
-                   progress=progress, address=address)
+    specs = plan(
+        policies,
+        workload,
+        loads,
+        seeds,
+        horizon=horizon,
+        warmup=warmup,
+        memory=memory,
+        nu=nu,
+        policy_kw=policy_kw,
+        **workload_overrides,
+    )
+    return execute(
+        specs, workers=workers, backend=backend, output=output, progress=progress, address=address
+    )
 
 
 # -- summaries ---------------------------------------------------------------------------------
@@ -721,8 +841,7 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
         row["stable_seeds"] = sum(bool(m["stable"]) for m in members)
         row["stable"] = 2 * row["stable_seeds"] > len(members)
         slope = row["paper_slope"] if row["paper_slope"] is not None else row["slope"]
-        backlog = (row["paper_backlog"] if row["paper_backlog"] is not None
-                   else row["mean_backlog"])
+        backlog = row["paper_backlog"] if row["paper_backlog"] is not None else row["mean_backlog"]
         row["paper_stable"] = is_stable(slope, backlog)
         rows.append(row)
     return rows

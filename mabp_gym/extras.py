@@ -35,8 +35,9 @@ def require(extra: str, feature: str) -> None:
     """
     missing = [m for m in EXTRAS[extra] if _absent(m)]
     if missing:
-        raise MissingExtraError(f"{feature} needs {', '.join(missing)}: "
-                                f"pip install 'mabp-gym[{extra}]'")
+        raise MissingExtraError(
+            f"{feature} needs {', '.join(missing)}: pip install 'mabp-gym[{extra}]'"
+        )
 
 
 def has_extra(extra: str) -> bool:

@@ -55,14 +55,38 @@ FORMAT = FILE_FORMAT
 VERSION = FILE_VERSION
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "workload.schema.json"
 
-_TOP = {"format", "version", "name", "nodes", "links", "commodities", "signatures", "actions",
-        "transit", "arrivals", "costs", "memory", "horizon"}
+_TOP = {
+    "format",
+    "version",
+    "name",
+    "nodes",
+    "links",
+    "commodities",
+    "signatures",
+    "actions",
+    "transit",
+    "arrivals",
+    "costs",
+    "memory",
+    "horizon",
+}
 _NODE = {"name", "role", "mu", "budget", "beta"}
 _LINK = {"src", "dst", "capacity", "cost", "bandwidth"}
 _COMMODITY = {"name", "family", "stage", "state_type"}
 _SIGNATURE = {"name", "size", "kind"}
-_ACTION = {"node", "commodity", "signature", "work_hit", "work_miss", "loss_hit", "loss_miss",
-           "credit_hit", "successors_hit", "successors_miss", "gen_prob"}
+_ACTION = {
+    "node",
+    "commodity",
+    "signature",
+    "work_hit",
+    "work_miss",
+    "loss_hit",
+    "loss_miss",
+    "credit_hit",
+    "successors_hit",
+    "successors_miss",
+    "gen_prob",
+}
 _ARRIVALS = {"mix", "load", "rate"}
 _COSTS = {"eta", "migration_cost", "theta", "omega"}
 _MEMORY = {"replicas", "initial", "fixed"}
@@ -90,7 +114,7 @@ def _schema_problem(error: Any) -> tuple[str, str]:
     """``(path, message)`` of a ``jsonschema`` error, worded like the semantic checks."""
     path = _json_path(error.absolute_path)
     kind, bound, value = error.validator, error.validator_value, error.instance
-    join = (lambda key: f"{path}.{key}" if path else key)  # noqa: E731
+    join = lambda key: f"{path}.{key}" if path else key  # noqa: E731
     if kind == "additionalProperties" and isinstance(value, dict):
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(value) - set(allowed), key=str)
@@ -111,8 +135,11 @@ def _schema_problem(error: Any) -> tuple[str, str]:
     }
     if kind in messages:
         return path, messages[kind]()
-    if kind in ("oneOf", "not", "anyOf") and isinstance(error.schema, dict) \
-            and "description" in error.schema:
+    if (
+        kind in ("oneOf", "not", "anyOf")
+        and isinstance(error.schema, dict)
+        and "description" in error.schema
+    ):
         return path, error.schema["description"]
     return path, error.message
 
@@ -137,8 +164,9 @@ def validate_schema(data: Any, source: str = "") -> None:
     prefix = f"{source}: " if source else ""
     deep = _depth_problem(data)
     if deep is not None:
-        raise ValueError(f"{prefix}{deep}: nested more than {MAX_DEPTH} levels deep; the "
-                         "format nests at most 6")
+        raise ValueError(
+            f"{prefix}{deep}: nested more than {MAX_DEPTH} levels deep; the format nests at most 6"
+        )
     import jsonschema
 
     errors = list(_schema_validator().iter_errors(data))
@@ -163,8 +191,10 @@ class _Reader:
             self.fail(path, f"must be an object, got {type(value).__name__}")
         unknown = sorted(set(value) - allowed)
         if unknown:
-            self.fail(f"{path}.{unknown[0]}" if path else unknown[0],
-                      f"unknown key; allowed: {sorted(allowed)}")
+            self.fail(
+                f"{path}.{unknown[0]}" if path else unknown[0],
+                f"unknown key; allowed: {sorted(allowed)}",
+            )
         missing = sorted(required - set(value))
         if missing:
             self.fail(f"{path}.{missing[0]}" if path else missing[0], "missing required field")
@@ -175,8 +205,15 @@ class _Reader:
             self.fail(path, f"must be a list, got {type(value).__name__}")
         return value
 
-    def number(self, value: Any, path: str, *, low: float | None = None,
-               high: float | None = None, integer: bool = False) -> Any:
+    def number(
+        self,
+        value: Any,
+        path: str,
+        *,
+        low: float | None = None,
+        high: float | None = None,
+        integer: bool = False,
+    ) -> Any:
         try:
             return check_number(value, path, low=low, high=high, integer=integer)
         except ValueError as error:
@@ -209,8 +246,9 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
     r = _Reader(source)
     unknown = sorted(set(overrides) - {"load", "horizon"})
     if unknown:
-        raise ValueError(f"a workload file accepts the overrides load and horizon only, got "
-                         f"{unknown}")
+        raise ValueError(
+            f"a workload file accepts the overrides load and horizon only, got {unknown}"
+        )
     validate_schema(data, source)
     top = r.mapping(data, "", _TOP, {"nodes", "commodities", "actions", "arrivals"})
     if top.get("format", FORMAT) != FORMAT:
@@ -237,11 +275,16 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
     commodities = []
     for k, raw in enumerate(raw_commodities):
         raw = r.mapping(raw, f"commodities[{k}]", _COMMODITY, {"name"})
-        commodities.append(Commodity(
-            raw["name"], str(raw.get("family", "")),
-            r.number(raw.get("stage", 0), f"commodities[{k}].stage", low=0, integer=True),
-            r.number(raw.get("state_type", 0), f"commodities[{k}].state_type", low=0,
-                     integer=True)))
+        commodities.append(
+            Commodity(
+                raw["name"],
+                str(raw.get("family", "")),
+                r.number(raw.get("stage", 0), f"commodities[{k}].stage", low=0, integer=True),
+                r.number(
+                    raw.get("state_type", 0), f"commodities[{k}].state_type", low=0, integer=True
+                ),
+            )
+        )
     signatures = []
     for k, raw in enumerate(raw_signatures):
         raw = r.mapping(raw, f"signatures[{k}]", _SIGNATURE, {"name", "size"})
@@ -260,7 +303,7 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         signature = -1
         if raw.get("signature") is not None:
             signature = r.name(raw["signature"], f"{path}.signature", signature_id, "signature")
-        laws = {}
+        laws: dict[str, Any] = {}
         for key in ("successors_hit", "successors_miss"):
             law, total = [], 0.0
             for q, pair in enumerate(r.items(raw.get(key, []), f"{path}.{key}")):
@@ -271,31 +314,47 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
                 total += prob
                 law.append((target, prob))
             if total > 1.0 + 1e-9:
-                r.fail(f"{path}.{key}", f"probabilities sum to {total:g}; they must sum to at "
-                       "most 1 (the remainder exits)")
+                r.fail(
+                    f"{path}.{key}",
+                    f"probabilities sum to {total:g}; they must sum to at "
+                    "most 1 (the remainder exits)",
+                )
             laws[key] = tuple(law)
         fields: dict[str, Any] = {}
-        for key, default in (("work_hit", 1.0), ("work_miss", None), ("loss_hit", 0.0),
-                             ("loss_miss", None), ("credit_hit", 0.0), ("gen_prob", 1.0)):
+        for key, default in (
+            ("work_hit", 1.0),
+            ("work_miss", None),
+            ("loss_hit", 0.0),
+            ("loss_miss", None),
+            ("credit_hit", 0.0),
+            ("gen_prob", 1.0),
+        ):
             value = raw.get(key, default)
             if value is None:  # a miss defaults to the hit value
                 value = fields[key.replace("miss", "hit")]
-            fields[key] = r.number(value, f"{path}.{key}", low=0.0 if "work" in key or
-                                   key == "gen_prob" else None)
-        actions.append(Action(node=node, commodity=commodity, signature=signature, **fields,
-                              **laws))  # type: ignore[arg-type]
+            fields[key] = r.number(
+                value, f"{path}.{key}", low=0.0 if "work" in key or key == "gen_prob" else None
+            )
+        actions.append(
+            Action(node=node, commodity=commodity, signature=signature, **fields, **laws)
+        )
         served.add(commodity)
 
     transit = []
     for k, raw in enumerate(r.items(top.get("transit", []), "transit")):
         raw = r.mapping(raw, f"transit[{k}]", {"node", "commodity"}, {"node", "commodity"})
-        transit.append((r.name(raw["node"], f"transit[{k}].node", node_id, "node"),
-                        r.name(raw["commodity"], f"transit[{k}].commodity", commodity_id,
-                               "commodity")))
+        transit.append(
+            (
+                r.name(raw["node"], f"transit[{k}].node", node_id, "node"),
+                r.name(raw["commodity"], f"transit[{k}].commodity", commodity_id, "commodity"),
+            )
+        )
     for c, declared in enumerate(commodities):
         if c not in served:
-            r.fail(f"commodities[{c}]", f"{declared.name!r} is served by no node; add an "
-                   "action that serves it")
+            r.fail(
+                f"commodities[{c}]",
+                f"{declared.name!r} is served by no node; add an action that serves it",
+            )
 
     eligible: list[set[int]] = [set() for _ in raw_nodes]
     for action in actions:
@@ -312,63 +371,95 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
             budget = beta * sum(signatures[s].size for s in eligible[k])
         else:
             budget = r.number(raw.get("budget", 0.0), f"{path}.budget", low=0.0)
-        nodes.append(Node(raw["name"], str(raw["role"]),
-                          r.number(raw["mu"], f"{path}.mu", low=0.0), budget))
+        nodes.append(
+            Node(raw["name"], str(raw["role"]), r.number(raw["mu"], f"{path}.mu", low=0.0), budget)
+        )
     largest = max((n.budget for n in nodes), default=0.0)
     for s, held in enumerate(signatures):
         if held.size > largest + 1e-9 and any(s in e for e in eligible):
-            r.fail(f"signatures[{s}].size", f"{held.size:g} is larger than every node's "
-                   f"budget (largest {largest:g}): the object could never be held")
+            r.fail(
+                f"signatures[{s}].size",
+                f"{held.size:g} is larger than every node's "
+                f"budget (largest {largest:g}): the object could never be held",
+            )
 
     links = []
     for k, raw in enumerate(raw_links):
         path = f"links[{k}]"
         raw = r.mapping(raw, path, _LINK, {"src", "dst", "capacity"})
-        links.append(Link(r.name(raw["src"], f"{path}.src", node_id, "node"),
-                          r.name(raw["dst"], f"{path}.dst", node_id, "node"),
-                          r.number(raw["capacity"], f"{path}.capacity", low=0, integer=True),
-                          r.number(raw.get("cost", 0.0), f"{path}.cost", low=0.0),
-                          r.number(raw.get("bandwidth", 0.0), f"{path}.bandwidth", low=0.0)))
+        links.append(
+            Link(
+                r.name(raw["src"], f"{path}.src", node_id, "node"),
+                r.name(raw["dst"], f"{path}.dst", node_id, "node"),
+                r.number(raw["capacity"], f"{path}.capacity", low=0, integer=True),
+                r.number(raw.get("cost", 0.0), f"{path}.cost", low=0.0),
+                r.number(raw.get("bandwidth", 0.0), f"{path}.bandwidth", low=0.0),
+            )
+        )
 
     arrivals = r.mapping(top["arrivals"], "arrivals", _ARRIVALS, {"mix"})
     if ("load" in arrivals) == ("rate" in arrivals):
         r.fail("arrivals", "give exactly one of load (normalized) and rate (requests/slot)")
     mix = []
     for k, raw in enumerate(r.items(arrivals["mix"], "arrivals.mix")):
-        raw = r.mapping(raw, f"arrivals.mix[{k}]", {"node", "commodity", "share"},
-                        {"node", "commodity", "share"})
-        mix.append((r.name(raw["node"], f"arrivals.mix[{k}].node", node_id, "node"),
-                    r.name(raw["commodity"], f"arrivals.mix[{k}].commodity", commodity_id,
-                           "commodity"),
-                    r.number(raw["share"], f"arrivals.mix[{k}].share", low=0.0)))
+        raw = r.mapping(
+            raw,
+            f"arrivals.mix[{k}]",
+            {"node", "commodity", "share"},
+            {"node", "commodity", "share"},
+        )
+        mix.append(
+            (
+                r.name(raw["node"], f"arrivals.mix[{k}].node", node_id, "node"),
+                r.name(raw["commodity"], f"arrivals.mix[{k}].commodity", commodity_id, "commodity"),
+                r.number(raw["share"], f"arrivals.mix[{k}].share", low=0.0),
+            )
+        )
     costs = r.mapping(top.get("costs", {}), "costs", _COSTS, set())
     memory = r.mapping(top.get("memory", {}), "memory", _MEMORY, set())
     initial = []
     for k, alternative in enumerate(r.items(memory.get("initial", []), "memory.initial")):
         placed = []
         for q, raw in enumerate(r.items(alternative, f"memory.initial[{k}]")):
-            raw = r.mapping(raw, f"memory.initial[{k}][{q}]", {"node", "signature"},
-                            {"node", "signature"})
-            placed.append((r.name(raw["node"], f"memory.initial[{k}][{q}].node", node_id,
-                                  "node"),
-                           r.name(raw["signature"], f"memory.initial[{k}][{q}].signature",
-                                  signature_id, "signature")))
+            raw = r.mapping(
+                raw, f"memory.initial[{k}][{q}]", {"node", "signature"}, {"node", "signature"}
+            )
+            placed.append(
+                (
+                    r.name(raw["node"], f"memory.initial[{k}][{q}].node", node_id, "node"),
+                    r.name(
+                        raw["signature"],
+                        f"memory.initial[{k}][{q}].signature",
+                        signature_id,
+                        "signature",
+                    ),
+                )
+            )
         initial.append(tuple(placed))
 
     spec = dict(
         name=name,
-        nodes=tuple(nodes), links=tuple(links), commodities=tuple(commodities),
-        signatures=tuple(signatures), actions=tuple(actions), arrival_mix=tuple(mix),
-        transit=tuple(transit), initial_memory=tuple(initial),
+        nodes=tuple(nodes),
+        links=tuple(links),
+        commodities=tuple(commodities),
+        signatures=tuple(signatures),
+        actions=tuple(actions),
+        arrival_mix=tuple(mix),
+        transit=tuple(transit),
+        initial_memory=tuple(initial),
         replicas=r.number(memory.get("replicas", 1), "memory.replicas", low=1, integer=True),
         fixed_memory=fixed,
         eta=r.number(costs.get("eta", 1.0), "costs.eta", low=0.0),
-        migration_cost=r.number(costs.get("migration_cost", 0.0), "costs.migration_cost",
-                                low=0.0),
+        migration_cost=r.number(costs.get("migration_cost", 0.0), "costs.migration_cost", low=0.0),
         theta=r.number(costs.get("theta", 0.0), "costs.theta", low=0.0),
         omega=r.number(costs.get("omega", 0.0), "costs.omega", low=0.0),
-        horizon=r.number(overrides.get("horizon", top.get("horizon", 600)), "horizon", low=1,
-                         high=10_000_000, integer=True),
+        horizon=r.number(
+            overrides.get("horizon", top.get("horizon", 600)),
+            "horizon",
+            low=1,
+            high=10_000_000,
+            integer=True,
+        ),
     )
     try:
         workload = Workload(**spec, load=0.0)
@@ -386,12 +477,18 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
     assert workload.lambda_ref is not None
     _check_completion(r, workload)
     if not math.isfinite(workload.lambda_ref):
-        r.fail("nodes", "the network's all-hit capacity is unbounded (work 0 everywhere "
-               "a request goes): give some action work > 0")
+        r.fail(
+            "nodes",
+            "the network's all-hit capacity is unbounded (work 0 everywhere "
+            "a request goes): give some action work > 0",
+        )
     if load > 0 and workload.lambda_ref <= 0:
-        r.fail(where, f"requests arrive (load {load:g}) but the network's all-hit capacity "
-               "lambda_ref is 0: no arrival pair can reach a node that serves it with "
-               "compute and links to spare (total capacity 0)")
+        r.fail(
+            where,
+            f"requests arrive (load {load:g}) but the network's all-hit capacity "
+            "lambda_ref is 0: no arrival pair can reach a node that serves it with "
+            "compute and links to spare (total capacity 0)",
+        )
     return workload.with_load(load)
 
 
@@ -421,9 +518,12 @@ def _check_completion(r: _Reader, workload: Workload) -> None:
             frontier.extend(successors[c])
     for c in sorted(reachable):
         if not can_finish[c]:
-            r.fail(f"commodities[{c}]", f"a request at {workload.commodities[c].name!r} can "
-                   "never complete: every action serving it, hit or miss, passes it on with "
-                   "probability 1 into commodities that never exit (a probability-1 loop)")
+            r.fail(
+                f"commodities[{c}]",
+                f"a request at {workload.commodities[c].name!r} can "
+                "never complete: every action serving it, hit or miss, passes it on with "
+                "probability 1 into commodities that never exit (a probability-1 loop)",
+            )
 
 
 def workload_to_dict(workload: Workload) -> dict[str, Any]:
@@ -439,14 +539,16 @@ def load_workload(path: str | Path, **overrides: Any) -> Workload:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start}: "
-                         f"{error.reason})") from None
+        raise ValueError(
+            f"{path}: not a UTF-8 text file (byte {error.start}: {error.reason})"
+        ) from None
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
         except ImportError as error:
-            raise ValueError(f"{path}: reading YAML needs PyYAML (pip install pyyaml); "
-                             "JSON works without it") from error
+            raise ValueError(
+                f"{path}: reading YAML needs PyYAML (pip install pyyaml); JSON works without it"
+            ) from error
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as error:
@@ -465,8 +567,7 @@ def load_workload(path: str | Path, **overrides: Any) -> Workload:
 
 def save_workload(workload: Workload, path: str | Path) -> None:
     """Write ``workload`` in the file format (JSON)."""
-    Path(path).write_text(json.dumps(workload_to_dict(workload), indent=1) + "\n",
-                          encoding="utf-8")
+    Path(path).write_text(json.dumps(workload_to_dict(workload), indent=1) + "\n", encoding="utf-8")
 
 
 def workload_digest_of(workload: Workload) -> str:

@@ -115,5 +115,9 @@ class WorkloadIndex:
     def score_slices(self) -> tuple[slice, slice, slice, slice]:
         """Slices of a score vector: ``(service, route, transfer, retain)``."""
         a, r, t = self.num_actions, self.num_routes, self.num_transfers
-        return (slice(0, a), slice(a, a + r), slice(a + r, a + r + t),
-                slice(a + r + t, a + r + t + self.num_retains))
+        return (
+            slice(0, a),
+            slice(a, a + r),
+            slice(a + r, a + r + t),
+            slice(a + r + t, a + r + t + self.num_retains),
+        )

@@ -89,7 +89,7 @@ def paper_window(backlog: list[int] | np.ndarray) -> tuple[float, float]:
     """Slope and mean backlog of the paper's window: slots ``[120, 600)`` of a run (all of a
     shorter run after its 20% warm-up)."""
     first = np.asarray(backlog[:PAPER_HORIZON], dtype=np.float64)
-    window = first[int(len(first) * PAPER_WARMUP):]
+    window = first[int(len(first) * PAPER_WARMUP) :]
     return backlog_slope(window), float(window.mean()) if window.size else 0.0
 
 
@@ -110,8 +110,12 @@ def completion_ratio(trace: Trace, start: int) -> float:
     window length).
     """
     born_in_window = sum(trace.arrivals[start:])
-    finished = sum(1 for k in range(start, len(trace.delays))
-                   for delay in trace.delays[k] if k - delay >= start)
+    finished = sum(
+        1
+        for k in range(start, len(trace.delays))
+        for delay in trace.delays[k]
+        if k - delay >= start
+    )
     return _ratio(finished, born_in_window)
 
 

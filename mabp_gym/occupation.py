@@ -96,8 +96,9 @@ class _LP:
             self.row(float(value), equality=equality)
         return first
 
-    def add(self, entries: list[tuple[int, float]], low: float = 0.0,
-            high: float | None = None) -> int:
+    def add(
+        self, entries: list[tuple[int, float]], low: float = 0.0, high: float | None = None
+    ) -> int:
         col = len(self.lower)
         for row, value in entries:
             if value != 0.0:
@@ -114,8 +115,9 @@ class _LP:
 
     def maximize(self, name: str, column: int) -> float:
         """The largest value of ``column`` (``inf`` when unbounded)."""
-        matrix = coo_matrix((self.vals, (self.rows, self.cols)),
-                            shape=(len(self.rhs), self.num_cols)).tocsr()
+        matrix = coo_matrix(
+            (self.vals, (self.rows, self.cols)), shape=(len(self.rhs), self.num_cols)
+        ).tocsr()
         equality = np.asarray(self.equality, dtype=bool)
         rhs = np.asarray(self.rhs)
         objective = np.zeros(self.num_cols)
@@ -123,9 +125,12 @@ class _LP:
         ub, eq = ~equality, equality
         result = linprog(
             objective,
-            A_ub=matrix[ub] if ub.any() else None, b_ub=rhs[ub] if ub.any() else None,
-            A_eq=matrix[eq] if eq.any() else None, b_eq=rhs[eq] if eq.any() else None,
-            bounds=list(zip(self.lower, self.upper, strict=True)), method="highs",
+            A_ub=matrix[ub] if ub.any() else None,
+            b_ub=rhs[ub] if ub.any() else None,
+            A_eq=matrix[eq] if eq.any() else None,
+            b_eq=rhs[eq] if eq.any() else None,
+            bounds=list(zip(self.lower, self.upper, strict=True)),
+            method="highs",
         )
         if result.status == 3:
             return float("inf")
@@ -142,17 +147,24 @@ def _flow_lp(workload: Workload, *, equality: bool) -> tuple[_LP, int]:
     ix = workload.index
     lp = _LP()
     lp.rows_block(np.zeros(ix.num_pairs), equality=equality)
-    theta = lp.add([(int(p), float(share)) for p, share in
-                    zip(ix.arrival_pair, ix.arrival_share, strict=True)])
+    theta = lp.add(
+        [(int(p), float(share)) for p, share in zip(ix.arrival_pair, ix.arrival_share, strict=True)]
+    )
     link0 = lp.rows_block(ix.link_capacity)
     for r in range(ix.num_routes):
-        lp.add([(int(ix.route_src_pair[r]), -1.0), (int(ix.route_dst_pair[r]), 1.0),
-                (link0 + int(ix.route_link[r]), 1.0)])
+        lp.add(
+            [
+                (int(ix.route_src_pair[r]), -1.0),
+                (int(ix.route_dst_pair[r]), 1.0),
+                (link0 + int(ix.route_link[r]), 1.0),
+            ]
+        )
     return lp, theta
 
 
-def _service_entries(workload: Workload, action: int, hit: int, amount: float
-                     ) -> list[tuple[int, float]]:
+def _service_entries(
+    workload: Workload, action: int, hit: int, amount: float
+) -> list[tuple[int, float]]:
     """``-g`` entries of ``amount`` completed units of ``action`` under hit bit ``hit``:
     the served pair loses them, the successor pairs at the same node gain them."""
     ix = workload.index
@@ -169,14 +181,17 @@ def _fixed_state(workload: Workload, initial: int) -> State:
     if not alternatives:
         return frozenset()
     if not 0 <= initial < len(alternatives):
-        raise ValueError(f"initial must be in [0, {len(alternatives)}) (an initial-memory "
-                         f"alternative of {workload.name!r}), got {initial!r}")
+        raise ValueError(
+            f"initial must be in [0, {len(alternatives)}) (an initial-memory "
+            f"alternative of {workload.name!r}), got {initial!r}"
+        )
     return frozenset((int(i), int(s)) for i, s in alternatives[initial])
 
 
 # -- the per-node relaxation (SPEC 9.1) ----------------------------------------------------
-def occupation_relaxation(workload: Workload, *, budget_hull: bool = True,
-                          initial: int = 0) -> float:
+def occupation_relaxation(
+    workload: Workload, *, budget_hull: bool = True, initial: int = 0
+) -> float:
     """The per-node relaxation of Thm. 1 (SPEC 9.1), requests per slot.
 
     Args:
@@ -218,8 +233,12 @@ def occupation_relaxation(workload: Workload, *, budget_hull: bool = True,
     held = _fixed_state(workload, initial) if fixed else frozenset()
     for (i, s), k in sig_rows.items():
         size = float(ix.signature_size[s])
-        entries = [(resident0 + k, -float(ix.mu[i])), (budget0 + i, size),
-                   (card0 + i, 1.0), (replica0 + s, 1.0)]
+        entries = [
+            (resident0 + k, -float(ix.mu[i])),
+            (budget0 + i, size),
+            (card0 + i, 1.0),
+            (replica0 + s, 1.0),
+        ]
         if fixed:
             value = 1.0 if (i, s) in held else 0.0
             lp.add(entries, value, value)
@@ -259,23 +278,33 @@ class _ExactModel:
         ix = workload.index
         self.ix = ix
         self.fixed = workload.fixed_memory
-        self.eligible = [] if self.fixed else [
-            (int(i), int(s)) for i, s in zip(*np.nonzero(ix.eligible), strict=True)]
+        self.eligible = (
+            []
+            if self.fixed
+            else [(int(i), int(s)) for i, s in zip(*np.nonzero(ix.eligible), strict=True)]
+        )
         # Nodes with a memory-assisted action: their service enters the kernel (generation)
         # and their primitives depend on memory. Every other node's service is
         # memory-independent and enters the LP once, for all states.
-        self.memory_nodes = sorted({int(ix.action_node[a]) for a in range(ix.num_actions)
-                                    if ix.action_signature[a] >= 0})
+        self.memory_nodes = sorted(
+            {int(ix.action_node[a]) for a in range(ix.num_actions) if ix.action_signature[a] >= 0}
+        )
         self._check_size()
         self.initial = _fixed_state(workload, initial)
         self.size = ix.signature_size.tolist()
         self.budget = ix.budget.tolist()
-        self.node_actions = [np.flatnonzero(ix.action_node == i).tolist()
-                             for i in range(ix.num_nodes)]
-        self.transfers = [(int(ix.link_src[ix.transfer_link[k]]),
-                           int(ix.link_dst[ix.transfer_link[k]]),
-                           int(ix.transfer_link[k]), int(ix.transfer_signature[k]))
-                          for k in range(ix.num_transfers)]
+        self.node_actions = [
+            np.flatnonzero(ix.action_node == i).tolist() for i in range(ix.num_nodes)
+        ]
+        self.transfers = [
+            (
+                int(ix.link_src[ix.transfer_link[k]]),
+                int(ix.link_dst[ix.transfer_link[k]]),
+                int(ix.transfer_link[k]),
+                int(ix.transfer_signature[k]),
+            )
+            for k in range(ix.num_transfers)
+        ]
 
     def _check_size(self) -> None:
         ix, wl = self.ix, self.workload
@@ -284,7 +313,8 @@ class _ExactModel:
             raise ValueError(
                 f"exact occupation LP: {wl.name!r} has {pairs} (node, signature) pairs that "
                 f"memory may hold, up to 2**{pairs} memory states; the exact LP enumerates at "
-                f"most {limit} pairs (2**{limit} states). Use exact=False (the relaxation).")
+                f"most {limit} pairs (2**{limit} states). Use exact=False (the relaxation)."
+            )
         for a in range(ix.num_actions):
             if int(ix.action_node[a]) not in self.memory_nodes:
                 continue
@@ -296,14 +326,17 @@ class _ExactModel:
                         f"exact occupation LP: action {a} of {wl.name!r} has work {work:g} "
                         f"({'hit' if hit else 'miss'}) at a node with mu {mu:g} that memory "
                         "acts on; the paper's per-slot model (and so the exact LP) needs "
-                        "0 < work <= mu there (no multi-slot service). Use exact=False.")
+                        "0 < work <= mu there (no multi-slot service). Use exact=False."
+                    )
 
     # -- one memory state -------------------------------------------------------------------
     def branches(self, state: State) -> Iterator[_Branch]:
         ix = self.ix
         for resident in self._resident_sets(state):
-            hit = tuple(int((int(ix.action_node[a]), int(ix.action_signature[a])) in resident)
-                        for a in range(ix.num_actions))
+            hit = tuple(
+                int((int(ix.action_node[a]), int(ix.action_signature[a])) in resident)
+                for a in range(ix.num_actions)
+            )
             # Per node: integer service vectors grouped by their generation pattern.
             groups: list[dict[tuple[int, ...], list[tuple[int, ...]]]] = []
             nodes = self.memory_nodes
@@ -316,16 +349,16 @@ class _ExactModel:
                         counts[a] = n
                 generated = self._generated(resident, counts)
                 laws = self._retention_laws(resident, generated)
-                service = tuple((i, tuple(g[key])) for i, g, key in
-                                zip(nodes, groups, keys, strict=True))
+                service = tuple(
+                    (i, tuple(g[key])) for i, g, key in zip(nodes, groups, keys, strict=True)
+                )
                 yield _Branch(resident, hit, laws, service)
 
     def _resident_sets(self, state: State) -> list[State]:
         """Post-transfer resident sets reachable from ``state`` (check_control's rules)."""
         if self.fixed or not self.transfers:
             return [state]
-        movable = [t for t in self.transfers if (t[0], t[3]) in state
-                   and (t[1], t[3]) not in state]
+        movable = [t for t in self.transfers if (t[0], t[3]) in state and (t[1], t[3]) not in state]
         found = {state}
         for r in range(1, len(movable) + 1):
             for chosen in itertools.combinations(movable, r):
@@ -336,8 +369,7 @@ class _ExactModel:
                 bandwidth: dict[int, float] = {}
                 for _, _, e, s in chosen:
                     bandwidth[e] = bandwidth.get(e, 0.0) + self.size[s]
-                if any(b > float(self.ix.link_bandwidth[e]) + 1e-6
-                       for e, b in bandwidth.items()):
+                if any(b > float(self.ix.link_bandwidth[e]) + 1e-6 for e, b in bandwidth.items()):
                     continue
                 after = (state - set(moved)) | set(arriving)
                 if all(self._used(after, j) <= self.budget[j] + 1e-6 for _, j, _, _ in chosen):
@@ -347,13 +379,13 @@ class _ExactModel:
     def _used(self, held: State, node: int) -> float:
         return sum(self.size[s] for i, s in held if i == node)
 
-    def _service_groups(self, node: int, resident: State, hit: tuple[int, ...]
-                        ) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+    def _service_groups(
+        self, node: int, resident: State, hit: tuple[int, ...]
+    ) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
         actions = self.node_actions[node]
         groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
         for vector in self.service_vectors(node, hit):
-            key = tuple(self._pattern(a, n, resident) for a, n in zip(actions, vector,
-                                                                        strict=True))
+            key = tuple(self._pattern(a, n, resident) for a, n in zip(actions, vector, strict=True))
             groups.setdefault(key, []).append(vector)
         return groups
 
@@ -372,7 +404,8 @@ class _ExactModel:
                     raise ValueError(
                         f"exact occupation LP: node {self.workload.nodes[node].name!r} has more "
                         f"than {EXACT_LIMITS['service_vectors']} integer service vectors; "
-                        "use exact=False")
+                        "use exact=False"
+                    )
                 return
             for n in range(int((left + _TOL) // work[k]) + 1):
                 extend(k + 1, left - n * work[k], (*prefix, n))
@@ -389,8 +422,7 @@ class _ExactModel:
             return 0
         return count if g < 1 else min(count, 1)
 
-    def _generated(self, resident: State, counts: dict[int, int]
-                   ) -> list[tuple[State, float]]:
+    def _generated(self, resident: State, counts: dict[int, int]) -> list[tuple[State, float]]:
         """Law of the generated set, attempts in action order (the simulator's)."""
         ix = self.ix
         law: dict[State, float] = {frozenset(): 1.0}
@@ -403,8 +435,12 @@ class _ExactModel:
             step: dict[State, float] = {}
             for gen, prob in law.items():
                 copies = sum(1 for _, t in resident if t == s) + sum(1 for _, t in gen if t == s)
-                if ((i, s) in gen or (i, s) in resident or copies >= self.workload.replicas
-                        or success <= 0):
+                if (
+                    (i, s) in gen
+                    or (i, s) in resident
+                    or copies >= self.workload.replicas
+                    or success <= 0
+                ):
                     step[gen] = step.get(gen, 0.0) + prob
                     continue
                 grown = gen | {(i, s)}
@@ -414,14 +450,14 @@ class _ExactModel:
             law = step
         return sorted(law.items(), key=lambda item: sorted(item[0]))
 
-    def _retention_laws(self, resident: State, generated: list[tuple[State, float]]
-                        ) -> tuple[tuple[tuple[State, float], ...], ...]:
+    def _retention_laws(
+        self, resident: State, generated: list[tuple[State, float]]
+    ) -> tuple[tuple[tuple[State, float], ...], ...]:
         """Distinct next-state laws, one per retention map (priority order per node)."""
         if self.fixed:
             return (((resident, 1.0),),)
         nodes = sorted({i for i, _ in resident} | {i for gen, _ in generated for i, _ in gen})
-        per_node = [self._node_maps(i, resident, [gen for gen, _ in generated])
-                    for i in nodes]
+        per_node = [self._node_maps(i, resident, [gen for gen, _ in generated]) for i in nodes]
         laws = set()
         for choice in itertools.product(*per_node):
             law: dict[State, float] = {}
@@ -431,8 +467,9 @@ class _ExactModel:
             laws.add(tuple(sorted(law.items(), key=lambda item: sorted(item[0]))))
         return tuple(sorted(laws, key=repr))
 
-    def _node_maps(self, node: int, resident: State, outcomes: list[State]
-                   ) -> list[tuple[State, ...]]:
+    def _node_maps(
+        self, node: int, resident: State, outcomes: list[State]
+    ) -> list[tuple[State, ...]]:
         """Distinct functions ``outcome -> kept set`` of node ``node``'s priority maps."""
         mine = [(i, s) for i, s in resident if i == node]
         if len(outcomes) == 1:
@@ -455,8 +492,10 @@ class _ExactModel:
                     kept: list[tuple[int, int]] = []
                     used = 0.0
                     for pair in order:
-                        if pair in available and used + self.size[pair[1]] <= \
-                                self.budget[node] + 1e-6:
+                        if (
+                            pair in available
+                            and used + self.size[pair[1]] <= self.budget[node] + 1e-6
+                        ):
                             kept.append(pair)
                             used += self.size[pair[1]]
                     result.append(frozenset(kept))
@@ -484,7 +523,8 @@ def _exact(workload: Workload, initial: int) -> float:
                             raise ValueError(
                                 f"exact occupation LP: {workload.name!r} has more than "
                                 f"{EXACT_LIMITS['states']} reachable memory states; use "
-                                "exact=False")
+                                "exact=False"
+                            )
         k += 1
 
     # Rows: flow (the paper's (9), -g + theta * share <= 0), links, normalization (6),
@@ -513,7 +553,8 @@ def _exact(workload: Workload, initial: int) -> float:
             if lp.num_cols > EXACT_LIMITS["columns"]:
                 raise ValueError(
                     f"exact occupation LP: {workload.name!r} needs more than "
-                    f"{EXACT_LIMITS['columns']} LP columns; use exact=False")
+                    f"{EXACT_LIMITS['columns']} LP columns; use exact=False"
+                )
     return lp.maximize(workload.name, theta)
 
 
@@ -570,8 +611,9 @@ def exact_size(workload: Workload, initial: int = 0) -> dict[str, int]:
     return {"memory_pairs": len(model.eligible), "states": len(seen), "controls": controls}
 
 
-def occupation_bound(workload: Workload, exact: bool = False, *, budget_hull: bool = True,
-                     initial: int = 0) -> float:
+def occupation_bound(
+    workload: Workload, exact: bool = False, *, budget_hull: bool = True, initial: int = 0
+) -> float:
     """The occupation-measure bound of paper Thm. 1 in requests per slot.
 
     Args:

@@ -74,8 +74,14 @@ from mabp_gym.simulator import SlotOutcome
 from mabp_gym.workload import ROLES, Workload
 
 AGENT_REWARDS = ("own", "global")
-NEIGHBOUR_STATIC_FEATURES = (*(f"role_{r}" for r in ROLES), "mu", "budget", "link_capacity",
-                             "link_cost", "link_bandwidth")
+NEIGHBOUR_STATIC_FEATURES = (
+    *(f"role_{r}" for r in ROLES),
+    "mu",
+    "budget",
+    "link_capacity",
+    "link_cost",
+    "link_bandwidth",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,8 +111,9 @@ class AgentLayout:
     telemetry_sent: int  # numbers this node's message costs per slot, summed over readers
 
 
-def parallel_env(workload: str | Workload = "mixed", staleness: Any = 0,
-                 **env_kw: Any) -> SFMSNParallelEnv:
+def parallel_env(
+    workload: str | Workload = "mixed", staleness: Any = 0, **env_kw: Any
+) -> SFMSNParallelEnv:
     """The decentralized PettingZoo view of a workload (SPEC 10).
 
     Args:
@@ -181,14 +188,22 @@ class SFMSNParallelEnv(ParallelEnv):
     - v0: initial version.
     """
 
-    metadata = {"name": "mabp_gym_parallel_v0", "render_modes": ["ansi", "rgb_array"],
-                "is_parallelizable": True}
+    metadata = {
+        "name": "mabp_gym_parallel_v0",
+        "render_modes": ["ansi", "rgb_array"],
+        "is_parallelizable": True,
+    }
 
-    def __init__(self, workload: str | Workload = "mixed", *, staleness: Any = 0,
-                 agent_reward: str = "own", **env_kw: Any) -> None:
+    def __init__(
+        self,
+        workload: str | Workload = "mixed",
+        *,
+        staleness: Any = 0,
+        agent_reward: str = "own",
+        **env_kw: Any,
+    ) -> None:
         if agent_reward not in AGENT_REWARDS:
-            raise ValueError(f"agent_reward must be one of {AGENT_REWARDS}, got "
-                             f"{agent_reward!r}")
+            raise ValueError(f"agent_reward must be one of {AGENT_REWARDS}, got {agent_reward!r}")
         # The single-agent env validates every setting and owns the simulator, so both
         # views seed, step and reward one episode identically.
         self._single = SFMSNEnv(workload, **env_kw)
@@ -225,8 +240,12 @@ class SFMSNParallelEnv(ParallelEnv):
     def local_slices(self) -> tuple[slice, slice, slice, slice]:
         """Slices of an agent's action: ``(service, route, transfer, retain)``."""
         a, r, t, k = self._sizes
-        return (slice(0, a), slice(a, a + r), slice(a + r, a + r + t),
-                slice(a + r + t, a + r + t + k))
+        return (
+            slice(0, a),
+            slice(a, a + r),
+            slice(a + r, a + r + t),
+            slice(a + r + t, a + r + t + k),
+        )
 
     def _build_tables(self) -> None:
         """Padded per-agent gathers, so that an observation is a few array operations."""
@@ -266,7 +285,7 @@ class SFMSNParallelEnv(ParallelEnv):
         def pad(rows: list[np.ndarray], width: int, fill: int) -> np.ndarray:
             table = np.full((n_ag, width), fill, dtype=np.int64)
             for q, row in enumerate(rows):
-                table[q, :len(row)] = row
+                table[q, : len(row)] = row
             return table
 
         self._agent_node = np.asarray([x.node for x in lays], dtype=np.int64)
@@ -299,10 +318,11 @@ class SFMSNParallelEnv(ParallelEnv):
         for q in range(n_ag):
             for k in range(r_max):
                 found = compat.get((int(route_dst[q, k]), int(route_comm[q, k])), [])
-                self._route_sigs[q, k, :len(found)] = found
+                self._route_sigs[q, k, : len(found)] = found
         sizes = np.append(ix.signature_size, 0.0)
-        self._transfer_size = sizes[np.append(ix.transfer_signature, s)[self._transfer]
-                                    ].astype(np.float32)
+        self._transfer_size = sizes[np.append(ix.transfer_signature, s)[self._transfer]].astype(
+            np.float32
+        )
         bandwidth = np.append(ix.link_bandwidth, 0.0)
         self._transfer_bw = bandwidth[np.append(ix.transfer_link, ix.num_links)[self._transfer]]
         self._budget = ix.budget if self.memory else np.zeros(n)
@@ -311,16 +331,25 @@ class SFMSNParallelEnv(ParallelEnv):
         sig = np.append(ix.action_signature, -1)
         comm = np.append(ix.action_commodity, -1)
         self._service_index = np.stack([comm[self._svc], sig[self._svc]], axis=1)
-        self._route_index = np.stack([np.where(self._route_valid, self._route_slot, -1),
-                                      np.where(self._route_valid, route_comm, -1)], axis=1)
+        self._route_index = np.stack(
+            [
+                np.where(self._route_valid, self._route_slot, -1),
+                np.where(self._route_valid, route_comm, -1),
+            ],
+            axis=1,
+        )
         self._transfer_index = np.stack(
-            [np.where(self._transfer_valid, self._transfer_slot, -1),
-             np.where(self._transfer_valid, self._transfer_sig, -1)], axis=1)
+            [
+                np.where(self._transfer_valid, self._transfer_slot, -1),
+                np.where(self._transfer_valid, self._transfer_sig, -1),
+            ],
+            axis=1,
+        )
         self._retain_index = np.append(ix.retain_signature, -1)[self._retain]
         roles = np.zeros((n + 1, len(ROLES)), dtype=np.float32)
         roles[np.arange(n), [ROLES.index(node.role) for node in wl.nodes]] = 1.0
         static = np.zeros((n_ag, nb_max, len(NEIGHBOUR_STATIC_FEATURES)), dtype=np.float32)
-        static[..., :len(ROLES)] = roles[self._nb_node]
+        static[..., : len(ROLES)] = roles[self._nb_node]
         static[..., len(ROLES)] = np.append(ix.mu, 0.0)[self._nb_node]
         static[..., len(ROLES) + 1] = np.append(self._budget, 0.0)[self._nb_node]
         links = pad([x.neighbour_links for x in lays], nb_max, ix.num_links)
@@ -330,10 +359,11 @@ class SFMSNParallelEnv(ParallelEnv):
         self._upstream_index = up_index[self._agent_node]
         relay = np.zeros((n_ag, nb_max), dtype=bool)
         for q, x in enumerate(lays):
-            relay[q, :len(x.relayed)] = x.relayed
+            relay[q, : len(x.relayed)] = x.relayed
         self._relay = relay
         self._route_cost = np.append(ix.link_cost[ix.route_link], 0.0)[self._route].astype(
-            np.float32)
+            np.float32
+        )
 
         # Where each agent's action entries go in the global score vector.
         offsets = np.cumsum([0, a_max, r_max, t_max])
@@ -341,9 +371,14 @@ class SFMSNParallelEnv(ParallelEnv):
         local_pos, global_pos = [], []
         d_local = a_max + r_max + t_max + k_max
         for q in range(n_ag):
-            for block, (table, valid) in enumerate((
-                    (self._svc, self._svc_valid), (self._route, self._route_valid),
-                    (self._transfer, self._transfer_valid), (self._retain, self._retain_valid))):
+            for block, (table, valid) in enumerate(
+                (
+                    (self._svc, self._svc_valid),
+                    (self._route, self._route_valid),
+                    (self._transfer, self._transfer_valid),
+                    (self._retain, self._retain_valid),
+                )
+            ):
                 cols = np.flatnonzero(valid[q])
                 local_pos.append(q * d_local + offsets[block] + cols)
                 global_pos.append(global_offsets[block] + table[q, cols])
@@ -355,8 +390,9 @@ class SFMSNParallelEnv(ParallelEnv):
 
         inf = np.inf
         self._obs_spaces = {x.name: self._observation_space() for x in lays}
-        self._act_spaces = {x.name: spaces.Box(-1.0, 1.0, (d_local,), dtype=np.float32)
-                            for x in lays}
+        self._act_spaces = {
+            x.name: spaces.Box(-1.0, 1.0, (d_local,), dtype=np.float32) for x in lays
+        }
         self.state_space = spaces.Box(0.0, inf, (n * c + n * s,), dtype=np.float32)
 
     def _observation_space(self) -> spaces.Dict:
@@ -372,30 +408,32 @@ class SFMSNParallelEnv(ParallelEnv):
         def index(shape: tuple[int, ...], high: int) -> spaces.Box:
             return spaces.Box(-1, max(high, 1) - 1, shape, dtype=np.int64)
 
-        return spaces.Dict({
-            "node": box((len(NODE_FEATURES),)),
-            "queues": box((c,)),
-            "queue_age": box((c,)),
-            "memory": box((s,), high=1.0),
-            "service": box((a, len(SERVICE_FEATURES)), low=-inf),
-            "service_index": index((2, a), max(c, s)),
-            "route": box((r, len(ROUTE_FEATURES)), low=-inf),
-            "route_index": index((2, r), max(nb, c)),
-            "transfer": box((t, len(TRANSFER_FEATURES)), low=-inf),
-            "transfer_index": index((2, t), max(nb, s)),
-            "retain": box((k, len(RETAIN_FEATURES)), low=-inf),
-            "retain_index": index((k,), s),
-            "neighbour_queues": box((nb, c)),
-            "neighbour_memory": box((nb, s), high=1.0),
-            "neighbour_age": box((nb,)),
-            "neighbour_static": box((nb, len(NEIGHBOUR_STATIC_FEATURES)), low=-inf),
-            "neighbour_mask": spaces.Box(0, 1, (nb,), dtype=np.int8),
-            "upstream_queues": box((u,)),
-            "upstream_age": box((u,)),
-            "upstream_index": index((2, u), max(c, self._fanout_max + 1)),
-            "neighbour_upstream": box((nb, u)),
-            "candidate_mask": spaces.Box(0, 1, (self._d_local,), dtype=np.int8),
-        })
+        return spaces.Dict(
+            {
+                "node": box((len(NODE_FEATURES),)),
+                "queues": box((c,)),
+                "queue_age": box((c,)),
+                "memory": box((s,), high=1.0),
+                "service": box((a, len(SERVICE_FEATURES)), low=-inf),
+                "service_index": index((2, a), max(c, s)),
+                "route": box((r, len(ROUTE_FEATURES)), low=-inf),
+                "route_index": index((2, r), max(nb, c)),
+                "transfer": box((t, len(TRANSFER_FEATURES)), low=-inf),
+                "transfer_index": index((2, t), max(nb, s)),
+                "retain": box((k, len(RETAIN_FEATURES)), low=-inf),
+                "retain_index": index((k,), s),
+                "neighbour_queues": box((nb, c)),
+                "neighbour_memory": box((nb, s), high=1.0),
+                "neighbour_age": box((nb,)),
+                "neighbour_static": box((nb, len(NEIGHBOUR_STATIC_FEATURES)), low=-inf),
+                "neighbour_mask": spaces.Box(0, 1, (nb,), dtype=np.int8),
+                "upstream_queues": box((u,)),
+                "upstream_age": box((u,)),
+                "upstream_index": index((2, u), max(c, self._fanout_max + 1)),
+                "neighbour_upstream": box((nb, u)),
+                "candidate_mask": spaces.Box(0, 1, (self._d_local,), dtype=np.int8),
+            }
+        )
 
     # Both return the same space object every call (PettingZoo requires it: seeding).
     def observation_space(self, agent: str) -> spaces.Dict:
@@ -407,8 +445,9 @@ class SFMSNParallelEnv(ParallelEnv):
         return self._act_spaces[agent]
 
     # -- episode --------------------------------------------------------------------------
-    def reset(self, seed: int | None = None, options: dict | None = None
-              ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, Any]]]:
+    def reset(
+        self, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, Any]]]:
         """Start an episode; ``seed`` seeds the simulator as the single-agent env does.
 
         ``options`` are accepted and ignored (PettingZoo's API test passes some).
@@ -417,8 +456,11 @@ class SFMSNParallelEnv(ParallelEnv):
             raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
         global_obs, _ = self._single.reset(seed=seed)
         self.agents = list(self.possible_agents)
-        n, c, s = (self.workload.index.num_nodes, self.workload.index.num_commodities,
-                   self.workload.index.num_signatures)
+        n, c, s = (
+            self.workload.index.num_nodes,
+            self.workload.index.num_commodities,
+            self.workload.index.num_signatures,
+        )
         depth = self._history
         # Ring buffers of the published telemetry; row N is "no neighbour" and reads 0.
         self._hist_queues = np.zeros((depth, n + 1, c), dtype=np.float32)
@@ -430,9 +472,15 @@ class SFMSNParallelEnv(ParallelEnv):
         zero = dict.fromkeys(self.agents, 0.0)
         return obs, self._infos(zero, zero)
 
-    def step(self, actions: dict[str, np.ndarray]) -> tuple[
-            dict[str, dict[str, np.ndarray]], dict[str, float], dict[str, bool],
-            dict[str, bool], dict[str, dict[str, Any]]]:
+    def step(
+        self, actions: dict[str, np.ndarray]
+    ) -> tuple[
+        dict[str, dict[str, np.ndarray]],
+        dict[str, float],
+        dict[str, bool],
+        dict[str, bool],
+        dict[str, dict[str, Any]],
+    ]:
         if not self.agents:
             raise RuntimeError("the episode is over (or never started): call reset() first")
         scores = self.assemble(actions)
@@ -452,16 +500,24 @@ class SFMSNParallelEnv(ParallelEnv):
             drift = self._per_agent(0.5 * after * after) - self._per_agent(0.5 * before * before)
             share = -(drift + cost) / self.reward_scale
             # The same sum, in the same order, as the single-agent env's reward.
-            total = -(0.5 * float(after @ after) - 0.5 * float(before @ before)
-                      + self.nu * outcome.penalty) / self.reward_scale
+            total = (
+                -(
+                    0.5 * float(after @ after)
+                    - 0.5 * float(before @ before)
+                    + self.nu * outcome.penalty
+                )
+                / self.reward_scale
+            )
         if self.agent_reward == "own":
             rewards = {name: float(share[q]) for q, name in enumerate(self.possible_agents)}
         else:
             rewards = dict.fromkeys(self.possible_agents, float(total))
         obs = self._observe(global_obs)
         truncated = self.sim.state.t >= self.horizon
-        infos = self._infos(dict(zip(self.possible_agents, backlog.tolist(), strict=True)),
-                            dict(zip(self.possible_agents, penalty.tolist(), strict=True)))
+        infos = self._infos(
+            dict(zip(self.possible_agents, backlog.tolist(), strict=True)),
+            dict(zip(self.possible_agents, penalty.tolist(), strict=True)),
+        )
         terminations = dict.fromkeys(self.possible_agents, False)
         truncations = dict.fromkeys(self.possible_agents, bool(truncated))
         if truncated:
@@ -471,19 +527,25 @@ class SFMSNParallelEnv(ParallelEnv):
     def assemble(self, actions: dict[str, np.ndarray]) -> np.ndarray:
         """The global ``(D,)`` score vector of the agents' local actions."""
         if not isinstance(actions, Mapping):
-            raise ValueError(f"actions must be a dict from agent name to an array of shape "
-                             f"({self._d_local},), got {type(actions).__name__}")
+            raise ValueError(
+                f"actions must be a dict from agent name to an array of shape "
+                f"({self._d_local},), got {type(actions).__name__}"
+            )
         missing = [a for a in self.agents if a not in actions]
         unknown = [a for a in actions if a not in self._by_name]
         if missing or unknown:
-            raise ValueError(f"actions must name every live agent exactly: missing {missing}, "
-                             f"unknown {unknown}; agents: {self.agents}")
+            raise ValueError(
+                f"actions must name every live agent exactly: missing {missing}, "
+                f"unknown {unknown}; agents: {self.agents}"
+            )
         stacked = np.empty((len(self.possible_agents), self._d_local), dtype=np.float64)
         for q, name in enumerate(self.possible_agents):
             action = np.asarray(actions[name], dtype=np.float64)
             if action.shape != (self._d_local,):
-                raise ValueError(f"action of agent {name!r} must have shape "
-                                 f"({self._d_local},), got {action.shape}")
+                raise ValueError(
+                    f"action of agent {name!r} must have shape "
+                    f"({self._d_local},), got {action.shape}"
+                )
             stacked[q] = action
         if not np.isfinite(stacked).all():
             bad = [self.possible_agents[q] for q in np.flatnonzero(~np.isfinite(stacked).all(1))]
@@ -540,13 +602,18 @@ class SFMSNParallelEnv(ParallelEnv):
         # neighbour's as that neighbour received them, relayed over the link to it.
         own_up = self._agent_node
         up_seen = np.maximum(t - self._up_delay[own_up], 0)
-        up_queues = self._hist_queues[up_seen % depth, self._up_src[own_up],
-                                      self._up_comm[own_up]]  # (n_ag, U)
+        up_queues = self._hist_queues[
+            up_seen % depth, self._up_src[own_up], self._up_comm[own_up]
+        ]  # (n_ag, U)
         up_age = np.where(self._up_valid[own_up], t - up_seen, 0).astype(np.float32)
         relay_seen = np.maximum(seen[:, :, None] - self._up_delay[self._nb_node], 0)
-        nb_upstream = np.where(self._relay[:, :, None], self._hist_queues[
-            relay_seen % depth, self._up_src[self._nb_node], self._up_comm[self._nb_node]],
-            np.float32(0.0))  # (n_ag, Nb, U)
+        nb_upstream = np.where(
+            self._relay[:, :, None],
+            self._hist_queues[
+                relay_seen % depth, self._up_src[self._nb_node], self._up_comm[self._nb_node]
+            ],
+            np.float32(0.0),
+        )  # (n_ag, Nb, U)
         rows = self._rows
         own_queues = queues[self._agent_node]  # (n_ag, C)
         own_memory = memory[self._agent_node]  # (n_ag, S)
@@ -557,9 +624,11 @@ class SFMSNParallelEnv(ParallelEnv):
         src = own_queues[rows, self._route_comm]
         dst = nb_queues[rows, self._route_slot, self._route_comm]
         padded_memory = np.concatenate(
-            [nb_memory, np.zeros((*nb_memory.shape[:2], 1), dtype=np.float32)], axis=2)
-        compatible = padded_memory[rows[:, :, None], self._route_slot[:, :, None],
-                                   self._route_sigs].max(axis=2, initial=0.0)
+            [nb_memory, np.zeros((*nb_memory.shape[:2], 1), dtype=np.float32)], axis=2
+        )
+        compatible = padded_memory[
+            rows[:, :, None], self._route_slot[:, :, None], self._route_sigs
+        ].max(axis=2, initial=0.0)
         valid = self._route_valid
         route[..., 0] = np.where(valid, src - dst, 0.0)
         route[..., 1] = self._route_cost
@@ -583,11 +652,15 @@ class SFMSNParallelEnv(ParallelEnv):
         a, r, tt, _ = self._sizes
         local_mask = np.zeros((len(self.layouts), self._d_local), dtype=np.int8)
         local_mask[:, :a] = np.append(mask[:n_act], 0)[self._svc]
-        local_mask[:, a:a + r] = np.append(mask[n_act:n_act + n_route], 0)[self._route]
-        local_mask[:, a + r:a + r + tt] = (
-            holds & ~dst_holds & valid & (self._transfer_size <= self._transfer_bw)
-            & (self._transfer_size <= dst_free + 1e-9))
-        local_mask[:, a + r + tt:] = self._retain_valid
+        local_mask[:, a : a + r] = np.append(mask[n_act : n_act + n_route], 0)[self._route]
+        local_mask[:, a + r : a + r + tt] = (
+            holds
+            & ~dst_holds
+            & valid
+            & (self._transfer_size <= self._transfer_bw)
+            & (self._transfer_size <= dst_free + 1e-9)
+        )
+        local_mask[:, a + r + tt :] = self._retain_valid
 
         nodes = global_obs["node_features"][self._agent_node]
         ages = self._queue_ages(state, t)[self._agent_node]
@@ -626,16 +699,14 @@ class SFMSNParallelEnv(ParallelEnv):
         if heads:
             pairs, births = zip(*heads, strict=True)
             pairs_arr = np.asarray(pairs)
-            ages[ix.pair_node[pairs_arr], ix.pair_commodity[pairs_arr]] = \
-                t - np.asarray(births)
+            ages[ix.pair_node[pairs_arr], ix.pair_commodity[pairs_arr]] = t - np.asarray(births)
         return ages
 
     # -- per-node shares of the reward ---------------------------------------------------
     def _per_agent(self, per_pair: np.ndarray) -> np.ndarray:
         """Sum of a per-pair quantity over each agent's node, ``(n_agents,)``."""
         ix = self.workload.index
-        return np.bincount(ix.pair_node, weights=per_pair, minlength=ix.num_nodes
-                           )[self._agent_node]
+        return np.bincount(ix.pair_node, weights=per_pair, minlength=ix.num_nodes)[self._agent_node]
 
     def _node_penalty(self, control: Control, outcome: SlotOutcome) -> np.ndarray:
         """``h_i(t)``: the penalty of each node's own decisions; sums to ``h(t)``.
@@ -652,14 +723,18 @@ class SFMSNParallelEnv(ParallelEnv):
             pens = np.fromiter((u[4] for u in outcome.units), dtype=np.float64)
             per_node += np.bincount(ix.action_node[acts], weights=pens, minlength=n)
         if control.route.any():
-            per_node += np.bincount(ix.link_src[ix.route_link],
-                                    weights=control.route * ix.link_cost[ix.route_link],
-                                    minlength=n)
+            per_node += np.bincount(
+                ix.link_src[ix.route_link],
+                weights=control.route * ix.link_cost[ix.route_link],
+                minlength=n,
+            )
         if control.transfers.size:
             k = control.transfers
-            per_node += np.bincount(ix.link_src[ix.transfer_link[k]],
-                                    weights=wl.migration_cost
-                                    * ix.signature_size[ix.transfer_signature[k]], minlength=n)
+            per_node += np.bincount(
+                ix.link_src[ix.transfer_link[k]],
+                weights=wl.migration_cost * ix.signature_size[ix.transfer_signature[k]],
+                minlength=n,
+            )
         state = self.sim.state
         per_node += wl.theta * state.memory_used
         for i, s in outcome.generated:
@@ -667,12 +742,18 @@ class SFMSNParallelEnv(ParallelEnv):
                 per_node[i] += wl.omega
         return per_node[self._agent_node]
 
-    def _infos(self, backlog: dict[str, float], penalty: dict[str, float]
-               ) -> dict[str, dict[str, Any]]:
-        return {x.name: {"backlog": backlog[x.name], "penalty": penalty[x.name],
-                         "telemetry_received": x.telemetry_received,
-                         "telemetry_sent": x.telemetry_sent}
-                for x in self.layouts}
+    def _infos(
+        self, backlog: dict[str, float], penalty: dict[str, float]
+    ) -> dict[str, dict[str, Any]]:
+        return {
+            x.name: {
+                "backlog": backlog[x.name],
+                "penalty": penalty[x.name],
+                "telemetry_received": x.telemetry_received,
+                "telemetry_sent": x.telemetry_sent,
+            }
+            for x in self.layouts
+        }
 
 
 def _gather_rows(table: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -685,32 +766,41 @@ def _link_delays(workload: Workload, staleness: Any) -> np.ndarray:
     """``(E,)`` telemetry delay per link from the ``staleness`` argument."""
     ix = workload.index
     limit = workload.horizon
-    allowed = ("an integer >= 0, a sequence of one integer per link, or a mapping "
-               "{(src name, dst name): delay}")
+    allowed = (
+        "an integer >= 0, a sequence of one integer per link, or a mapping "
+        "{(src name, dst name): delay}"
+    )
 
     def check(value: Any, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"staleness{where} must be an integer number of slots, got "
-                             f"{value!r}; staleness is {allowed}")
+            raise ValueError(
+                f"staleness{where} must be an integer number of slots, got "
+                f"{value!r}; staleness is {allowed}"
+            )
         if not 0 <= value <= limit:
             raise ValueError(f"staleness{where} must be in [0, horizon = {limit}], got {value}")
         return int(value)
 
     if isinstance(staleness, Mapping):
         delays = np.zeros(ix.num_links, dtype=np.int64)
-        names = {(workload.nodes[link.src].name, workload.nodes[link.dst].name): e
-                 for e, link in enumerate(workload.links)}
+        names = {
+            (workload.nodes[link.src].name, workload.nodes[link.dst].name): e
+            for e, link in enumerate(workload.links)
+        }
         for key, value in staleness.items():
             if key not in names:
-                raise ValueError(f"staleness names link {key!r}, which does not exist; "
-                                 f"links: {sorted(names)}")
+                raise ValueError(
+                    f"staleness names link {key!r}, which does not exist; links: {sorted(names)}"
+                )
             delays[names[key]] = check(value, f"[{key!r}]")
         return delays
     if isinstance(staleness, (Sequence, np.ndarray)) and not isinstance(staleness, str):
         values = list(staleness)
         if len(values) != ix.num_links:
-            raise ValueError(f"staleness as a sequence needs one delay per link "
-                             f"({ix.num_links}), got {len(values)}")
+            raise ValueError(
+                f"staleness as a sequence needs one delay per link "
+                f"({ix.num_links}), got {len(values)}"
+            )
         return np.asarray([check(v, f"[{e}]") for e, v in enumerate(values)], dtype=np.int64)
     return np.full(ix.num_links, check(staleness, ""), dtype=np.int64)
 
@@ -749,26 +839,47 @@ def _layouts(workload: Workload, delays: np.ndarray, memory: bool) -> list[Agent
         readers[neighbours] += 1
         relayed = carries_transfers[links]
         relay_readers[neighbours[relayed]] += 1
-        layouts.append(AgentLayout(
-            name=node.name, node=i, actions=actions, routes=routes, transfers=transfers,
-            retains=retains, neighbours=neighbours.copy(), neighbour_links=links,
-            neighbour_delays=delays[links].copy(),
-            route_neighbour=np.asarray([slot_of[int(ix.link_dst[ix.route_link[r]])]
-                                        for r in routes], dtype=np.int64),
-            transfer_neighbour=np.asarray([slot_of[int(ix.link_dst[ix.transfer_link[k]])]
-                                           for k in transfers], dtype=np.int64),
-            upstream_routes=upstream, upstream_delays=delays[ix.route_link[upstream]].copy(),
-            relayed=relayed,
-            telemetry_received=int(message[neighbours].sum()
-                                   + inbound[neighbours[relayed]].sum() + upstream.size),
-            telemetry_sent=0,
-        ))
+        layouts.append(
+            AgentLayout(
+                name=node.name,
+                node=i,
+                actions=actions,
+                routes=routes,
+                transfers=transfers,
+                retains=retains,
+                neighbours=neighbours.copy(),
+                neighbour_links=links,
+                neighbour_delays=delays[links].copy(),
+                route_neighbour=np.asarray(
+                    [slot_of[int(ix.link_dst[ix.route_link[r]])] for r in routes], dtype=np.int64
+                ),
+                transfer_neighbour=np.asarray(
+                    [slot_of[int(ix.link_dst[ix.transfer_link[k]])] for k in transfers],
+                    dtype=np.int64,
+                ),
+                upstream_routes=upstream,
+                upstream_delays=delays[ix.route_link[upstream]].copy(),
+                relayed=relayed,
+                telemetry_received=int(
+                    message[neighbours].sum() + inbound[neighbours[relayed]].sum() + upstream.size
+                ),
+                telemetry_sent=0,
+            )
+        )
     from dataclasses import replace
 
     # Upstream queue lengths go only to heads that are agents (that read observations).
     is_agent = np.zeros(ix.num_nodes, dtype=bool)
     is_agent[[x.node for x in layouts]] = True
     outbound = np.bincount(route_src[is_agent[route_dst]], minlength=ix.num_nodes)
-    return [replace(x, telemetry_sent=int(message[x.node] * readers[x.node]
-                                          + inbound[x.node] * relay_readers[x.node]
-                                          + outbound[x.node])) for x in layouts]
+    return [
+        replace(
+            x,
+            telemetry_sent=int(
+                message[x.node] * readers[x.node]
+                + inbound[x.node] * relay_readers[x.node]
+                + outbound[x.node]
+            ),
+        )
+        for x in layouts
+    ]

@@ -43,8 +43,11 @@ def _mean(records: list[Record], key: str) -> float:
 
 def _default(records: list[Record]) -> list[Record]:
     """Runs at the default settings: no overrides, nu = 5, memory on."""
-    return [r for r in records if not r.get("overrides") and r.get("nu", 5.0) == 5.0
-            and r.get("memory", True)]
+    return [
+        r
+        for r in records
+        if not r.get("overrides") and r.get("nu", 5.0) == 5.0 and r.get("memory", True)
+    ]
 
 
 def _fixed_load(records: list[Record]) -> float | None:
@@ -64,8 +67,16 @@ def backlog_traces(records: list[Record], out: Path, policy: str) -> str | None:
     boundary = stable_load(mine).get(policy, 0.0)
     above = [x for x in loads if x > boundary + 1e-9]
     below = [x for x in loads if x < boundary - 0.1 + 1e-9]
-    chosen = [x for x in (below[-1] if below else None, boundary if boundary in loads else None,
-                          above[0] if above else None, loads[-1]) if x is not None]
+    chosen = [
+        x
+        for x in (
+            below[-1] if below else None,
+            boundary if boundary in loads else None,
+            above[0] if above else None,
+            loads[-1],
+        )
+        if x is not None
+    ]
     fig, ax = _figure()
     for load in dict.fromkeys(chosen):
         run = min((r for r in mine if r["load"] == load), key=lambda r: r["seed"])
@@ -149,8 +160,11 @@ def cost_composition(records: list[Record], out: Path, policy: str) -> str | Non
 
 
 def retention_heatmap(records: list[Record], out: Path, policy: str) -> str | None:
-    mine = [r for r in _default(records) if r["policy"] == policy and r["workload"] == "mixed"
-            and r.get("residency")]
+    mine = [
+        r
+        for r in _default(records)
+        if r["policy"] == policy and r["workload"] == "mixed" and r.get("residency")
+    ]
     load = _fixed_load(mine)
     if load is None:
         return f"needs a {policy} run on mixed"
@@ -163,8 +177,7 @@ def retention_heatmap(records: list[Record], out: Path, policy: str) -> str | No
     image = ax.imshow(residency[rows], aspect="auto", cmap="magma", vmin=0, vmax=1)
     ax.set_yticks(range(rows.size), [run["nodes"][i] for i in rows], fontsize=7)
     ax.set_xticks(range(len(run["signatures"])), run["signatures"], fontsize=5, rotation=90)
-    ax.set_title(f"{policy} at load {load:g}: fraction of slots each object is held",
-                 fontsize=9)
+    ax.set_title(f"{policy} at load {load:g}: fraction of slots each object is held", fontsize=9)
     ax.figure.colorbar(image, ax=ax)
     fig.tight_layout()
     fig.savefig(out)
@@ -197,8 +210,9 @@ def memory_sensitivity(records: list[Record], out: Path, policy: str) -> str | N
 
 def tails(records: list[Record], out: Path, policy: str) -> str | None:
     mine = [r for r in _default(records) if r["policy"] == policy]
-    workloads = [w for w in ("mixed", "rag", "moe", "agentic")
-                 if any(r["workload"] == w for r in mine)]
+    workloads = [
+        w for w in ("mixed", "rag", "moe", "agentic") if any(r["workload"] == w for r in mine)
+    ]
     if len(workloads) < 2:
         return f"needs {policy} on two or more of mixed, rag, moe, agentic"
     fig, ax = _figure()
@@ -224,8 +238,13 @@ def ablations(records: list[Record], out: Path, policy: str) -> str | None:
         return "needs MABP and its ablations on mixed at one load"
     fig, axes = _figure(width=8.0, cols=2)
     for ax, key in zip(axes, ("p95_delay", "penalty"), strict=True):
-        ax.bar(present, [_mean([r for r in mixed if r["policy"] == n and r["load"] == load],
-                               key) for n in present])
+        ax.bar(
+            present,
+            [
+                _mean([r for r in mixed if r["policy"] == n and r["load"] == load], key)
+                for n in present
+            ],
+        )
         ax.set_ylabel(key.replace("_", " "))
         ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     axes[0].set_title(f"ablations on mixed at load {load:g}", fontsize=9)
@@ -246,8 +265,9 @@ FIGURES: dict[str, Callable[[list[Record], Path, str], str | None]] = {
 }
 
 
-def make_figures(records: list[Record], out_dir: Path, *, policy: str = "mabp"
-                 ) -> tuple[list[Path], dict[str, str]]:
+def make_figures(
+    records: list[Record], out_dir: Path, *, policy: str = "mabp"
+) -> tuple[list[Path], dict[str, str]]:
     """Draw every figure the records support; return the files written and, for each
     figure not drawn, why."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -16,13 +16,31 @@ from mabp_gym.capacity import capacity
 from mabp_gym.occupation import occupation_bound
 from mabp_gym.workloads import make_workload
 
-BETAS = (0.02, 0.04, 0.05, 0.06, 0.0625, 0.08, 0.1, 0.12, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4,
-         0.5, 0.75, 1.0)
+BETAS = (
+    0.02,
+    0.04,
+    0.05,
+    0.06,
+    0.0625,
+    0.08,
+    0.1,
+    0.12,
+    0.125,
+    0.15,
+    0.2,
+    0.25,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+)
 SKEWS = (0.0, 0.5, 1.0, 1.5, 2.0)
 
 
-def occupation_curve(workload: str = "mixed", betas: Sequence[float] = BETAS,
-                     skews: Sequence[float] = (1.0,)) -> list[dict[str, Any]]:
+def occupation_curve(
+    workload: str = "mixed", betas: Sequence[float] = BETAS, skews: Sequence[float] = (1.0,)
+) -> list[dict[str, Any]]:
     """``occ / full`` on a built-in service-graph workload over a grid of budgets and skews.
 
     Returns:
@@ -38,29 +56,51 @@ def occupation_curve(workload: str = "mixed", betas: Sequence[float] = BETAS,
             occ = occupation_bound(wl)
             spec = occupation_bound(wl, budget_hull=False)
             nomem = capacity(wl, "nomem")
-            records.append({"workload": workload, "beta": beta, "skew": skew, "full": full,
-                            "occ": occ, "occ_spec": spec, "nomem": nomem,
-                            "occ_ratio": occ / full, "occ_spec_ratio": spec / full,
-                            "nomem_ratio": nomem / full})
+            records.append(
+                {
+                    "workload": workload,
+                    "beta": beta,
+                    "skew": skew,
+                    "full": full,
+                    "occ": occ,
+                    "occ_spec": spec,
+                    "nomem": nomem,
+                    "occ_ratio": occ / full,
+                    "occ_spec_ratio": spec / full,
+                    "nomem_ratio": nomem / full,
+                }
+            )
     return records
 
 
-def boundary_curve(betas: Sequence[float] = (0.25, 0.5, 0.75, 1.0), mu: float = 2.0
-                   ) -> list[dict[str, Any]]:
+def boundary_curve(
+    betas: Sequence[float] = (0.25, 0.5, 0.75, 1.0), mu: float = 2.0
+) -> list[dict[str, Any]]:
     """Exact LP (paper (6)-(9)) against the relaxation on the ``boundary`` workload."""
     records = []
     for beta in betas:
         wl = make_workload("boundary", beta=beta, mu=mu)
         full = capacity(wl, "full")
-        records.append({"workload": "boundary", "beta": beta, "mu": mu, "full": full,
-                        "exact": occupation_bound(wl, exact=True),
-                        "occ": occupation_bound(wl), "nomem": capacity(wl, "nomem")})
+        records.append(
+            {
+                "workload": "boundary",
+                "beta": beta,
+                "mu": mu,
+                "full": full,
+                "exact": occupation_bound(wl, exact=True),
+                "occ": occupation_bound(wl),
+                "nomem": capacity(wl, "nomem"),
+            }
+        )
     return records
 
 
-def plot_occupation(path: str | Path, workload: str = "mixed",
-                    betas: Sequence[float] = BETAS, skews: Sequence[float] = SKEWS
-                    ) -> list[dict[str, Any]]:
+def plot_occupation(
+    path: str | Path,
+    workload: str = "mixed",
+    betas: Sequence[float] = BETAS,
+    skews: Sequence[float] = SKEWS,
+) -> list[dict[str, Any]]:
     """Draw Fig. 2b as a PNG at ``path`` and return the values it shows.
 
     Left: ``occ / full`` against ``beta`` at the default skew, with SPEC 9.1's literal
@@ -85,8 +125,12 @@ def plot_occupation(path: str | Path, workload: str = "mixed",
     left.legend(fontsize=7)
     for beta in picks:
         rows = [r for r in by_skew if r["beta"] == beta]
-        middle.plot([r["skew"] for r in rows], [r["occ_ratio"] for r in rows], "o-",
-                    label=f"beta = {beta:g}")
+        middle.plot(
+            [r["skew"] for r in rows],
+            [r["occ_ratio"] for r in rows],
+            "o-",
+            label=f"beta = {beta:g}",
+        )
     middle.set_xlabel("Zipf skew s")
     middle.set_ylabel("occ / all-hit LP")
     middle.set_ylim(0, 1.05)
@@ -95,13 +139,23 @@ def plot_occupation(path: str | Path, workload: str = "mixed",
     for mu, style in ((2.0, "-"), (2.5, "--")):
         rows = [r for r in small if r["mu"] == mu]
         bx = [r["beta"] for r in rows]
-        right.plot(bx, [r["exact"] / r["full"] for r in rows], "o" + style,
-                   label=f"exact LP (6)-(9), mu = {mu:g}")
-        right.plot(bx, [r["occ"] / r["full"] for r in rows], "x" + style,
-                   label=f"relaxation, mu = {mu:g}")
+        right.plot(
+            bx,
+            [r["exact"] / r["full"] for r in rows],
+            "o" + style,
+            label=f"exact LP (6)-(9), mu = {mu:g}",
+        )
+        right.plot(
+            bx, [r["occ"] / r["full"] for r in rows], "x" + style, label=f"relaxation, mu = {mu:g}"
+        )
     rows = [r for r in small if r["mu"] == 2.0]
-    right.plot([r["beta"] for r in rows], [r["nomem"] / r["full"] for r in rows], ":",
-               color="gray", label="no memory")
+    right.plot(
+        [r["beta"] for r in rows],
+        [r["nomem"] / r["full"] for r in rows],
+        ":",
+        color="gray",
+        label="no memory",
+    )
     right.set_xlabel("memory budget beta")
     right.set_ylim(0, 1.05)
     right.set_title("boundary: exact LP vs relaxation")

@@ -55,8 +55,12 @@ class ScoreFunction:
 
     observes = False
 
-    def __init__(self, rule: Callable[[Workload, SimState], np.ndarray], workload: Workload,
-                 name: str | None = None) -> None:
+    def __init__(
+        self,
+        rule: Callable[[Workload, SimState], np.ndarray],
+        workload: Workload,
+        name: str | None = None,
+    ) -> None:
         self.rule = rule
         self.workload = workload
         self.name: str = name or str(getattr(rule, "__name__", "score-function"))

@@ -41,8 +41,9 @@ from mabp_gym.state import SimState
 from mabp_gym.workload import Workload
 
 # One compiled projection (static arrays and scratch) per workload index.
-_COMPILED: weakref.WeakKeyDictionary[WorkloadIndex, slotcore.CompiledProjection] = \
+_COMPILED: weakref.WeakKeyDictionary[WorkloadIndex, slotcore.CompiledProjection] = (
     weakref.WeakKeyDictionary()
+)
 
 
 def validate_scores(workload: Workload, scores: np.ndarray) -> np.ndarray:
@@ -50,15 +51,18 @@ def validate_scores(workload: Workload, scores: np.ndarray) -> np.ndarray:
     expected = workload.index.num_scores
     array = np.asarray(scores, dtype=np.float64)
     if array.shape != (expected,):
-        raise ValueError(f"scores must have shape ({expected},) for workload "
-                         f"{workload.name!r}, got {np.shape(scores)}")
+        raise ValueError(
+            f"scores must have shape ({expected},) for workload "
+            f"{workload.name!r}, got {np.shape(scores)}"
+        )
     if not np.all(np.isfinite(array)):
         raise ValueError(f"scores must be finite floats of shape ({expected},); got NaN or inf")
     return array
 
 
-def project(workload: Workload, state: SimState, scores: np.ndarray, *,
-            memory: bool = True) -> Control:
+def project(
+    workload: Workload, state: SimState, scores: np.ndarray, *, memory: bool = True
+) -> Control:
     """Project a score vector onto a feasible control for ``state``.
 
     Args:
@@ -73,9 +77,14 @@ def project(workload: Workload, state: SimState, scores: np.ndarray, *,
     return project_checked(workload, state, scores, memory=memory)[0]
 
 
-def project_checked(workload: Workload, state: SimState, scores: np.ndarray, *,
-                    memory: bool = True, compiled: bool | None = None
-                    ) -> tuple[Control, CheckedControl]:
+def project_checked(
+    workload: Workload,
+    state: SimState,
+    scores: np.ndarray,
+    *,
+    memory: bool = True,
+    compiled: bool | None = None,
+) -> tuple[Control, CheckedControl]:
     """:func:`project`, with the control also in the sparse form the transition executes.
 
     The control is feasible by construction, so a caller that executes it may skip
@@ -91,16 +100,22 @@ def project_checked(workload: Workload, state: SimState, scores: np.ndarray, *,
     if not compiled:
         return project_reference(workload, state, scores, memory=memory)
     if not slotcore.AVAILABLE:
-        raise RuntimeError("the compiled slot core needs numba (pip install numba), and "
-                           "MABP_GYM_PURE unset")
+        raise RuntimeError(
+            "the compiled slot core needs numba (pip install numba), and MABP_GYM_PURE unset"
+        )
     ix = workload.index
     scores = validate_scores(workload, scores)
     kernel = _COMPILED.get(ix)
     if kernel is None:
         kernel = _COMPILED[ix] = slotcore.CompiledProjection(workload)
     transfers, hit, route, service, start = kernel(state, scores, memory)
-    control = Control(transfers=transfers, route=route, service=service, start=start,
-                      retain=scores[ix.score_slices[3]].copy())
+    control = Control(
+        transfers=transfers,
+        route=route,
+        service=service,
+        start=start,
+        retain=scores[ix.score_slices[3]].copy(),
+    )
     return control, _checked(control, hit.tolist())
 
 
@@ -110,14 +125,17 @@ def _checked(control: Control, hit: list[int]) -> CheckedControl:
     service = control.service.nonzero()[0]
     start = (control.start >= 0).nonzero()[0]
     return CheckedControl(
-        hit=hit, transfers=control.transfers.tolist(),
+        hit=hit,
+        transfers=control.transfers.tolist(),
         route=list(zip(route.tolist(), control.route[route].tolist(), strict=True)),
         service=list(zip(service.tolist(), control.service[service].tolist(), strict=True)),
-        start=list(zip(start.tolist(), control.start[start].tolist(), strict=True)))
+        start=list(zip(start.tolist(), control.start[start].tolist(), strict=True)),
+    )
 
 
-def project_reference(workload: Workload, state: SimState, scores: np.ndarray, *,
-                      memory: bool = True) -> tuple[Control, CheckedControl]:
+def project_reference(
+    workload: Workload, state: SimState, scores: np.ndarray, *, memory: bool = True
+) -> tuple[Control, CheckedControl]:
     """The projection in plain Python and numpy: the readable reference of the algorithm."""
     ix = workload.index
     fx = ix.fast
@@ -128,7 +146,7 @@ def project_reference(workload: Workload, state: SimState, scores: np.ndarray, *
     transfers: list[int] = []
     if memory and n_transfer:
         offset = n_act + n_route
-        transfer_scores = scores[offset:offset + n_transfer]
+        transfer_scores = scores[offset : offset + n_transfer]
         wanted = _descending(transfer_scores, transfer_scores > 0)
         if wanted:
             flat = state.holder.ravel()
@@ -142,9 +160,15 @@ def project_reference(workload: Workload, state: SimState, scores: np.ndarray, *
                 e, s = fx.transfer_link[k], fx.transfer_signature[k]
                 i, j = fx.link_src[e], fx.link_dst[e]
                 size = fx.signature_size[s]
-                if (not src_held[q] or (i, s) in moved or (i, s) in arrived or dst_held[q]
-                        or (j, s) in arrived
-                        or bandwidth[e] < size - EPS or used[j] + size > fx.budget[j] + EPS):
+                if (
+                    not src_held[q]
+                    or (i, s) in moved
+                    or (i, s) in arrived
+                    or dst_held[q]
+                    or (j, s) in arrived
+                    or bandwidth[e] < size - EPS
+                    or used[j] + size > fx.budget[j] + EPS
+                ):
                     continue
                 moved.add((i, s))
                 arrived.add((j, s))
@@ -194,7 +218,7 @@ def project_reference(workload: Workload, state: SimState, scores: np.ndarray, *
     # 3. Routing in descending score with what is left of each queue.
     route: dict[int, int] = {}
     if n_route:
-        route_scores = scores[n_act:n_act + n_route]
+        route_scores = scores[n_act : n_act + n_route]
         wanted = _descending(route_scores, (route_scores > 0) & (queue[ix.route_src_pair] > 0))
         if wanted:
             capacity = ix.link_capacity.tolist()

@@ -54,9 +54,14 @@ _REGISTRY: dict[str, PolicySpec] = {}
 _AGENTS = "mabp_gym.agents"
 
 
-def register_policy(name: str, entry_point: str | Callable[..., Any], *,
-                    needs: str | None = None, checkpoint: str | None = None,
-                    **kwargs: Any) -> None:
+def register_policy(
+    name: str,
+    entry_point: str | Callable[..., Any],
+    *,
+    needs: str | None = None,
+    checkpoint: str | None = None,
+    **kwargs: Any,
+) -> None:
     """Register ``entry_point`` (``"module:attribute"`` or a callable) as policy ``name``.
 
     ``kwargs`` are fixed arguments of the name (an ablation is a name with a switch off);
@@ -74,11 +79,15 @@ def register_policy(name: str, entry_point: str | Callable[..., Any], *,
     if isinstance(entry_point, str):
         module_name, colon, attribute = entry_point.partition(":")
         if not (module_name and colon and attribute):
-            raise ValueError(f"entry point of policy {name!r} must look like "
-                             f"'module:attribute', got {entry_point!r}")
+            raise ValueError(
+                f"entry point of policy {name!r} must look like "
+                f"'module:attribute', got {entry_point!r}"
+            )
     elif not callable(entry_point):
-        raise ValueError(f"entry point of policy {name!r} must be a 'module:attribute' "
-                         f"string or a callable, got {type(entry_point).__name__}")
+        raise ValueError(
+            f"entry point of policy {name!r} must be a 'module:attribute' "
+            f"string or a callable, got {type(entry_point).__name__}"
+        )
     _REGISTRY[name] = PolicySpec(name, entry_point, dict(kwargs), needs, checkpoint)
 
 
@@ -98,12 +107,13 @@ def resolve_workload(env_or_workload: Any) -> tuple[Workload, dict[str, Any]]:
     workload = getattr(unwrapped, "workload", None)
     if isinstance(workload, Workload):
         return workload, {"nu": unwrapped.nu, "memory": unwrapped.memory}
-    raise ValueError("make_policy needs a workload name, a Workload or an mabp_gym env, got "
-                     f"{type(env_or_workload).__name__}")
+    raise ValueError(
+        "make_policy needs a workload name, a Workload or an mabp_gym env, got "
+        f"{type(env_or_workload).__name__}"
+    )
 
 
-def checkpoint_path(name: str, policy_kw: dict[str, Any], workload_name: str
-                    ) -> Path | None:
+def checkpoint_path(name: str, policy_kw: dict[str, Any], workload_name: str) -> Path | None:
     """The checkpoint file policy ``name`` reads with ``policy_kw`` for a workload: its
     ``checkpoint`` argument, else the shipped default (``None``: it reads none)."""
     if policy_kw.get("checkpoint"):
@@ -157,8 +167,12 @@ _BUILT_IN: tuple[tuple[str, str, dict[str, Any]], ...] = (
 for _name, _entry, _kwargs in _BUILT_IN:
     register_policy(_name, f"{_AGENTS}.{_entry}", **_kwargs)
 register_policy("gnn", f"{_AGENTS}.gnn:GNNPolicy", needs="learn", checkpoint="gnn_{workload}.pt")
-register_policy("learn-mabp", f"{_AGENTS}.learn_mabp:LearnMABP.from_checkpoint", needs="learn",
-                checkpoint="learn_mabp_{workload}.pt")
+register_policy(
+    "learn-mabp",
+    f"{_AGENTS}.learn_mabp:LearnMABP.from_checkpoint",
+    needs="learn",
+    checkpoint="learn_mabp_{workload}.pt",
+)
 
 POLICIES: tuple[str, ...] = policy_names()
 """The built-in policies (Table I's, the MABP ablations, frame-MABP)."""

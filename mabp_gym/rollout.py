@@ -38,8 +38,14 @@ class Slot:
     controls are checked (with ``check=False`` projection and execution are one call)."""
 
 
-def episode(sim: Simulator, policy: Policy, slots: int, *, check: bool = True,
-            encoder: ObservationEncoder | None = None) -> Iterator[Slot]:
+def episode(
+    sim: Simulator,
+    policy: Policy,
+    slots: int,
+    *,
+    check: bool = True,
+    encoder: ObservationEncoder | None = None,
+) -> Iterator[Slot]:
     """Run ``policy`` for ``slots`` slots from the simulator's current state.
 
     Args:
@@ -72,9 +78,15 @@ def episode(sim: Simulator, policy: Policy, slots: int, *, check: bool = True,
         yield Slot(obs, decision, outcome, elapsed)
 
 
-def rollout(workload: Workload, score_rule: ScoreRule, seed: int, *,
-            horizon: int | None = None, memory: bool = True,
-            check_invariants: bool = True) -> Trace:
+def rollout(
+    workload: Workload,
+    score_rule: ScoreRule,
+    seed: int,
+    *,
+    horizon: int | None = None,
+    memory: bool = True,
+    check_invariants: bool = True,
+) -> Trace:
     """Simulate ``horizon`` slots (default: the workload's) under ``score_rule``.
 
     Every control goes through the shared projection; with ``check_invariants`` SPEC 6's
@@ -84,7 +96,6 @@ def rollout(workload: Workload, score_rule: ScoreRule, seed: int, *,
     sim.reset(seed)
     trace = Trace()
     policy = ScoreFunction(score_rule, workload)
-    for slot in episode(sim, policy, workload.horizon if horizon is None else horizon,
-                        check=False):
+    for slot in episode(sim, policy, workload.horizon if horizon is None else horizon, check=False):
         trace.record(slot.outcome)
     return trace

@@ -40,8 +40,7 @@ from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
 from mabp_gym.agents.gnn_sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy
 from mabp_gym.pyg import to_pyg
 
-__all__ = ["GNNActorCriticPolicy", "GraphActorCriticPolicy", "GraphFeaturesExtractor",
-           "symlog"]
+__all__ = ["GNNActorCriticPolicy", "GraphActorCriticPolicy", "GraphFeaturesExtractor", "symlog"]
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:
@@ -58,9 +57,9 @@ class GraphFeaturesExtractor(BaseFeaturesExtractor):
         embedding of the service candidates' telemetry.
     """
 
-    def __init__(self, observation_space: spaces.Dict, hidden: int = 64,
-                 layers: int = 2) -> None:
+    def __init__(self, observation_space: spaces.Dict, hidden: int = 64, layers: int = 2) -> None:
         super().__init__(observation_space, features_dim=3 * hidden)
+
         def width(key: str) -> int:
             shape = observation_space[key].shape
             assert shape is not None
@@ -71,9 +70,12 @@ class GraphFeaturesExtractor(BaseFeaturesExtractor):
         service_dim = width("service")
         self.embed = nn.Sequential(nn.Linear(node_dim, hidden), nn.ReLU())
         self.convs = nn.ModuleList(
-            GINEConv(nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(),
-                                   nn.Linear(hidden, hidden)), edge_dim=edge_dim)
-            for _ in range(layers))
+            GINEConv(
+                nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden)),
+                edge_dim=edge_dim,
+            )
+            for _ in range(layers)
+        )
         self.service = nn.Sequential(nn.Linear(service_dim + hidden, hidden), nn.ReLU())
 
     def forward(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -83,8 +85,14 @@ class GraphFeaturesExtractor(BaseFeaturesExtractor):
         for conv in self.convs:
             h = torch.relu(conv(h, graph.edge_index, edge_attr))
         service = self.service(torch.cat([symlog(graph.service_x), h[graph.service_node]], -1))
-        service_batch = torch.div(graph.service_node, graph.x.shape[0] // graph.num_graphs,
-                                  rounding_mode="floor")
-        return torch.cat([global_mean_pool(h, graph.batch, graph.num_graphs),
-                          global_max_pool(h, graph.batch, graph.num_graphs),
-                          global_mean_pool(service, service_batch, graph.num_graphs)], dim=-1)
+        service_batch = torch.div(
+            graph.service_node, graph.x.shape[0] // graph.num_graphs, rounding_mode="floor"
+        )
+        return torch.cat(
+            [
+                global_mean_pool(h, graph.batch, graph.num_graphs),
+                global_max_pool(h, graph.batch, graph.num_graphs),
+                global_mean_pool(service, service_batch, graph.num_graphs),
+            ],
+            dim=-1,
+        )

@@ -23,9 +23,11 @@ def queue_length_scores(workload: Workload, state: SimState) -> np.ndarray:
     service = queue[ix.action_pair]
     route = queue[ix.route_src_pair] - queue[ix.route_dst_pair]
     scale = 1.0 + max(float(queue.max(initial=0.0)), 0.0)
-    return np.concatenate([
-        service / scale,
-        route / scale,
-        np.full(ix.num_transfers, -1.0),
-        np.ones(ix.num_retains),
-    ])
+    return np.concatenate(
+        [
+            service / scale,
+            route / scale,
+            np.full(ix.num_transfers, -1.0),
+            np.ones(ix.num_retains),
+        ]
+    )

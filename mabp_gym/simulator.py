@@ -77,8 +77,9 @@ class Simulator:
         check_invariants: assert SPEC 6's invariants after every slot (cheap; on in tests).
     """
 
-    def __init__(self, workload: Workload, *, memory: bool = True,
-                 check_invariants: bool = False) -> None:
+    def __init__(
+        self, workload: Workload, *, memory: bool = True, check_invariants: bool = False
+    ) -> None:
         self.workload = workload
         self.memory = bool(memory)
         self.check_invariants = bool(check_invariants)
@@ -96,7 +97,8 @@ class Simulator:
         self._retain_slot = ix.retain_node * ix.num_signatures + ix.retain_signature
         self._retain_signature = ix.retain_signature.tolist()
         self._node_retain_ptr = np.searchsorted(
-            ix.retain_node, np.arange(ix.num_nodes + 1)).tolist()
+            ix.retain_node, np.arange(ix.num_nodes + 1)
+        ).tolist()
 
     # ----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> SimState:
@@ -135,12 +137,16 @@ class Simulator:
         """
         wl = self.workload
         if not 0 <= node < wl.index.num_nodes or not 0 <= commodity < wl.index.num_commodities:
-            raise ValueError(f"node must be in [0, {wl.index.num_nodes}) and commodity in "
-                             f"[0, {wl.index.num_commodities}), got ({node}, {commodity})")
+            raise ValueError(
+                f"node must be in [0, {wl.index.num_nodes}) and commodity in "
+                f"[0, {wl.index.num_commodities}), got ({node}, {commodity})"
+            )
         p = int(wl.index.pair_of[node, commodity])
         if p < 0:
-            raise ValueError(f"commodity {wl.commodities[commodity].name!r} is not admissible "
-                             f"at node {wl.nodes[node].name!r}")
+            raise ValueError(
+                f"commodity {wl.commodities[commodity].name!r} is not admissible "
+                f"at node {wl.nodes[node].name!r}"
+            )
         if int(count) != count or count < 0:
             raise ValueError(f"count must be a nonnegative integer, got {count!r}")
         st = self.state
@@ -163,8 +169,7 @@ class Simulator:
         ``check_invariants`` is on; :meth:`step` checks every control it is given.
         """
         self._require_reset()
-        control, checked = project_checked(self.workload, self.state, scores,
-                                           memory=self.memory)
+        control, checked = project_checked(self.workload, self.state, scores, memory=self.memory)
         if self.check_invariants:
             checked = check_control(self.workload, self.state, control, memory=self.memory)
         return control, self._execute(control, checked)
@@ -173,13 +178,16 @@ class Simulator:
     def step(self, control: Control) -> SlotOutcome:
         """Execute one slot under ``control`` (checked for feasibility first)."""
         self._require_reset()
-        return self._execute(control, check_control(self.workload, self.state, control,
-                                                    memory=self.memory))
+        return self._execute(
+            control, check_control(self.workload, self.state, control, memory=self.memory)
+        )
 
     def _require_reset(self) -> None:
         if not self._ready:
-            raise RuntimeError("call reset(seed) before step(): the simulator draws all its "
-                               "randomness from the generator seeded there")
+            raise RuntimeError(
+                "call reset(seed) before step(): the simulator draws all its "
+                "randomness from the generator seeded there"
+            )
 
     def _execute(self, control: Control, checked: CheckedControl) -> SlotOutcome:
         """The slot's transition under a feasible ``control`` (``checked``: its sparse form)."""
@@ -318,16 +326,29 @@ class Simulator:
         # (9) Penalty; the slot is over.
         st.t = t + 1
         served_by_action = np.bincount(done_action, minlength=ix.num_actions).astype(
-            np.int64, copy=False)
+            np.int64, copy=False
+        )
         outcome = SlotOutcome(
-            t=t, arrivals=arrived, served=len(done_action), hits=hits,
-            started=len(checked.start), work=float(sum(spent)), routed=routed,
-            completed=len(delays), delays=tuple(delays), transfers=len(checked.transfers),
-            insertions=insertions, evictions=len(evicted),
-            generated=tuple((i, s) for i, s, _ in generated), evicted=tuple(evicted),
-            penalty_compute=penalty_compute, penalty_transmission=penalty_transmission,
-            penalty_memory=penalty_memory, backlog=st.units,
-            served_by_action=served_by_action, units=tuple(units),
+            t=t,
+            arrivals=arrived,
+            served=len(done_action),
+            hits=hits,
+            started=len(checked.start),
+            work=float(sum(spent)),
+            routed=routed,
+            completed=len(delays),
+            delays=tuple(delays),
+            transfers=len(checked.transfers),
+            insertions=insertions,
+            evictions=len(evicted),
+            generated=tuple((i, s) for i, s, _ in generated),
+            evicted=tuple(evicted),
+            penalty_compute=penalty_compute,
+            penalty_transmission=penalty_transmission,
+            penalty_memory=penalty_memory,
+            backlog=st.units,
+            served_by_action=served_by_action,
+            units=tuple(units),
         )
         if self.check_invariants:
             self._assert_invariants(outcome)
@@ -355,8 +376,9 @@ class Simulator:
                 return m
         return -1
 
-    def _retain(self, retain: np.ndarray, generated: list[tuple[int, int, int]]
-                ) -> tuple[int, list[tuple[int, int]], float]:
+    def _retain(
+        self, retain: np.ndarray, generated: list[tuple[int, int, int]]
+    ) -> tuple[int, list[tuple[int, int]], float]:
         """Keep, per node, objects in descending priority while they fit (SPEC 3.2 step 3).
 
         An object that does not fit is skipped and smaller ones after it may still be kept;
@@ -381,8 +403,11 @@ class Simulator:
         if affected:
             priority_of = retain.tolist()
             by_node: dict[int, list[tuple[float, int, int, bool]]] = {i: [] for i in affected}
-            ptr, signature_of, held_of = self._node_retain_ptr, self._retain_signature, \
-                held.tolist()
+            ptr, signature_of, held_of = (
+                self._node_retain_ptr,
+                self._retain_signature,
+                held.tolist(),
+            )
             for i, ranked in by_node.items():
                 for k in range(ptr[i], ptr[i + 1]):
                     if held_of[k] >= 0:
@@ -416,8 +441,10 @@ class Simulator:
         # equal a recount of waiting units and units in service.
         recount = int(st.queue_len.sum()) + int((st.service_action >= 0).sum())
         if recount != st.units:
-            raise InvariantError(f"units not conserved: backlog recount {recount}, "
-                                 f"expected {st.units} from arrivals and exits")
+            raise InvariantError(
+                f"units not conserved: backlog recount {recount}, "
+                f"expected {st.units} from arrivals and exits"
+            )
         if not self.memory or not ix.num_signatures:
             if (st.owner >= 0).any():
                 raise InvariantError("the no-memory system holds an object")
@@ -427,8 +454,11 @@ class Simulator:
         ids = st.holder[nodes, sigs]
         # Each identity at one node at most: the owner map and the node memories agree
         # one-to-one, and every identity carries its own signature.
-        if (int((st.owner >= 0).sum()) != len(ids) or (st.owner[ids] != nodes).any()
-                or (ix.object_signature[ids] != sigs).any()):
+        if (
+            int((st.owner >= 0).sum()) != len(ids)
+            or (st.owner[ids] != nodes).any()
+            or (ix.object_signature[ids] != sigs).any()
+        ):
             raise InvariantError("object identities and node memories disagree")
         if not ix.eligible[nodes, sigs].all():
             raise InvariantError("an object sits at a node with no compatible action")

@@ -34,14 +34,44 @@ AVAILABLE = njit is not None
 _EPS = 1e-9  # mabp_gym.control.EPS (not imported: keeps this module free of cycles)
 
 
-def _project_kernel(scores, memory, n_act, n_route, n_transfer,
-                    holder_flat, memory_used, transfer_link, transfer_signature,
-                    transfer_src_slot, transfer_dst_slot, link_src, link_dst,
-                    link_bandwidth, link_capacity, signature_size, budget,
-                    hit_slot, retain_of_flat, member_ptr, member_action,
-                    mu, service_action, service_residual, queue_len,
-                    action_pair, action_node, work, route_src_pair, route_link,
-                    flags, transfers_out, hit, route, service, start):  # pragma: no cover
+def _project_kernel(
+    scores,
+    memory,
+    n_act,
+    n_route,
+    n_transfer,
+    holder_flat,
+    memory_used,
+    transfer_link,
+    transfer_signature,
+    transfer_src_slot,
+    transfer_dst_slot,
+    link_src,
+    link_dst,
+    link_bandwidth,
+    link_capacity,
+    signature_size,
+    budget,
+    hit_slot,
+    retain_of_flat,
+    member_ptr,
+    member_action,
+    mu,
+    service_action,
+    service_residual,
+    queue_len,
+    action_pair,
+    action_node,
+    work,
+    route_src_pair,
+    route_link,
+    flags,
+    transfers_out,
+    hit,
+    route,
+    service,
+    start,
+):  # pragma: no cover
     """The projection of :func:`mabp_gym.projection.project` over flat arrays.
 
     Writes the executed transfers into ``transfers_out`` (returns their count), the hit
@@ -55,7 +85,7 @@ def _project_kernel(scores, memory, n_act, n_route, n_transfer,
     # 1. Transfers in descending score, ties by index.
     if memory and n_transfer > 0:
         offset = n_act + n_route
-        block = scores[offset:offset + n_transfer]
+        block = scores[offset : offset + n_transfer]
         wanted = np.flatnonzero(block > 0)
         if wanted.size > 0:
             order = wanted[np.argsort(-block[wanted], kind="mergesort")]
@@ -69,9 +99,14 @@ def _project_kernel(scores, memory, n_act, n_route, n_transfer,
                 size = signature_size[s]
                 src = transfer_src_slot[k]
                 dst = transfer_dst_slot[k]
-                if (holder_flat[src] < 0 or flags[src] != 0 or holder_flat[dst] >= 0
-                        or flags[dst] & 2 or bandwidth[e] < size - _EPS
-                        or used[j] + size > budget[j] + _EPS):
+                if (
+                    holder_flat[src] < 0
+                    or flags[src] != 0
+                    or holder_flat[dst] >= 0
+                    or flags[dst] & 2
+                    or bandwidth[e] < size - _EPS
+                    or used[j] + size > budget[j] + _EPS
+                ):
                     continue
                 flags[src] |= 1
                 flags[dst] |= 2
@@ -134,7 +169,7 @@ def _project_kernel(scores, memory, n_act, n_route, n_transfer,
 
     # 3. Routing in descending score with what is left of each queue.
     if n_route > 0:
-        block = scores[n_act:n_act + n_route]
+        block = scores[n_act : n_act + n_route]
         live = np.empty(n_route, dtype=np.bool_)
         for r in range(n_route):
             live[r] = block[r] > 0 and queue_len[route_src_pair[r]] > 0
@@ -167,13 +202,13 @@ class CompiledProjection:
         self.retain_of_flat = ix.retain_of.ravel().astype(np.int64)
         sizes = np.asarray([len(m) for m in ix.retain_actions], dtype=np.int64)
         self.member_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.member_action = np.asarray([a for m in ix.retain_actions for a in m],
-                                        dtype=np.int64)
+        self.member_action = np.asarray([a for m in ix.retain_actions for a in m], dtype=np.int64)
         self.flags = np.zeros(ix.num_nodes * n_sig, dtype=np.int8)
         self.work = np.ascontiguousarray(ix.work)
 
-    def __call__(self, state, scores: np.ndarray, memory: bool
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def __call__(
+        self, state, scores: np.ndarray, memory: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(transfers, hit, route, service, start)`` of the projection of ``scores``."""
         ix = self.workload.index
         transfers = np.empty(ix.num_transfers, dtype=np.int64)
@@ -182,24 +217,87 @@ class CompiledProjection:
         service = np.zeros(ix.num_actions, dtype=np.int64)
         start = np.full(ix.num_nodes, -1, dtype=np.int64)
         count = _project_compiled(
-            scores, memory, ix.num_actions, ix.num_routes, ix.num_transfers,
-            state.holder.ravel(), state.memory_used, ix.transfer_link, ix.transfer_signature,
-            ix.transfer_src_slot, ix.transfer_dst_slot, ix.link_src, ix.link_dst,
-            ix.link_bandwidth, ix.link_capacity, ix.signature_size, ix.budget,
-            ix.hit_slot, self.retain_of_flat, self.member_ptr, self.member_action,
-            ix.mu, state.service_action, state.service_residual, state.queue_len,
-            ix.action_pair, ix.action_node, self.work, ix.route_src_pair, ix.route_link,
-            self.flags, transfers, hit, route, service, start)
+            scores,
+            memory,
+            ix.num_actions,
+            ix.num_routes,
+            ix.num_transfers,
+            state.holder.ravel(),
+            state.memory_used,
+            ix.transfer_link,
+            ix.transfer_signature,
+            ix.transfer_src_slot,
+            ix.transfer_dst_slot,
+            ix.link_src,
+            ix.link_dst,
+            ix.link_bandwidth,
+            ix.link_capacity,
+            ix.signature_size,
+            ix.budget,
+            ix.hit_slot,
+            self.retain_of_flat,
+            self.member_ptr,
+            self.member_action,
+            ix.mu,
+            state.service_action,
+            state.service_residual,
+            state.queue_len,
+            ix.action_pair,
+            ix.action_node,
+            self.work,
+            ix.route_src_pair,
+            ix.route_link,
+            self.flags,
+            transfers,
+            hit,
+            route,
+            service,
+            start,
+        )
         return transfers[:count], hit, route, service, start
 
 
-def _encode_kernel(queue_len, service_action, service_residual, holder_flat, memory_used,
-                   memory, pair_node, pair_commodity, action_pair, action_node, hit_slot,
-                   work, penalty, route_src_pair, route_dst_pair, route_cost, compat_ptr,
-                   compat_action, transfer_src_slot, transfer_dst_slot, transfer_dst_node,
-                   transfer_size, transfer_bandwidth, budget, retain_slot, retain_size,
-                   retain_positions, mu, static_nodes, queue_flat, hit, nodes, queues,
-                   resident, service, route, transfer, retain, mask):  # pragma: no cover
+def _encode_kernel(
+    queue_len,
+    service_action,
+    service_residual,
+    holder_flat,
+    memory_used,
+    memory,
+    pair_node,
+    pair_commodity,
+    action_pair,
+    action_node,
+    hit_slot,
+    work,
+    penalty,
+    route_src_pair,
+    route_dst_pair,
+    route_cost,
+    compat_ptr,
+    compat_action,
+    transfer_src_slot,
+    transfer_dst_slot,
+    transfer_dst_node,
+    transfer_size,
+    transfer_bandwidth,
+    budget,
+    retain_slot,
+    retain_size,
+    retain_positions,
+    mu,
+    static_nodes,
+    queue_flat,
+    hit,
+    nodes,
+    queues,
+    resident,
+    service,
+    route,
+    transfer,
+    retain,
+    mask,
+):  # pragma: no cover
     """The observation of :class:`mabp_gym.encoding.ObservationEncoder` over flat arrays.
 
     Fills every output but the successor-pressure column ``service[:, 3]`` (a float32 sum
@@ -224,8 +322,7 @@ def _encode_kernel(queue_len, service_action, service_residual, holder_flat, mem
         resident[q // n_sig, q % n_sig] = 1.0 if holder_flat[q] >= 0 else 0.0
     for a in range(n_act):
         slot = hit_slot[a]
-        hit[a] = 1 if memory and n_sig > 0 and slot < size_flat and holder_flat[slot] >= 0 \
-            else 0
+        hit[a] = 1 if memory and n_sig > 0 and slot < size_flat and holder_flat[slot] >= 0 else 0
         h = hit[a]
         service[a, 0] = work[h, a]
         service[a, 1] = penalty[h, a]
@@ -250,9 +347,11 @@ def _encode_kernel(queue_len, service_action, service_residual, holder_flat, mem
         transfer[k, 1] = transfer_size[k]
         transfer[k, 2] = free[dst]
         mask[n_act + n_route + k] = (
-            src_holds and holder_flat[transfer_dst_slot[k]] < 0
+            src_holds
+            and holder_flat[transfer_dst_slot[k]] < 0
             and np.float64(transfer_size[k]) <= transfer_bandwidth[k]
-            and np.float64(transfer_size[k]) <= free[dst] + 1e-9)
+            and np.float64(transfer_size[k]) <= free[dst] + 1e-9
+        )
     for k in range(retain_slot.shape[0]):
         retain[k, 0] = 1.0 if holder_flat[retain_slot[k]] >= 0 else 0.0
         retain[k, 1] = retain_size[k]

@@ -9,9 +9,15 @@ from typing import Any
 import numpy as np
 
 
-def check_number(value: Any, name: str, *, low: float | None = None,
-                 high: float | None = None, low_open: bool = False,
-                 integer: bool = False) -> Any:
+def check_number(
+    value: Any,
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    integer: bool = False,
+) -> Any:
     """The one validator of a number given by a user (a builder parameter, a workload-file
     field, an env argument): a real number (Python or numpy; not a bool, a string, a
     complex or an array), finite, an integer when asked, within ``[low, high]``
@@ -21,7 +27,8 @@ def check_number(value: Any, name: str, *, low: float | None = None,
         ValueError: ``"{name}: must be ..., got {value!r}"``.
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(
-            value, (int, float, np.integer, np.floating)):
+        value, (int, float, np.integer, np.floating)
+    ):
         raise ValueError(f"{name}: must be a number, got {value!r}")
     if not math.isfinite(float(value)):
         raise ValueError(f"{name}: must be finite, got {value!r}")

@@ -46,15 +46,17 @@ def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]
     return result
 
 
-def seed_set_stable_loads(records: Iterable[dict[str, Any]],
-                          seed_sets: Sequence[Sequence[int]]) -> list[dict[str, float]]:
+def seed_set_stable_loads(
+    records: Iterable[dict[str, Any]], seed_sets: Sequence[Sequence[int]]
+) -> list[dict[str, float]]:
     """The stable load of every policy on each set of seeds."""
     records = list(records)
     return [stable_load([r for r in records if r["seed"] in set(seeds)]) for seeds in seed_sets]
 
 
-def horizon_sensitivity(records: Iterable[dict[str, Any]], horizons: Sequence[int],
-                        seed_sets: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
+def horizon_sensitivity(
+    records: Iterable[dict[str, Any]], horizons: Sequence[int], seed_sets: Sequence[Sequence[int]]
+) -> list[dict[str, Any]]:
     """Per policy and horizon: the stable load on each seed set, and whether they agree.
 
     Returns:
@@ -65,8 +67,10 @@ def horizon_sensitivity(records: Iterable[dict[str, Any]], horizons: Sequence[in
     records = list(records)
     lowest: dict[tuple[str, int | None], float] = {}
     for record in records:
-        key = (record["policy"], next((k for k, seeds in enumerate(seed_sets)
-                                       if record["seed"] in set(seeds)), None))
+        key = (
+            record["policy"],
+            next((k for k, seeds in enumerate(seed_sets) if record["seed"] in set(seeds)), None),
+        )
         lowest[key] = min(lowest.get(key, np.inf), record["load"])
     rows = []
     for horizon in horizons:
@@ -74,8 +78,15 @@ def horizon_sensitivity(records: Iterable[dict[str, Any]], horizons: Sequence[in
         for policy in sorted({r["policy"] for r in records}):
             loads = [result.get(policy, 0.0) for result in per_set]
             lows = [float(lowest.get((policy, k), np.nan)) for k in range(len(seed_sets))]
-            rows.append({"policy": policy, "horizon": int(horizon), "stable_loads": loads,
-                         "lowest": lows, "agree": _agree(loads, lows)})
+            rows.append(
+                {
+                    "policy": policy,
+                    "horizon": int(horizon),
+                    "stable_loads": loads,
+                    "lowest": lows,
+                    "agree": _agree(loads, lows),
+                }
+            )
     return rows
 
 
@@ -88,5 +99,6 @@ def _agree(loads: list[float], lows: list[float]) -> bool:
     if len(known) > 1:
         return False
     value = next(iter(known), None)
-    return all(load == value or (load == 0 and value is not None and value < low)
-               for load, low in seen)
+    return all(
+        load == value or (load == 0 and value is not None and value < low) for load, low in seen
+    )

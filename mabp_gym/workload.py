@@ -144,14 +144,24 @@ class Workload:
     index: WorkloadIndex = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("nodes", "links", "commodities", "signatures", "actions", "arrival_mix",
-                     "initial_memory", "transit", "params"):
+        for name in (
+            "nodes",
+            "links",
+            "commodities",
+            "signatures",
+            "actions",
+            "arrival_mix",
+            "initial_memory",
+            "transit",
+            "params",
+        ):
             object.__setattr__(self, name, _freeze(getattr(self, name)))
         self._validate()
         object.__setattr__(self, "index", _build_index(self))
         if self.lambda_ref is None:
-            object.__setattr__(self, "lambda_ref",
-                               fluid_capacity(self.index, hit=True, name=self.name))
+            object.__setattr__(
+                self, "lambda_ref", fluid_capacity(self.index, hit=True, name=self.name)
+            )
         _check_number_at("lambda_ref", self.lambda_ref, low=0.0)
 
     # -- derived quantities -------------------------------------------------------------
@@ -199,31 +209,67 @@ class Workload:
             return [[comms[c], p] for c, p in pairs]
 
         return {
-            "format": FILE_FORMAT, "version": FILE_VERSION, "name": self.name,
-            "nodes": [{"name": n.name, "role": n.role, "mu": n.mu, "budget": n.budget}
-                      for n in self.nodes],
-            "links": [{"src": nodes[x.src], "dst": nodes[x.dst], "capacity": x.capacity,
-                       "cost": x.cost, "bandwidth": x.bandwidth} for x in self.links],
-            "commodities": [{"name": c.name, "family": c.family, "stage": c.stage,
-                             "state_type": c.state_type} for c in self.commodities],
-            "signatures": [{"name": s.name, "size": s.size, "kind": s.kind}
-                           for s in self.signatures],
-            "actions": [{"node": nodes[a.node], "commodity": comms[a.commodity],
-                         "signature": sigs[a.signature] if a.signature >= 0 else None,
-                         "work_hit": a.work_hit, "work_miss": a.work_miss,
-                         "loss_hit": a.loss_hit, "loss_miss": a.loss_miss,
-                         "credit_hit": a.credit_hit, "gen_prob": a.gen_prob,
-                         "successors_hit": law(a.successors_hit),
-                         "successors_miss": law(a.successors_miss)} for a in self.actions],
+            "format": FILE_FORMAT,
+            "version": FILE_VERSION,
+            "name": self.name,
+            "nodes": [
+                {"name": n.name, "role": n.role, "mu": n.mu, "budget": n.budget} for n in self.nodes
+            ],
+            "links": [
+                {
+                    "src": nodes[x.src],
+                    "dst": nodes[x.dst],
+                    "capacity": x.capacity,
+                    "cost": x.cost,
+                    "bandwidth": x.bandwidth,
+                }
+                for x in self.links
+            ],
+            "commodities": [
+                {"name": c.name, "family": c.family, "stage": c.stage, "state_type": c.state_type}
+                for c in self.commodities
+            ],
+            "signatures": [
+                {"name": s.name, "size": s.size, "kind": s.kind} for s in self.signatures
+            ],
+            "actions": [
+                {
+                    "node": nodes[a.node],
+                    "commodity": comms[a.commodity],
+                    "signature": sigs[a.signature] if a.signature >= 0 else None,
+                    "work_hit": a.work_hit,
+                    "work_miss": a.work_miss,
+                    "loss_hit": a.loss_hit,
+                    "loss_miss": a.loss_miss,
+                    "credit_hit": a.credit_hit,
+                    "gen_prob": a.gen_prob,
+                    "successors_hit": law(a.successors_hit),
+                    "successors_miss": law(a.successors_miss),
+                }
+                for a in self.actions
+            ],
             "transit": [{"node": nodes[i], "commodity": comms[c]} for i, c in self.transit],
-            "arrivals": {"mix": [{"node": nodes[i], "commodity": comms[c], "share": share}
-                                 for i, c, share in self.arrival_mix],
-                         "load": self.load},
-            "costs": {"eta": self.eta, "migration_cost": self.migration_cost,
-                      "theta": self.theta, "omega": self.omega},
-            "memory": {"replicas": self.replicas, "fixed": self.fixed_memory,
-                       "initial": [[{"node": nodes[i], "signature": sigs[s]} for i, s in alt]
-                                   for alt in self.initial_memory]},
+            "arrivals": {
+                "mix": [
+                    {"node": nodes[i], "commodity": comms[c], "share": share}
+                    for i, c, share in self.arrival_mix
+                ],
+                "load": self.load,
+            },
+            "costs": {
+                "eta": self.eta,
+                "migration_cost": self.migration_cost,
+                "theta": self.theta,
+                "omega": self.omega,
+            },
+            "memory": {
+                "replicas": self.replicas,
+                "fixed": self.fixed_memory,
+                "initial": [
+                    [{"node": nodes[i], "signature": sigs[s]} for i, s in alt]
+                    for alt in self.initial_memory
+                ],
+            },
             "horizon": self.horizon,
         }
 
@@ -255,8 +301,9 @@ class Workload:
                 value = getattr(link, end)
                 _check_number_at(f"links[{e}].{end}", value, low=0, high=n_nodes - 1, integer=True)
             if link.src == link.dst:
-                _fail(f"links[{e}]", f"a link needs two different nodes, got {link.src} -> "
-                      f"{link.dst}")
+                _fail(
+                    f"links[{e}]", f"a link needs two different nodes, got {link.src} -> {link.dst}"
+                )
             if (link.src, link.dst) in seen_links:
                 _fail(f"links[{e}]", f"duplicate link {link.src} -> {link.dst}")
             seen_links.add((link.src, link.dst))
@@ -275,17 +322,21 @@ class Workload:
         for a, action in enumerate(self.actions):
             path = f"actions[{a}]"
             _check_number_at(f"{path}.node", action.node, low=0, high=n_nodes - 1, integer=True)
-            _check_number_at(f"{path}.commodity", action.commodity, low=0, high=n_comm - 1,
-                          integer=True)
-            _check_number_at(f"{path}.signature", action.signature, low=-1, high=n_sig - 1,
-                          integer=True)
+            _check_number_at(
+                f"{path}.commodity", action.commodity, low=0, high=n_comm - 1, integer=True
+            )
+            _check_number_at(
+                f"{path}.signature", action.signature, low=-1, high=n_sig - 1, integer=True
+            )
             key3 = (action.node, action.commodity, action.signature)
             if key3 in served:
                 _fail(path, "two actions of one node on one commodity must differ in signature")
             served.add(key3)
             if self.nodes[action.node].mu <= 0:
-                _fail(f"{path}.node", f"node {self.nodes[action.node].name!r} has mu = 0 and "
-                      "cannot serve")
+                _fail(
+                    f"{path}.node",
+                    f"node {self.nodes[action.node].name!r} has mu = 0 and cannot serve",
+                )
             for key in ("work_hit", "work_miss"):
                 _check_number_at(f"{path}.{key}", getattr(action, key), low=0.0)
             for key in ("loss_hit", "loss_miss", "credit_hit"):
@@ -295,29 +346,39 @@ class Workload:
                 total = 0.0
                 targets = set()
                 for k, (commodity, prob) in enumerate(getattr(action, key)):
-                    _check_number_at(f"{path}.{key}[{k}].commodity", commodity, low=0,
-                                  high=n_comm - 1, integer=True)
+                    _check_number_at(
+                        f"{path}.{key}[{k}].commodity",
+                        commodity,
+                        low=0,
+                        high=n_comm - 1,
+                        integer=True,
+                    )
                     _check_number_at(f"{path}.{key}[{k}].probability", prob, low=0.0, high=1.0)
                     if commodity in targets:
                         _fail(f"{path}.{key}", f"commodity {commodity} listed twice")
                     targets.add(commodity)
                     total += prob
                 if total > 1.0 + 1e-9:
-                    _fail(f"{path}.{key}", f"probabilities must sum to at most 1 (the rest "
-                          f"exits), got {total:.6g}")
+                    _fail(
+                        f"{path}.{key}",
+                        f"probabilities must sum to at most 1 (the rest exits), got {total:.6g}",
+                    )
         for k, (node_id, commodity) in enumerate(self.transit):
             _check_number_at(f"transit[{k}].node", node_id, low=0, high=n_nodes - 1, integer=True)
-            _check_number_at(f"transit[{k}].commodity", commodity, low=0, high=n_comm - 1,
-                          integer=True)
+            _check_number_at(
+                f"transit[{k}].commodity", commodity, low=0, high=n_comm - 1, integer=True
+            )
         if not self.arrival_mix:
             _fail("arrival_mix", "at least one arrival pair is required")
         total = 0.0
         seen_arrivals = set()
         for k, (node_id, commodity, share) in enumerate(self.arrival_mix):
-            _check_number_at(f"arrival_mix[{k}].node", node_id, low=0, high=n_nodes - 1,
-                             integer=True)
-            _check_number_at(f"arrival_mix[{k}].commodity", commodity, low=0, high=n_comm - 1,
-                          integer=True)
+            _check_number_at(
+                f"arrival_mix[{k}].node", node_id, low=0, high=n_nodes - 1, integer=True
+            )
+            _check_number_at(
+                f"arrival_mix[{k}].commodity", commodity, low=0, high=n_comm - 1, integer=True
+            )
             _check_number_at(f"arrival_mix[{k}].share", share, low=0.0)
             if (node_id, commodity) in seen_arrivals:
                 _fail(f"arrival_mix[{k}]", "duplicate arrival pair")
@@ -338,10 +399,16 @@ class Workload:
             placed = set()
             for q, (node, signature) in enumerate(alternative):
                 path = f"initial_memory[{k}][{q}]"
-                _check_number_at(f"{path}.node", node, low=0, high=len(self.nodes) - 1,
-                                 integer=True)
-                _check_number_at(f"{path}.signature", signature, low=0,
-                              high=len(self.signatures) - 1, integer=True)
+                _check_number_at(
+                    f"{path}.node", node, low=0, high=len(self.nodes) - 1, integer=True
+                )
+                _check_number_at(
+                    f"{path}.signature",
+                    signature,
+                    low=0,
+                    high=len(self.signatures) - 1,
+                    integer=True,
+                )
                 if not index.eligible[node, signature]:
                     _fail(path, "no action of the node is compatible with the signature")
                 if (node, signature) in placed:
@@ -350,11 +417,17 @@ class Workload:
                 used[node] += self.signatures[signature].size
                 count[signature] += 1
             for i in np.flatnonzero(used > index.budget + 1e-9):
-                _fail(f"initial_memory[{k}]", f"node {self.nodes[i].name!r} holds {used[i]:g} "
-                      f"size units, budget {index.budget[i]:g}")
+                _fail(
+                    f"initial_memory[{k}]",
+                    f"node {self.nodes[i].name!r} holds {used[i]:g} "
+                    f"size units, budget {index.budget[i]:g}",
+                )
             for s in np.flatnonzero(count > self.replicas):
-                _fail(f"initial_memory[{k}]", f"signature {self.signatures[s].name!r} placed "
-                      f"{count[s]} times, at most replicas = {self.replicas}")
+                _fail(
+                    f"initial_memory[{k}]",
+                    f"signature {self.signatures[s].name!r} placed "
+                    f"{count[s]} times, at most replicas = {self.replicas}",
+                )
 
 
 def _fail(path: str, message: str) -> None:
@@ -420,9 +493,12 @@ def _build_index(wl: Workload) -> WorkloadIndex:
     stuck = admissible & ~serves & ~routable
     if stuck.any():
         i, c = (int(x[0]) for x in np.nonzero(stuck))
-        _fail("links", f"commodity {wl.commodities[c].name!r} appears at node "
-              f"{wl.nodes[i].name!r}, which does not serve it and has no link to a node "
-              "that does")
+        _fail(
+            "links",
+            f"commodity {wl.commodities[c].name!r} appears at node "
+            f"{wl.nodes[i].name!r}, which does not serve it and has no link to a node "
+            "that does",
+        )
 
     transfer_link, transfer_signature = [], []
     for e, link in enumerate(() if wl.fixed_memory else wl.links):
@@ -464,48 +540,74 @@ def _build_index(wl: Workload) -> WorkloadIndex:
     arrival_share = arrival_share / arrival_share.sum()
 
     index = WorkloadIndex(
-        num_nodes=n_nodes, num_links=n_links, num_commodities=n_comm, num_signatures=n_sig,
-        num_objects=n_sig * wl.replicas, num_actions=n_act, num_pairs=len(pair_node),
-        num_routes=len(route_link), num_transfers=len(transfer_link),
+        num_nodes=n_nodes,
+        num_links=n_links,
+        num_commodities=n_comm,
+        num_signatures=n_sig,
+        num_objects=n_sig * wl.replicas,
+        num_actions=n_act,
+        num_pairs=len(pair_node),
+        num_routes=len(route_link),
+        num_transfers=len(transfer_link),
         num_retains=len(retain_node),
         mu=np.asarray([n.mu for n in wl.nodes], dtype=np.float64),
         budget=np.asarray([n.budget for n in wl.nodes], dtype=np.float64),
-        link_src=link_src, link_dst=link_dst,
+        link_src=link_src,
+        link_dst=link_dst,
         link_capacity=_int_array([link.capacity for link in wl.links]),
         link_cost=np.asarray([link.cost for link in wl.links], dtype=np.float64).reshape(-1),
-        link_bandwidth=np.asarray([link.bandwidth for link in wl.links],
-                                  dtype=np.float64).reshape(-1),
+        link_bandwidth=np.asarray([link.bandwidth for link in wl.links], dtype=np.float64).reshape(
+            -1
+        ),
         signature_size=sizes,
         object_signature=np.repeat(np.arange(n_sig, dtype=np.int64), wl.replicas),
-        pair_node=pair_node.astype(np.int64), pair_commodity=pair_commodity.astype(np.int64),
-        pair_of=pair_of, serves=serves, eligible=eligible, max_budget=max_budget,
+        pair_node=pair_node.astype(np.int64),
+        pair_commodity=pair_commodity.astype(np.int64),
+        pair_of=pair_of,
+        serves=serves,
+        eligible=eligible,
+        max_budget=max_budget,
         action_node=_int_array([a.node for a in wl.actions]),
         action_commodity=_int_array([a.commodity for a in wl.actions]),
         action_pair=_int_array([int(pair_of[a.node, a.commodity]) for a in wl.actions]),
         action_signature=_int_array([a.signature for a in wl.actions]),
-        work=work, loss=loss, credit=credit, penalty=loss - wl.eta * credit,
+        work=work,
+        loss=loss,
+        credit=credit,
+        penalty=loss - wl.eta * credit,
         successor_law=law,
         gen_prob=np.asarray([a.gen_prob for a in wl.actions], dtype=np.float64).reshape(-1),
-        route_link=route_link_arr, route_commodity=route_comm_arr,
+        route_link=route_link_arr,
+        route_commodity=route_comm_arr,
         route_src_pair=pair_of[link_src[route_link_arr], route_comm_arr].reshape(-1),
         route_dst_pair=pair_of[link_dst[route_link_arr], route_comm_arr].reshape(-1),
-        transfer_link=_int_array(transfer_link), transfer_signature=_int_array(transfer_signature),
+        transfer_link=_int_array(transfer_link),
+        transfer_signature=_int_array(transfer_signature),
         retain_node=retain_node.astype(np.int64),
         retain_signature=retain_signature.astype(np.int64),
-        retain_of=retain_of, arrival_pair=arrival_pair, arrival_share=arrival_share,
-        successor_cum=cum, successor_pair=targets, fast=None,  # type: ignore[arg-type]
+        retain_of=retain_of,
+        arrival_pair=arrival_pair,
+        arrival_share=arrival_share,
+        successor_cum=cum,
+        successor_pair=targets,
+        fast=None,  # type: ignore[arg-type]
     )
     fast = {name: getattr(index, name).tolist() for name in FastLists.__dataclass_fields__}
     object.__setattr__(index, "fast", FastLists(**fast))
     # Raveled (N * S + 1,) lookup position of each action's signature; actions with no
     # signature point at the extra last slot, which always reads "not held".
-    slot = np.where(index.action_signature >= 0,
-                    index.action_node * n_sig + index.action_signature, n_nodes * n_sig)
+    slot = np.where(
+        index.action_signature >= 0,
+        index.action_node * n_sig + index.action_signature,
+        n_nodes * n_sig,
+    )
     object.__setattr__(index, "hit_slot", slot.astype(np.int64))
-    object.__setattr__(index, "transfer_src_slot",
-                       link_src[index.transfer_link] * n_sig + index.transfer_signature)
-    object.__setattr__(index, "transfer_dst_slot",
-                       link_dst[index.transfer_link] * n_sig + index.transfer_signature)
+    object.__setattr__(
+        index, "transfer_src_slot", link_src[index.transfer_link] * n_sig + index.transfer_signature
+    )
+    object.__setattr__(
+        index, "transfer_dst_slot", link_dst[index.transfer_link] * n_sig + index.transfer_signature
+    )
     members: list[list[int]] = [[] for _ in range(index.num_retains)]
     for a in np.flatnonzero(index.action_signature >= 0).tolist():
         k = int(retain_of[index.action_node[a], index.action_signature[a]])

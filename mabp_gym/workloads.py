@@ -35,14 +35,23 @@ class Param:
         if value is None and self.optional:
             return None
         try:
-            return check_number(value, name, low=self.low, high=self.high,
-                                low_open=self.low_open, integer=self.integer)
+            return check_number(
+                value,
+                name,
+                low=self.low,
+                high=self.high,
+                low_open=self.low_open,
+                integer=self.integer,
+            )
         except ValueError as error:
             # Same check, worded with the parameter's whole allowed range.
-            what = next((w for w in ("a number", "finite", "an integer")
-                         if f"must be {w}" in str(error)), "")
-            raise ValueError(f"{name} must be {what + ' ' if what else ''}{self.describe()}, "
-                             f"got {value!r}") from None
+            what = next(
+                (w for w in ("a number", "finite", "an integer") if f"must be {w}" in str(error)),
+                "",
+            )
+            raise ValueError(
+                f"{name} must be {what + ' ' if what else ''}{self.describe()}, got {value!r}"
+            ) from None
 
     def describe(self) -> str:
         left = "(" if self.low_open else "["
@@ -118,8 +127,9 @@ def noisy_law(hit: Law, miss: Law, eps: float) -> tuple[tuple[tuple[int, float],
     return tuple(realized)
 
 
-def _budgets(n_nodes: int, actions: list[Action], signatures: list[Signature],
-             beta: float) -> list[float]:
+def _budgets(
+    n_nodes: int, actions: list[Action], signatures: list[Signature], beta: float
+) -> list[float]:
     eligible: list[set[int]] = [set() for _ in range(n_nodes)]
     for action in actions:
         if action.signature >= 0:
@@ -127,28 +137,57 @@ def _budgets(n_nodes: int, actions: list[Action], signatures: list[Signature],
     return [beta * sum(signatures[s].size for s in sigs) for sigs in eligible]
 
 
-def _primitive(p: dict[str, Any], *, signature: int, hit_law: Law, miss_law: Law,
-               node: int, commodity: int, work: float = 1.0) -> Action:
+def _primitive(
+    p: dict[str, Any],
+    *,
+    signature: int,
+    hit_law: Law,
+    miss_law: Law,
+    node: int,
+    commodity: int,
+    work: float = 1.0,
+) -> Action:
     """An action whose miss costs ``K_w`` times the work and ``K`` times the loss."""
     scale = p["penalty_scale"]
     k_w = p["K"] if p["K_w"] is None else p["K_w"]
     law_hit, law_miss = noisy_law(hit_law, miss_law, p["eps"])
     if signature < 0:
-        return Action(node=node, commodity=commodity, signature=-1, work_hit=work,
-                      work_miss=work, loss_hit=p["loss"] * scale, loss_miss=p["loss"] * scale,
-                      credit_hit=0.0, successors_hit=law_hit, successors_miss=law_miss,
-                      gen_prob=0.0)
-    return Action(node=node, commodity=commodity, signature=signature, work_hit=work,
-                  work_miss=k_w * work, loss_hit=p["loss"] * scale,
-                  loss_miss=p["K"] * p["loss"] * scale, credit_hit=p["credit"] * scale,
-                  successors_hit=law_hit, successors_miss=law_miss,
-                  gen_prob=p.get("gen_prob", 1.0))
+        return Action(
+            node=node,
+            commodity=commodity,
+            signature=-1,
+            work_hit=work,
+            work_miss=work,
+            loss_hit=p["loss"] * scale,
+            loss_miss=p["loss"] * scale,
+            credit_hit=0.0,
+            successors_hit=law_hit,
+            successors_miss=law_miss,
+            gen_prob=0.0,
+        )
+    return Action(
+        node=node,
+        commodity=commodity,
+        signature=signature,
+        work_hit=work,
+        work_miss=k_w * work,
+        loss_hit=p["loss"] * scale,
+        loss_miss=p["K"] * p["loss"] * scale,
+        credit_hit=p["credit"] * scale,
+        successors_hit=law_hit,
+        successors_miss=law_miss,
+        gen_prob=p.get("gen_prob", 1.0),
+    )
 
 
 def _costs(p: dict[str, Any]) -> dict[str, Any]:
     scale = p["penalty_scale"]
-    return {"eta": p["eta"], "migration_cost": p["migration_cost"] * scale,
-            "theta": p["theta"] * scale, "omega": p["omega"] * scale}
+    return {
+        "eta": p["eta"],
+        "migration_cost": p["migration_cost"] * scale,
+        "theta": p["theta"] * scale,
+        "omega": p["omega"] * scale,
+    }
 
 
 # -- theory workloads -----------------------------------------------------------------------
@@ -167,9 +206,15 @@ def work_reuse(p: dict[str, Any]) -> Workload:
     return Workload(
         name="work_reuse",
         nodes=(Node("server", "server", mu=kappa, budget=budget[0]),),
-        links=(), commodities=(Commodity("job", "job", 0, 0),),
-        signatures=tuple(signatures), actions=(action,), arrival_mix=((0, 0, 1.0),),
-        load=p["load"], replicas=1, horizon=p["horizon"], **_costs(p),
+        links=(),
+        commodities=(Commodity("job", "job", 0, 0),),
+        signatures=tuple(signatures),
+        actions=(action,),
+        arrival_mix=((0, 0, 1.0),),
+        load=p["load"],
+        replicas=1,
+        horizon=p["horizon"],
+        **_costs(p),
     )
 
 
@@ -182,22 +227,32 @@ def successor(p: dict[str, Any]) -> Workload:
     with (defaults 1 and 2 requests per slot).
     """
     if p["link_capacity"] < p["mu_u"]:
-        raise ValueError(f"link_capacity must be >= mu_u = {p['mu_u']:g} (Cor. 1 assumes the "
-                         f"upstream-verifier link carries mu_u), got {p['link_capacity']}")
+        raise ValueError(
+            f"link_capacity must be >= mu_u = {p['mu_u']:g} (Cor. 1 assumes the "
+            f"upstream-verifier link carries mu_u), got {p['link_capacity']}"
+        )
     p = {**p, "K_w": 1.0}
     signatures = [Signature("obj", 1.0, "obj")]
-    upstream = _primitive(p, signature=0, hit_law={1: p["pi_l"]}, miss_law={1: p["pi_h"]},
-                          node=0, commodity=0)
+    upstream = _primitive(
+        p, signature=0, hit_law={1: p["pi_l"]}, miss_law={1: p["pi_h"]}, node=0, commodity=0
+    )
     verify = _primitive(p, signature=-1, hit_law={}, miss_law={}, node=1, commodity=1)
     budget = _budgets(2, [upstream, verify], signatures, p["beta"])
     return Workload(
         name="successor",
-        nodes=(Node("up", "server", mu=p["mu_u"], budget=budget[0]),
-               Node("ver", "verifier", mu=p["mu_v"], budget=budget[1])),
+        nodes=(
+            Node("up", "server", mu=p["mu_u"], budget=budget[0]),
+            Node("ver", "verifier", mu=p["mu_v"], budget=budget[1]),
+        ),
         links=(Link(0, 1, capacity=p["link_capacity"], cost=0.0, bandwidth=0.0),),
         commodities=(Commodity("job", "job", 0, 0), Commodity("verify", "job", 1, 0)),
-        signatures=tuple(signatures), actions=(upstream, verify), arrival_mix=((0, 0, 1.0),),
-        load=p["load"], replicas=1, horizon=p["horizon"], **_costs(p),
+        signatures=tuple(signatures),
+        actions=(upstream, verify),
+        arrival_mix=((0, 0, 1.0),),
+        load=p["load"],
+        replicas=1,
+        horizon=p["horizon"],
+        **_costs(p),
     )
 
 
@@ -212,16 +267,24 @@ def separation(p: dict[str, Any]) -> Workload:
     """
     p = {**p, "K_w": 1.0, "penalty_scale": 1.0, "credit": 0.0, "loss": 1.0, "eps": 0.0}
     signatures = [Signature("obj0", 1.0, "obj"), Signature("obj1", 1.0, "obj")]
-    actions = [_primitive(p, signature=s, hit_law={}, miss_law={}, node=0, commodity=0)
-               for s in (0, 1)]
+    actions = [
+        _primitive(p, signature=s, hit_law={}, miss_law={}, node=0, commodity=0) for s in (0, 1)
+    ]
     actions = [Action(**{**vars(a), "gen_prob": 0.0}) for a in actions]
     return Workload(
         name="separation",
         nodes=(Node("server", "server", mu=p["mu"], budget=1.0),),
-        links=(), commodities=(Commodity("job", "job", 0, 0),),
-        signatures=tuple(signatures), actions=tuple(actions), arrival_mix=((0, 0, 1.0),),
-        load=p["load"], replicas=1, horizon=p["horizon"], eta=0.0,
-        initial_memory=(((0, 0),), ((0, 1),)), fixed_memory=True,
+        links=(),
+        commodities=(Commodity("job", "job", 0, 0),),
+        signatures=tuple(signatures),
+        actions=tuple(actions),
+        arrival_mix=((0, 0, 1.0),),
+        load=p["load"],
+        replicas=1,
+        horizon=p["horizon"],
+        eta=0.0,
+        initial_memory=(((0, 0),), ((0, 1),)),
+        fixed_memory=True,
     )
 
 
@@ -234,46 +297,94 @@ def boundary(p: dict[str, Any]) -> Workload:
     memory the capacity is ``2 * mu / K_w`` (2).
     """
     signatures = [Signature("o0", 1.0, "obj"), Signature("o1", 1.0, "obj")]
-    actions = [_primitive(p, signature=c, hit_law={}, miss_law={}, node=node, commodity=c)
-               for node in (1, 2) for c in (0, 1)]
+    actions = [
+        _primitive(p, signature=c, hit_law={}, miss_law={}, node=node, commodity=c)
+        for node in (1, 2)
+        for c in (0, 1)
+    ]
     budget = _budgets(3, actions, signatures, p["beta"])
-    link = dict(capacity=p["link_capacity"], cost=p["link_cost"] * p["penalty_scale"],
-                bandwidth=p["bandwidth"])
+    link = dict(
+        capacity=p["link_capacity"],
+        cost=p["link_cost"] * p["penalty_scale"],
+        bandwidth=p["bandwidth"],
+    )
     return Workload(
         name="boundary",
-        nodes=(Node("gw", "ingress", mu=0.0), Node("s0", "server", p["mu"], budget[1]),
-               Node("s1", "server", p["mu"], budget[2])),
+        nodes=(
+            Node("gw", "ingress", mu=0.0),
+            Node("s0", "server", p["mu"], budget[1]),
+            Node("s1", "server", p["mu"], budget[2]),
+        ),
         links=(Link(0, 1, **link), Link(0, 2, **link), Link(1, 2, **link), Link(2, 1, **link)),
         commodities=(Commodity("c0", "c0", 0, 0), Commodity("c1", "c1", 0, 1)),
-        signatures=tuple(signatures), actions=tuple(actions),
+        signatures=tuple(signatures),
+        actions=tuple(actions),
         arrival_mix=((0, 0, p["share0"]), (0, 1, 1.0 - p["share0"])),
-        load=p["load"], replicas=2, horizon=p["horizon"], **_costs(p),
+        load=p["load"],
+        replicas=2,
+        horizon=p["horizon"],
+        **_costs(p),
     )
 
 
 # -- the mixed RAG / MoE / agentic service graph --------------------------------------------
-_NODES = (("gw", "ingress"), ("ret0", "retriever"), ("ret1", "retriever"),
-          ("gen0", "generator"), ("gen1", "generator"), ("moe0", "expert"),
-          ("tool0", "tool"), ("ver0", "verifier"))
-_LINKS = (("gw", "ret0"), ("gw", "ret1"), ("gw", "gen0"), ("gw", "gen1"), ("gw", "moe0"),
-          ("ret0", "gen0"), ("ret0", "gen1"), ("ret1", "gen0"), ("ret1", "gen1"),
-          ("gen0", "tool0"), ("gen1", "tool0"),
-          ("gen0", "ver0"), ("gen1", "ver0"), ("moe0", "ver0"), ("tool0", "ver0"),
-          ("ver0", "gen0"), ("ver0", "gen1"),
-          ("ret0", "ret1"), ("ret1", "ret0"), ("gen0", "gen1"), ("gen1", "gen0"))
+_NODES = (
+    ("gw", "ingress"),
+    ("ret0", "retriever"),
+    ("ret1", "retriever"),
+    ("gen0", "generator"),
+    ("gen1", "generator"),
+    ("moe0", "expert"),
+    ("tool0", "tool"),
+    ("ver0", "verifier"),
+)
+_LINKS = (
+    ("gw", "ret0"),
+    ("gw", "ret1"),
+    ("gw", "gen0"),
+    ("gw", "gen1"),
+    ("gw", "moe0"),
+    ("ret0", "gen0"),
+    ("ret0", "gen1"),
+    ("ret1", "gen0"),
+    ("ret1", "gen1"),
+    ("gen0", "tool0"),
+    ("gen1", "tool0"),
+    ("gen0", "ver0"),
+    ("gen1", "ver0"),
+    ("moe0", "ver0"),
+    ("tool0", "ver0"),
+    ("ver0", "gen0"),
+    ("ver0", "gen1"),
+    ("ret0", "ret1"),
+    ("ret1", "ret0"),
+    ("gen0", "gen1"),
+    ("gen1", "gen0"),
+)
 # Links from one copy of the service graph to the next (``mixed`` with ``copies > 1``).
-_CROSS_LINKS = (("ret0", "gen0"), ("ret0", "gen1"), ("ret1", "gen0"), ("ret1", "gen1"),
-                ("gen0", "ver0"), ("gen1", "ver0"), ("moe0", "ver0"), ("tool0", "ver0"))
+_CROSS_LINKS = (
+    ("ret0", "gen0"),
+    ("ret0", "gen1"),
+    ("ret1", "gen0"),
+    ("ret1", "gen1"),
+    ("gen0", "ver0"),
+    ("gen1", "ver0"),
+    ("moe0", "ver0"),
+    ("tool0", "ver0"),
+)
 # family -> stages as (stage name, serving nodes, object kind, object size or 0)
 _FAMILIES = {
-    "rag": (("retrieve", ("ret0", "ret1"), "ctx", 1.0),
-            ("generate", ("gen0", "gen1"), "kv_rag", 2.0),
-            ("verify", ("ver0",), "", 0.0)),
-    "moe": (("expert", ("moe0",), "expert", 3.0),
-            ("verify", ("ver0",), "", 0.0)),
-    "agentic": (("plan", ("gen0", "gen1"), "kv_agent", 2.0),
-                ("tool", ("tool0",), "tool", 1.0),
-                ("verify", ("ver0",), "", 0.0)),
+    "rag": (
+        ("retrieve", ("ret0", "ret1"), "ctx", 1.0),
+        ("generate", ("gen0", "gen1"), "kv_rag", 2.0),
+        ("verify", ("ver0",), "", 0.0),
+    ),
+    "moe": (("expert", ("moe0",), "expert", 3.0), ("verify", ("ver0",), "", 0.0)),
+    "agentic": (
+        ("plan", ("gen0", "gen1"), "kv_agent", 2.0),
+        ("tool", ("tool0",), "tool", 1.0),
+        ("verify", ("ver0",), "", 0.0),
+    ),
 }
 
 
@@ -282,16 +393,18 @@ def _copy_name(node: str, copy: int) -> str:
     return node if copy == 0 else f"{node}.{copy}"
 
 
-def _service_graph(name: str, p: dict[str, Any], shares: dict[str, float],
-                   copies: int = 1) -> Workload:
+def _service_graph(
+    name: str, p: dict[str, Any], shares: dict[str, float], copies: int = 1
+) -> Workload:
     families = [f for f in _FAMILIES if shares.get(f, 0.0) > 0]
     if not families:
         raise ValueError("rag_share, moe_share and agentic_share must not all be 0")
     total_share = sum(shares[f] for f in families)
     # The gateway is shared; every worker exists once per copy, copy 0 first (so that one
     # copy is exactly the single service graph).
-    node_list = [_NODES[0]] + [(_copy_name(n, j), role) for j in range(copies)
-                               for n, role in _NODES[1:]]
+    node_list = [_NODES[0]] + [
+        (_copy_name(n, j), role) for j in range(copies) for n, role in _NODES[1:]
+    ]
     node_id = {n: i for i, (n, _) in enumerate(node_list)}
     z_types = p["Z"]
     zipf = np.arange(1, z_types + 1, dtype=float) ** -p["skew"]
@@ -334,15 +447,26 @@ def _service_graph(name: str, p: dict[str, Any], shares: dict[str, float],
                     hit_law = miss_law = {}
                 for copy in range(copies):
                     for server in servers:
-                        actions.append(_primitive(
-                            p, signature=sig_id[kind, z] if kind else -1, hit_law=hit_law,
-                            miss_law=miss_law, node=node_id[_copy_name(server, copy)],
-                            commodity=comm_id[family, stage, z]))
+                        actions.append(
+                            _primitive(
+                                p,
+                                signature=sig_id[kind, z] if kind else -1,
+                                hit_law=hit_law,
+                                miss_law=miss_law,
+                                node=node_id[_copy_name(server, copy)],
+                                commodity=comm_id[family, stage, z],
+                            )
+                        )
     budgets = _budgets(len(node_list), actions, signatures, p["beta"])
-    nodes = tuple(Node(n, role, mu=0.0 if role == "ingress" else p["mu"], budget=budgets[i])
-                  for i, (n, role) in enumerate(node_list))
-    pairs = [(_copy_name(a, j) if a != "gw" else a, _copy_name(b, j))
-             for j in range(copies) for a, b in _LINKS]
+    nodes = tuple(
+        Node(n, role, mu=0.0 if role == "ingress" else p["mu"], budget=budgets[i])
+        for i, (n, role) in enumerate(node_list)
+    )
+    pairs = [
+        (_copy_name(a, j) if a != "gw" else a, _copy_name(b, j))
+        for j in range(copies)
+        for a, b in _LINKS
+    ]
     if copies > 1:
         # A ring of cross links: retrievers feed the next copy's generators and generators
         # the next copy's verifier, so that load can spill over between copies.
@@ -350,17 +474,37 @@ def _service_graph(name: str, p: dict[str, Any], shares: dict[str, float],
             nxt = (j + 1) % copies
             pairs += [(_copy_name(a, j), _copy_name(b, nxt)) for a, b in _CROSS_LINKS]
     pairs = list(dict.fromkeys(pairs))  # two copies: the ring's two directions coincide
-    links = tuple(Link(node_id[a], node_id[b], capacity=p["link_capacity"],
-                       cost=p["link_cost"] * p["penalty_scale"], bandwidth=p["bandwidth"])
-                  for a, b in pairs)
+    links = tuple(
+        Link(
+            node_id[a],
+            node_id[b],
+            capacity=p["link_capacity"],
+            cost=p["link_cost"] * p["penalty_scale"],
+            bandwidth=p["bandwidth"],
+        )
+        for a, b in pairs
+    )
     arrival_mix = tuple(
-        (node_id["gw"], comm_id[family, _FAMILIES[family][0][0], z],
-         shares[family] / total_share * float(zipf[z]))
-        for family in families for z in range(z_types))
+        (
+            node_id["gw"],
+            comm_id[family, _FAMILIES[family][0][0], z],
+            shares[family] / total_share * float(zipf[z]),
+        )
+        for family in families
+        for z in range(z_types)
+    )
     return Workload(
-        name=name, nodes=nodes, links=links, commodities=tuple(commodities),
-        signatures=tuple(signatures), actions=tuple(actions), arrival_mix=arrival_mix,
-        load=p["load"], replicas=p["replicas"] * copies, horizon=p["horizon"], **_costs(p),
+        name=name,
+        nodes=nodes,
+        links=links,
+        commodities=tuple(commodities),
+        signatures=tuple(signatures),
+        actions=tuple(actions),
+        arrival_mix=arrival_mix,
+        load=p["load"],
+        replicas=p["replicas"] * copies,
+        horizon=p["horizon"],
+        **_costs(p),
     )
 
 
@@ -423,7 +567,7 @@ def barabasi_albert(nodes: int, attach: int, rng: np.random.Generator) -> list[t
     edges = [(0, v) for v in range(1, attach + 1)]
     degree = np.zeros(nodes)
     degree[0] = attach
-    degree[1:attach + 1] = 1
+    degree[1 : attach + 1] = 1
     for v in range(attach + 1, nodes):
         weights = degree[:v] / degree[:v].sum()
         targets = rng.choice(v, size=attach, replace=False, p=weights)
@@ -473,29 +617,51 @@ def multihop(p: dict[str, Any]) -> Workload:
     memory = bool(p["memory"])
     commodities = tuple(Commodity(f"class{c}", "request", 0, c) for c in range(classes))
     signatures = [Signature(f"obj{c}", 1.0, "obj") for c in range(classes)] if memory else []
-    actions = [_primitive(p, signature=c if memory else -1, hit_law={}, miss_law={}, node=i,
-                          commodity=c) for i in hubs for c in range(classes)]
+    actions = [
+        _primitive(p, signature=c if memory else -1, hit_law={}, miss_law={}, node=i, commodity=c)
+        for i in hubs
+        for c in range(classes)
+    ]
     budgets = _budgets(n, actions, signatures, p["beta"]) if memory else [0.0] * n
-    nodes = tuple(Node(f"n{i}", "server" if i in hub_set else "ingress",
-                       mu=p["mu"] if i in hub_set else 0.0, budget=budgets[i])
-                  for i in range(n))
-    link = dict(capacity=p["link_capacity"], cost=p["link_cost"] * p["penalty_scale"],
-                bandwidth=p["bandwidth"] if memory else 0.0)
+    nodes = tuple(
+        Node(
+            f"n{i}",
+            "server" if i in hub_set else "ingress",
+            mu=p["mu"] if i in hub_set else 0.0,
+            budget=budgets[i],
+        )
+        for i in range(n)
+    )
+    link = dict(
+        capacity=p["link_capacity"],
+        cost=p["link_cost"] * p["penalty_scale"],
+        bandwidth=p["bandwidth"] if memory else 0.0,
+    )
     links = tuple(Link(a, b, **link) for u, v in edges for a, b in ((u, v), (v, u)))
     relays = [i for i in range(n) if i not in hub_set]
     share = 1.0 / (len(relays) * classes)
     return Workload(
-        name="multihop", nodes=nodes, links=links, commodities=commodities,
-        signatures=tuple(signatures), actions=tuple(actions),
+        name="multihop",
+        nodes=nodes,
+        links=links,
+        commodities=commodities,
+        signatures=tuple(signatures),
+        actions=tuple(actions),
         arrival_mix=tuple((i, c, share) for i in relays for c in range(classes)),
         transit=tuple((i, c) for i in relays for c in range(classes)),
-        load=p["load"], replicas=max(1, len(hubs)), horizon=p["horizon"], **_costs(p),
+        load=p["load"],
+        replicas=max(1, len(hubs)),
+        horizon=p["horizon"],
+        **_costs(p),
     )
 
 
 _MULTIHOP = {
-    **{k: v for k, v in _SERVICE_GRAPH.items()
-       if k not in ("Z", "skew", "replicas", "rethink") and not k.startswith("verify_")},
+    **{
+        k: v
+        for k, v in _SERVICE_GRAPH.items()
+        if k not in ("Z", "skew", "replicas", "rethink") and not k.startswith("verify_")
+    },
     "eps": Param(0.0, 0.0, 1.0, doc="transition noise (requests leave when served)"),
     "beta": Param(0.5, 0.0, 1.0, low_open=True, doc="hub memory as a fraction of classes"),
     "mu": Param(2.0, 0.0, 1e6, low_open=True, doc="compute per slot of every hub"),
@@ -504,45 +670,78 @@ _MULTIHOP = {
     "nodes": Param(50, 4, 100_000, integer=True, doc="nodes of the graph"),
     "attach": Param(2, 1, 20, integer=True, doc="links of every new node (Barabasi-Albert m)"),
     "classes": Param(2, 1, 256, integer=True, doc="request classes"),
-    "servers": Param(None, 1, 100_000, integer=True, optional=True,
-                     doc="hubs (highest degree) that serve; None: nodes // 10, at least 1"),
+    "servers": Param(
+        None,
+        1,
+        100_000,
+        integer=True,
+        optional=True,
+        doc="hubs (highest degree) that serve; None: nodes // 10, at least 1",
+    ),
     "memory": Param(1, 0, 1, integer=True, doc="1: objects make hits; 0: no signatures"),
     "seed": Param(0, 0, 2**32 - 1, integer=True, doc="seed of the random graph"),
 }
 
 
-_THEORY = {**{k: v for k, v in _COMMON.items() if k != "K_w"},
-           "beta": Param(1.0, 0.0, 1.0, low_open=True, doc="budget fraction of B_i^max "
-                         "(below 1 the single object no longer fits)")}
+_THEORY = {
+    **{k: v for k, v in _COMMON.items() if k != "K_w"},
+    "beta": Param(
+        1.0,
+        0.0,
+        1.0,
+        low_open=True,
+        doc="budget fraction of B_i^max (below 1 the single object no longer fits)",
+    ),
+}
 
 BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]]] = {
-    "work_reuse": (work_reuse, {
-        **_THEORY, "load": Param(0.9, 0.0, 10.0, doc="normalized load (of kappa_w)"),
-        "kappa_w": Param(4.0, 1.0, 1e6, doc="miss work and compute capacity")}),
-    "successor": (successor, {
-        **_THEORY, "load": Param(0.9, 0.0, 10.0, doc="normalized load"),
-        "mu_u": Param(2.0, 0.0, 1e6, low_open=True, doc="upstream compute per slot"),
-        "mu_v": Param(1.0, 0.0, 1e6, low_open=True, doc="verifier compute per slot"),
-        "pi_h": Param(1.0, 0.0, 1.0, doc="P(verifier job) after a miss"),
-        "pi_l": Param(0.0, 0.0, 1.0, doc="P(verifier job) after a hit"),
-        "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="upstream-verifier link")}),
-    "separation": (separation, {
-        "load": Param(0.5, 0.0, 10.0, doc="normalized load (of mu)"),
-        "horizon": _COMMON["horizon"], "K": _COMMON["K"],
-        "mu": Param(1.0, 0.0, 1e6, low_open=True, doc="compute per slot")}),
-    "boundary": (boundary, {
-        **_COMMON, "K": Param(2.0, 1.0, 1e6, doc="noncached factor"),
-        "beta": Param(0.5, 0.0, 1.0, low_open=True, doc="budget fraction of B_i^max"),
-        "mu": Param(2.0, 0.0, 1e6, low_open=True, doc="compute per slot of each server"),
-        "share0": Param(0.5, 0.0, 1.0, doc="arrival share of commodity c0"),
-        "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="units per slot per link"),
-        "bandwidth": Param(1.0, 0.0, 1e6, doc="transfer bandwidth"),
-        "link_cost": Param(0.1, 0.0, 1e6, doc="penalty d per routed unit"),
-        "credit": Param(0.5, 0.0, 1e6, doc="reuse credit v per unit on a hit"),
-        "penalty_scale": Param(0.02, 0.0, 1e6, doc="unit of every penalty"),
-        "migration_cost": Param(2.0, 0.0, 1e6, doc="penalty per size unit moved"),
-        "theta": Param(0.01, 0.0, 1e6, doc="holding penalty per size unit per slot"),
-        "omega": Param(0.05, 0.0, 1e6, doc="write penalty per retained generated object")}),
+    "work_reuse": (
+        work_reuse,
+        {
+            **_THEORY,
+            "load": Param(0.9, 0.0, 10.0, doc="normalized load (of kappa_w)"),
+            "kappa_w": Param(4.0, 1.0, 1e6, doc="miss work and compute capacity"),
+        },
+    ),
+    "successor": (
+        successor,
+        {
+            **_THEORY,
+            "load": Param(0.9, 0.0, 10.0, doc="normalized load"),
+            "mu_u": Param(2.0, 0.0, 1e6, low_open=True, doc="upstream compute per slot"),
+            "mu_v": Param(1.0, 0.0, 1e6, low_open=True, doc="verifier compute per slot"),
+            "pi_h": Param(1.0, 0.0, 1.0, doc="P(verifier job) after a miss"),
+            "pi_l": Param(0.0, 0.0, 1.0, doc="P(verifier job) after a hit"),
+            "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="upstream-verifier link"),
+        },
+    ),
+    "separation": (
+        separation,
+        {
+            "load": Param(0.5, 0.0, 10.0, doc="normalized load (of mu)"),
+            "horizon": _COMMON["horizon"],
+            "K": _COMMON["K"],
+            "mu": Param(1.0, 0.0, 1e6, low_open=True, doc="compute per slot"),
+        },
+    ),
+    "boundary": (
+        boundary,
+        {
+            **_COMMON,
+            "K": Param(2.0, 1.0, 1e6, doc="noncached factor"),
+            "beta": Param(0.5, 0.0, 1.0, low_open=True, doc="budget fraction of B_i^max"),
+            "mu": Param(2.0, 0.0, 1e6, low_open=True, doc="compute per slot of each server"),
+            "share0": Param(0.5, 0.0, 1.0, doc="arrival share of commodity c0"),
+            "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="units per slot per link"),
+            "bandwidth": Param(1.0, 0.0, 1e6, doc="transfer bandwidth"),
+            "link_cost": Param(0.1, 0.0, 1e6, doc="penalty d per routed unit"),
+            "credit": Param(0.5, 0.0, 1e6, doc="reuse credit v per unit on a hit"),
+            "penalty_scale": Param(0.02, 0.0, 1e6, doc="unit of every penalty"),
+            "migration_cost": Param(2.0, 0.0, 1e6, doc="penalty per size unit moved"),
+            "theta": Param(0.01, 0.0, 1e6, doc="holding penalty per size unit per slot"),
+            "omega": Param(0.05, 0.0, 1e6, doc="write penalty per retained generated object"),
+        },
+    ),
     "mixed": (mixed, _MIXED),
     "rag": (rag, _SERVICE_GRAPH),
     "moe": (moe, _SERVICE_GRAPH),
@@ -584,10 +783,12 @@ def make_workload(name: str, **overrides: Any) -> Workload:
     params = workload_params(name)
     unknown = sorted(set(overrides) - set(params))
     if unknown:
-        raise ValueError(f"unknown parameter(s) {unknown} for workload {name!r}; allowed: "
-                         f"{sorted(params)}")
-    values = {key: param.check(key, overrides.get(key, param.default))
-              for key, param in params.items()}
+        raise ValueError(
+            f"unknown parameter(s) {unknown} for workload {name!r}; allowed: {sorted(params)}"
+        )
+    values = {
+        key: param.check(key, overrides.get(key, param.default)) for key, param in params.items()
+    }
     builder = BUILDERS[name][0]
     workload = builder(values)
     from dataclasses import replace

@@ -24,8 +24,9 @@ def test_nu__penalty_falls_and_backlog_rises_over_the_papers_grid():
     grid = (0, 2, 5, 10, 20)
     rows = []
     for nu in grid:
-        records = evaluate("mabp", "mixed", loads=[0.5], seeds=[0, 1, 2], horizon=600,
-                           nu=nu, backend="serial")
+        records = evaluate(
+            "mabp", "mixed", loads=[0.5], seeds=[0, 1, 2], horizon=600, nu=nu, backend="serial"
+        )
         rows.append((seed_mean(records, "penalty"), seed_mean(records, "mean_backlog")))
     penalty, backlog = np.array(rows).T
     assert penalty[-1] < 0.85 * penalty[0], rows
@@ -35,8 +36,15 @@ def test_nu__penalty_falls_and_backlog_rises_over_the_papers_grid():
 
 def test_no_memory__stable_below_its_bound_and_growing_above():
     # capacity("nomem") / lambda_ref = 1.375 / 5.650 = 0.243 on mixed.
-    records = evaluate("bp", "mixed", loads=[0.15, 0.2, 0.3], seeds=[0, 1, 2], horizon=2000,
-                       memory=False, backend="serial")
+    records = evaluate(
+        "bp",
+        "mixed",
+        loads=[0.15, 0.2, 0.3],
+        seeds=[0, 1, 2],
+        horizon=2000,
+        memory=False,
+        backend="serial",
+    )
     assert stable_load(records) == {"bp": 0.2}
     over = [r for r in records if r["load"] == 0.3]
     assert all(r["growth"] > 3 * GROWTH_LIMIT for r in over), [r["growth"] for r in over]
@@ -46,18 +54,26 @@ def test_no_memory__stable_below_its_bound_and_growing_above():
 def test_bound__no_policy_is_stable_above_the_all_hit_capacity():
     # Load 1.1 is 10% over the occupation bound (= the all-hit LP at beta = 0.25, SPEC 9.1):
     # every run of every policy must leave arrivals behind.
-    records = evaluate(["bp", "greedycache-bp", "mabp"], "mixed", loads=[1.1],
-                       seeds=[0, 1], horizon=1500, backend="serial")
+    records = evaluate(
+        ["bp", "greedycache-bp", "mabp"],
+        "mixed",
+        loads=[1.1],
+        seeds=[0, 1],
+        horizon=1500,
+        backend="serial",
+    )
     assert all(not r["stable"] and r["growth"] > GROWTH_LIMIT for r in records), [
-        (r["policy"], r["growth"]) for r in records]
+        (r["policy"], r["growth"]) for r in records
+    ]
 
 
 def test_cost_bp__equals_bp_where_its_reference_cost_cannot_bind():
     # On mixed every server of a commodity has the same memory-averaged penalty, so the
     # reference cost only defers service, and at nu * pbar = 5 * 2.25 * 0.04 = 0.45 < 1 unit
     # it almost never does (SPEC 9.3): penalties within 2%.
-    both = evaluate(["bp", "cost-bp"], "mixed", loads=[0.3], seeds=[0, 1, 2], horizon=600,
-                    backend="serial")
+    both = evaluate(
+        ["bp", "cost-bp"], "mixed", loads=[0.3], seeds=[0, 1, 2], horizon=600, backend="serial"
+    )
     bp = seed_mean([r for r in both if r["policy"] == "bp"], "penalty")
     cost = seed_mean([r for r in both if r["policy"] == "cost-bp"], "penalty")
     assert cost == pytest.approx(bp, rel=0.02)
@@ -68,8 +84,15 @@ def test_cost_bp__defers_without_shuttling_where_its_cost_binds():
     # At penalty scale 0.1 (nu * pbar = 1.1 units) Cost-BP defers units to batch them behind
     # hits. v1 then shipped the deferred units between sibling servers and paid more than
     # BP (0.555 against 0.516); with the sibling hold it pays 13% less (0.448).
-    both = evaluate(["bp", "cost-bp"], "mixed", loads=[0.3], seeds=[10, 11, 12, 13, 14],
-                    horizon=600, backend="serial", penalty_scale=0.1)
+    both = evaluate(
+        ["bp", "cost-bp"],
+        "mixed",
+        loads=[0.3],
+        seeds=[10, 11, 12, 13, 14],
+        horizon=600,
+        backend="serial",
+        penalty_scale=0.1,
+    )
     bp = [r for r in both if r["policy"] == "bp"]
     cost = [r for r in both if r["policy"] == "cost-bp"]
     assert seed_mean(cost, "penalty") < 0.93 * seed_mean(bp, "penalty")
@@ -80,8 +103,9 @@ def test_cost_bp__defers_without_shuttling_where_its_cost_binds():
 @pytest.mark.slow
 def test_oracle_sur__no_ping_pong_at_low_load():
     # v1: backlog 42 and P95 delay 283 at load 0.1 against MABP's 3.2 and 9.7 (SPEC 9.4).
-    both = evaluate(["mabp", "oracle-sur"], "mixed", loads=[0.1], seeds=[0, 1, 2],
-                    horizon=600, backend="serial")
+    both = evaluate(
+        ["mabp", "oracle-sur"], "mixed", loads=[0.1], seeds=[0, 1, 2], horizon=600, backend="serial"
+    )
     mabp = [r for r in both if r["policy"] == "mabp"]
     oracle = [r for r in both if r["policy"] == "oracle-sur"]
     assert seed_mean(oracle, "p95_delay") <= 1.1 * seed_mean(mabp, "p95_delay")
@@ -91,10 +115,8 @@ def test_oracle_sur__no_ping_pong_at_low_load():
 def test_verdicts__paper_rule_reads_the_first_600_slots_of_a_long_run():
     # One long run gives both verdicts: the paper's window of a 1,500-slot run equals the
     # whole window of the 600-slot run of the same seed.
-    (long,) = evaluate("mabp", "mixed", loads=[0.5], seeds=[3], horizon=1500,
-                       backend="serial")
-    (short,) = evaluate("mabp", "mixed", loads=[0.5], seeds=[3], horizon=600,
-                        backend="serial")
+    (long,) = evaluate("mabp", "mixed", loads=[0.5], seeds=[3], horizon=1500, backend="serial")
+    (short,) = evaluate("mabp", "mixed", loads=[0.5], seeds=[3], horizon=600, backend="serial")
     assert long["paper_slope"] == pytest.approx(short["slope"], abs=1e-12)
     assert long["paper_backlog"] == pytest.approx(short["mean_backlog"], abs=1e-12)
     assert long["paper_stable"] == short["paper_stable"]
@@ -105,8 +127,9 @@ def test_growth__is_the_fraction_of_arrivals_left_behind():
     # Overloaded BP on work_reuse without memory: capacity 1 request/slot, arrivals 1.2,
     # so about 0.2 / 1.2 = 1/6 of the arrivals stay (each request is one unit).
     wl = make_workload("work_reuse", kappa_w=4.0, load=1.2 / 4.0, horizon=2000)
-    records = evaluate("bp", wl, loads=[1.2 / 4.0], seeds=[0, 1], horizon=2000,
-                       memory=False, backend="serial")
+    records = evaluate(
+        "bp", wl, loads=[1.2 / 4.0], seeds=[0, 1], horizon=2000, memory=False, backend="serial"
+    )
     for record in records:
         assert record["growth"] == pytest.approx(1 / 6, abs=0.03)
         assert not record["stable"]
@@ -115,8 +138,9 @@ def test_growth__is_the_fraction_of_arrivals_left_behind():
 def test_growth_at__recomputes_a_saved_runs_verdict_at_shorter_horizons():
     from mabp_gym.verdicts import cut, growth_at, horizon_sensitivity
 
-    records = evaluate(["bp"], "mixed", loads=[0.3, 0.6], seeds=[0, 1], horizon=1000,
-                       backend="serial")
+    records = evaluate(
+        ["bp"], "mixed", loads=[0.3, 0.6], seeds=[0, 1], horizon=1000, backend="serial"
+    )
     for record in records:
         # The full horizon from the stored trace (every 5th slot, configured arrival rate)
         # matches the run's own growth to sampling noise.
@@ -127,7 +151,9 @@ def test_growth_at__recomputes_a_saved_runs_verdict_at_shorter_horizons():
     assert [r["stable"] for r in short] == [r["growth"] < GROWTH_LIMIT for r in short]
     rows = horizon_sensitivity(records, [500, 1000], [[0], [1]])
     assert [(r["horizon"], r["stable_loads"], r["agree"]) for r in rows] == [
-        (500, [0.3, 0.3], True), (1000, [0.3, 0.3], True)]
+        (500, [0.3, 0.3], True),
+        (1000, [0.3, 0.3], True),
+    ]
 
 
 def test_verdicts__a_set_run_only_near_its_boundary_agrees_with_lower_stable_loads():

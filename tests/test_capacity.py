@@ -17,14 +17,21 @@ def test_capacity__work_reuse_is_1_without_memory_and_kappa_w_with(kappa_w):
     assert capacity(wl, reference="full") == pytest.approx(kappa_w, abs=1e-9)
     assert wl.lambda_ref == pytest.approx(kappa_w)
     # load = 0.9 means 0.9 * kappa_w requests per slot.
-    assert make_workload("work_reuse", kappa_w=kappa_w, load=0.9).total_rate == \
-        pytest.approx(0.9 * kappa_w)
+    assert make_workload("work_reuse", kappa_w=kappa_w, load=0.9).total_rate == pytest.approx(
+        0.9 * kappa_w
+    )
 
 
 @pytest.mark.parametrize(
     ("mu_u", "mu_v", "pi_h", "pi_l"),
-    [(2.0, 1.0, 1.0, 0.0), (2.0, 1.0, 0.8, 0.2), (3.0, 1.0, 0.9, 0.5),
-     (1.0, 2.0, 1.0, 0.5), (4.0, 0.5, 0.25, 0.1), (2.5, 1.5, 1.0, 0.6)],
+    [
+        (2.0, 1.0, 1.0, 0.0),
+        (2.0, 1.0, 0.8, 0.2),
+        (3.0, 1.0, 0.9, 0.5),
+        (1.0, 2.0, 1.0, 0.5),
+        (4.0, 0.5, 0.25, 0.1),
+        (2.5, 1.5, 1.0, 0.6),
+    ],
 )
 def test_capacity__successor_matches_corollary_1(mu_u, mu_v, pi_h, pi_l):
     wl = make_workload("successor", mu_u=mu_u, mu_v=mu_v, pi_h=pi_h, pi_l=pi_l)

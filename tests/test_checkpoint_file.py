@@ -22,15 +22,18 @@ SHIPPED = Path(checkpoint_file.CHECKPOINT_DIR)
 
 def tiny_gnn(workload) -> GNNScheduler:
     torch.manual_seed(0)
-    return GNNScheduler(observation_dims(ObservationEncoder(workload).layout), hidden=8,
-                        layers=1)
+    return GNNScheduler(observation_dims(ObservationEncoder(workload).layout), hidden=8, layers=1)
 
 
 def exact_estimate(workload) -> PrimitiveEstimate:
     ix = workload.index
-    return PrimitiveEstimate(ix.work.copy(), ix.penalty.copy(),
-                             ix.successor_law[:, :, :-1].copy(),
-                             np.ones_like(ix.work, dtype=bool), np.ones_like(ix.work))
+    return PrimitiveEstimate(
+        ix.work.copy(),
+        ix.penalty.copy(),
+        ix.successor_law[:, :, :-1].copy(),
+        np.ones_like(ix.work, dtype=bool),
+        np.ones_like(ix.work),
+    )
 
 
 class _Exploit:
@@ -58,7 +61,7 @@ def corrupt(path: Path, how: str, tmp_path: Path) -> Path:
     target = tmp_path / f"{how}.pt"
     if how == "flipped":
         middle = len(data) // 2
-        target.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:])
+        target.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :])
     elif how == "truncated":
         target.write_bytes(data[: len(data) // 3])
     elif how == "empty":
@@ -90,8 +93,11 @@ def test_checkpoint__the_digest_catches_content_changed_behind_a_valid_container
     name = next(iter(payload["tensors"]))
     payload["tensors"][name] = payload["tensors"][name] + 1e-3  # one weight nudged
     torch.save(payload, path)  # a well-formed file whose content is not what was signed
-    with pytest.raises(ValueError, match=r"g\.pt: damaged checkpoint: its content does not "
-                                         r"match its digest"):
+    with pytest.raises(
+        ValueError,
+        match=r"g\.pt: damaged checkpoint: its content does not "
+        r"match its digest",
+    ):
         load_checkpoint(path, wl)
 
 
@@ -102,8 +108,11 @@ def test_checkpoint__other_parameters_are_refused_and_named(tmp_path):
     save_checkpoint(gnn_path, tiny_gnn(wl), wl)
     exact_estimate(wl).save(lm_path, wl)
     for policy, path in (("gnn", gnn_path), ("learn-mabp", lm_path)):
-        with pytest.raises(ValueError, match=r"other parameters: K=4\.0 in the checkpoint, "
-                                             r"16\.0 here; eps=0\.1 in the checkpoint, 0\.5"):
+        with pytest.raises(
+            ValueError,
+            match=r"other parameters: K=4\.0 in the checkpoint, "
+            r"16\.0 here; eps=0\.1 in the checkpoint, 0\.5",
+        ):
             make_policy(policy, other, checkpoint=path)
         # The load and the horizon are evaluation settings, not the network: accepted.
         make_policy(policy, make_workload("mixed", load=0.3, horizon=50), checkpoint=path)
@@ -140,8 +149,7 @@ def test_shipped_checkpoints__are_version_2_tensors_only_files(name):
     assert payload["format"] == checkpoint_file.FORMAT and payload["version"] == 2
     meta = json.loads(payload["meta"])
     assert meta["workload_identity"]["params"]["K"] == 4.0
-    assert payload["digest"] == checkpoint_file.content_digest(payload["tensors"],
-                                                               payload["meta"])
+    assert payload["digest"] == checkpoint_file.content_digest(payload["tensors"], payload["meta"])
     assert os.path.getsize(SHIPPED / name) < 1_000_000
 
 
@@ -158,8 +166,9 @@ def test_ppo_archive__no_pickled_field_is_unpickled_and_unknown_ones_are_refused
     envs = types.SimpleNamespace(observation_space="obs", action_space="act")
     archive = tmp_path / "run.zip"
     with zipfile.ZipFile(archive, "w") as handle:
-        handle.writestr("data", json.dumps({"policy_class": evil, "lr_schedule": evil,
-                                            "n_steps": 8}))
+        handle.writestr(
+            "data", json.dumps({"policy_class": evil, "lr_schedule": evil, "n_steps": 8})
+        )
     replaced = _ppo_archive_objects(archive, envs, GNNArgs())
     assert set(replaced) == {"policy_class", "lr_schedule"} and not marker.exists()
     with zipfile.ZipFile(archive, "w") as handle:

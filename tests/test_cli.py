@@ -13,14 +13,18 @@ from mabp_gym import evaluate, read_records
 
 
 def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_cli__capacity_prints_and_writes_both_capacities(tmp_path):
     out = tmp_path / "cap.json"
-    result = run("capacity", "--workload", "work_reuse", "--set", "kappa_w=3",
-                 "--json", str(out))
+    result = run("capacity", "--workload", "work_reuse", "--set", "kappa_w=3", "--json", str(out))
     assert result.returncode == 0, result.stderr
     assert "no-memory capacity 1.0000" in result.stdout
     assert "all-hit capacity (lambda_ref) 3.0000" in result.stdout
@@ -30,8 +34,20 @@ def test_cli__capacity_prints_and_writes_both_capacities(tmp_path):
 
 def test_cli__simulate_reports_metrics_per_seed(tmp_path):
     out = tmp_path / "sim.json"
-    result = run("simulate", "--workload", "work_reuse", "--load", "0.5", "--horizon", "200",
-                 "--seeds", "0", "1", "--json", str(out))
+    result = run(
+        "simulate",
+        "--workload",
+        "work_reuse",
+        "--load",
+        "0.5",
+        "--horizon",
+        "200",
+        "--seeds",
+        "0",
+        "1",
+        "--json",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     records = json.loads(out.read_text())
     assert [r["seed"] for r in records] == [0, 1]
@@ -41,21 +57,58 @@ def test_cli__simulate_reports_metrics_per_seed(tmp_path):
 
 def test_cli__eval_prints_a_summary_and_streams_records(tmp_path):
     out = tmp_path / "eval.jsonl"
-    result = run("eval", "--policy", "bp", "mabp", "--loads", "0.2,0.4", "--seeds", "0",
-                 "--horizon", "120", "--out", str(out), "--workers", "1", "--no-progress")
+    result = run(
+        "eval",
+        "--policy",
+        "bp",
+        "mabp",
+        "--loads",
+        "0.2,0.4",
+        "--seeds",
+        "0",
+        "--horizon",
+        "120",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-progress",
+    )
     assert result.returncode == 0, result.stderr
     assert "stable load: bp" in result.stdout and "mabp" in result.stdout
     records = read_records(out)
-    assert sorted((r["policy"], r["load"]) for r in records) == \
-        [("bp", 0.2), ("bp", 0.4), ("mabp", 0.2), ("mabp", 0.4)]
+    assert sorted((r["policy"], r["load"]) for r in records) == [
+        ("bp", 0.2),
+        ("bp", 0.4),
+        ("mabp", 0.2),
+        ("mabp", 0.4),
+    ]
 
 
 def test_cli__table_writes_markdown_and_csv_in_table_i_layout(tmp_path):
     md, table_csv = tmp_path / "t.md", tmp_path / "t.csv"
-    result = run("table", "--policies", "bp,mabp", "--loads", "0.2:0.4:0.2", "--seeds", "0",
-                 "--horizon", "100", "--at", "0.4", "--out", str(tmp_path / "t.jsonl"),
-                 "--markdown", str(md), "--csv", str(table_csv), "--workers", "1",
-                 "--no-progress")
+    result = run(
+        "table",
+        "--policies",
+        "bp,mabp",
+        "--loads",
+        "0.2:0.4:0.2",
+        "--seeds",
+        "0",
+        "--horizon",
+        "100",
+        "--at",
+        "0.4",
+        "--out",
+        str(tmp_path / "t.jsonl"),
+        "--markdown",
+        str(md),
+        "--csv",
+        str(table_csv),
+        "--workers",
+        "1",
+        "--no-progress",
+    )
     assert result.returncode == 0, result.stderr
     lines = md.read_text().splitlines()
     assert lines[0].startswith("| Policy | Stable load | Paper load | Penalty | P95 delay |")
@@ -66,9 +119,31 @@ def test_cli__table_writes_markdown_and_csv_in_table_i_layout(tmp_path):
 
 def test_cli__sweep_and_plot(tmp_path):
     out = tmp_path / "k.jsonl"
-    result = run("sweep", "--workload", "separation", "--param", "K", "--values", "1", "4",
-                 "--policies", "bp", "mabp", "--seeds", "0", "1", "--horizon", "100",
-                 "--at", "0.5", "--out", str(out), "--workers", "1", "--no-progress")
+    result = run(
+        "sweep",
+        "--workload",
+        "separation",
+        "--param",
+        "K",
+        "--values",
+        "1",
+        "4",
+        "--policies",
+        "bp",
+        "mabp",
+        "--seeds",
+        "0",
+        "1",
+        "--horizon",
+        "100",
+        "--at",
+        "0.5",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-progress",
+    )
     assert result.returncode == 0, result.stderr
     records = read_records(out)
     assert sorted({r["overrides"]["K"] for r in records}) == [1, 4]
@@ -79,21 +154,24 @@ def test_cli__sweep_and_plot(tmp_path):
     assert "skipped fig2_backlog_traces.png" in result.stdout
 
 
-@pytest.mark.parametrize("args", [
-    ("simulate", "--set", "K=-1"),
-    ("simulate", "--set", "nonsense"),
-    ("simulate", "--warmup", "1.5"),
-    ("capacity", "--workload", "nope"),
-    ("eval", "--policy", "nope", "--loads", "0.5"),
-    ("eval", "--loads", "0.x"),
-    ("eval", "--loads", "0.5", "--workers", "0"),
-    ("table", "--loads", "1:0:0.1"),
-    ("sweep", "--param", "gamma", "--values", "1", "--out", "x.jsonl"),
-    ("plot", "--results", "missing.jsonl", "--out-dir", "figs"),
-    ("train", "gnn", "--bogus"),
-    ("train", "learn-mabp", "--device", "tpu"),
-    ("frobnicate",),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("simulate", "--set", "K=-1"),
+        ("simulate", "--set", "nonsense"),
+        ("simulate", "--warmup", "1.5"),
+        ("capacity", "--workload", "nope"),
+        ("eval", "--policy", "nope", "--loads", "0.5"),
+        ("eval", "--loads", "0.x"),
+        ("eval", "--loads", "0.5", "--workers", "0"),
+        ("table", "--loads", "1:0:0.1"),
+        ("sweep", "--param", "gamma", "--values", "1", "--out", "x.jsonl"),
+        ("plot", "--results", "missing.jsonl", "--out-dir", "figs"),
+        ("train", "gnn", "--bogus"),
+        ("train", "learn-mabp", "--device", "tpu"),
+        ("frobnicate",),
+    ],
+)
 def test_cli__bad_arguments_exit_2_with_one_line_reason(args, tmp_path):
     result = run(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stdout
@@ -107,31 +185,83 @@ def test_cli__help_on_each_subcommand():
         assert result.returncode == 0 and "usage:" in result.stdout
 
 
-def test_table__search_stops_a_policy_at_its_first_growing_load_and_from_results_reuses(
-        tmp_path):
+def test_table__search_stops_a_policy_at_its_first_growing_load_and_from_results_reuses(tmp_path):
     out = tmp_path / "t.jsonl"
-    common = ["table", "--policies", "bp", "--loads", "0.3", "0.6", "0.9", "--seeds", "0",
-              "--horizon", "400", "--at", "0.6", "--out", str(out), "--no-progress"]
-    result = subprocess.run([sys.executable, "-m", "mabp_gym.cli", *common, "--search"],
-                            capture_output=True, text=True, check=True)
+    common = [
+        "table",
+        "--policies",
+        "bp",
+        "--loads",
+        "0.3",
+        "0.6",
+        "0.9",
+        "--seeds",
+        "0",
+        "--horizon",
+        "400",
+        "--at",
+        "0.6",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", *common, "--search"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     loads = sorted({r["load"] for r in read_records(out)})
     assert loads == [0.3, 0.6]  # 0.6 grows for BP, so 0.9 never ran
     assert "| bp | 0.30 |" in result.stdout
-    again = subprocess.run([sys.executable, "-m", "mabp_gym.cli", *common, "--from-results"],
-                           capture_output=True, text=True, check=True)
+    again = subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", *common, "--from-results"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert again.stdout == result.stdout
 
 
 def test_verdicts__prints_stable_loads_per_seed_set_and_rejects_long_horizons(tmp_path):
     out = tmp_path / "v.jsonl"
-    evaluate("bp", "mixed", loads=[0.3, 0.6], seeds=[0, 1], horizon=500, backend="serial",
-             output=out)
-    ok = subprocess.run([sys.executable, "-m", "mabp_gym.cli", "verdicts", "--results",
-                         str(out), "--horizons", "300", "500", "--seed-sets", "0", "1:2"],
-                        capture_output=True, text=True)
+    evaluate(
+        "bp", "mixed", loads=[0.3, 0.6], seeds=[0, 1], horizon=500, backend="serial", output=out
+    )
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mabp_gym.cli",
+            "verdicts",
+            "--results",
+            str(out),
+            "--horizons",
+            "300",
+            "500",
+            "--seed-sets",
+            "0",
+            "1:2",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "| bp | 0.30 / 0.30 | 0.30 / 0.30 |" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "mabp_gym.cli", "verdicts", "--results",
-                          str(out), "--horizons", "600", "--seed-sets", "0"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mabp_gym.cli",
+            "verdicts",
+            "--results",
+            str(out),
+            "--horizons",
+            "600",
+            "--seed-sets",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "shortest saved run has 500 slots" in bad.stderr

@@ -16,32 +16,41 @@ EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 
 
 def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("eval", "--set", "load=0.3", "--loads", "0.5"), "--set load=0.3: eval sets the loads"),
-    (("eval", "--workload", EXAMPLE, "--set", "horizon=50"), "--set horizon=50: eval sets it"),
-    (("table", "--set", "load=0.3"), "--set load=0.3: table sets the loads"),
-    (("sweep", "--param", "K", "--values", "1", "--set", "K=2", "--out", "k.jsonl"),
-     "--set K=2: sweep sweeps it"),
-    (("capacity", "--set", "load=0.3"), "capacity does not depend on the load"),
-    (("simulate", "--load", "0.3", "--set", "load=0.4"), "give --load or --set load"),
-    (("simulate", "--workload", EXAMPLE, "--set", "K=3"), "accepts the overrides load and"),
-    (("eval", "--loads", "0.5", "--seeds", "-1"), "seeds must be integers >= 0"),
-    (("eval", "--loads", "0.5", "--out", "."), "--out '.' is a directory"),
-    (("eval", "--loads", "0.5", "--out", "/dev/null"), "not a regular file"),
-    (("eval", "--loads", "0.5", "--out", "missing/r.jsonl"), "does not exist"),
-    (("table", "--loads", "0.5", "--markdown", "missing/t.md"), "--markdown 'missing/t.md'"),
-    (("table", "--loads", "0.5", "--csv", "."), "--csv '.' is a directory"),
-    (("capacity", "--json", "."), "--json '.' is a directory"),
-    (("simulate", "--json", "missing/s.json"), "does not exist"),
-    (("plot", "--results", "r.jsonl", "--out-dir", "r.jsonl"), "exists and is not a directory"),
-    (("train", "gnn", "--workload", "nope"), "unknown workload 'nope'"),
-])
-def test_cli__a_bad_argument_is_one_line_with_status_2_before_any_work(args, message,
-                                                                        tmp_path):
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("eval", "--set", "load=0.3", "--loads", "0.5"), "--set load=0.3: eval sets the loads"),
+        (("eval", "--workload", EXAMPLE, "--set", "horizon=50"), "--set horizon=50: eval sets it"),
+        (("table", "--set", "load=0.3"), "--set load=0.3: table sets the loads"),
+        (
+            ("sweep", "--param", "K", "--values", "1", "--set", "K=2", "--out", "k.jsonl"),
+            "--set K=2: sweep sweeps it",
+        ),
+        (("capacity", "--set", "load=0.3"), "capacity does not depend on the load"),
+        (("simulate", "--load", "0.3", "--set", "load=0.4"), "give --load or --set load"),
+        (("simulate", "--workload", EXAMPLE, "--set", "K=3"), "accepts the overrides load and"),
+        (("eval", "--loads", "0.5", "--seeds", "-1"), "seeds must be integers >= 0"),
+        (("eval", "--loads", "0.5", "--out", "."), "--out '.' is a directory"),
+        (("eval", "--loads", "0.5", "--out", "/dev/null"), "not a regular file"),
+        (("eval", "--loads", "0.5", "--out", "missing/r.jsonl"), "does not exist"),
+        (("table", "--loads", "0.5", "--markdown", "missing/t.md"), "--markdown 'missing/t.md'"),
+        (("table", "--loads", "0.5", "--csv", "."), "--csv '.' is a directory"),
+        (("capacity", "--json", "."), "--json '.' is a directory"),
+        (("simulate", "--json", "missing/s.json"), "does not exist"),
+        (("plot", "--results", "r.jsonl", "--out-dir", "r.jsonl"), "exists and is not a directory"),
+        (("train", "gnn", "--workload", "nope"), "unknown workload 'nope'"),
+    ],
+)
+def test_cli__a_bad_argument_is_one_line_with_status_2_before_any_work(args, message, tmp_path):
     (tmp_path / "r.jsonl").write_text("")
     result = run(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
@@ -65,8 +74,7 @@ def test_cli__an_internal_error_keeps_its_traceback(monkeypatch):
         cli.main(["capacity", "--workload", "work_reuse"])
 
 
-def test_cli__failing_runs_exit_1_with_the_traceback_and_a_summary(monkeypatch, capsys,
-                                                                   tmp_path):
+def test_cli__failing_runs_exit_1_with_the_traceback_and_a_summary(monkeypatch, capsys, tmp_path):
     real = evaluation.run
 
     def flaky(spec):
@@ -76,9 +84,27 @@ def test_cli__failing_runs_exit_1_with_the_traceback_and_a_summary(monkeypatch, 
 
     monkeypatch.setattr(evaluation, "run", flaky)
     out = tmp_path / "r.jsonl"
-    status = cli.main(["eval", "--policy", "bp", "--workload", "work_reuse", "--loads", "0.3",
-                       "--seeds", "0", "1", "--horizon", "30", "--workers", "1",
-                       "--no-progress", "--out", str(out)])
+    status = cli.main(
+        [
+            "eval",
+            "--policy",
+            "bp",
+            "--workload",
+            "work_reuse",
+            "--loads",
+            "0.3",
+            "--seeds",
+            "0",
+            "1",
+            "--horizon",
+            "30",
+            "--workers",
+            "1",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 1
     assert "Traceback" in err and "RuntimeError: run exploded" in err
@@ -87,8 +113,22 @@ def test_cli__failing_runs_exit_1_with_the_traceback_and_a_summary(monkeypatch, 
 
 
 def test_cli__eval_says_none_of_the_tested_loads_when_nothing_is_stable(tmp_path):
-    result = run("eval", "--policy", "sp", "--workload", "work_reuse", "--loads", "4",
-                 "--seeds", "0", "--horizon", "200", "--workers", "1", "--no-progress")
+    result = run(
+        "eval",
+        "--policy",
+        "sp",
+        "--workload",
+        "work_reuse",
+        "--loads",
+        "4",
+        "--seeds",
+        "0",
+        "--horizon",
+        "200",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
     assert result.returncode == 0, result.stderr
     assert "stable load: sp none of the tested loads (lowest 4)" in result.stdout
     assert "sp 0" not in result.stdout

@@ -14,8 +14,12 @@ from mabp_gym.metrics import Trace, completion_ratio, summarize
 def test_completion_ratio__completions_of_warm_up_requests_do_not_count():
     # Ten requests arrive during the warm-up (slots 0-1) and all leave in the window, with
     # the two born in the window: completed/arrived in the window would be 12 / 2 = 6.
-    trace = Trace(backlog=[10, 10, 0, 0], arrivals=[5, 5, 2, 0], completed=[0, 0, 0, 12],
-                  delays=[(), (), (), (3,) * 5 + (2,) * 5 + (1, 1)])
+    trace = Trace(
+        backlog=[10, 10, 0, 0],
+        arrivals=[5, 5, 2, 0],
+        completed=[0, 0, 0, 12],
+        delays=[(), (), (), (3,) * 5 + (2,) * 5 + (1, 1)],
+    )
     assert completion_ratio(trace, start=2) == pytest.approx(2 / 2)
     assert summarize(trace, warmup=0.5)["completion_ratio"] == pytest.approx(1.0)
     # A request born in the window and still queued at the end counts as not completed.
@@ -23,8 +27,9 @@ def test_completion_ratio__completions_of_warm_up_requests_do_not_count():
     assert completion_ratio(trace, start=2) == pytest.approx(2 / 4)
 
 
-@given(st.lists(st.lists(st.integers(0, 30), max_size=4), min_size=1, max_size=30),
-       st.floats(0.0, 0.9))
+@given(
+    st.lists(st.lists(st.integers(0, 30), max_size=4), min_size=1, max_size=30), st.floats(0.0, 0.9)
+)
 def test_completion_ratio__is_a_fraction_for_any_delays(delays_per_slot, warmup):
     # Build a consistent trace: every completion's birth slot had an arrival.
     n = len(delays_per_slot)
@@ -36,8 +41,9 @@ def test_completion_ratio__is_a_fraction_for_any_delays(delays_per_slot, warmup)
             arrivals[t - d] += 1
         delays.append(kept)
     arrivals = [a + 1 for a in arrivals]  # some requests never complete
-    trace = Trace(backlog=[0] * n, arrivals=arrivals, completed=[len(d) for d in delays],
-                  delays=delays)
+    trace = Trace(
+        backlog=[0] * n, arrivals=arrivals, completed=[len(d) for d in delays], delays=delays
+    )
     start = int(n * warmup)
     ratio = completion_ratio(trace, start)
     assert 0.0 <= ratio <= 1.0
@@ -45,9 +51,11 @@ def test_completion_ratio__is_a_fraction_for_any_delays(delays_per_slot, warmup)
 
 def test_completion_ratio__is_a_fraction_of_the_requests_born_in_the_window():
     # BP at a light load used to report 1.028: completions of warm-up requests counted.
-    (record,) = mabp_gym.evaluate("bp", "mixed", loads=[0.3], seeds=[0], horizon=400,
-                                  backend="serial")
+    (record,) = mabp_gym.evaluate(
+        "bp", "mixed", loads=[0.3], seeds=[0], horizon=400, backend="serial"
+    )
     assert 0.9 < record["completion_ratio"] <= 1.0
-    (overloaded,) = mabp_gym.evaluate("sp", "mixed", loads=[1.5], seeds=[0], horizon=300,
-                                      backend="serial")
+    (overloaded,) = mabp_gym.evaluate(
+        "sp", "mixed", loads=[1.5], seeds=[0], horizon=300, backend="serial"
+    )
     assert overloaded["completion_ratio"] < 0.8

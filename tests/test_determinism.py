@@ -17,9 +17,19 @@ def trajectory(name: str, seed: int, slots: int = 150, **overrides) -> list[tupl
     rows = []
     for _ in range(slots):
         control, out = sim.step_scores(queue_length_scores(wl, sim.state))
-        rows.append((out.arrivals, out.served, out.hits, out.delays, out.generated,
-                     out.evicted, out.backlog, control.route.tobytes(),
-                     sim.state.holder.tobytes()))
+        rows.append(
+            (
+                out.arrivals,
+                out.served,
+                out.hits,
+                out.delays,
+                out.generated,
+                out.evicted,
+                out.backlog,
+                control.route.tobytes(),
+                sim.state.holder.tobytes(),
+            )
+        )
     return rows
 
 
@@ -51,5 +61,9 @@ def test_simulator__pickled_mid_run_continues_identically():
     for _ in range(40):
         _, a = sim.step_scores(queue_length_scores(wl, sim.state))
         _, b = clone.step_scores(queue_length_scores(wl, clone.state))
-        assert (a.arrivals, a.delays, a.backlog, a.generated) == \
-            (b.arrivals, b.delays, b.backlog, b.generated)
+        assert (a.arrivals, a.delays, a.backlog, a.generated) == (
+            b.arrivals,
+            b.delays,
+            b.backlog,
+            b.generated,
+        )

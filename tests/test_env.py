@@ -98,8 +98,9 @@ def test_env__truncates_at_horizon_and_never_terminates():
     assert flags[-1] == (False, True) and all(f == (False, False) for f in flags[:-1])
 
 
-@pytest.mark.parametrize("bad", [np.zeros(3), np.full(384, np.nan), np.full(384, np.inf),
-                                 np.zeros((384, 1))])
+@pytest.mark.parametrize(
+    "bad", [np.zeros(3), np.full(384, np.nan), np.full(384, np.inf), np.zeros((384, 1))]
+)
 def test_env__bad_actions_raise_value_error_with_expected_shape(bad):
     env = gym.make("mabp_gym/Mixed-v0")
     env.reset(seed=0)
@@ -125,8 +126,9 @@ def test_env__rewards_follow_spec_3_3():
     for _ in range(10):
         _, reward, _, _, info = env.step(env.action_space.sample())
         assert reward == pytest.approx(-(info["backlog"] + nu * info["penalty"]) / scale)
-    env = gym.make("mabp_gym/Mixed-v0", load=0.6, nu=nu, reward="drift_plus_penalty",
-                   reward_scale=1.0)
+    env = gym.make(
+        "mabp_gym/Mixed-v0", load=0.6, nu=nu, reward="drift_plus_penalty", reward_scale=1.0
+    )
     obs, _ = env.reset(seed=0)
     for _ in range(10):
         before = 0.5 * float((obs["queues"].astype(np.float64) ** 2).sum())
@@ -168,14 +170,17 @@ def test_env__observation_matches_state_and_mask_marks_live_candidates():
     assert np.allclose(obs["service"][:, 3], pressure, rtol=1e-5)
     compatible = np.zeros((ix.num_retains, ix.num_commodities))
     for a in np.flatnonzero(ix.action_signature >= 0):
-        compatible[ix.retain_of[ix.action_node[a], ix.action_signature[a]],
-                   ix.action_commodity[a]] = 1
+        compatible[
+            ix.retain_of[ix.action_node[a], ix.action_signature[a]], ix.action_commodity[a]
+        ] = 1
     demand = (compatible * sim.state.backlog_matrix(wl)[ix.retain_node]).sum(axis=1)
     assert np.allclose(obs["retain"][:, 2], demand) and demand.sum() > 0
     mask = obs["action_mask"].astype(bool)
     service_mask = mask[ix.score_slices[0]]
-    assert np.array_equal(service_mask[sim.state.queue_len[ix.action_pair] == 0],
-                          np.zeros((sim.state.queue_len[ix.action_pair] == 0).sum(), bool))
+    assert np.array_equal(
+        service_mask[sim.state.queue_len[ix.action_pair] == 0],
+        np.zeros((sim.state.queue_len[ix.action_pair] == 0).sum(), bool),
+    )
 
 
 def test_env__render_ansi():

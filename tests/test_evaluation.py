@@ -19,26 +19,46 @@ def strip(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in TIMING_KEYS}
 
 
-def fake(policy: str, load: float, seed: int, slope: float, backlog: float,
-         stable: bool = True) -> dict:
+def fake(
+    policy: str, load: float, seed: int, slope: float, backlog: float, stable: bool = True
+) -> dict:
     """A record whose paper window has ``slope`` and ``backlog`` and whose growth verdict is
     ``stable``."""
-    return {"policy": policy, "load": load, "seed": seed, "slope": slope,
-            "mean_backlog": backlog, "growth": 0.0 if stable else 0.1, "stable": stable,
-            "paper_slope": slope, "paper_backlog": backlog,
-            "penalty": 1.0 + seed, "p95_delay": 10.0,
-            "hit_ratio": 0.5, "churn": 0.1, "completion_ratio": 1.0,
-            "work_per_request": 1.0, "compute_cost": 1.0, "transmission_cost": 0.0,
-            "memory_cost": 0.0, "decision_us_mean": 1.0, "decision_us_p95": 2.0}
+    return {
+        "policy": policy,
+        "load": load,
+        "seed": seed,
+        "slope": slope,
+        "mean_backlog": backlog,
+        "growth": 0.0 if stable else 0.1,
+        "stable": stable,
+        "paper_slope": slope,
+        "paper_backlog": backlog,
+        "penalty": 1.0 + seed,
+        "p95_delay": 10.0,
+        "hit_ratio": 0.5,
+        "churn": 0.1,
+        "completion_ratio": 1.0,
+        "work_per_request": 1.0,
+        "compute_cost": 1.0,
+        "transmission_cost": 0.0,
+        "memory_cost": 0.0,
+        "decision_us_mean": 1.0,
+        "decision_us_p95": 2.0,
+    }
 
 
 def test_paper_load__needs_every_smaller_grid_load_to_pass_on_seed_means():
     records = [
         # 0.1 passes, 0.2 fails, 0.3 passes again: the paper load is 0.1.
-        fake("a", 0.1, 0, 0.0, 10), fake("a", 0.2, 0, 0.5, 10), fake("a", 0.3, 0, 0.0, 10),
+        fake("a", 0.1, 0, 0.0, 10),
+        fake("a", 0.2, 0, 0.5, 10),
+        fake("a", 0.3, 0, 0.0, 10),
         # seed-mean rule: one seed over the slope threshold, the mean under it.
-        fake("b", 0.1, 0, 0.06, 10), fake("b", 0.1, 1, 0.0, 10),
-        fake("b", 0.2, 0, 0.0, 130), fake("b", 0.2, 1, 0.0, 115),
+        fake("b", 0.1, 0, 0.06, 10),
+        fake("b", 0.1, 1, 0.0, 10),
+        fake("b", 0.2, 0, 0.0, 130),
+        fake("b", 0.2, 1, 0.0, 115),
         # the smallest load already fails: 0.
         fake("c", 0.1, 0, 0.0, 500),
     ]
@@ -49,10 +69,17 @@ def test_paper_load__needs_every_smaller_grid_load_to_pass_on_seed_means():
 
 
 def test_stable_load__majority_of_seeds_and_every_smaller_load():
-    runs = [(0.1, [True, True, True]), (0.2, [True, False, True]),  # 2 of 3: stable
-            (0.3, [False, False, True]), (0.4, [True, True, True])]  # 0.3 breaks the chain
-    records = [fake("a", load, seed, 0.0, 10, stable=flag)
-               for load, flags in runs for seed, flag in enumerate(flags)]
+    runs = [
+        (0.1, [True, True, True]),
+        (0.2, [True, False, True]),  # 2 of 3: stable
+        (0.3, [False, False, True]),
+        (0.4, [True, True, True]),
+    ]  # 0.3 breaks the chain
+    records = [
+        fake("a", load, seed, 0.0, 10, stable=flag)
+        for load, flags in runs
+        for seed, flag in enumerate(flags)
+    ]
     assert stable_load(records) == {"a": 0.2}
     (row,) = [r for r in summarize_records(records) if r["load"] == 0.3]
     assert row["stable_seeds"] == 1 and row["stable"] is False
@@ -72,12 +99,26 @@ def test_summarize_records__mean_and_std_over_seeds():
 
 
 def test_evaluate__records_carry_every_spec_5_key():
-    (record,) = evaluate("mabp", "mixed", loads=[0.3], seeds=[0], horizon=100,
-                         backend="serial")
-    for key in ("policy", "workload", "load", "seed", "stable", "slope", "mean_backlog",
-                "penalty", "p95_delay", "hit_ratio", "churn", "completion_ratio",
-                "work_per_request", "transmission_cost", "memory_cost", "decision_us_mean",
-                "decision_us_p95"):
+    (record,) = evaluate("mabp", "mixed", loads=[0.3], seeds=[0], horizon=100, backend="serial")
+    for key in (
+        "policy",
+        "workload",
+        "load",
+        "seed",
+        "stable",
+        "slope",
+        "mean_backlog",
+        "penalty",
+        "p95_delay",
+        "hit_ratio",
+        "churn",
+        "completion_ratio",
+        "work_per_request",
+        "transmission_cost",
+        "memory_cost",
+        "decision_us_mean",
+        "decision_us_p95",
+    ):
         assert key in record
     assert record["workload"] == "mixed" and record["load"] == 0.3
     assert 0 < record["hit_ratio"] < 1 and record["decision_us_p95"] > 0
@@ -105,12 +146,14 @@ def test_evaluate__rejects_bad_arguments_before_running():
 
 def test_evaluate__output_file_is_reused_and_torn_lines_are_dropped(tmp_path):
     out = tmp_path / "runs.jsonl"
-    first = evaluate("bp", "mixed", loads=[0.3], seeds=[0, 1], horizon=80, output=out,
-                     backend="serial")
+    first = evaluate(
+        "bp", "mixed", loads=[0.3], seeds=[0, 1], horizon=80, output=out, backend="serial"
+    )
     with out.open("a") as handle:
         handle.write('{"policy": "bp", "load"')  # a write cut by a kill
-    again = evaluate("bp", "mixed", loads=[0.3], seeds=[0, 1, 2], horizon=80, output=out,
-                     backend="serial")
+    again = evaluate(
+        "bp", "mixed", loads=[0.3], seeds=[0, 1, 2], horizon=80, output=out, backend="serial"
+    )
     records = read_records(out)
     assert len(records) == 3 and [r["seed"] for r in again] == [0, 1, 2]
     assert again[:2] == first  # reused from the file, timing fields included
@@ -118,14 +161,35 @@ def test_evaluate__output_file_is_reused_and_torn_lines_are_dropped(tmp_path):
 
 
 def test_cli_eval__killed_midway_then_rerun_equals_an_uninterrupted_run(tmp_path):
-    args = ["eval", "--policy", "bp", "mabp", "--loads", "0.2:0.6:0.1", "--seeds", "0", "1",
-            "--horizon", "150", "--workers", "1", "--no-progress"]
+    args = [
+        "eval",
+        "--policy",
+        "bp",
+        "mabp",
+        "--loads",
+        "0.2:0.6:0.1",
+        "--seeds",
+        "0",
+        "1",
+        "--horizon",
+        "150",
+        "--workers",
+        "1",
+        "--no-progress",
+    ]
     whole = tmp_path / "whole.jsonl"
-    subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args, "--out", str(whole)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", *args, "--out", str(whole)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     cut = tmp_path / "cut.jsonl"
-    process = subprocess.Popen([sys.executable, "-m", "mabp_gym.cli", *args, "--out", str(cut)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mabp_gym.cli", *args, "--out", str(cut)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and len(read_records(cut)) < 5:
         time.sleep(0.05)
@@ -133,8 +197,12 @@ def test_cli_eval__killed_midway_then_rerun_equals_an_uninterrupted_run(tmp_path
     process.wait()
     interrupted = len(read_records(cut))
     assert 5 <= interrupted < 20
-    subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args, "--out", str(cut)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", *args, "--out", str(cut)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     key = lambda r: r["key"]  # noqa: E731
     resumed = sorted(map(strip, read_records(cut)), key=key)
     expected = sorted(map(strip, read_records(whole)), key=key)
@@ -145,8 +213,14 @@ def test_cli_eval__killed_midway_then_rerun_equals_an_uninterrupted_run(tmp_path
 @pytest.mark.slow
 def test_table__reduced_table_i_orders_the_stable_loads():
     policies = ["sp", "jsq", "bp", "mabp", "oracle-sur"]
-    records = evaluate(policies, "mixed", loads=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
-                       seeds=[0, 1], horizon=400, workers=2)
+    records = evaluate(
+        policies,
+        "mixed",
+        loads=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
+        seeds=[0, 1],
+        horizon=400,
+        workers=2,
+    )
     # 400 slots are too few for the growth verdict near MABP's boundary (the warm-up rise
     # still counts, SPEC 9.2); the paper's short-horizon rule is what such runs measure.
     stable = paper_load(records)

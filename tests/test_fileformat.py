@@ -28,8 +28,17 @@ def trajectory(workload: Workload, seed: int = 5, slots: int = 120) -> list:
     rows = []
     for _ in range(slots):
         _, out = sim.step_scores(queue_length_scores(workload, sim.state))
-        rows.append((out.arrivals, out.delays, out.backlog, out.generated, out.evicted,
-                     out.penalty, sim.state.holder.tobytes()))
+        rows.append(
+            (
+                out.arrivals,
+                out.delays,
+                out.backlog,
+                out.generated,
+                out.evicted,
+                out.penalty,
+                sim.state.holder.tobytes(),
+            )
+        )
     return rows
 
 
@@ -66,22 +75,34 @@ def broken(edit) -> dict:
     return data
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda d: d.update(frobnicate=1), r"frobnicate: unknown key; allowed:"),
-    (lambda d: d["links"][2].update(speed=3), r"links\[2\].speed: unknown key"),
-    (lambda d: d["actions"][1].pop("node"), r"actions\[1\].node: missing required field"),
-    (lambda d: d["links"][3].update(capacity=-2), r"links\[3\].capacity: must be >= 0"),
-    (lambda d: d["actions"][8].update(successors_miss=[["rag/verify/z0", 0.9],
-                                                       ["rag/generate/z1", 0.3]]),
-     r"actions\[8\].successors_miss: probabilities sum to 1.2"),
-    (lambda d: d["links"][0].update(dst="nowhere"), r"links\[0\].dst: unknown node 'nowhere'"),
-    (lambda d: d.update(actions=[a for a in d["actions"] if a["commodity"] != "moe/expert/z3"]),
-     r"commodities\[\d+\]: 'moe/expert/z3' is served by no node"),
-    (lambda d: d["signatures"][0].update(size=100.0),
-     r"signatures\[0\].size: 100 is larger than every node's budget"),
-    (lambda d: d["nodes"][1].update(role="gpu"), r"nodes\[1\].role: must be one of"),
-    (lambda d: d["arrivals"].update(rate=3.0), r"arrivals: give exactly one of load"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(frobnicate=1), r"frobnicate: unknown key; allowed:"),
+        (lambda d: d["links"][2].update(speed=3), r"links\[2\].speed: unknown key"),
+        (lambda d: d["actions"][1].pop("node"), r"actions\[1\].node: missing required field"),
+        (lambda d: d["links"][3].update(capacity=-2), r"links\[3\].capacity: must be >= 0"),
+        (
+            lambda d: d["actions"][8].update(
+                successors_miss=[["rag/verify/z0", 0.9], ["rag/generate/z1", 0.3]]
+            ),
+            r"actions\[8\].successors_miss: probabilities sum to 1.2",
+        ),
+        (lambda d: d["links"][0].update(dst="nowhere"), r"links\[0\].dst: unknown node 'nowhere'"),
+        (
+            lambda d: d.update(
+                actions=[a for a in d["actions"] if a["commodity"] != "moe/expert/z3"]
+            ),
+            r"commodities\[\d+\]: 'moe/expert/z3' is served by no node",
+        ),
+        (
+            lambda d: d["signatures"][0].update(size=100.0),
+            r"signatures\[0\].size: 100 is larger than every node's budget",
+        ),
+        (lambda d: d["nodes"][1].update(role="gpu"), r"nodes\[1\].role: must be one of"),
+        (lambda d: d["arrivals"].update(rate=3.0), r"arrivals: give exactly one of load"),
+    ],
+)
 def test_file__invalid_files_name_the_path_and_what_is_allowed(edit, message, tmp_path):
     data = broken(edit)
     with pytest.raises(ValueError, match=message):
@@ -112,28 +133,49 @@ def test_multihop__backpressure_stable_below_lp_capacity_unstable_above():
     # Strong stability on a long run: the backlog slope over the second half stays under
     # 0.035 units/slot at 0.7 of the LP capacity; at 1.2 the excess arrival rate,
     # 0.2 x 12 = 2.4 units/slot, must show as a slope above 1 in every seed.
-    below = mabp_gym.evaluate("bp", str(MULTIHOP), loads=[0.7], seeds=[0, 1], horizon=2000,
-                              warmup=0.5, workers=2)
+    below = mabp_gym.evaluate(
+        "bp", str(MULTIHOP), loads=[0.7], seeds=[0, 1], horizon=2000, warmup=0.5, workers=2
+    )
     # The completion ratio counts requests born in the 1000-slot window; those born in its
     # last ~50 slots (about the mean delay) are still in flight at the end.
     assert all(r["slope"] < 0.035 and r["completion_ratio"] > 0.93 for r in below), below
-    above = mabp_gym.evaluate("bp", str(MULTIHOP), loads=[1.2], seeds=[0, 1], horizon=1000,
-                              warmup=0.5, workers=2)
+    above = mabp_gym.evaluate(
+        "bp", str(MULTIHOP), loads=[1.2], seeds=[0, 1], horizon=1000, warmup=0.5, workers=2
+    )
     assert all(r["slope"] > 1.0 for r in above), [r["slope"] for r in above]
     assert np.mean([r["completion_ratio"] for r in above]) < 0.9
 
 
 def test_cli__capacity_and_eval_take_a_workload_file(tmp_path):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "mabp_gym.cli", *args],
-                              capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "mabp_gym.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     result = run("capacity", "--workload", str(MULTIHOP))
     assert result.returncode == 0 and "multihop14: no-memory capacity 12.0000" in result.stdout
     out = tmp_path / "e.jsonl"
-    result = run("eval", "--policy", "bp", "--workload", str(MULTIHOP), "--loads", "0.5",
-                 "--seeds", "0", "--horizon", "100", "--out", str(out), "--workers", "1",
-                 "--no-progress")
+    result = run(
+        "eval",
+        "--policy",
+        "bp",
+        "--workload",
+        str(MULTIHOP),
+        "--loads",
+        "0.5",
+        "--seeds",
+        "0",
+        "--horizon",
+        "100",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-progress",
+    )
     assert result.returncode == 0, result.stderr
     assert mabp_gym.read_records(out)[0]["workload"] == "multihop14"
     result = run("capacity", "--workload", str(tmp_path / "none.json"))

@@ -8,19 +8,48 @@ import sys
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mabp_gym.cli", "fleet", *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", "fleet", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_fleet_cli__prints_the_spec_11_table_and_writes_records(tmp_path):
     out, md = tmp_path / "runs.json", tmp_path / "table.md"
-    result = run("--trace", "synthetic", "--requests", "150", "--workers", "3", "--runs", "2",
-                 "--routers", "jsq", "dynamo-t0,mabp-route", "--loads", "0.5", "1.0",
-                 "--json", str(out), "--markdown", str(md))
+    result = run(
+        "--trace",
+        "synthetic",
+        "--requests",
+        "150",
+        "--workers",
+        "3",
+        "--runs",
+        "2",
+        "--routers",
+        "jsq",
+        "dynamo-t0,mabp-route",
+        "--loads",
+        "0.5",
+        "1.0",
+        "--json",
+        str(out),
+        "--markdown",
+        str(md),
+    )
     assert result.returncode == 0, result.stderr
-    for label in ("Throughput (req/s)", "SLO goodput (req/s)", "P95 TTFT (s)",
-                  "P95 E2E latency (s)", "GPU seconds/request", "KV hit ratio (tokens)",
-                  "Downstream jobs/request", "Drop rate", "P95 scheduler time (us)"):
+    for label in (
+        "Throughput (req/s)",
+        "SLO goodput (req/s)",
+        "P95 TTFT (s)",
+        "P95 E2E latency (s)",
+        "GPU seconds/request",
+        "KV hit ratio (tokens)",
+        "Downstream jobs/request",
+        "Drop rate",
+        "P95 scheduler time (us)",
+    ):
         assert result.stdout.count(label) == 2  # one table a load
     assert "| Metric | jsq | dynamo-t0 | mabp-route |" in result.stdout
     records = json.loads(out.read_text())
@@ -39,10 +68,24 @@ def test_fleet_cli__unknown_router_or_setting_is_one_line_exit_2():
 def test_format_table__router_layout_has_one_row_a_router():
     from mabp_gym.fleet.evaluate import format_table
 
-    rows = [{"router": r, "load": 0.5, "run": k, "throughput": 1.0 + k, "slo_goodput": 0.5,
-             "p95_ttft_s": 1.0, "p95_e2e_s": 2.0, "gpu_s_per_request": 1.0,
-             "kv_hit_ratio": 0.1 * (r == "b"), "downstream_per_request": 0.1,
-             "drop_rate": 0.0, "p95_scheduler_us": 10.0} for r in ("a", "b") for k in range(2)]
+    rows = [
+        {
+            "router": r,
+            "load": 0.5,
+            "run": k,
+            "throughput": 1.0 + k,
+            "slo_goodput": 0.5,
+            "p95_ttft_s": 1.0,
+            "p95_e2e_s": 2.0,
+            "gpu_s_per_request": 1.0,
+            "kv_hit_ratio": 0.1 * (r == "b"),
+            "downstream_per_request": 0.1,
+            "drop_rate": 0.0,
+            "p95_scheduler_us": 10.0,
+        }
+        for r in ("a", "b")
+        for k in range(2)
+    ]
     table = format_table(rows, ["a", "b"], layout="routers")
     # A tie: both bold; the half-width is t(0.975, 1) * 0.7071 / sqrt(2) = 6.353.
     assert "| a | **1.500±6.353** |" in table
@@ -53,12 +96,23 @@ def test_format_table__a_router_that_drops_work_is_never_marked_best():
     from mabp_gym.fleet.evaluate import format_table
 
     def row(router, gpu, drops):
-        return {"router": router, "load": 1.0, "run": 0, "throughput": 1.0, "slo_goodput": 0.5,
-                "p95_ttft_s": 1.0, "p95_e2e_s": 2.0, "gpu_s_per_request": gpu,
-                "kv_hit_ratio": 0.1, "downstream_per_request": 0.1, "drop_rate": drops,
-                "p95_scheduler_us": 10.0}
+        return {
+            "router": router,
+            "load": 1.0,
+            "run": 0,
+            "throughput": 1.0,
+            "slo_goodput": 0.5,
+            "p95_ttft_s": 1.0,
+            "p95_e2e_s": 2.0,
+            "gpu_s_per_request": gpu,
+            "kv_hit_ratio": 0.1,
+            "downstream_per_request": 0.1,
+            "drop_rate": drops,
+            "p95_scheduler_us": 10.0,
+        }
 
-    table = format_table([row("frugal", 0.5, 0.3), row("fair", 0.9, 0.0)],
-                         ["frugal", "fair"], layout="routers")
+    table = format_table(
+        [row("frugal", 0.5, 0.3), row("fair", 0.9, 0.0)], ["frugal", "fair"], layout="routers"
+    )
     frugal, fair = table.strip().splitlines()[-2:]
     assert "**0.500" not in frugal and "**0.900±0.000**" in fair

@@ -52,8 +52,9 @@ def test_fleet_env__return_is_slo_goodput_count_minus_drops():
     env = make(num_workers=2, max_waiting=3)
     _, rewards, info = rollout(env, 0, policy=lambda obs: 0)  # everything on one worker
     sim = env.unwrapped.sim
-    good = sum(1 for ttft, _, tpot, down, _ in sim.records
-               if not down and ttft <= 2.0 and tpot <= 0.1)
+    good = sum(
+        1 for ttft, _, tpot, down, _ in sim.records if not down and ttft <= 2.0 and tpot <= 0.1
+    )
     assert sim.dropped > 0
     assert rewards.sum() == pytest.approx(good - sim.dropped)
     assert info["metrics"]["drop_rate"] == pytest.approx(sim.dropped / sim.arrived)

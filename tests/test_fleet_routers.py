@@ -16,16 +16,31 @@ from mabp_gym.fleet.routers import (
 PROMPT = (10, 11, 12, 13)  # a 4-block prompt
 
 
-def fleet(num_workers: int = 3, *, in_flight=None, waiting=None, running=None,
-          active_blocks=None, running_blocks=None, backlog=None, caches=None, tools=None,
-          now: float = 100.0, **config):
+def fleet(
+    num_workers: int = 3,
+    *,
+    in_flight=None,
+    waiting=None,
+    running=None,
+    active_blocks=None,
+    running_blocks=None,
+    backlog=None,
+    caches=None,
+    tools=None,
+    now: float = 100.0,
+    **config,
+):
     """A simulator whose state is set by hand; returns its telemetry."""
     cfg = FleetConfig(num_workers=num_workers, **config)
     sim = FleetSimulator(Trace("hand", (TraceRequest(0.0, 10, 1, (0,)),)), cfg)
     sim.now = now
-    for name, values in (("in_flight", in_flight), ("waiting_count", waiting),
-                         ("running", running), ("active_blocks", active_blocks),
-                         ("running_blocks", running_blocks)):
+    for name, values in (
+        ("in_flight", in_flight),
+        ("waiting_count", waiting),
+        ("running", running),
+        ("active_blocks", active_blocks),
+        ("running_blocks", running_blocks),
+    ):
         if values is not None:
             getattr(sim, name)[:] = values
     if backlog is not None:
@@ -143,9 +158,9 @@ def test_llmd__weighted_prefix_queue_and_kv_scorers():
     router.index.insert(1, PROMPT[:2], now=0.0)
     # cache_blocks 100: kv used 0.5, 0.1, 0.0
     tel = fleet(waiting=[0, 4, 2], running_blocks=[50, 10, 0], cache_blocks=100)
-    expected = np.array([3 * 0 + 2 * 1.0 + 2 * 0.5,
-                         3 * 0.5 + 2 * 0.0 + 2 * 0.9,
-                         3 * 0 + 2 * 0.5 + 2 * 1.0])
+    expected = np.array(
+        [3 * 0 + 2 * 1.0 + 2 * 0.5, 3 * 0.5 + 2 * 0.0 + 2 * 0.9, 3 * 0 + 2 * 0.5 + 2 * 1.0]
+    )
     assert router.scores(request(), tel) == pytest.approx(expected)
     assert router.choose(request(), tel) == 1
     assert LLMD.queue_scorer(np.array([2, 2])) == pytest.approx([1, 1])

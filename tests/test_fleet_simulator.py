@@ -22,8 +22,15 @@ from mabp_gym.fleet import (
 from mabp_gym.fleet.routers import JSQ
 
 # Block of 4 tokens, 1 ms prefill a token, 10 ms a decode step whatever the batch.
-EXACT = dict(num_workers=1, block_tokens=4, prefill_s_per_token=0.001, prefill_overhead_s=0.0,
-             decode_base_s=0.01, decode_per_seq_s=0.0, agentic_fraction=0.0)
+EXACT = dict(
+    num_workers=1,
+    block_tokens=4,
+    prefill_s_per_token=0.001,
+    prefill_overhead_s=0.0,
+    decode_base_s=0.01,
+    decode_per_seq_s=0.0,
+    agentic_fraction=0.0,
+)
 
 
 def run_to_end(sim: FleetSimulator, worker=lambda request: 0) -> None:
@@ -32,8 +39,9 @@ def run_to_end(sim: FleetSimulator, worker=lambda request: 0) -> None:
 
 
 def test_simulator__second_request_reuses_the_cached_prefix_exactly():
-    trace = Trace("t", (TraceRequest(0.0, 16, 10, (1, 2, 3, 4)),
-                        TraceRequest(1000.0, 16, 10, (1, 2, 7, 8))))
+    trace = Trace(
+        "t", (TraceRequest(0.0, 16, 10, (1, 2, 3, 4)), TraceRequest(1000.0, 16, 10, (1, 2, 7, 8)))
+    )
     sim = FleetSimulator(trace, FleetConfig(**EXACT))
     run_to_end(sim)
     (ttft1, e2e1, step1, *_), (ttft2, e2e2, *_) = sim.records
@@ -45,9 +53,14 @@ def test_simulator__second_request_reuses_the_cached_prefix_exactly():
 
 
 def test_simulator__lru_evicts_the_tail_before_the_shared_prefix():
-    trace = Trace("t", (TraceRequest(0.0, 12, 1, (1, 2, 3)),
-                        TraceRequest(1000.0, 12, 1, (1, 5, 6)),
-                        TraceRequest(2000.0, 12, 1, (1, 2, 9))))
+    trace = Trace(
+        "t",
+        (
+            TraceRequest(0.0, 12, 1, (1, 2, 3)),
+            TraceRequest(1000.0, 12, 1, (1, 5, 6)),
+            TraceRequest(2000.0, 12, 1, (1, 2, 9)),
+        ),
+    )
     sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "cache_blocks": 4}))
     run_to_end(sim)
     # LRU order after request 1: 3, 2, 1; request 2 evicts 3: 2, 6, 5, 1; request 3 evicts 6.
@@ -77,8 +90,15 @@ def test_simulator__drops_when_the_waiting_room_is_full_or_the_wait_times_out():
 
 def test_simulator__tool_miss_spawns_a_downstream_job_and_a_hit_does_not():
     trace = Trace("t", (TraceRequest(0.0, 8, 2, (1, 2)), TraceRequest(5000.0, 8, 2, (1, 2))))
-    config = FleetConfig(**{**EXACT, "agentic_fraction": 1.0, "p_downstream_miss": 1.0,
-                            "p_downstream_hit": 0.0, "tool_tokens": 4})
+    config = FleetConfig(
+        **{
+            **EXACT,
+            "agentic_fraction": 1.0,
+            "p_downstream_miss": 1.0,
+            "p_downstream_hit": 0.0,
+            "tool_tokens": 4,
+        }
+    )
     sim = FleetSimulator(trace, config)
     jobs = []
 
@@ -138,15 +158,23 @@ def test_replay__prefix_aware_routing_raises_the_hit_ratio_over_jsq():
     trace = scale_to_load(prefix_tree_trace(800, seed=4), 0.7, config)
     jsq = replay(trace, JSQ(), config, seed=0)
     for name in ("dynamo-t0", "sglang-python", "mabp-route"):
-        assert replay(trace, make_router(name), config, seed=0)["kv_hit_ratio"] > \
-            jsq["kv_hit_ratio"] + 0.05
+        assert (
+            replay(trace, make_router(name), config, seed=0)["kv_hit_ratio"]
+            > jsq["kv_hit_ratio"] + 0.05
+        )
 
 
 @settings(max_examples=40, deadline=None)
-@given(data=st.data(), workers=st.integers(1, 3), max_running=st.integers(1, 3),
-       cache_blocks=st.integers(1, 6), max_waiting=st.integers(0, 3))
+@given(
+    data=st.data(),
+    workers=st.integers(1, 3),
+    max_running=st.integers(1, 3),
+    cache_blocks=st.integers(1, 6),
+    max_waiting=st.integers(0, 3),
+)
 def test_simulator__conserves_requests_and_bounds_caches_for_any_routing(
-        data, workers, max_running, cache_blocks, max_waiting):
+    data, workers, max_running, cache_blocks, max_waiting
+):
     count = data.draw(st.integers(1, 25))
     gaps = data.draw(st.lists(st.integers(0, 400), min_size=count, max_size=count))
     requests, now = [], 0
@@ -155,9 +183,17 @@ def test_simulator__conserves_requests_and_bounds_caches_for_any_routing(
         blocks = data.draw(st.lists(st.integers(0, 5), min_size=1, max_size=4))
         output = data.draw(st.integers(1, 50))
         requests.append(TraceRequest(float(now), 4 * len(blocks), output, tuple(blocks)))
-    config = FleetConfig(**{**EXACT, "num_workers": workers, "max_running": max_running,
-                            "cache_blocks": cache_blocks, "max_waiting": max_waiting,
-                            "agentic_fraction": 0.5, "timeout_s": 0.3})
+    config = FleetConfig(
+        **{
+            **EXACT,
+            "num_workers": workers,
+            "max_running": max_running,
+            "cache_blocks": cache_blocks,
+            "max_waiting": max_waiting,
+            "agentic_fraction": 0.5,
+            "timeout_s": 0.3,
+        }
+    )
     sim = FleetSimulator(Trace("random", tuple(requests)), config, seed=count)
     while sim.next_request() is not None:
         assert (sim.running <= max_running).all() and (sim.waiting_count <= max_waiting).all()
@@ -180,8 +216,15 @@ def test_fleet_core__imports_neither_gymnasium_nor_torch():
     package = Path(mabp_gym.fleet.__file__).parent
     for module in ("__init__", "simulator", "routers", "trace", "evaluate"):
         tree = ast.parse((package / f"{module}.py").read_text())
-        names = {alias.name.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.Import) for alias in node.names}
-        names |= {node.module.split(".")[0] for node in ast.walk(tree)
-                  if isinstance(node, ast.ImportFrom) and node.module}
+        names = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        names |= {
+            node.module.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+        }
         assert not names & {"gymnasium", "torch", "torch_geometric"}, module

@@ -28,17 +28,25 @@ def test_parse__reads_the_four_fields_and_skips_blank_lines():
     assert trace.duration_s == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "expected a JSON object"),
-    ('{"timestamp": 1, "input_length": 5, "output_length": 5}',
-     r"missing field\(s\) \['hash_ids'\]"),
-    (GOOD.replace('"input_length": 600', '"input_length": -3'), "input_length must be a positive"),
-    (GOOD.replace('"output_length": 5', '"output_length": 2.5'), "output_length must be"),
-    (GOOD.replace('"timestamp": 0', '"timestamp": "noon"'), "timestamp must be"),
-    (GOOD.replace("[0, 1]", "[]"), "hash_ids must be a non-empty list"),
-    (GOOD.replace("[0, 1]", '[0, "a"]'), "hash_ids must be a non-empty list"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        (
+            '{"timestamp": 1, "input_length": 5, "output_length": 5}',
+            r"missing field\(s\) \['hash_ids'\]",
+        ),
+        (
+            GOOD.replace('"input_length": 600', '"input_length": -3'),
+            "input_length must be a positive",
+        ),
+        (GOOD.replace('"output_length": 5', '"output_length": 2.5'), "output_length must be"),
+        (GOOD.replace('"timestamp": 0', '"timestamp": "noon"'), "timestamp must be"),
+        (GOOD.replace("[0, 1]", "[]"), "hash_ids must be a non-empty list"),
+        (GOOD.replace("[0, 1]", '[0, "a"]'), "hash_ids must be a non-empty list"),
+    ],
+)
 def test_parse__a_bad_line_is_named_with_its_number(line, message):
     with pytest.raises(ValueError, match=rf"mine line 3: {message}"):
         parse_mooncake([GOOD, GOOD, line], name="mine")
@@ -63,8 +71,11 @@ def test_shipped_traces__have_the_documented_sizes_and_block_lengths():
     assert len(conversation) == 12_031 and len(synthetic) == 3_993
     for trace in (conversation, synthetic):
         for r in trace.requests[:500]:
-            assert (len(r.hash_ids) - 1) * BLOCK_TOKENS < r.input_length <= \
-                len(r.hash_ids) * BLOCK_TOKENS
+            assert (
+                (len(r.hash_ids) - 1) * BLOCK_TOKENS
+                < r.input_length
+                <= len(r.hash_ids) * BLOCK_TOKENS
+            )
     assert conversation.duration_s == pytest.approx(3536.999)
     with pytest.raises(ValueError, match="unknown shipped trace 'chat'"):
         shipped_trace("chat")
@@ -77,8 +88,9 @@ def test_generators__valid_mooncake_fields_deterministic_and_round_trip(make, tm
     stamps = [r.timestamp for r in trace.requests]
     assert stamps == sorted(stamps)
     for r in trace.requests:
-        assert (len(r.hash_ids) - 1) * BLOCK_TOKENS < r.input_length <= \
-            len(r.hash_ids) * BLOCK_TOKENS
+        assert (
+            (len(r.hash_ids) - 1) * BLOCK_TOKENS < r.input_length <= len(r.hash_ids) * BLOCK_TOKENS
+        )
     path = tmp_path / "t.jsonl.gz"
     write_mooncake(trace, path)
     again = load_trace(str(path))
@@ -91,7 +103,7 @@ def test_agentic_sessions__each_turn_extends_its_session_prompt():
     by_root: dict[int, tuple[int, ...]] = {}
     for r in trace.requests:
         own = r.hash_ids[2]  # first block after the 2-block system prompt
-        root = next((k for k, prev in by_root.items() if r.hash_ids[:len(prev)] == prev), own)
+        root = next((k for k, prev in by_root.items() if r.hash_ids[: len(prev)] == prev), own)
         by_root[root] = r.hash_ids
     assert len(by_root) == 5
 

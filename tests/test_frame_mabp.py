@@ -43,14 +43,18 @@ def test_frame_mabp__is_registered_and_validates_its_arguments():
             FrameMABP(make_workload("mixed"), **bad)
 
 
-@pytest.mark.parametrize(("name", "overrides"),
-                         [("work_reuse", {}), ("successor", {}), ("boundary", {})])
+@pytest.mark.parametrize(
+    ("name", "overrides"), [("work_reuse", {}), ("successor", {}), ("boundary", {})]
+)
 def test_frame_mabp__stable_just_under_the_memory_bound(name, overrides):
     # Load 0.95 of the occupation bound (= the all-hit LP on these workloads), far above
     # the no-memory capacity (1/4, 1/2 and 1/2 of it).
     for seed in (0, 1):
-        record = run(RunSpec("frame-mabp", name, 0.95, seed, horizon=1500,
-                             overrides=tuple(overrides.items())))
+        record = run(
+            RunSpec(
+                "frame-mabp", name, 0.95, seed, horizon=1500, overrides=tuple(overrides.items())
+            )
+        )
         assert record["slope"] < 0.035 and record["mean_backlog"] < 60, record
         assert record["hit_ratio"] > 0.97
 
@@ -64,28 +68,40 @@ def test_frame_mabp__batches_better_than_mabp_on_boundary():
     # Two servers, one object each: holding it and routing its units there is the point.
     frame = [run(RunSpec("frame-mabp", "boundary", 0.9, s, horizon=1000)) for s in (0, 1)]
     mabp = [run(RunSpec("mabp", "boundary", 0.9, s, horizon=1000)) for s in (0, 1)]
-    assert np.mean([r["mean_backlog"] for r in frame]) < \
-        0.5 * np.mean([r["mean_backlog"] for r in mabp])
+    assert np.mean([r["mean_backlog"] for r in frame]) < 0.5 * np.mean(
+        [r["mean_backlog"] for r in mabp]
+    )
     assert np.mean([r["hit_ratio"] for r in frame]) > np.mean([r["hit_ratio"] for r in mabp])
 
 
 def test_frame_mabp__plan_is_the_best_budget_feasible_set_with_unequal_sizes():
     sizes = (1.0, 2.0, 3.0, 1.5)
-    actions = tuple(Action(node=0, commodity=c, signature=c, work_hit=1.0, work_miss=3.0)
-                    for c in range(len(sizes)))
+    actions = tuple(
+        Action(node=0, commodity=c, signature=c, work_hit=1.0, work_miss=3.0)
+        for c in range(len(sizes))
+    )
     wl = Workload(
-        name="knapsack", nodes=(Node("s", "server", 3.0, 4.0),), links=(),
+        name="knapsack",
+        nodes=(Node("s", "server", 3.0, 4.0),),
+        links=(),
         commodities=tuple(Commodity(f"c{c}") for c in range(len(sizes))),
         signatures=tuple(Signature(f"o{c}", b) for c, b in enumerate(sizes)),
-        actions=actions, arrival_mix=tuple((0, c, 0.25) for c in range(len(sizes))))
+        actions=actions,
+        arrival_mix=tuple((0, c, 0.25) for c in range(len(sizes))),
+    )
     policy = FrameMABP(wl)
     rng = np.random.default_rng(0)
     for _ in range(20):
         net = rng.normal(2.0, 3.0, size=len(sizes))
         chosen = policy.plan(net)
-        best = max((sum(net[list(s)]) for r in range(len(sizes) + 1)
-                    for s in itertools.combinations(range(len(sizes)), r)
-                    if sum(sizes[k] for k in s) <= 4.0 and all(net[k] > 0 for k in s)),
-                   default=0.0)
+        best = max(
+            (
+                sum(net[list(s)])
+                for r in range(len(sizes) + 1)
+                for s in itertools.combinations(range(len(sizes)), r)
+                if sum(sizes[k] for k in s) <= 4.0 and all(net[k] > 0 for k in s)
+            ),
+            default=0.0,
+        )
         assert sum(np.asarray(sizes)[chosen]) <= 4.0
         assert net[chosen].sum() == pytest.approx(best)

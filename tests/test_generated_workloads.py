@@ -22,8 +22,20 @@ BASELINE_DIGESTS = {
 
 
 def _digest(wl) -> str:
-    text = repr((wl.nodes, wl.links, wl.commodities, wl.signatures, wl.actions,
-                 wl.arrival_mix, wl.replicas, wl.lambda_ref, wl.load, wl.horizon))
+    text = repr(
+        (
+            wl.nodes,
+            wl.links,
+            wl.commodities,
+            wl.signatures,
+            wl.actions,
+            wl.arrival_mix,
+            wl.replicas,
+            wl.lambda_ref,
+            wl.load,
+            wl.horizon,
+        )
+    )
     return hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -33,8 +45,10 @@ def test_service_graph__one_copy_is_bit_identical_to_the_baseline(name):
     # moved it to 0.04, SPEC 9.3): at that scale the builder must give the same network.
     assert _digest(make_workload(name, penalty_scale=0.02)) == BASELINE_DIGESTS[name]
     if name == "mixed":
-        assert _digest(make_workload("mixed", copies=1, penalty_scale=0.02)) == \
-            BASELINE_DIGESTS["mixed"]
+        assert (
+            _digest(make_workload("mixed", copies=1, penalty_scale=0.02))
+            == BASELINE_DIGESTS["mixed"]
+        )
 
 
 @pytest.mark.parametrize("copies", [2, 4])
@@ -109,12 +123,15 @@ def test_multihop__hubs_are_the_highest_degree_nodes_and_relays_forward():
     assert not ix.serves[[i for i in range(30) if i not in hubs]].any()
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(nodes=10, servers=10), "servers must be < nodes"),
-    (dict(nodes=4, attach=3), "nodes must be >= attach \\+ 2"),
-    (dict(memory=2), "memory must be"),
-    (dict(copies=2), "unknown parameter"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(nodes=10, servers=10), "servers must be < nodes"),
+        (dict(nodes=4, attach=3), "nodes must be >= attach \\+ 2"),
+        (dict(memory=2), "memory must be"),
+        (dict(copies=2), "unknown parameter"),
+    ],
+)
 def test_multihop__bad_parameters_name_what_is_allowed(overrides, message):
     with pytest.raises(ValueError, match=message):
         make_workload("multihop", **overrides)

@@ -15,20 +15,45 @@ import mabp_gym
 
 PACKAGE = Path(mabp_gym.__file__).parent
 ROOT = PACKAGE.parent
-CORE = ("workload", "workloads", "index", "fluid", "validate", "state", "control",
-        "projection", "simulator", "capacity", "occupation", "metrics", "encoding", "policy",
-        "registry", "rollout", "evaluation", "fileformat", "scores", "slotcore", "ego",
-        "verdicts", "extras", "version")
+CORE = (
+    "workload",
+    "workloads",
+    "index",
+    "fluid",
+    "validate",
+    "state",
+    "control",
+    "projection",
+    "simulator",
+    "capacity",
+    "occupation",
+    "metrics",
+    "encoding",
+    "policy",
+    "registry",
+    "rollout",
+    "evaluation",
+    "fileformat",
+    "scores",
+    "slotcore",
+    "ego",
+    "verdicts",
+    "extras",
+    "version",
+)
 LEARNING = ("torch", "torch_geometric", "stable_baselines3", "tensorboard", "matplotlib")
 FORBIDDEN = ("gymnasium", *LEARNING)
 
 
 def loaded_after(statement: str) -> list[str]:
     """The top-level packages a fresh interpreter holds after running ``statement``."""
-    code = (f"import json, sys\n{statement}\n"
-            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
+    code = (
+        f"import json, sys\n{statement}\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -38,8 +63,10 @@ def test_core_module__import_leaves_gymnasium_and_torch_out(module):
     assert not loaded & set(FORBIDDEN), f"mabp_gym.{module} loads {sorted(loaded & set(FORBIDDEN))}"
 
 
-@pytest.mark.parametrize("statement", ["import mabp_gym", "import mabp_gym.agents",
-                                       "import mabp_gym.cli", "import mabp_gym.env"])
+@pytest.mark.parametrize(
+    "statement",
+    ["import mabp_gym", "import mabp_gym.agents", "import mabp_gym.cli", "import mabp_gym.env"],
+)
 def test_package__import_leaves_the_learning_stack_out(statement):
     loaded = set(loaded_after(statement))
     assert not loaded & set(LEARNING), f"{statement} loads {sorted(loaded & set(LEARNING))}"
@@ -50,11 +77,14 @@ def test_agents__import_leaves_gymnasium_out():
     assert "gymnasium" not in loaded_after("import mabp_gym.agents")
 
 
-@pytest.mark.parametrize("order", ["import mabp_gym\nimport gymnasium as gym",
-                                   "import gymnasium as gym\nimport mabp_gym"])
+@pytest.mark.parametrize(
+    "order",
+    ["import mabp_gym\nimport gymnasium as gym", "import gymnasium as gym\nimport mabp_gym"],
+)
 def test_registration__ids_exist_whichever_is_imported_first(order):
-    loaded = loaded_after(f"{order}\nassert gym.spec('mabp_gym/SFMSN-v0').id\n"
-                          "assert gym.spec('mabp_gym/Fleet-v0').id")
+    loaded = loaded_after(
+        f"{order}\nassert gym.spec('mabp_gym/SFMSN-v0').id\nassert gym.spec('mabp_gym/Fleet-v0').id"
+    )
     assert "gymnasium" in loaded
 
 
@@ -72,8 +102,11 @@ def _imports(path: Path) -> set[str]:
 
 def _module_files() -> dict[str, Path]:
     files = {}
-    for folder, prefix in ((PACKAGE, "mabp_gym"), (ROOT / "agents", "mabp_gym.agents"),
-                           (ROOT / "training", "mabp_gym.training")):
+    for folder, prefix in (
+        (PACKAGE, "mabp_gym"),
+        (ROOT / "agents", "mabp_gym.agents"),
+        (ROOT / "training", "mabp_gym.training"),
+    ):
         for path in folder.rglob("*.py"):
             parts = path.relative_to(folder).with_suffix("").parts
             if parts[-1] == "__init__":
@@ -104,7 +137,7 @@ def test_import_graph__has_no_cycle():
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
+                cycle = stack[stack.index(nxt) :] + [nxt]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if nxt not in state:
                 visit(nxt)
@@ -120,8 +153,16 @@ def test_import_graph__has_no_cycle():
 def test_core__imports_nothing_above_it():
     """The core imports neither the env, the agents, training, evaluation's users nor the
     CLI (the registry names agents by strings, resolved on first use)."""
-    above = ("mabp_gym.env", "mabp_gym.agents", "mabp_gym.training", "mabp_gym.cli",
-             "mabp_gym.parallel", "mabp_gym.sb3", "mabp_gym.pyg", "mabp_gym.plots")
+    above = (
+        "mabp_gym.env",
+        "mabp_gym.agents",
+        "mabp_gym.training",
+        "mabp_gym.cli",
+        "mabp_gym.parallel",
+        "mabp_gym.sb3",
+        "mabp_gym.pyg",
+        "mabp_gym.plots",
+    )
     for module in CORE:
         bad = {n for n in _imports(PACKAGE / f"{module}.py") if n.startswith(above)}
         assert not bad, f"mabp_gym.{module} imports {sorted(bad)}"
@@ -134,6 +175,7 @@ def test_install__nothing_top_level_but_mabp_gym():
     assert importlib.util.find_spec("mabp_gym.agents") is not None
     assert importlib.util.find_spec("mabp_gym.training") is not None
     code = "import importlib.util as u; print(u.find_spec('agents'), u.find_spec('training'))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True, cwd=ROOT.parent)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT.parent
+    )
     assert result.stdout.split() == ["None", "None"]

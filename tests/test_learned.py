@@ -38,17 +38,40 @@ def observation(workload, slots: int = 30, seed: int = 0) -> dict[str, np.ndarra
 def test_gnn__training_smoke_resume_and_evaluation(tmp_path):
     from mabp_gym.training.gnn import main
 
-    tiny = ["--imitation-loads", "0.5", "--imitation-slots", "40", "--imitation-epochs", "1",
-            "--ppo-envs", "2", "--ppo-rollout", "64", "--checkpoint-every", "128",
-            "--select-loads", "0.4",
-            "--eval-loads", "0.3", "--eval-seeds", "1", "--hidden", "16", "--layers", "2",
-            "--no-progress", "--out", str(tmp_path), "--device", "auto"]
+    tiny = [
+        "--imitation-loads",
+        "0.5",
+        "--imitation-slots",
+        "40",
+        "--imitation-epochs",
+        "1",
+        "--ppo-envs",
+        "2",
+        "--ppo-rollout",
+        "64",
+        "--checkpoint-every",
+        "128",
+        "--select-loads",
+        "0.4",
+        "--eval-loads",
+        "0.3",
+        "--eval-seeds",
+        "1",
+        "--hidden",
+        "16",
+        "--layers",
+        "2",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+        "--device",
+        "auto",
+    ]
     first = main([*tiny, "--ppo-steps", "256"])
     assert first["ppo_steps"] == 256 and first["device"] == "cpu"
     assert (tmp_path / "ppo_checkpoint.zip").exists()
     # Resume from the PPO checkpoint: training continues from its step count.
-    resumed = main([*tiny, "--ppo-steps", "512", "--resume",
-                    str(tmp_path / "ppo_checkpoint.zip")])
+    resumed = main([*tiny, "--ppo-steps", "512", "--resume", str(tmp_path / "ppo_checkpoint.zip")])
     assert resumed["ppo_steps"] == 512
     wl = make_workload("mixed")
     model, info = load_checkpoint(resumed["checkpoint"], wl)
@@ -96,9 +119,9 @@ def test_gnn__relabelling_nodes_permutes_its_scores():
     with torch.no_grad():
         a = model.scores({k: torch.as_tensor(v) for k, v in obs.items()})[0]
         b = model.scores({k: torch.as_tensor(v) for k, v in relabelled.items()})[0]
-    a_service, b_service = a[:len(order)], b[:len(order)]
+    a_service, b_service = a[: len(order)], b[: len(order)]
     assert torch.allclose(a_service[order], b_service, atol=1e-5)
-    assert torch.allclose(a[len(order):], b[len(order):], atol=1e-5)
+    assert torch.allclose(a[len(order) :], b[len(order) :], atol=1e-5)
 
 
 def test_gnn__scores_a_batch_of_vector_env_observations_in_one_pass(tmp_path):
@@ -121,9 +144,13 @@ def test_gnn__scores_a_batch_of_vector_env_observations_in_one_pass(tmp_path):
 def test_learn_mabp__exact_primitives_reproduce_mabp():
     wl = make_workload("mixed", load=0.6)
     ix = wl.index
-    exact = PrimitiveEstimate(ix.work.copy(), ix.penalty.copy(),
-                              ix.successor_law[:, :, :-1].copy(),
-                              np.ones((2, ix.num_actions), bool), np.ones((2, ix.num_actions)))
+    exact = PrimitiveEstimate(
+        ix.work.copy(),
+        ix.penalty.copy(),
+        ix.successor_law[:, :, :-1].copy(),
+        np.ones((2, ix.num_actions), bool),
+        np.ones((2, ix.num_actions)),
+    )
     learned, mabp = LearnMABP(wl, exact), make_policy("mabp", wl)
     sim = Simulator(wl)
     sim.reset(4)
@@ -139,9 +166,13 @@ def test_learn_mabp__scores_with_the_estimate_passed_as_mabps_primitives():
     wl = make_workload("mixed", load=0.6)
     ix = wl.index
     # An estimate that differs from the truth: every work doubled.
-    estimate = PrimitiveEstimate(2.0 * ix.work, ix.penalty.copy(),
-                                 ix.successor_law[:, :, :-1].copy(),
-                                 np.ones((2, ix.num_actions), bool), np.ones((2, ix.num_actions)))
+    estimate = PrimitiveEstimate(
+        2.0 * ix.work,
+        ix.penalty.copy(),
+        ix.successor_law[:, :, :-1].copy(),
+        np.ones((2, ix.num_actions), bool),
+        np.ones((2, ix.num_actions)),
+    )
     learned = LearnMABP(wl, estimate)
     assert learned.primitives.work is estimate.work and learned.primitives.law is estimate.law
     explicit = MABP(wl, primitives=estimate.primitives())
@@ -172,9 +203,11 @@ def test_learn_mabp__fit_recovers_seen_pairs_and_uses_miss_primitives_for_unseen
     assisted = np.flatnonzero(ix.action_signature >= 0)
     a, b = int(assisted[0]), int(assisted[1])
     c = int(np.flatnonzero(ix.successor_law[0, a, :-1])[0])
-    units = [(a, 0, c, ix.work[0, a], ix.penalty[0, a])] * 3 + \
-        [(a, 0, -1, ix.work[0, a], ix.penalty[0, a])] + \
-        [(b, 1, -1, ix.work[1, b], ix.penalty[1, b])] * 2
+    units = (
+        [(a, 0, c, ix.work[0, a], ix.penalty[0, a])] * 3
+        + [(a, 0, -1, ix.work[0, a], ix.penalty[0, a])]
+        + [(b, 1, -1, ix.work[1, b], ix.penalty[1, b])] * 2
+    )
     estimate = PrimitiveEstimate.fit(wl, units)
     assert estimate.seen[0, a] and not estimate.seen[1, a]
     assert estimate.law[0, a, c] == pytest.approx(0.75)
@@ -189,8 +222,21 @@ def test_learn_mabp__fit_recovers_seen_pairs_and_uses_miss_primitives_for_unseen
 def test_learn_mabp__training_entry_point_fits_and_reports_errors(tmp_path):
     from mabp_gym.training.learn_mabp import main
 
-    report = main(["--explore-loads", "0.5", "--explore-slots", "150", "--eval-loads", "0.3",
-                   "--eval-seeds", "1", "--no-progress", "--out", str(tmp_path)])
+    report = main(
+        [
+            "--explore-loads",
+            "0.5",
+            "--explore-slots",
+            "150",
+            "--eval-loads",
+            "0.3",
+            "--eval-seeds",
+            "1",
+            "--no-progress",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert report["errors"]["work_abs_error"] < 1e-9
     assert report["errors"]["successor_tv_mean"] < 0.3
     assert set(report["stable_load"]) == {"mabp", "learn-mabp"}

@@ -12,8 +12,17 @@ from mabp_gym.metrics import Trace, backlog_slope, is_stable, summarize
 def make_trace(backlog, delays=None, **series) -> Trace:
     n = len(backlog)
     trace = Trace(backlog=list(backlog))
-    for name in ("arrivals", "completed", "served", "hits", "churn", "work",
-                 "penalty_compute", "penalty_transmission", "penalty_memory"):
+    for name in (
+        "arrivals",
+        "completed",
+        "served",
+        "hits",
+        "churn",
+        "work",
+        "penalty_compute",
+        "penalty_transmission",
+        "penalty_memory",
+    ):
         setattr(trace, name, list(series.get(name, [0] * n)))
     trace.delays = list(delays or [()] * n)
     return trace
@@ -37,10 +46,16 @@ def test_metrics__summary_uses_only_the_window_after_warmup():
     trace = make_trace(
         backlog=[100] * 2 + [10] * 8,
         delays=[(50,)] * 2 + [(1, 2)] * 7 + [(20,)],
-        arrivals=[9] * 2 + [2] * 8, completed=[1] * 2 + [2] * 7 + [1],
-        served=[3] * n, hits=[0] * 2 + [2] * 8, churn=[5] * 2 + [1] * 8,
-        work=[1.0] * n, penalty_compute=[1.0] * n, penalty_transmission=[0.5] * n,
-        penalty_memory=[0.25] * n)
+        arrivals=[9] * 2 + [2] * 8,
+        completed=[1] * 2 + [2] * 7 + [1],
+        served=[3] * n,
+        hits=[0] * 2 + [2] * 8,
+        churn=[5] * 2 + [1] * 8,
+        work=[1.0] * n,
+        penalty_compute=[1.0] * n,
+        penalty_transmission=[0.5] * n,
+        penalty_memory=[0.25] * n,
+    )
     summary = summarize(trace, warmup=0.2)
     assert summary["mean_backlog"] == 10 and summary["slope"] == pytest.approx(0.0)
     assert summary["stable"] is True

@@ -19,32 +19,66 @@ from mabp_gym.workloads import WORKLOADS, workload_params
 EXAMPLES = Path(mabp_gym.__file__).parent / "examples"
 
 
-def _two_servers(*, gen_prob: float = 1.0, replicas: int = 1, budget: float = 1.0,
-                 mu: float = 2.0, work_hit: float = 1.0, work_miss: float = 2.0) -> Workload:
+def _two_servers(
+    *,
+    gen_prob: float = 1.0,
+    replicas: int = 1,
+    budget: float = 1.0,
+    mu: float = 2.0,
+    work_hit: float = 1.0,
+    work_miss: float = 2.0,
+) -> Workload:
     """Ingress -> two linked servers sharing one signature (replicas may bind)."""
-    actions = tuple(Action(node=n, commodity=0, signature=0, work_hit=work_hit,
-                           work_miss=work_miss, gen_prob=gen_prob) for n in (1, 2))
+    actions = tuple(
+        Action(
+            node=n,
+            commodity=0,
+            signature=0,
+            work_hit=work_hit,
+            work_miss=work_miss,
+            gen_prob=gen_prob,
+        )
+        for n in (1, 2)
+    )
     return Workload(
         name="two_servers",
-        nodes=(Node("gw", "ingress", 0.0), Node("s0", "server", mu, budget),
-               Node("s1", "server", mu, budget)),
-        links=(Link(0, 1, 10), Link(0, 2, 10), Link(1, 2, 10, bandwidth=1.0),
-               Link(2, 1, 10, bandwidth=1.0)),
-        commodities=(Commodity("c"),), signatures=(Signature("o", 1.0),), actions=actions,
-        arrival_mix=((0, 0, 1.0),), replicas=replicas)
+        nodes=(
+            Node("gw", "ingress", 0.0),
+            Node("s0", "server", mu, budget),
+            Node("s1", "server", mu, budget),
+        ),
+        links=(
+            Link(0, 1, 10),
+            Link(0, 2, 10),
+            Link(1, 2, 10, bandwidth=1.0),
+            Link(2, 1, 10, bandwidth=1.0),
+        ),
+        commodities=(Commodity("c"),),
+        signatures=(Signature("o", 1.0),),
+        actions=actions,
+        arrival_mix=((0, 0, 1.0),),
+        replicas=replicas,
+    )
 
 
-def _one_server(*, mu: float, work_hit: float, work_miss: float, sizes=(1.0,),
-                budget: float = 1.0) -> Workload:
+def _one_server(
+    *, mu: float, work_hit: float, work_miss: float, sizes=(1.0,), budget: float = 1.0
+) -> Workload:
     """One server, one commodity per signature, equal arrival shares."""
     n = len(sizes)
-    actions = tuple(Action(node=0, commodity=c, signature=c, work_hit=work_hit,
-                           work_miss=work_miss) for c in range(n))
+    actions = tuple(
+        Action(node=0, commodity=c, signature=c, work_hit=work_hit, work_miss=work_miss)
+        for c in range(n)
+    )
     return Workload(
-        name="one_server", nodes=(Node("s", "server", mu, budget),), links=(),
+        name="one_server",
+        nodes=(Node("s", "server", mu, budget),),
+        links=(),
         commodities=tuple(Commodity(f"c{c}") for c in range(n)),
         signatures=tuple(Signature(f"o{c}", size) for c, size in enumerate(sizes)),
-        actions=actions, arrival_mix=tuple((0, c, 1.0 / n) for c in range(n)))
+        actions=actions,
+        arrival_mix=tuple((0, c, 1.0 / n) for c in range(n)),
+    )
 
 
 SMALL = {
@@ -60,8 +94,9 @@ SMALL = {
     "two_servers_one_replica": lambda: _two_servers(),
     "two_servers_random_generation": lambda: _two_servers(gen_prob=0.3, replicas=2),
     "integer_service": lambda: _one_server(mu=3.0, work_hit=2.0, work_miss=3.0),
-    "unequal_sizes": lambda: _one_server(mu=2.0, work_hit=1.0, work_miss=2.0,
-                                         sizes=(1.0, 2.0), budget=2.5),
+    "unequal_sizes": lambda: _one_server(
+        mu=2.0, work_hit=1.0, work_miss=2.0, sizes=(1.0, 2.0), budget=2.5
+    ),
     "successor_object_does_not_fit": lambda: make_workload("successor", beta=0.5),
     "multihop14_file": lambda: make_workload(str(EXAMPLES / "multihop14.json")),
 }
@@ -130,8 +165,9 @@ def test_occupation__lies_between_no_memory_and_all_hit_on_the_example_file():
 @pytest.mark.parametrize("budget_hull", [True, False])
 def test_occupation__is_nondecreasing_in_beta(name, budget_hull):
     betas = np.linspace(0.02, 1.0, 25)
-    values = [occupation_bound(make_workload(name, beta=float(b)), budget_hull=budget_hull)
-              for b in betas]
+    values = [
+        occupation_bound(make_workload(name, beta=float(b)), budget_hull=budget_hull) for b in betas
+    ]
     assert all(later >= earlier - 1e-7 for earlier, later in zip(values, values[1:], strict=False))
     assert values[-1] > values[0]
 
@@ -148,8 +184,13 @@ def test_occupation__work_reuse_is_kappa_w_with_memory(kappa_w):
 
 @pytest.mark.parametrize(
     ("mu_u", "mu_v", "pi_h", "pi_l"),
-    [(2.0, 1.0, 1.0, 0.0), (2.0, 1.0, 0.8, 0.2), (3.0, 1.0, 0.9, 0.5), (1.0, 2.0, 1.0, 0.5),
-     (4.0, 0.5, 0.25, 0.1)],
+    [
+        (2.0, 1.0, 1.0, 0.0),
+        (2.0, 1.0, 0.8, 0.2),
+        (3.0, 1.0, 0.9, 0.5),
+        (1.0, 2.0, 1.0, 0.5),
+        (4.0, 0.5, 0.25, 0.1),
+    ],
 )
 @pytest.mark.parametrize("exact", [False, True])
 def test_occupation__successor_matches_corollary_1(mu_u, mu_v, pi_h, pi_l, exact):
@@ -159,12 +200,21 @@ def test_occupation__successor_matches_corollary_1(mu_u, mu_v, pi_h, pi_l, exact
     assert occupation_bound(wl, exact=exact) == pytest.approx(with_memory, rel=1e-7)
 
 
-@pytest.mark.parametrize(("beta", "literal", "hull"),
-                         [(0.05, 3.515, 1.3755), (0.1, 5.501, 1.5290), (0.125, 5.650, 5.650),
-                          (0.2, 5.650, 5.650), (0.25, 5.650, 5.650), (0.5, 5.650, 5.650),
-                          (1.0, 5.650, 5.650)])
+@pytest.mark.parametrize(
+    ("beta", "literal", "hull"),
+    [
+        (0.05, 3.515, 1.3755),
+        (0.1, 5.501, 1.5290),
+        (0.125, 5.650, 5.650),
+        (0.2, 5.650, 5.650),
+        (0.25, 5.650, 5.650),
+        (0.5, 5.650, 5.650),
+        (1.0, 5.650, 5.650),
+    ],
+)
 def test_occupation__mixed_reproduces_the_spec_prototype_and_the_hull_corrects_it(
-        beta, literal, hull):
+    beta, literal, hull
+):
     wl = make_workload("mixed", beta=beta)
     # SPEC 9.1's constraints as written give the prototype's figures ...
     assert occupation_bound(wl, budget_hull=False) == pytest.approx(literal, abs=1e-3)
@@ -175,8 +225,10 @@ def test_occupation__mixed_reproduces_the_spec_prototype_and_the_hull_corrects_i
 
 def test_occupation__mixed_bound_ignores_the_zipf_skew():
     for beta in (0.05, 0.1, 0.25):
-        values = {round(occupation_bound(make_workload("mixed", beta=beta, skew=s)), 9)
-                  for s in (0.0, 1.0, 2.5)}
+        values = {
+            round(occupation_bound(make_workload("mixed", beta=beta, skew=s)), 9)
+            for s in (0.0, 1.0, 2.5)
+        }
         assert len(values) == 1
 
 
@@ -203,8 +255,15 @@ def _held(sim: Simulator) -> frozenset:
     return frozenset(zip(nodes.tolist(), sigs.tolist(), strict=True))
 
 
-@pytest.mark.parametrize("name", ["boundary", "boundary_full_budget",
-                                  "two_servers_random_generation", "two_servers_one_replica"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "boundary",
+        "boundary_full_budget",
+        "two_servers_random_generation",
+        "two_servers_one_replica",
+    ],
+)
 def test_occupation__exact_kernel_contains_every_simulated_memory_transition(name):
     wl = SMALL[name]().with_load(1.2)
     model = _ExactModel(wl, 0)
@@ -228,15 +287,17 @@ def test_occupation__exact_kernel_contains_every_simulated_memory_transition(nam
         assert matching, "the simulator reached a resident set the model does not enumerate"
         served = control.service.tolist()
         ok = any(
-            all(tuple(served[a] for a in model.node_actions[i]) in vectors
-                for i, vectors in b.service)
+            all(
+                tuple(served[a] for a in model.node_actions[i]) in vectors
+                for i, vectors in b.service
+            )
             and any(prob > 0 and nxt == after for law in b.laws for nxt, prob in law)
-            for b in matching)
+            for b in matching
+        )
         assert ok, (before, resident, served, after)
         law = model._generated(frozenset(resident), dict(enumerate(served)))
         if len(law) == 1:  # deterministic generation: predict the next memory exactly
-            assert _greedy_retention(wl, frozenset(resident) | law[0][0],
-                                     control.retain) == after
+            assert _greedy_retention(wl, frozenset(resident) | law[0][0], control.retain) == after
             predicted += 1
     assert predicted > 0
     if name != "two_servers_one_replica":
@@ -284,8 +345,9 @@ def test_plot_occupation__writes_fig2b_from_computed_values(tmp_path):
     path = tmp_path / "fig2b.png"
     values = plot_occupation(path, betas=(0.05, 0.1, 0.125, 0.5), skews=(0.0, 1.0))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    mixed = {r["beta"]: r["occ_ratio"] for r in values
-             if r["workload"] == "mixed" and r["skew"] == 1.0}
+    mixed = {
+        r["beta"]: r["occ_ratio"] for r in values if r["workload"] == "mixed" and r["skew"] == 1.0
+    }
     assert mixed[0.5] == pytest.approx(1.0) and mixed[0.1] < 0.3
     boundary = [r for r in values if r["workload"] == "boundary"]
     assert all(r["exact"] <= r["occ"] + 1e-7 for r in boundary)
@@ -297,8 +359,23 @@ def test_cli__capacity_reports_the_occupation_bound(tmp_path, capsys):
     from mabp_gym.cli import main
 
     out = tmp_path / "cap.json"
-    assert main(["capacity", "--workload", "work_reuse", "--set", "beta=0.5", "--reference",
-                 "occ", "--exact", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "capacity",
+                "--workload",
+                "work_reuse",
+                "--set",
+                "beta=0.5",
+                "--reference",
+                "occ",
+                "--exact",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "occupation bound (relaxation, SPEC 9.1) 1.0000" in printed
     assert "occupation bound (exact LP, paper (6)-(9)) 1.0000" in printed

@@ -37,9 +37,11 @@ def tolerance(value: float) -> float:
 
 def assert_same_control(a: Control, b: Control) -> None:
     for key, value in a.as_dict().items():
-        np.testing.assert_array_equal(np.sort(value) if key == "transfers" else value,
-                                      np.sort(b.as_dict()[key]) if key == "transfers"
-                                      else b.as_dict()[key], err_msg=key)
+        np.testing.assert_array_equal(
+            np.sort(value) if key == "transfers" else value,
+            np.sort(b.as_dict()[key]) if key == "transfers" else b.as_dict()[key],
+            err_msg=key,
+        )
 
 
 # -- random states of mixed: feasible and never below MABP --------------------------------------
@@ -95,16 +97,16 @@ def _tiny_state(K: float, seed: int) -> tuple[Workload, Simulator]:
     ix = wl.index
     if rng.random() < 0.6:  # a slot of random service leaves units in service (K > mu)
         for p in range(ix.num_pairs):
-            sim.add_units(int(ix.pair_node[p]), int(ix.pair_commodity[p]),
-                          int(rng.integers(0, 3)))
+            sim.add_units(int(ix.pair_node[p]), int(ix.pair_commodity[p]), int(rng.integers(0, 3)))
         sim.step(sim.project(rng.uniform(-1.0, 1.0, ix.num_scores)))
     for p in range(ix.num_pairs):
         sim.add_units(int(ix.pair_node[p]), int(ix.pair_commodity[p]), int(rng.integers(0, 3)))
     return wl, sim
 
 
-def _brute_force(wl, state, oracle: OracleSur, obs, *, routes: bool = True,
-                 given: Control | None = None) -> tuple[float, Control]:
+def _brute_force(
+    wl, state, oracle: OracleSur, obs, *, routes: bool = True, given: Control | None = None
+) -> tuple[float, Control]:
     """Best routing, service and start without transfers, by enumerating every integer
     vector (each variable from 0 to its queue / capacity / compute bound).
 
@@ -114,24 +116,34 @@ def _brute_force(wl, state, oracle: OracleSur, obs, *, routes: bool = True,
     queues = np.asarray(obs["queues"], dtype=np.float64)
     weight = oracle.weights(queues)
     backlog = queues[ix.pair_node, ix.pair_commodity]
-    route_weight = (backlog[ix.route_src_pair] - backlog[ix.route_dst_pair]
-                    - oracle.nu * ix.link_cost[ix.route_link])
+    route_weight = (
+        backlog[ix.route_src_pair]
+        - backlog[ix.route_dst_pair]
+        - oracle.nu * ix.link_cost[ix.route_link]
+    )
     hit = (np.append(state.holder.ravel(), -1)[ix.hit_slot] >= 0).astype(int)
     gain, work = weight[hit, np.arange(ix.num_actions)], ix.work[hit, np.arange(ix.num_actions)]
     mu = ix.mu
     avail = mu - np.where(state.service_action >= 0, np.minimum(mu, state.service_residual), 0)
     q = state.queue_len
     whole = work <= mu[ix.action_node] + 1e-9
-    s_ranges = [range(int(min(q[ix.action_pair[a]], (avail[ix.action_node[a]] + 1e-9)
-                              // work[a])) + 1) if whole[a] else range(1)
-                for a in range(ix.num_actions)]
+    s_ranges = [
+        range(int(min(q[ix.action_pair[a]], (avail[ix.action_node[a]] + 1e-9) // work[a])) + 1)
+        if whole[a]
+        else range(1)
+        for a in range(ix.num_actions)
+    ]
     if given is not None:
         s_ranges = [range(int(n), int(n) + 1) for n in given.service]
-    f_ranges = [range(int(min(q[ix.route_src_pair[r]], ix.link_capacity[ix.route_link[r]])) + 1)
-                if routes else range(1) for r in range(ix.num_routes)]
+    f_ranges = [
+        range(int(min(q[ix.route_src_pair[r]], ix.link_capacity[ix.route_link[r]])) + 1)
+        if routes
+        else range(1)
+        for r in range(ix.num_routes)
+    ]
     grid = np.array(list(itertools.product(*s_ranges, *f_ranges)), dtype=np.float64)
     assert len(grid) <= 200_000
-    S, F = grid[:, :ix.num_actions], grid[:, ix.num_actions:]
+    S, F = grid[:, : ix.num_actions], grid[:, ix.num_actions :]
     spent = np.zeros((len(grid), ix.num_nodes))
     taken = np.zeros((len(grid), ix.num_pairs))
     link = np.zeros((len(grid), ix.num_links))
@@ -143,8 +155,10 @@ def _brute_force(wl, state, oracle: OracleSur, obs, *, routes: bool = True,
         taken[:, ix.route_src_pair[r]] += F[:, r]
     ok = np.all(spent <= avail + 1e-9, axis=1) & np.all(link <= ix.link_capacity, axis=1)
     base = S @ gain + F @ route_weight
-    options = [[-1] + [a for a in range(ix.num_actions)
-                       if ix.action_node[a] == i and not whole[a]] for i in range(ix.num_nodes)]
+    options = [
+        [-1] + [a for a in range(ix.num_actions) if ix.action_node[a] == i and not whole[a]]
+        for i in range(ix.num_nodes)
+    ]
     if given is not None:
         options = [[int(a)] for a in given.start]
     best, arg = -np.inf, None
@@ -163,11 +177,13 @@ def _brute_force(wl, state, oracle: OracleSur, obs, *, routes: bool = True,
             if value[k] > best:
                 best, arg = float(value[k]), (grid[k], choice)
     row, choice = arg
-    control = Control(transfers=np.zeros(0, dtype=np.int64),
-                      route=row[ix.num_actions:].astype(np.int64),
-                      service=row[:ix.num_actions].astype(np.int64),
-                      start=np.asarray(choice, dtype=np.int64),
-                      retain=np.zeros(ix.num_retains))
+    control = Control(
+        transfers=np.zeros(0, dtype=np.int64),
+        route=row[ix.num_actions :].astype(np.int64),
+        service=row[: ix.num_actions].astype(np.int64),
+        start=np.asarray(choice, dtype=np.int64),
+        retain=np.zeros(ix.num_retains),
+    )
     return best, control
 
 
@@ -189,10 +205,12 @@ def test_milp__equals_brute_force_optimum_on_a_tiny_workload(K, lp_first, monkey
         served_only = dataclasses.replace(control, route=np.zeros_like(control.route))
         if oracle.last_info["source"] == "milp":
             assert oracle.one_slot_objective(sim.state, served_only, obs) == pytest.approx(
-                best, abs=1e-7)
+                best, abs=1e-7
+            )
             total, _ = _brute_force(wl, sim.state, oracle, obs, given=control)
             assert oracle.one_slot_objective(sim.state, control, obs) == pytest.approx(
-                total, abs=1e-7)
+                total, abs=1e-7
+            )
         else:  # MABP's own control scored higher on (16): the gate kept it
             assert oracle.last_info["source"] == "mabp"
             assert oracle.last_info["objective"] >= oracle.last_info["mabp_objective"]
@@ -217,22 +235,36 @@ def test_one_slot_objective__matches_a_hand_computation():
     service = np.zeros(ix.num_actions, dtype=np.int64)
     service[0] = 1  # s0 serves one c0 unit with a hit
     start = np.array([-1, 1, -1])  # s0 starts its c1 unit with the compute left (1)
-    control = Control(transfers=np.zeros(0, dtype=np.int64), route=route, service=service,
-                      start=start, retain=np.zeros(ix.num_retains))
+    control = Control(
+        transfers=np.zeros(0, dtype=np.int64),
+        route=route,
+        service=service,
+        start=start,
+        retain=np.zeros(ix.num_retains),
+    )
     nu, d = 5.0, ix.link_cost[0]
     pen = ix.penalty
-    expected = (2 * (3 - 2 - nu * d)  # route weight Q_gw - Q_s0 - nu d
-                + 1 * (2 - nu * pen[1, 0])  # W of a hit (no successors)
-                + (1 - nu * pen[0, 1]) * 1 / 3)  # start: W_miss * compute / work
+    expected = (
+        2 * (3 - 2 - nu * d)  # route weight Q_gw - Q_s0 - nu d
+        + 1 * (2 - nu * pen[1, 0])  # W of a hit (no successors)
+        + (1 - nu * pen[0, 1]) * 1 / 3
+    )  # start: W_miss * compute / work
     assert oracle.one_slot_objective(sim.state, control, obs) == pytest.approx(expected)
     # Moving o0 to s1 (transfer candidate 0) makes c0 at s0 a miss (work 3 > mu): it can
     # only start, with all of s0's compute.
     assert (ix.transfer_link[0], ix.transfer_signature[0]) == (2, 0)
-    moved = dataclasses.replace(control, transfers=np.array([0]), service=np.zeros_like(service),
-                                start=np.array([-1, 0, -1]))
+    moved = dataclasses.replace(
+        control,
+        transfers=np.array([0]),
+        service=np.zeros_like(service),
+        start=np.array([-1, 0, -1]),
+    )
     value = oracle.one_slot_objective(sim.state, moved, obs)
-    expected_moved = (2 * (3 - 2 - nu * d) + (2 - nu * pen[0, 0]) * 2 / 3
-                      - nu * wl.migration_cost * ix.signature_size[0])
+    expected_moved = (
+        2 * (3 - 2 - nu * d)
+        + (2 - nu * pen[0, 0]) * 2 / 3
+        - nu * wl.migration_cost * ix.signature_size[0]
+    )
     assert value == pytest.approx(expected_moved)
 
 
@@ -261,13 +293,16 @@ def test_transfer_search__swaps_a_denser_transfer_for_a_more_valuable_one(monkey
     # n0 holds A (size 1) and B (size 2); n1 has room for 2. The projection moves A first
     # (higher value per size), which blocks B; B alone is worth more.
     wl = Workload(
-        name="swap", nodes=(Node("n0", "server", mu=2.0, budget=3.0),
-                            Node("n1", "server", mu=2.0, budget=2.0)),
+        name="swap",
+        nodes=(Node("n0", "server", mu=2.0, budget=3.0), Node("n1", "server", mu=2.0, budget=2.0)),
         links=(Link(0, 1, capacity=4, bandwidth=3.0),),
         commodities=(Commodity("a"), Commodity("b")),
         signatures=(Signature("A", 1.0), Signature("B", 2.0)),
         actions=tuple(Action(node=i, commodity=k, signature=k) for i in (0, 1) for k in (0, 1)),
-        arrival_mix=((0, 0, 0.5), (0, 1, 0.5)), load=0.0, initial_memory=(((0, 0), (0, 1)),))
+        arrival_mix=((0, 0, 0.5), (0, 1, 0.5)),
+        load=0.0,
+        initial_memory=(((0, 0), (0, 1)),),
+    )
     # Retain candidates (n0, A), (n0, B), (n1, A), (n1, B): transfer values 1.5 and 2.5.
     values = np.array([0.0, 0.0, 1.5, 2.5])
     monkeypatch.setattr(MABP, "_object_values", lambda self, weight, ratio, own, backlog: values)
@@ -290,14 +325,21 @@ def test_knapsack__matches_enumeration():
     for trial in range(60):
         n = int(rng.integers(0, 9))
         values = rng.normal(1.0, 1.5, n)
-        sizes = (rng.integers(1, 4, n).astype(float) if trial % 2
-                 else rng.uniform(0.1, 3.0, n))  # integral (DP) and arbitrary sizes
+        sizes = (
+            rng.integers(1, 4, n).astype(float) if trial % 2 else rng.uniform(0.1, 3.0, n)
+        )  # integral (DP) and arbitrary sizes
         capacity = float(rng.uniform(0.0, 8.0))
         take = knapsack(values, sizes, capacity)
         assert sizes[take].sum() <= capacity + 1e-9
-        best = max((values[list(c)].sum() for k in range(n + 1)
-                    for c in itertools.combinations(range(n), k)
-                    if sizes[list(c)].sum() <= capacity + 1e-9), default=0.0)
+        best = max(
+            (
+                values[list(c)].sum()
+                for k in range(n + 1)
+                for c in itertools.combinations(range(n), k)
+                if sizes[list(c)].sum() <= capacity + 1e-9
+            ),
+            default=0.0,
+        )
         assert values[take].sum() == pytest.approx(max(best, 0.0), abs=1e-9)
 
 
@@ -305,12 +347,16 @@ def test_retention__keeps_the_knapsack_optimum_not_the_densest_objects(monkeypat
     # One server, budget 4: it holds A (size 3) and generates B and C (size 2 each) this
     # slot. Values 3.3, 2, 2: the densest object alone (A, 3.3) loses to B + C (4).
     wl = Workload(
-        name="knapsack", nodes=(Node("srv", "server", mu=2.0, budget=4.0),), links=(),
+        name="knapsack",
+        nodes=(Node("srv", "server", mu=2.0, budget=4.0),),
+        links=(),
         commodities=(Commodity("a"), Commodity("b"), Commodity("c")),
         signatures=(Signature("A", 3.0), Signature("B", 2.0), Signature("C", 2.0)),
         actions=tuple(Action(node=0, commodity=k, signature=k) for k in range(3)),
-        arrival_mix=((0, 0, 0.4), (0, 1, 0.3), (0, 2, 0.3)), load=0.0,
-        initial_memory=(((0, 0),),))
+        arrival_mix=((0, 0, 0.4), (0, 1, 0.3), (0, 2, 0.3)),
+        load=0.0,
+        initial_memory=(((0, 0),),),
+    )
     values = np.array([3.3, 2.0, 2.0])  # retain candidates (srv, A), (srv, B), (srv, C)
     monkeypatch.setattr(MABP, "_object_values", lambda self, weight, ratio, own, backlog: values)
     sim = Simulator(wl, check_invariants=True)
@@ -371,10 +417,16 @@ def test_episode__oracle_controls_run_100_slots_under_invariant_checks():
         gains.append(info["objective"] - info["mabp_objective"])
         # The knapsack-optimal set (priority > 1) fits every node's budget; a fallback keeps
         # MABP's own retain scores.
-        chosen = control.retain > 1.0 if info["source"] != "mabp" else np.zeros_like(
-            control.retain, dtype=bool)
-        held = np.bincount(ix.retain_node[chosen], weights=ix.signature_size[
-            ix.retain_signature[chosen]], minlength=ix.num_nodes)
+        chosen = (
+            control.retain > 1.0
+            if info["source"] != "mabp"
+            else np.zeros_like(control.retain, dtype=bool)
+        )
+        held = np.bincount(
+            ix.retain_node[chosen],
+            weights=ix.signature_size[ix.retain_signature[chosen]],
+            minlength=ix.num_nodes,
+        )
         assert np.all(held <= ix.budget + 1e-9)
         assert np.all(np.isfinite(control.retain))
         sim.step(control)  # check_control inside; invariants after
@@ -396,15 +448,17 @@ def test_composition__holds_an_mabp_built_from_its_keywords_and_uses_its_primiti
     assert (oracle.mabp.nu, oracle.mabp.horizon, oracle.mabp.reuse) == (3.0, 7, False)
     sim, obs = _busy_state(20)
     queues = np.asarray(obs["queues"], dtype=np.float64)
-    np.testing.assert_array_equal(oracle.weights(queues),
-                                  MABP(MIXED, nu=3.0, reuse=False).weights(queues))
+    np.testing.assert_array_equal(
+        oracle.weights(queues), MABP(MIXED, nu=3.0, reuse=False).weights(queues)
+    )
     # Explicit primitives reach the composed MABP, hence the oracle's weights and controls.
     ix = MIXED.index
     costlier = Primitives(ix.work, ix.penalty + 1.0, ix.successor_law[:, :, :-1])
     shifted = OracleSur(MIXED, primitives=costlier)
     assert shifted.mabp.primitives is costlier
-    np.testing.assert_allclose(shifted.weights(queues),
-                               OracleSur(MIXED).weights(queues) - shifted.nu)
+    np.testing.assert_allclose(
+        shifted.weights(queues), OracleSur(MIXED).weights(queues) - shifted.nu
+    )
     control = shifted.control(sim.state, obs)
     check_control(MIXED, sim.state, control)
     assert shifted.last_info["objective"] >= shifted.last_info["mabp_objective"]
@@ -437,10 +491,10 @@ def test_records__reproducible_across_reruns():
     # limit makes two runs of the same configuration identical.
     from mabp_gym.evaluation import TIMING_KEYS, RunSpec, run
 
-    first, second = (run(RunSpec("oracle-sur", "mixed", 0.6, 0, horizon=150))
-                     for _ in range(2))
+    first, second = (run(RunSpec("oracle-sur", "mixed", 0.6, 0, horizon=150)) for _ in range(2))
     assert {k: v for k, v in first.items() if k not in TIMING_KEYS} == {
-        k: v for k, v in second.items() if k not in TIMING_KEYS}
+        k: v for k, v in second.items() if k not in TIMING_KEYS
+    }
 
 
 def test_slot_program__its_blocks_and_rows_describe_the_oracles_service_and_objective():
@@ -463,8 +517,11 @@ def test_slot_program__its_blocks_and_rows_describe_the_oracles_service_and_obje
     x = np.zeros(n)
     x[program.serve_cols] = control.service[program.serve]
     assert control.service.sum() == x.sum() > 0
-    spent = np.bincount(MIXED.index.action_node, weights=control.service * program.work,
-                        minlength=MIXED.index.num_nodes)
+    spent = np.bincount(
+        MIXED.index.action_node,
+        weights=control.service * program.work,
+        minlength=MIXED.index.num_nodes,
+    )
     for q, (a, i) in enumerate(zip(program.starts, program.start_node, strict=True)):
         if control.start[i] == a:
             x[program.binary_cols[q]] = 1.0
@@ -476,5 +533,7 @@ def test_slot_program__its_blocks_and_rows_describe_the_oracles_service_and_obje
     assert (packing[program.compute_rows] > 0).any() and (packing[program.queue_rows] > 0).any()
     served = dataclasses.replace(control, route=np.zeros_like(control.route))
     assert program.value @ x == pytest.approx(
-        oracle.one_slot_objective(sim.state, served, obs) + oracle.mabp.migration_cost
-        * MIXED.index.signature_size[MIXED.index.transfer_signature[control.transfers]].sum())
+        oracle.one_slot_objective(sim.state, served, obs)
+        + oracle.mabp.migration_cost
+        * MIXED.index.signature_size[MIXED.index.transfer_signature[control.transfers]].sum()
+    )

@@ -46,8 +46,7 @@ def test_parallel_env__observations_lie_in_their_spaces():
 
 def test_parallel_env__agents_are_the_nodes_with_candidates():
     env = parallel_env("mixed")
-    assert env.possible_agents == ["gw", "ret0", "ret1", "gen0", "gen1", "moe0", "tool0",
-                                   "ver0"]
+    assert env.possible_agents == ["gw", "ret0", "ret1", "gen0", "gen1", "moe0", "tool0", "ver0"]
     # Every candidate of the global score vector belongs to exactly one agent.
     actions = {}
     for q, agent in enumerate(env.possible_agents):
@@ -55,14 +54,14 @@ def test_parallel_env__agents_are_the_nodes_with_candidates():
     env.reset(seed=0)
     scores = env.assemble(actions)
     ix = env.workload.index
-    owner_node = np.concatenate([ix.action_node, ix.link_src[ix.route_link],
-                                 ix.link_src[ix.transfer_link], ix.retain_node])
+    owner_node = np.concatenate(
+        [ix.action_node, ix.link_src[ix.route_link], ix.link_src[ix.transfer_link], ix.retain_node]
+    )
     nodes = np.asarray([env.layout(a).node for a in env.possible_agents])
     assert np.array_equal(nodes[scores.astype(int)], owner_node)
 
 
-def _lockstep(workload: str, name: str, *, seed: int = 0, horizon: int = 600,
-              **kw) -> int:
+def _lockstep(workload: str, name: str, *, seed: int = 0, horizon: int = 600, **kw) -> int:
     """Run the centralized policy in SFMSNEnv and its local version in the parallel env
     side by side; assert equal score vectors and controls every slot. Returns slots."""
     penv = parallel_env(workload, horizon=horizon, **kw)
@@ -116,8 +115,10 @@ def test_parallel_env__pickles():
 
 def test_decentralized__mabp_equivalence_holds_without_memory_and_with_drift_reward():
     assert _lockstep("mixed", "mabp", seed=2, horizon=150, memory=False) == 150
-    assert _lockstep("mixed", "mabp", seed=3, horizon=150, load=0.5,
-                     reward="drift_plus_penalty") == 150
+    assert (
+        _lockstep("mixed", "mabp", seed=3, horizon=150, load=0.5, reward="drift_plus_penalty")
+        == 150
+    )
 
 
 def test_decentralized__mabp_transfers_are_exercised_by_the_equivalence():
@@ -207,10 +208,12 @@ def test_decentralized__mabp_values_read_the_upstream_telemetry():
         actions = {}
         for a in env.agents:
             actions[a] = local[a].scores(obs[a])
-            zeroed = {**obs[a], "upstream_queues": np.zeros_like(obs[a]["upstream_queues"]),
-                      "neighbour_upstream": np.zeros_like(obs[a]["neighbour_upstream"])}
-            differs += not np.array_equal(blind[a].scores(zeroed)[retain],
-                                          actions[a][retain])
+            zeroed = {
+                **obs[a],
+                "upstream_queues": np.zeros_like(obs[a]["upstream_queues"]),
+                "neighbour_upstream": np.zeros_like(obs[a]["neighbour_upstream"]),
+            }
+            differs += not np.array_equal(blind[a].scores(zeroed)[retain], actions[a][retain])
         obs, *_ = env.step(actions)
     assert differs > 10
 
@@ -228,10 +231,12 @@ def test_decentralized__cost_bp_holds_sibling_routes_its_server_defers():
         for a in env.agents:
             rule = local[a]
             n = rule.route_commodity.size
-            plain = rule._routes(np.asarray(obs[a]["queues"], dtype=np.float64),
-                                 np.asarray(obs[a]["neighbour_queues"], dtype=np.float64),
-                                 cost=True)
-            scores = actions[a][route.start:route.start + n]
+            plain = rule._routes(
+                np.asarray(obs[a]["queues"], dtype=np.float64),
+                np.asarray(obs[a]["neighbour_queues"], dtype=np.float64),
+                cost=True,
+            )
+            scores = actions[a][route.start : route.start + n]
             assert np.all((scores == plain) | ((scores == -1.0) & rule.sibling))
             held += int(np.sum((scores == -1.0) & (plain > 0)))
         obs, *_ = env.step(actions)
@@ -261,9 +266,10 @@ def test_stale_telemetry__per_link_delays():
     for _ in range(10):
         obs, *_ = env.step({a: np.zeros(env.action_space(a).shape) for a in env.agents})
     lay = env.layout("gen0")
-    ages = obs["gen0"]["neighbour_age"][:len(lay.neighbours)]
-    assert ages.tolist() == [4.0 if env.workload.nodes[j].name == "gen1" else 0.0
-                             for j in lay.neighbours]
+    ages = obs["gen0"]["neighbour_age"][: len(lay.neighbours)]
+    assert ages.tolist() == [
+        4.0 if env.workload.nodes[j].name == "gen1" else 0.0 for j in lay.neighbours
+    ]
     # A sequence gives one delay per link, in link order: link e delayed by e slots.
     per_link = parallel_env("mixed", staleness=list(range(env.workload.index.num_links)))
     for agent in per_link.possible_agents:
@@ -271,10 +277,17 @@ def test_stale_telemetry__per_link_delays():
         assert lay.neighbour_delays.tolist() == lay.neighbour_links.tolist()
 
 
-@pytest.mark.parametrize("staleness, message", [
-    (-1, "must be in"), (True, "integer"), (1.5, "integer"), ([1, 2], "one delay per link"),
-    ({("gw", "ver0"): 1}, "does not exist"), (10_000, "horizon"),
-])
+@pytest.mark.parametrize(
+    "staleness, message",
+    [
+        (-1, "must be in"),
+        (True, "integer"),
+        (1.5, "integer"),
+        ([1, 2], "one delay per link"),
+        ({("gw", "ver0"): 1}, "does not exist"),
+        (10_000, "horizon"),
+    ],
+)
 def test_parallel_env__bad_staleness_raises(staleness, message):
     with pytest.raises(ValueError, match=message):
         parallel_env("mixed", staleness=staleness)
@@ -321,14 +334,17 @@ def test_rewards__own_shares_sum_to_the_single_agent_reward(reward):
     penalties = 0.0
     while own.agents:
         obs_o, r_own, _, _, info_o = own.step(
-            {a: policies["o"][a].scores(obs_o[a]) for a in own.agents})
+            {a: policies["o"][a].scores(obs_o[a]) for a in own.agents}
+        )
         obs_g, r_team, _, _, _ = team.step(
-            {a: policies["g"][a].scores(obs_g[a]) for a in team.agents})
+            {a: policies["g"][a].scores(obs_g[a]) for a in team.agents}
+        )
         _, r_single, _, _, info = single.step(own.last_scores)
         assert set(r_team.values()) == {r_single}
         assert sum(r_own.values()) == pytest.approx(r_single, rel=1e-9, abs=1e-12)
         assert sum(i["penalty"] for i in info_o.values()) == pytest.approx(
-            info["penalty"], rel=1e-9, abs=1e-12)
+            info["penalty"], rel=1e-9, abs=1e-12
+        )
         assert sum(i["backlog"] for i in info_o.values()) == info["backlog"]
         penalties += info["penalty_memory"]
     assert penalties > 0  # the memory part of the split was exercised
@@ -347,16 +363,23 @@ def test_info__telemetry_volume_counts_the_neighbours_messages():
         lay = env.layout(agent)
         # Out-neighbours' messages, their upstream queue lengths relayed over links that
         # carry transfers, and one queue length per route into the agent.
-        relayed = sum(int(into[j]) for e, j in zip(lay.neighbour_links, lay.neighbours,
-                                                   strict=True) if e in transfer_links)
-        assert infos[agent]["telemetry_received"] == int(message[lay.neighbours].sum()) \
-            + relayed + int(into[lay.node])
+        relayed = sum(
+            int(into[j])
+            for e, j in zip(lay.neighbour_links, lay.neighbours, strict=True)
+            if e in transfer_links
+        )
+        assert infos[agent]["telemetry_received"] == int(
+            message[lay.neighbours].sum()
+        ) + relayed + int(into[lay.node])
     assert infos["gw"]["telemetry_received"] == 2 * 25 + 2 * 49 + 25
     # gen0 reads gen1's upstream (48 routes into gen1) and gets its own 48.
-    assert infos["gen0"]["telemetry_received"] == int(
-        message[env.layout("gen0").neighbours].sum()) + 48 + 48
-    assert sum(i["telemetry_received"] for i in infos.values()) == \
-        sum(i["telemetry_sent"] for i in infos.values())
+    assert (
+        infos["gen0"]["telemetry_received"]
+        == int(message[env.layout("gen0").neighbours].sum()) + 48 + 48
+    )
+    assert sum(i["telemetry_received"] for i in infos.values()) == sum(
+        i["telemetry_sent"] for i in infos.values()
+    )
     no_memory = parallel_env("mixed", memory=False).reset(seed=0)[1]
     assert no_memory["gw"]["telemetry_received"] == 16 + 16 + 32 + 32 + 16
 
@@ -372,8 +395,8 @@ def test_ego_graph__self_and_neighbours_with_their_telemetry():
     nb = len(lay.neighbours)
     slots = env.observation_space("gen0")["neighbour_queues"].shape[0]
     assert graph["x"].shape == (1 + slots, 2 + c + s + 9)
-    assert np.array_equal(graph["x"][0, 2:2 + c], obs["gen0"]["queues"])
-    assert np.array_equal(graph["x"][1:1 + nb, 2:2 + c], obs["gen0"]["neighbour_queues"][:nb])
+    assert np.array_equal(graph["x"][0, 2 : 2 + c], obs["gen0"]["queues"])
+    assert np.array_equal(graph["x"][1 : 1 + nb, 2 : 2 + c], obs["gen0"]["neighbour_queues"][:nb])
     assert graph["node_mask"].sum() == 1 + nb
     # Upstream telemetry: one row per route into gen0 on node 0, relays on the edges.
     ups = len(lay.upstream_routes)
@@ -385,8 +408,9 @@ def test_ego_graph__self_and_neighbours_with_their_telemetry():
     assert data.num_nodes == 1 + nb
     assert data.edge_upstream.shape[0] == nb
     relayed_edge = int(np.flatnonzero(lay.relayed)[0])
-    assert np.array_equal(data.edge_upstream[relayed_edge].numpy(),
-                          obs["gen0"]["neighbour_upstream"][relayed_edge])
+    assert np.array_equal(
+        data.edge_upstream[relayed_edge].numpy(), obs["gen0"]["neighbour_upstream"][relayed_edge]
+    )
     assert data.edge_index.tolist() == [[0] * nb, list(range(1, nb + 1))]
     routes = len(lay.routes)
     edges = data.route_edge[:routes]
@@ -398,8 +422,10 @@ def test_ego_graph__self_and_neighbours_with_their_telemetry():
 
 
 def test_package__parallel_env_is_lazy():
-    code = ("import sys, mabp_gym; assert 'pettingzoo' not in sys.modules; "
-            "env = mabp_gym.parallel_env('mixed'); assert 'pettingzoo' in sys.modules")
+    code = (
+        "import sys, mabp_gym; assert 'pettingzoo' not in sys.modules; "
+        "env = mabp_gym.parallel_env('mixed'); assert 'pettingzoo' in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -437,8 +463,11 @@ def test_examples__torchrl_groups_agents_by_role_with_shared_parameters():
     with torch.no_grad():
         rollout = env.rollout(5, policy=policy)
     assert rollout.batch_size[0] == 5
-    assert rollout["generator", "action"].shape == (5, 2, env.action_spec[
-        "generator", "action"].shape[-1])
+    assert rollout["generator", "action"].shape == (
+        5,
+        2,
+        env.action_spec["generator", "action"].shape[-1],
+    )
     assert rollout["next", "retriever", "reward"].shape == (5, 2, 1)
 
 
@@ -446,8 +475,9 @@ def test_readme__decentralized_example_runs():
     import re
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
-              if "parallel_env" in b]
+    blocks = [
+        b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "parallel_env" in b
+    ]
     assert len(blocks) == 1
     namespace: dict = {}
     exec(compile(blocks[0], "README decentralized example", "exec"), namespace)  # noqa: S102

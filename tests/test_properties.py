@@ -58,9 +58,23 @@ SETTINGS = dict(
 # Upper ends used when drawing an override, so that episodes stay small (the builders
 # accept much larger values; the ranges below are all inside the declared ones).
 _CAPS = {
-    "Z": 3, "load": 3.0, "kappa_w": 8.0, "K": 8.0, "K_w": 8.0, "mu": 5.0, "mu_u": 4.0,
-    "mu_v": 4.0, "link_capacity": 12, "bandwidth": 6.0, "replicas": 4, "skew": 3.0,
-    "copies": 2, "nodes": 12, "attach": 3, "classes": 3, "servers": 4,
+    "Z": 3,
+    "load": 3.0,
+    "kappa_w": 8.0,
+    "K": 8.0,
+    "K_w": 8.0,
+    "mu": 5.0,
+    "mu_u": 4.0,
+    "mu_v": 4.0,
+    "link_capacity": 12,
+    "bandwidth": 6.0,
+    "replicas": 4,
+    "skew": 3.0,
+    "copies": 2,
+    "nodes": 12,
+    "attach": 3,
+    "classes": 3,
+    "servers": 4,
 }
 _SKIP = {"horizon"}
 
@@ -70,8 +84,13 @@ def _param_value(name: str, param) -> st.SearchStrategy:
     high = _CAPS.get(name, 5.0 if param.high is None else min(param.high, 5.0))
     if param.integer:
         return st.integers(int(low), int(high))
-    values = st.floats(min_value=float(low), max_value=float(high), exclude_min=param.low_open,
-                       allow_nan=False, allow_infinity=False)
+    values = st.floats(
+        min_value=float(low),
+        max_value=float(high),
+        exclude_min=param.low_open,
+        allow_nan=False,
+        allow_infinity=False,
+    )
     if param.optional:
         values = st.none() | values
     return values
@@ -98,8 +117,9 @@ def builtin_workloads(draw) -> Workload:
         if overrides.get("servers") is not None:
             overrides["servers"] = min(overrides["servers"], nodes - 1)
     if name == "mixed":
-        shares = [overrides.get(k, params[k].default)
-                  for k in ("rag_share", "moe_share", "agentic_share")]
+        shares = [
+            overrides.get(k, params[k].default) for k in ("rag_share", "moe_share", "agentic_share")
+        ]
         if not any(shares):
             overrides["rag_share"] = 0.4
     return make_workload(name, **overrides)
@@ -140,8 +160,9 @@ def random_workloads(draw) -> Workload:
 
     actions: list[Action] = []
     for c in range(n_comm):
-        servers = draw(st.lists(st.sampled_from(compute), min_size=1, max_size=len(compute),
-                                unique=True))
+        servers = draw(
+            st.lists(st.sampled_from(compute), min_size=1, max_size=len(compute), unique=True)
+        )
         # Servers of a commodity mostly share its signature (so objects can migrate between
         # them); some get a second action with another signature (or none).
         shared = draw(st.integers(-1, n_sig - 1))
@@ -151,19 +172,28 @@ def random_workloads(draw) -> Workload:
                 other = draw(st.integers(-1, n_sig - 1))
                 sigs += [other] if other != shared else []
             for s in sigs:
-                actions.append(Action(
-                    node=i, commodity=c, signature=s,
-                    work_hit=draw(_WORK), work_miss=draw(_WORK),
-                    loss_hit=draw(_SMALL), loss_miss=draw(_SMALL), credit_hit=draw(_SMALL),
-                    successors_hit=draw(_law(n_comm)), successors_miss=draw(_law(n_comm)),
-                    gen_prob=draw(st.sampled_from([0.0, 0.5, 1.0]) | _UNIT),
-                ))
+                actions.append(
+                    Action(
+                        node=i,
+                        commodity=c,
+                        signature=s,
+                        work_hit=draw(_WORK),
+                        work_miss=draw(_WORK),
+                        loss_hit=draw(_SMALL),
+                        loss_miss=draw(_SMALL),
+                        credit_hit=draw(_SMALL),
+                        successors_hit=draw(_law(n_comm)),
+                        successors_miss=draw(_law(n_comm)),
+                        gen_prob=draw(st.sampled_from([0.0, 0.5, 1.0]) | _UNIT),
+                    )
+                )
 
     pairs = [(i, c) for i in range(n_nodes) for c in range(n_comm)]
     arrival_pairs = draw(st.lists(st.sampled_from(pairs), min_size=1, max_size=3, unique=True))
     weights = [draw(st.integers(1, 5)) for _ in arrival_pairs]
-    arrival_mix = tuple((i, c, w / sum(weights))
-                        for (i, c), w in zip(arrival_pairs, weights, strict=True))
+    arrival_mix = tuple(
+        (i, c, w / sum(weights)) for (i, c), w in zip(arrival_pairs, weights, strict=True)
+    )
 
     # Admissibility as workload.py derives it; every admissible queue must drain.
     serves = {(a.node, a.commodity) for a in actions}
@@ -175,8 +205,11 @@ def random_workloads(draw) -> Workload:
     if draw(st.booleans()):  # a complete graph: many route and transfer candidates
         edges = set(ordered)
     else:
-        edges = set(draw(st.lists(st.sampled_from(ordered), max_size=len(ordered),
-                                  unique=True)) if ordered else [])
+        edges = set(
+            draw(st.lists(st.sampled_from(ordered), max_size=len(ordered), unique=True))
+            if ordered
+            else []
+        )
     for i, c in sorted(admissible):
         if (i, c) in serves:
             continue
@@ -184,14 +217,23 @@ def random_workloads(draw) -> Workload:
         if not any((i, j) in edges for j in targets):
             edges.add((i, draw(st.sampled_from(targets))))
     links = tuple(
-        Link(i, j, capacity=draw(st.integers(0, 6)), cost=draw(_SMALL),
-             bandwidth=draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 4.0, 4.0])))
-        for i, j in sorted(edges))
+        Link(
+            i,
+            j,
+            capacity=draw(st.integers(0, 6)),
+            cost=draw(_SMALL),
+            bandwidth=draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 4.0, 4.0])),
+        )
+        for i, j in sorted(edges)
+    )
 
-    budgets = [draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 6.0, 6.0, 10.0]))
-               for _ in range(n_nodes)]
-    nodes = tuple(Node(f"n{i}", draw(st.sampled_from(ROLES)), mu=mus[i], budget=budgets[i])
-                  for i in range(n_nodes))
+    budgets = [
+        draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 6.0, 6.0, 10.0])) for _ in range(n_nodes)
+    ]
+    nodes = tuple(
+        Node(f"n{i}", draw(st.sampled_from(ROLES)), mu=mus[i], budget=budgets[i])
+        for i in range(n_nodes)
+    )
 
     eligible = sorted({(a.node, a.signature) for a in actions if a.signature >= 0})
     alternatives = []
@@ -201,8 +243,11 @@ def random_workloads(draw) -> Workload:
             count = [0] * n_sig
             placed = []
             for i, s in draw(st.permutations(eligible)):
-                if draw(st.integers(0, 3)) and used[i] + sizes[s] <= budgets[i] \
-                        and count[s] < replicas:
+                if (
+                    draw(st.integers(0, 3))
+                    and used[i] + sizes[s] <= budgets[i]
+                    and count[s] < replicas
+                ):
                     used[i] += sizes[s]
                     count[s] += 1
                     placed.append((i, s))
@@ -210,13 +255,21 @@ def random_workloads(draw) -> Workload:
     fixed = bool(alternatives) and draw(st.integers(0, 3)) == 0
 
     return Workload(
-        name="random", nodes=nodes, links=links,
+        name="random",
+        nodes=nodes,
+        links=links,
         commodities=tuple(Commodity(f"c{k}", "f", k, 0) for k in range(n_comm)),
         signatures=tuple(Signature(f"s{k}", sizes[k], "obj") for k in range(n_sig)),
-        actions=tuple(actions), arrival_mix=arrival_mix,
-        load=draw(st.floats(0.0, 3.0)), lambda_ref=draw(st.sampled_from([0.5, 1.0, 2.0])),
-        replicas=replicas, eta=draw(_SMALL), migration_cost=draw(_SMALL),
-        theta=draw(_SMALL), omega=draw(_SMALL), initial_memory=tuple(alternatives),
+        actions=tuple(actions),
+        arrival_mix=arrival_mix,
+        load=draw(st.floats(0.0, 3.0)),
+        lambda_ref=draw(st.sampled_from([0.5, 1.0, 2.0])),
+        replicas=replicas,
+        eta=draw(_SMALL),
+        migration_cost=draw(_SMALL),
+        theta=draw(_SMALL),
+        omega=draw(_SMALL),
+        initial_memory=tuple(alternatives),
         fixed_memory=fixed,
     )
 
@@ -227,19 +280,41 @@ def generation_races(draw) -> Workload:
     several nodes often complete, and generate the object, in the same slot while fewer
     free identities than generating nodes exist."""
     n = draw(st.integers(2, 4))
-    nodes = tuple(Node(f"s{i}", "server", mu=draw(st.sampled_from([1.0, 2.0])),
-                       budget=draw(st.sampled_from([1.0, 2.0]))) for i in range(n))
-    actions = tuple(Action(node=i, commodity=0, signature=0, work_hit=1.0, work_miss=1.0,
-                           gen_prob=draw(st.sampled_from([1.0, 0.5])),
-                           successors_hit=((0, 0.5),) if draw(st.booleans()) else ())
-                    for i in range(n))
-    links = tuple(Link(i, j, capacity=2, bandwidth=1.0)
-                  for i in range(n) for j in range(n) if i != j)
+    nodes = tuple(
+        Node(
+            f"s{i}",
+            "server",
+            mu=draw(st.sampled_from([1.0, 2.0])),
+            budget=draw(st.sampled_from([1.0, 2.0])),
+        )
+        for i in range(n)
+    )
+    actions = tuple(
+        Action(
+            node=i,
+            commodity=0,
+            signature=0,
+            work_hit=1.0,
+            work_miss=1.0,
+            gen_prob=draw(st.sampled_from([1.0, 0.5])),
+            successors_hit=((0, 0.5),) if draw(st.booleans()) else (),
+        )
+        for i in range(n)
+    )
+    links = tuple(
+        Link(i, j, capacity=2, bandwidth=1.0) for i in range(n) for j in range(n) if i != j
+    )
     return Workload(
-        name="races", nodes=nodes, links=links, commodities=(Commodity("c"),),
-        signatures=(Signature("o", 1.0),), actions=actions,
+        name="races",
+        nodes=nodes,
+        links=links,
+        commodities=(Commodity("c"),),
+        signatures=(Signature("o", 1.0),),
+        actions=actions,
         arrival_mix=tuple((i, 0, 1.0 / n) for i in range(n)),
-        load=draw(st.floats(0.5, 3.0)), lambda_ref=float(n), replicas=draw(st.integers(1, n)),
+        load=draw(st.floats(0.5, 3.0)),
+        lambda_ref=float(n),
+        replicas=draw(st.integers(1, n)),
     )
 
 
@@ -271,8 +346,18 @@ def _numpy_scores(mode: str, seed: int, size: int) -> np.ndarray:
 
 def score_vectors(size: int) -> st.SearchStrategy:
     # Positive scores act (serve, route, move, keep): weight them up so that states fill.
-    modes = st.sampled_from(["uniform", "positive", "mostly_positive", "mostly_positive",
-                             "negative", "ties", "constant", "extreme"])
+    modes = st.sampled_from(
+        [
+            "uniform",
+            "positive",
+            "mostly_positive",
+            "mostly_positive",
+            "negative",
+            "ties",
+            "constant",
+            "extreme",
+        ]
+    )
     generated = st.builds(_numpy_scores, modes, st.integers(0, 2**32 - 1), st.just(size))
     if size > 32:
         return generated
@@ -289,17 +374,20 @@ class Scenario:
 
     def __repr__(self) -> str:  # short, for hypothesis' falsifying-example report
         wl = self.workload
-        return (f"Scenario({wl.name!r}, params={dict(wl.params)}, nodes={wl.nodes}, "
-                f"links={wl.links}, actions={wl.actions}, signatures={wl.signatures}, "
-                f"arrival_mix={wl.arrival_mix}, load={wl.load}, lambda_ref={wl.lambda_ref}, "
-                f"replicas={wl.replicas}, initial_memory={wl.initial_memory}, "
-                f"memory={self.memory}, seed={self.seed}, "
-                f"scores=[{', '.join(np.array2string(s, separator=',') for s in self.scores)}])")
+        return (
+            f"Scenario({wl.name!r}, params={dict(wl.params)}, nodes={wl.nodes}, "
+            f"links={wl.links}, actions={wl.actions}, signatures={wl.signatures}, "
+            f"arrival_mix={wl.arrival_mix}, load={wl.load}, lambda_ref={wl.lambda_ref}, "
+            f"replicas={wl.replicas}, initial_memory={wl.initial_memory}, "
+            f"memory={self.memory}, seed={self.seed}, "
+            f"scores=[{', '.join(np.array2string(s, separator=',') for s in self.scores)}])"
+        )
 
 
 @st.composite
-def scenarios(draw, memory: bool | None = None, min_slots: int = 1,
-              source: st.SearchStrategy = workloads) -> Scenario:
+def scenarios(
+    draw, memory: bool | None = None, min_slots: int = 1, source: st.SearchStrategy = workloads
+) -> Scenario:
     wl = draw(source)
     mem = draw(st.booleans()) if memory is None else memory
     seed = draw(st.integers(0, 2**32 - 1))
@@ -320,18 +408,30 @@ def snapshot(sim: Simulator):
     """Everything a slot may change, in comparable form (the RNG state included)."""
     st_ = sim.state
     return (
-        st_.t, st_.units, tuple(tuple(q) for q in st_.queues), st_.queue_len.tolist(),
-        st_.holder.tolist(), st_.owner.tolist(), st_.memory_used.tolist(),
-        st_.service_action.tolist(), st_.service_residual.tolist(), st_.service_hit.tolist(),
-        st_.service_birth.tolist(), sim.rng.bit_generator.state,
+        st_.t,
+        st_.units,
+        tuple(tuple(q) for q in st_.queues),
+        st_.queue_len.tolist(),
+        st_.holder.tolist(),
+        st_.owner.tolist(),
+        st_.memory_used.tolist(),
+        st_.service_action.tolist(),
+        st_.service_residual.tolist(),
+        st_.service_hit.tolist(),
+        st_.service_birth.tolist(),
+        sim.rng.bit_generator.state,
     )
 
 
 def outcome_dict(outcome) -> dict:
-    return {f.name: (getattr(outcome, f.name).tolist()
-                     if isinstance(getattr(outcome, f.name), np.ndarray)
-                     else getattr(outcome, f.name))
-            for f in fields(outcome)}
+    return {
+        f.name: (
+            getattr(outcome, f.name).tolist()
+            if isinstance(getattr(outcome, f.name), np.ndarray)
+            else getattr(outcome, f.name)
+        )
+        for f in fields(outcome)
+    }
 
 
 def control_tuple(control: Control) -> tuple:
@@ -365,7 +465,8 @@ def assert_memory_within_budget(workload: Workload, state) -> None:
                 held[i] += workload.signatures[s].size
     for i in range(ix.num_nodes):
         assert held[i] <= workload.nodes[i].budget + TOL, (
-            f"node {i} holds {held[i]} size units, budget {workload.nodes[i].budget}")
+            f"node {i} holds {held[i]} size units, budget {workload.nodes[i].budget}"
+        )
     assert np.allclose(state.memory_used, held, atol=1e-6), (state.memory_used, held)
 
 
@@ -416,7 +517,8 @@ def test_conservation__backlog_change_is_arrivals_minus_completed(scenario):
         after = recount_backlog(sim.state)
         assert after == before + outcome.arrivals - outcome.completed, (
             f"slot {outcome.t}: backlog {before} -> {after}, arrivals {outcome.arrivals}, "
-            f"completed {outcome.completed}")
+            f"completed {outcome.completed}"
+        )
         assert outcome.backlog == after
         assert sim.state.units == after
         assert int(sim.state.backlog_pairs(scenario.workload).sum()) == after
@@ -499,7 +601,8 @@ def test_retention__keeps_nonnegative_priorities_that_fit(scenario):
             fits = used[i] + ix.signature_size[s] <= ix.budget[i] + TOL - 1e-12
             assert control.retain[ix.retain_of[i, s]] < 0 or not fits, (
                 f"dropped ({i}, {s}) with priority {control.retain[ix.retain_of[i, s]]} "
-                f"though it fits: {used[i]} + {ix.signature_size[s]} <= {ix.budget[i]}")
+                f"though it fits: {used[i]} + {ix.signature_size[s]} <= {ix.budget[i]}"
+            )
 
 
 # ---------------------------------------------------------------------------------------
@@ -543,7 +646,8 @@ def _assert_projection_follows_spec(workload: Workload, state, scores, control, 
             fits_mu = work[a] <= ix.mu[i] + TOL
             assert left[i] <= TOL + 1e-12 or (fits_mu and left[i] + TOL < work[a] + 1e-12), (
                 f"action {a} left waiting units but node {i} still has {left[i]} compute "
-                f"for work {work[a]} (mu {ix.mu[i]})")
+                f"for work {work[a]} (mu {ix.mu[i]})"
+            )
 
     np.subtract.at(avail, ix.route_src_pair, control.route)
     assert (avail >= 0).all()
@@ -552,7 +656,8 @@ def _assert_projection_follows_spec(workload: Workload, state, scores, control, 
     for r in np.flatnonzero(route_s > 0).tolist():
         e = ix.route_link[r]
         assert avail[ix.route_src_pair[r]] == 0 or load[e] == ix.link_capacity[e], (
-            f"route {r} left units waiting on link {e} with spare capacity")
+            f"route {r} left units waiting on link {e} with spare capacity"
+        )
 
 
 @settings(max_examples=80, **SETTINGS)
@@ -566,9 +671,9 @@ def test_projection__every_control_feasible(scenario):
         control = sim.project(scores)
         assert snapshot(sim) == before, "the projection changed the state"
         checked = check_control(wl, sim.state, control, memory=scenario.memory)
-        _assert_projection_follows_spec(wl, sim.state, scores, control,
-                                        np.asarray(checked.hit, dtype=np.int64),
-                                        scenario.memory)
+        _assert_projection_follows_spec(
+            wl, sim.state, scores, control, np.asarray(checked.hit, dtype=np.int64), scenario.memory
+        )
         outcome = sim.step(control)  # validates again and asserts SPEC 6's invariants
         assert outcome.started == len(checked.start)
         assert outcome.routed == int(control.route.sum())
@@ -592,16 +697,27 @@ def _boundary_pair(capacity: float, first: float, ulps: int) -> tuple[float, flo
 
 @settings(max_examples=40, **SETTINGS)
 @example(capacity=0.7, first=0.4194413388142813, ulps=0)
-@given(capacity=st.sampled_from([0.7, 1.0, 1.5, 2.0, 3.0]), first=st.floats(0.05, 0.65),
-       ulps=st.integers(-3, 3))
+@given(
+    capacity=st.sampled_from([0.7, 1.0, 1.5, 2.0, 3.0]),
+    first=st.floats(0.05, 0.65),
+    ulps=st.integers(-3, 3),
+)
 def test_projection__feasible_when_service_fills_mu_within_tolerance(capacity, first, ulps):
     w1, w2 = _boundary_pair(capacity, first, ulps)
     wl = Workload(
-        name="mu_boundary", nodes=(Node("n0", "server", mu=capacity),), links=(),
-        commodities=(Commodity("c0"), Commodity("c1")), signatures=(),
-        actions=(Action(node=0, commodity=0, work_hit=w1, work_miss=w1),
-                 Action(node=0, commodity=1, work_hit=w2, work_miss=w2)),
-        arrival_mix=((0, 0, 0.5), (0, 1, 0.5)), lambda_ref=1.0, load=0.0)
+        name="mu_boundary",
+        nodes=(Node("n0", "server", mu=capacity),),
+        links=(),
+        commodities=(Commodity("c0"), Commodity("c1")),
+        signatures=(),
+        actions=(
+            Action(node=0, commodity=0, work_hit=w1, work_miss=w1),
+            Action(node=0, commodity=1, work_hit=w2, work_miss=w2),
+        ),
+        arrival_mix=((0, 0, 0.5), (0, 1, 0.5)),
+        lambda_ref=1.0,
+        load=0.0,
+    )
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
     sim.add_units(0, 0, 1)
@@ -613,20 +729,25 @@ def test_projection__feasible_when_service_fills_mu_within_tolerance(capacity, f
 
 @settings(max_examples=40, **SETTINGS)
 @example(capacity=0.7, first=0.44752682474168387, ulps=0)
-@given(capacity=st.sampled_from([0.7, 1.0, 1.5, 2.0, 3.0]), first=st.floats(0.05, 0.65),
-       ulps=st.integers(-3, 3))
-def test_projection__feasible_when_transfers_fill_bandwidth_within_tolerance(capacity, first,
-                                                                             ulps):
+@given(
+    capacity=st.sampled_from([0.7, 1.0, 1.5, 2.0, 3.0]),
+    first=st.floats(0.05, 0.65),
+    ulps=st.integers(-3, 3),
+)
+def test_projection__feasible_when_transfers_fill_bandwidth_within_tolerance(capacity, first, ulps):
     s1, s2 = _boundary_pair(capacity, first, ulps)
     wl = Workload(
         name="bandwidth_boundary",
-        nodes=(Node("a", "server", mu=1.0, budget=10.0), Node("b", "server", mu=1.0,
-                                                              budget=10.0)),
-        links=(Link(0, 1, capacity=1, bandwidth=capacity),), commodities=(Commodity("c0"),),
+        nodes=(Node("a", "server", mu=1.0, budget=10.0), Node("b", "server", mu=1.0, budget=10.0)),
+        links=(Link(0, 1, capacity=1, bandwidth=capacity),),
+        commodities=(Commodity("c0"),),
         signatures=(Signature("x", s1), Signature("y", s2)),
         actions=tuple(Action(node=i, commodity=0, signature=s) for i in (0, 1) for s in (0, 1)),
-        arrival_mix=((0, 0, 1.0),), lambda_ref=1.0, load=0.0,
-        initial_memory=(((0, 0), (0, 1)),))
+        arrival_mix=((0, 0, 1.0),),
+        lambda_ref=1.0,
+        load=0.0,
+        initial_memory=(((0, 0), (0, 1)),),
+    )
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
     scores = np.full(wl.index.num_scores, -1.0)
@@ -639,8 +760,9 @@ def test_projection__feasible_when_transfers_fill_bandwidth_within_tolerance(cap
 # ---------------------------------------------------------------------------------------
 # 6. Infeasible controls are rejected and leave the state unchanged
 # ---------------------------------------------------------------------------------------
-def _infeasible_variants(wl: Workload, state, control: Control, hit: list[int], memory: bool,
-                         pick: random.Random):
+def _infeasible_variants(
+    wl: Workload, state, control: Control, hit: list[int], memory: bool, pick: random.Random
+):
     """``(label, control, allowed constraint names)`` perturbations of a feasible control."""
     ix, fx = wl.index, wl.index.fast
     out = []
@@ -698,8 +820,13 @@ def _infeasible_variants(wl: Workload, state, control: Control, hit: list[int], 
         extra = math.floor((fx.mu[i] + 1e-6 - spent[i]) / w) + 1
         bad = service.copy()
         bad[a] += max(extra, 1)
-        out.append(("serve more work than mu", with_(service=bad),
-                    {"compute capacity", "queue", "multi-slot start"}))
+        out.append(
+            (
+                "serve more work than mu",
+                with_(service=bad),
+                {"compute capacity", "queue", "multi-slot start"},
+            )
+        )
 
     # Starts.
     i = pick.randrange(ix.num_nodes)
@@ -724,32 +851,54 @@ def _infeasible_variants(wl: Workload, state, control: Control, hit: list[int], 
             if left <= 1e-12 or wb <= fx.mu[i] - 1e-6:
                 bad = start.copy()
                 bad[i] = b
-                out.append(("start a unit that fits in mu (or with no compute)",
-                            with_(start=bad), {"multi-slot start", "queue"}))
+                out.append(
+                    (
+                        "start a unit that fits in mu (or with no compute)",
+                        with_(start=bad),
+                        {"multi-slot start", "queue"},
+                    )
+                )
                 break
 
     # Transfers.
     transfers = control.transfers.tolist()
     if not memory:
-        out.append(("transfer in no-memory mode", with_(transfers=np.array([0])),
-                    {"no-memory mode"}))
-        out.append(("transfer index out of range, no memory",
-                    with_(transfers=np.array([ix.num_transfers])), {"no-memory mode"}))
+        out.append(
+            ("transfer in no-memory mode", with_(transfers=np.array([0])), {"no-memory mode"})
+        )
+        out.append(
+            (
+                "transfer index out of range, no memory",
+                with_(transfers=np.array([ix.num_transfers])),
+                {"no-memory mode"},
+            )
+        )
     else:
-        out.append(("transfer index out of range",
-                    with_(transfers=np.array(transfers + [ix.num_transfers])),
-                    {"candidate range"}))
-        out.append(("negative transfer index", with_(transfers=np.array(transfers + [-1])),
-                    {"candidate range"}))
+        out.append(
+            (
+                "transfer index out of range",
+                with_(transfers=np.array(transfers + [ix.num_transfers])),
+                {"candidate range"},
+            )
+        )
+        out.append(
+            (
+                "negative transfer index",
+                with_(transfers=np.array(transfers + [-1])),
+                {"candidate range"},
+            )
+        )
         if transfers:
-            out.append(("object moved twice",
-                        with_(transfers=np.array(transfers + [transfers[0]])),
-                        {"object moves at most once", "one replica per node"}))
+            out.append(
+                (
+                    "object moved twice",
+                    with_(transfers=np.array(transfers + [transfers[0]])),
+                    {"object moves at most once", "one replica per node"},
+                )
+            )
         holder = state.holder
-        moving = {(fx.link_src[fx.transfer_link[k]], fx.transfer_signature[k])
-                  for k in transfers}
-        arriving = {(fx.link_dst[fx.transfer_link[k]], fx.transfer_signature[k])
-                    for k in transfers}
+        moving = {(fx.link_src[fx.transfer_link[k]], fx.transfer_signature[k]) for k in transfers}
+        arriving = {(fx.link_dst[fx.transfer_link[k]], fx.transfer_signature[k]) for k in transfers}
         bandwidth = ix.link_bandwidth.copy()
         after = holder.copy()
         for k in transfers:
@@ -763,21 +912,39 @@ def _infeasible_variants(wl: Workload, state, control: Control, hit: list[int], 
             src, dst = fx.link_src[e], fx.link_dst[e]
             if holder[src, s] < 0 and "source" not in found:
                 found.add("source")
-                out.append(("transfer of an object the source lacks",
-                            with_(transfers=np.array(transfers + [k])), {"transfer source"}))
+                out.append(
+                    (
+                        "transfer of an object the source lacks",
+                        with_(transfers=np.array(transfers + [k])),
+                        {"transfer source"},
+                    )
+                )
             elif holder[src, s] >= 0 and holder[dst, s] >= 0 and "dest" not in found:
                 found.add("dest")
-                out.append(("transfer to a node that holds the signature",
-                            with_(transfers=np.array(transfers + [k])),
-                            {"one replica per node", "object moves at most once"}))
-            elif (holder[src, s] >= 0 and holder[dst, s] < 0 and (src, s) not in moving
-                  and (dst, s) not in arriving and "size" not in found):
+                out.append(
+                    (
+                        "transfer to a node that holds the signature",
+                        with_(transfers=np.array(transfers + [k])),
+                        {"one replica per node", "object moves at most once"},
+                    )
+                )
+            elif (
+                holder[src, s] >= 0
+                and holder[dst, s] < 0
+                and (src, s) not in moving
+                and (dst, s) not in arriving
+                and "size" not in found
+            ):
                 size = fx.signature_size[s]
                 if size > bandwidth[e] + 1e-6 or used[dst] + size > fx.budget[dst] + 1e-6:
                     found.add("size")
-                    out.append(("transfer over bandwidth or budget",
-                                with_(transfers=np.array(transfers + [k])),
-                                {"transfer bandwidth", "memory budget"}))
+                    out.append(
+                        (
+                            "transfer over bandwidth or budget",
+                            with_(transfers=np.array(transfers + [k])),
+                            {"transfer bandwidth", "memory budget"},
+                        )
+                    )
 
     # Retention priorities.
     if ix.num_retains:

@@ -49,29 +49,29 @@ def test_to_pyg__round_trip_single_and_batch():
     # A batch of three (as SB3 hands it: every Box as float) is offset, not looped.
     obs2, *_ = env.step(env.action_space.sample())
     obs3, *_ = env.step(env.action_space.sample())
-    batch = {k: torch.as_tensor(np.stack([o[k] for o in (obs, obs2, obs3)])).float()
-             for k in obs}
+    batch = {k: torch.as_tensor(np.stack([o[k] for o in (obs, obs2, obs3)])).float() for k in obs}
     data = to_pyg(batch)
     assert data.num_graphs == 3 and data.x.shape[0] == 3 * n
     assert data.edge_index.shape == (2, 3 * e)
-    assert torch.equal(data.edge_index[:, e:2 * e] - n, torch.as_tensor(obs2["edge_index"]))
+    assert torch.equal(data.edge_index[:, e : 2 * e] - n, torch.as_tensor(obs2["edge_index"]))
     assert torch.equal(data.batch, torch.arange(3).repeat_interleave(n))
     a = obs["service"].shape[0]
-    assert torch.equal(data.service_node[a:2 * a] - n,
-                       torch.as_tensor(obs2["service_index"][0]))
+    assert torch.equal(data.service_node[a : 2 * a] - n, torch.as_tensor(obs2["service_index"][0]))
     route_edge = torch.as_tensor(obs3["route_index"][0])
     r = route_edge.shape[0]
-    assert torch.equal(data.route_src[2 * r:] - 2 * n,
-                       torch.as_tensor(obs3["edge_index"][0])[route_edge])
-    assert np.allclose(data.route_x[2 * r:].numpy(), obs3["route"])
+    assert torch.equal(
+        data.route_src[2 * r :] - 2 * n, torch.as_tensor(obs3["edge_index"][0])[route_edge]
+    )
+    assert np.allclose(data.route_x[2 * r :].numpy(), obs3["route"])
 
 
 def test_sb3__ppo_multiinputpolicy_learns_a_few_hundred_steps():
     from stable_baselines3 import PPO
 
     env = gym.make("mabp_gym/Mixed-v0", load=0.5)
-    model = PPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
-                device="cpu")
+    model = PPO(
+        "MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu"
+    )
     model.learn(256)
     assert model.num_timesteps >= 256
     action, _ = model.predict(env.reset(seed=0)[0], deterministic=True)
@@ -84,10 +84,19 @@ def test_sb3__ppo_with_the_pyg_features_extractor_learns():
     from mabp_gym.sb3 import GraphFeaturesExtractor
 
     env = gym.make("mabp_gym/Mixed-v0", load=0.5)
-    model = PPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
-                device="cpu",
-                policy_kwargs={"features_extractor_class": GraphFeaturesExtractor,
-                               "features_extractor_kwargs": {"hidden": 32}})
+    model = PPO(
+        "MultiInputPolicy",
+        env,
+        n_steps=64,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={
+            "features_extractor_class": GraphFeaturesExtractor,
+            "features_extractor_kwargs": {"hidden": 32},
+        },
+    )
     before = [p.detach().clone() for p in model.policy.features_extractor.parameters()]
     model.learn(256)
     after = list(model.policy.features_extractor.parameters())

@@ -18,16 +18,25 @@ DATA = Path(__file__).parent / "data"
 EXPECTED = json.loads((DATA / "records_baseline.json").read_text())
 
 
-@pytest.mark.parametrize("case", EXPECTED["runs"],
-                         ids=lambda c: f"{c['policy']}-{c['workload']}-{c['load']}-{c['seed']}")
+@pytest.mark.parametrize(
+    "case", EXPECTED["runs"], ids=lambda c: f"{c['policy']}-{c['workload']}-{c['load']}-{c['seed']}"
+)
 def test_evaluation__records_identical_to_the_baseline(case):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("make_baseline",
-                                                  DATA / "make_baseline_records.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_baseline", DATA / "make_baseline_records.py"
+    )
     maker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(maker)
-    record = run(RunSpec(case["policy"], maker.workload_path(case["workload"]), case["load"],
-                         case["seed"], horizon=EXPECTED["horizon"]))
+    record = run(
+        RunSpec(
+            case["policy"],
+            maker.workload_path(case["workload"]),
+            case["load"],
+            case["seed"],
+            horizon=EXPECTED["horizon"],
+        )
+    )
     for key, value in case["record"].items():
         assert record[key] == value, key

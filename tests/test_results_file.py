@@ -51,9 +51,19 @@ def test_repair__cuts_only_the_torn_tail_in_place(tmp_path):
     assert b'"lo' in (tmp_path / "runs.jsonl.rejected").read_bytes()
 
 
-@pytest.mark.parametrize("line", [b"42", b'"x"', b"null", b'{"key": [1]}', b"[1, 2]",
-                                  b'{"key": "abc", "policy": "bp"}', b"{not json",
-                                  b"\xff\xfe not utf-8"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"42",
+        b'"x"',
+        b"null",
+        b'{"key": [1]}',
+        b"[1, 2]",
+        b'{"key": "abc", "policy": "bp"}',
+        b"{not json",
+        b"\xff\xfe not utf-8",
+    ],
+)
 def test_read_records__a_line_that_is_not_a_record_is_set_aside_and_recomputed(line, tmp_path):
     out = tmp_path / "runs.jsonl"
     first = evaluate("bp", "work_reuse", output=out, **GRID)
@@ -84,19 +94,37 @@ def test_read_records__a_duplicated_run_counts_once(tmp_path):
 
 
 def keys(**changes) -> list[str]:
-    args = {"policies": ["bp"], "workload": "mixed", "loads": [0.5], "seeds": [0],
-            "horizon": 50, **changes}
-    return [spec.key for spec in plan(args.pop("policies"), args.pop("workload"),
-                                      args.pop("loads"), args.pop("seeds"), **args)]
+    args = {
+        "policies": ["bp"],
+        "workload": "mixed",
+        "loads": [0.5],
+        "seeds": [0],
+        "horizon": 50,
+        **changes,
+    }
+    return [
+        spec.key
+        for spec in plan(
+            args.pop("policies"), args.pop("workload"), args.pop("loads"), args.pop("seeds"), **args
+        )
+    ]
 
 
 def test_run_key__covers_everything_that_determines_the_record(monkeypatch):
     base = keys()
     assert keys() == base  # stable
     assert keys(loads=[0.5000000001]) != base  # no rounding collisions
-    for change in (dict(seeds=[1]), dict(horizon=51), dict(warmup=0.25), dict(nu=4.0),
-                   dict(memory=False), dict(policies=["cost-bp"]), dict(K=5.0),
-                   dict(eps=0.2), dict(workload="rag")):
+    for change in (
+        dict(seeds=[1]),
+        dict(horizon=51),
+        dict(warmup=0.25),
+        dict(nu=4.0),
+        dict(memory=False),
+        dict(policies=["cost-bp"]),
+        dict(K=5.0),
+        dict(eps=0.2),
+        dict(workload="rag"),
+    ):
         assert keys(**change) != base, change
     monkeypatch.setattr(evaluation, "__version__", "9.9.9")
     assert keys() != base
@@ -107,9 +135,13 @@ def test_run_key__a_checkpoint_counts_by_content_not_path(tmp_path):
 
     wl = mabp_gym.make_workload("mixed")
     ix = wl.index
-    estimate = PrimitiveEstimate(ix.work.copy(), ix.penalty.copy(),
-                                 ix.successor_law[:, :, :-1].copy(),
-                                 ix.work > -1, ix.work * 0 + 1)
+    estimate = PrimitiveEstimate(
+        ix.work.copy(),
+        ix.penalty.copy(),
+        ix.successor_law[:, :, :-1].copy(),
+        ix.work > -1,
+        ix.work * 0 + 1,
+    )
     path = tmp_path / "lm.pt"
     estimate.save(path, wl)
     first = keys(policies=["learn-mabp"], policy_kw={"checkpoint": str(path)})
@@ -123,17 +155,42 @@ def test_run_key__a_checkpoint_counts_by_content_not_path(tmp_path):
 
 def test_results_file__a_second_writer_is_refused_with_a_clear_message(tmp_path):
     out = tmp_path / "runs.jsonl"
-    with _ResultsFile(out), pytest.raises(ResultsFileBusyError,
-                                          match=rf"is being written by another process "
-                                                rf"\(pid {os.getpid()}\)"):
+    with (
+        _ResultsFile(out),
+        pytest.raises(
+            ResultsFileBusyError,
+            match=rf"is being written by another process "
+            rf"\(pid {os.getpid()}\)",
+        ),
+    ):
         evaluate("bp", "work_reuse", output=out, **GRID)
     assert not out.exists()  # refused before anything ran
     # Through the command line: one line, exit status 2, nothing written.
     with _ResultsFile(out):
         result = subprocess.run(
-            [sys.executable, "-m", "mabp_gym.cli", "eval", "--policy", "bp", "--workload",
-             "work_reuse", "--loads", "0.3", "--seeds", "0", "--horizon", "30", "--out",
-             str(out), "--no-progress"], capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "mabp_gym.cli",
+                "eval",
+                "--policy",
+                "bp",
+                "--workload",
+                "work_reuse",
+                "--loads",
+                "0.3",
+                "--seeds",
+                "0",
+                "--horizon",
+                "30",
+                "--out",
+                str(out),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "being written by another process" in result.stderr and not out.exists()
     evaluate("bp", "work_reuse", output=out, **GRID)  # the lock is released afterwards
@@ -144,17 +201,25 @@ def test_results_file__a_second_writer_is_refused_with_a_clear_message(tmp_path)
 def test_execute__output_path_is_checked_before_any_run(bad, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(evaluation, "run", lambda spec: calls.append(spec))
-    output = {"dir": tmp_path, "device": Path(os.devnull),
-              "no-parent": tmp_path / "missing" / "runs.jsonl"}[bad]
+    output = {
+        "dir": tmp_path,
+        "device": Path(os.devnull),
+        "no-parent": tmp_path / "missing" / "runs.jsonl",
+    }[bad]
     with pytest.raises(ValueError, match="is a directory|not a regular file|does not exist"):
         evaluate("bp", "work_reuse", output=output, **GRID)
     assert calls == []
 
 
-@pytest.mark.parametrize(("seeds", "message"), [([-1], "seeds must be integers >= 0"),
-                                                ([1.5], "seeds must be integers"),
-                                                ([True], "seeds must be integers"),
-                                                ([], "must not be empty")])
+@pytest.mark.parametrize(
+    ("seeds", "message"),
+    [
+        ([-1], "seeds must be integers >= 0"),
+        ([1.5], "seeds must be integers"),
+        ([True], "seeds must be integers"),
+        ([], "must not be empty"),
+    ],
+)
 def test_plan__bad_seeds_are_refused(seeds, message):
     with pytest.raises(ValueError, match=message):
         plan(["bp"], "work_reuse", [0.3], seeds)
@@ -182,8 +247,11 @@ def test_execute__a_failing_run_keeps_the_finished_ones(workers, tmp_path, monke
     monkeypatch.setattr(evaluation, "run", _failing_run)
     out = tmp_path / "runs.jsonl"
     specs = plan(["bp"], "work_reuse", [0.3], [0, 1, 2, 3, 4, 5], horizon=30)
-    with pytest.raises(RunsFailedError, match=r"1 of 6 runs failed.*seed 1: ZeroDivisionError"
-                                              r": a bug in one run") as caught:
+    with pytest.raises(
+        RunsFailedError,
+        match=r"1 of 6 runs failed.*seed 1: ZeroDivisionError"
+        r": a bug in one run",
+    ) as caught:
         execute(specs, output=out, workers=workers, backend="process", progress=False)
     assert "Traceback" in caught.value.details[0]
     kept = read_records(out)
@@ -218,10 +286,31 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_execute__killing_the_parent_leaves_no_orphaned_workers(tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "mabp_gym.cli", "eval", "--policy", "mabp", "--loads", "0.5",
-         "--seeds", "0", "1", "2", "3", "--horizon", "100000", "--workers", "2",
-         "--no-progress", "--out", str(tmp_path / "runs.jsonl")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "mabp_gym.cli",
+            "eval",
+            "--policy",
+            "mabp",
+            "--loads",
+            "0.5",
+            "--seeds",
+            "0",
+            "1",
+            "2",
+            "3",
+            "--horizon",
+            "100000",
+            "--workers",
+            "2",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "runs.jsonl"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 90
     workers: list[int] = []
     while time.time() < deadline and len(workers) < 2:
@@ -252,9 +341,16 @@ def _padding(count: int) -> bytes:
     """Complete records of other runs, so that reading and repairing the file takes time."""
     lines = []
     for k in range(count):
-        record = {"key": f"padding{k:08d}", "policy": "pad", "workload": "pad", "load": 0.5,
-                  "seed": k, "horizon": 1, **{name: 0.0 for name in METRIC_KEYS},
-                  "backlog_trace": list(range(40))}
+        record = {
+            "key": f"padding{k:08d}",
+            "policy": "pad",
+            "workload": "pad",
+            "load": 0.5,
+            "seed": k,
+            "horizon": 1,
+            **{name: 0.0 for name in METRIC_KEYS},
+            "backlog_trace": list(range(40)),
+        }
         lines.append(json.dumps(record).encode() + b"\n")
     return b"".join(lines)
 
@@ -267,8 +363,11 @@ def _complete_records(path: Path) -> dict[str, bytes]:
             value = json.loads(line)
         except ValueError:
             continue
-        if isinstance(value, dict) and isinstance(value.get("key"), str) and \
-                all(k in value for k in METRIC_KEYS):
+        if (
+            isinstance(value, dict)
+            and isinstance(value.get("key"), str)
+            and all(k in value for k in METRIC_KEYS)
+        ):
             assert value["key"] not in found, f"run {value['key']} written twice"
             found[value["key"]] = line
     return found
@@ -287,8 +386,12 @@ def test_results_file__kills_at_random_moments_never_lose_or_duplicate_a_record(
         # rewrite (temporary file + rename), the moments a kill used to empty the file.
         with out.open("ab") as handle:
             handle.write(b"42\n" + b'{"key": "torn", "pol')
-        process = subprocess.Popen([sys.executable, "-c", SWEEP, str(out)], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-c", SWEEP, str(out)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         if attempt % 2 == 0:  # kill as soon as the rewrite of the repair has begun
             repair = out.with_name(out.name + ".repair")
             deadline = time.time() + 30
@@ -304,8 +407,13 @@ def test_results_file__kills_at_random_moments_never_lose_or_duplicate_a_record(
         assert lost == [], f"attempt {attempt}: {len(lost)} complete records lost or altered"
         seen = now
     assert during_repair >= 3, "no kill landed inside a repair"
-    subprocess.run([sys.executable, "-c", SWEEP, str(out)], env=env, check=True, timeout=300,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", SWEEP, str(out)],
+        env=env,
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     final = _complete_records(out)
     assert all(final.get(key) == line for key, line in seen.items())
     assert sum(not key.startswith("padding") for key in final) == 100

@@ -21,10 +21,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(args: list[str], timeout: int = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get(
-        "PYTHONPATH", "")}
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=timeout, check=False)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
 
@@ -83,9 +89,16 @@ def test_load_interval__fixed_load_keeps_the_episode_stream_unchanged():
     assert ra == rb and np.array_equal(a["queues"], b["queues"])
 
 
-@pytest.mark.parametrize("load, match", [((0.9, 0.2), "low <= high"), ((0.1,), "interval"),
-                                         ((0.1, "x"), "high end"), ((-1, 0.5), "low end"),
-                                         ((0.1, 50.0), "load")])
+@pytest.mark.parametrize(
+    "load, match",
+    [
+        ((0.9, 0.2), "low <= high"),
+        ((0.1,), "interval"),
+        ((0.1, "x"), "high end"),
+        ((-1, 0.5), "low end"),
+        ((0.1, 50.0), "load"),
+    ],
+)
 def test_load_interval__bad_intervals_are_refused(load, match):
     with pytest.raises(ValueError, match=match):
         gym.make("mabp_gym/SFMSN-v0", load=load)
@@ -93,13 +106,18 @@ def test_load_interval__bad_intervals_are_refused(load, match):
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_vector_env__declares_its_autoreset_mode(mode):
-    envs = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2, vectorization_mode=mode,
-                        horizon=3, max_episode_steps=3, obs_mode="flat")
+    envs = gym.make_vec(
+        "mabp_gym/SFMSN-v0",
+        num_envs=2,
+        vectorization_mode=mode,
+        horizon=3,
+        max_episode_steps=3,
+        obs_mode="flat",
+    )
     try:
         assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
         envs.reset(seed=0)
-        dones = [np.logical_or(*envs.step(envs.action_space.sample())[2:4])
-                 for _ in range(4)]
+        dones = [np.logical_or(*envs.step(envs.action_space.sample())[2:4]) for _ in range(4)]
         assert dones[2].all() and not dones[3].any()  # step 4 is the reset step
     finally:
         envs.close()
@@ -107,8 +125,13 @@ def test_vector_env__declares_its_autoreset_mode(mode):
 
 def test_vector_env__same_step_autoreset_is_supported():
     mode = gym.vector.AutoresetMode.SAME_STEP
-    envs = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2, horizon=3, max_episode_steps=3,
-                        vector_kwargs={"autoreset_mode": mode})
+    envs = gym.make_vec(
+        "mabp_gym/SFMSN-v0",
+        num_envs=2,
+        horizon=3,
+        max_episode_steps=3,
+        vector_kwargs={"autoreset_mode": mode},
+    )
     assert envs.metadata["autoreset_mode"] == mode
     envs.reset(seed=0)
     for _ in range(3):
@@ -117,12 +140,14 @@ def test_vector_env__same_step_autoreset_is_supported():
 
 
 def test_module_qualified_id__makes_the_env_in_a_process_that_never_imported_it():
-    code = ("import sys, gymnasium as gym\n"
-            "assert 'mabp_gym' not in sys.modules\n"
-            "env = gym.make('mabp_gym:mabp_gym/SFMSN-v0', obs_mode='flat', load=(0.2, 0.4))\n"
-            "obs, info = env.reset(seed=0)\n"
-            "vec = gym.make_vec('mabp_gym:mabp_gym/Rag-v0', num_envs=2)\n"
-            "print(obs.shape[0], round(info['load'], 3), vec.num_envs)\n")
+    code = (
+        "import sys, gymnasium as gym\n"
+        "assert 'mabp_gym' not in sys.modules\n"
+        "env = gym.make('mabp_gym:mabp_gym/SFMSN-v0', obs_mode='flat', load=(0.2, 0.4))\n"
+        "obs, info = env.reset(seed=0)\n"
+        "vec = gym.make_vec('mabp_gym:mabp_gym/Rag-v0', num_envs=2)\n"
+        "print(obs.shape[0], round(info['load'], 3), vec.num_envs)\n"
+    )
     out = _run(["-c", code]).stdout.split()
     assert int(out[0]) > 0 and 0.2 <= float(out[1]) <= 0.4 and out[2] == "2"
 
@@ -130,9 +155,33 @@ def test_module_qualified_id__makes_the_env_in_a_process_that_never_imported_it(
 # -- examples, through their command lines ------------------------------------------------
 def test_ppo_sb3_example__trains_and_writes_a_curve(tmp_path):
     path = tmp_path / "curve.json"
-    _run(["examples/ppo_sb3.py", "--workload", "rag", "--load", "0.2", "0.6", "--steps",
-          "128", "--n-envs", "2", "--n-steps", "32", "--eval-every", "64", "--horizon", "30",
-          "--eval-seeds", "100", "--references", "bp", "random", "--json", str(path)])
+    _run(
+        [
+            "examples/ppo_sb3.py",
+            "--workload",
+            "rag",
+            "--load",
+            "0.2",
+            "0.6",
+            "--steps",
+            "128",
+            "--n-envs",
+            "2",
+            "--n-steps",
+            "32",
+            "--eval-every",
+            "64",
+            "--horizon",
+            "30",
+            "--eval-seeds",
+            "100",
+            "--references",
+            "bp",
+            "random",
+            "--json",
+            str(path),
+        ]
+    )
     result = json.loads(path.read_text())
     assert result["steps"] >= 128 and result["eval_load"] == pytest.approx(0.4)
     assert set(result["references"]) == {"bp", "random"}
@@ -140,14 +189,40 @@ def test_ppo_sb3_example__trains_and_writes_a_curve(tmp_path):
     assert all(np.isfinite(p["return_stochastic"]) for p in result["curve"])
 
 
-def test_ppo_from_scratch_example__starts_scores_at_the_bias_and_checks_stable_loads(
-        tmp_path):
+def test_ppo_from_scratch_example__starts_scores_at_the_bias_and_checks_stable_loads(tmp_path):
     path = tmp_path / "run.json"
-    _run(["examples/ppo_from_scratch.py", "--score-bias", "0.5", "--steps", "64",
-          "--n-envs", "2", "--n-steps", "32", "--batch-size", "64", "--horizon", "30",
-          "--eval-horizon", "30", "--eval-every", "64", "--eval-seeds", "100",
-          "--references", "bp", "all_positive", "--stable-loads", "0.3",
-          "--stable-seeds", "200", "--json", str(path)])
+    _run(
+        [
+            "examples/ppo_from_scratch.py",
+            "--score-bias",
+            "0.5",
+            "--steps",
+            "64",
+            "--n-envs",
+            "2",
+            "--n-steps",
+            "32",
+            "--batch-size",
+            "64",
+            "--horizon",
+            "30",
+            "--eval-horizon",
+            "30",
+            "--eval-every",
+            "64",
+            "--eval-seeds",
+            "100",
+            "--references",
+            "bp",
+            "all_positive",
+            "--stable-loads",
+            "0.3",
+            "--stable-seeds",
+            "200",
+            "--json",
+            str(path),
+        ]
+    )
     result = json.loads(path.read_text())
     assert set(result["references"]) == {"bp", "all_positive"}
     assert [p["steps"] for p in result["curve"]] == [0, 64]
@@ -161,16 +236,35 @@ def test_ppo_from_scratch_example__starts_scores_at_the_bias_and_checks_stable_l
 
 
 def test_cleanrl_example__runs_ppo_on_make_vec():
-    out = _run(["examples/cleanrl_ppo.py", "--total-timesteps", "256", "--num-envs", "2",
-                "--num-steps", "64", "--horizon", "40"]).stdout
+    out = _run(
+        [
+            "examples/cleanrl_ppo.py",
+            "--total-timesteps",
+            "256",
+            "--num-envs",
+            "2",
+            "--num-steps",
+            "64",
+            "--horizon",
+            "40",
+        ]
+    ).stdout
     lines = [line for line in out.splitlines() if line.startswith("step")]
     assert len(lines) == 2 and "episodes    6" in lines[-1]
 
 
 @pytest.mark.parametrize("flat", [False, True], ids=["dict", "flat"])
 def test_torchrl_example__builds_from_the_id_and_rolls_out(flat):
-    out = _run(["examples/torchrl_gymenv.py", "--steps", "10", "--horizon", "50",
-                *(["--flat"] if flat else [])]).stdout
+    out = _run(
+        [
+            "examples/torchrl_gymenv.py",
+            "--steps",
+            "10",
+            "--horizon",
+            "50",
+            *(["--flat"] if flat else []),
+        ]
+    ).stdout
     assert "rolled out 10 steps" in out
     assert ("['observation']" in out) == flat
 
@@ -180,11 +274,15 @@ def test_rllib_example__trains_one_iteration_with_a_remote_env_runner():
     # ray[rllib] pins gymnasium 1.2.2 and lives in its own environment. Where it is absent
     # this test skips with that reason, unless MABP_GYM_RLLIB=1 asks for it: then it fails.
     if importlib.util.find_spec("tree") is None or importlib.util.find_spec("ray") is None:
-        message = ("ray[rllib] is not installed (pip install 'ray[rllib]' in its own "
-                   "environment; see examples/rllib_ppo.py)")
+        message = (
+            "ray[rllib] is not installed (pip install 'ray[rllib]' in its own "
+            "environment; see examples/rllib_ppo.py)"
+        )
         if os.environ.get("MABP_GYM_RLLIB") == "1":
             pytest.fail(message + "; MABP_GYM_RLLIB=1 asked for this test")
         pytest.skip(message)
-    out = _run(["examples/rllib_ppo.py", "--iterations", "1", "--horizon", "50",
-                "--env-runners", "1"], timeout=600).stdout
+    out = _run(
+        ["examples/rllib_ppo.py", "--iterations", "1", "--horizon", "50", "--env-runners", "1"],
+        timeout=600,
+    ).stdout
     assert "iteration 0: env steps" in out and "episode return mean None" not in out

@@ -19,8 +19,9 @@ SHAPES = ["mixed", "rag", "agentic", MULTIHOP]
 
 
 def _env(workload: str, horizon: int = 40, **kw) -> gym.Env:
-    return gym.make("mabp_gym/SFMSN-v0", workload=workload, horizon=horizon,
-                    max_episode_steps=horizon, **kw)
+    return gym.make(
+        "mabp_gym/SFMSN-v0", workload=workload, horizon=horizon, max_episode_steps=horizon, **kw
+    )
 
 
 def _policy(env: gym.Env, seed: int = 0) -> GraphActorCriticPolicy:
@@ -38,16 +39,23 @@ def _means(policy: GraphActorCriticPolicy, obs: dict) -> torch.Tensor:
 def test_graph_policy__ppo_learns_a_few_hundred_steps(workload):
     torch.set_num_threads(1)
     envs = DummyVecEnv([lambda: _env(workload) for _ in range(2)])
-    model = PPO(GraphActorCriticPolicy, envs, n_steps=64, batch_size=64, n_epochs=2,
-                seed=0, device="cpu")
+    model = PPO(
+        GraphActorCriticPolicy, envs, n_steps=64, batch_size=64, n_epochs=2, seed=0, device="cpu"
+    )
     before = {k: p.detach().clone() for k, p in model.policy.named_parameters()}
     model.learn(256)
     assert model.num_timesteps >= 256
     changed = {k for k, p in model.policy.named_parameters() if not torch.equal(before[k], p)}
     # Message passing, the service and route read-outs, the value head and the log-std
     # all learn (multihop14 has no memory, so its transfer / retain heads get no input).
-    for part in ("gnn.node_in", "gnn.convs", "gnn.service_head", "gnn.route_head",
-                 "value_net", "log_std"):
+    for part in (
+        "gnn.node_in",
+        "gnn.convs",
+        "gnn.service_head",
+        "gnn.route_head",
+        "value_net",
+        "log_std",
+    ):
         assert any(part in k for k in changed), f"{part} was not updated"
     actions, _ = model.predict(envs.reset(), deterministic=True)
     assert actions.shape == (2, envs.action_space.shape[0])
@@ -79,8 +87,11 @@ def test_graph_policy__candidate_mean_reads_that_candidates_own_features():
     service, route, _, retain = env.unwrapped.workload.index.score_slices
     slices = {"service": service, "route": route, "retain": retain}
     base = _means(policy, obs)[0]
-    for key, part, row in (("service", "service", 7), ("route", "route", 11),
-                           ("retain", "retain", 3)):
+    for key, part, row in (
+        ("service", "service", 7),
+        ("route", "route", 11),
+        ("retain", "retain", 3),
+    ):
         changed_obs = {k: v.copy() for k, v in obs.items()}
         changed_obs[key][row] += 5.0
         diff = (_means(policy, changed_obs)[0] - base).abs()
@@ -94,11 +105,13 @@ def test_graph_policy__candidate_mean_reads_that_candidates_own_features():
 
 
 def test_graph_policy__batched_forward_equals_one_observation_at_a_time():
-    envs = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=3, workload="rag", horizon=40,
-                        max_episode_steps=40)
+    envs = gym.make_vec(
+        "mabp_gym/SFMSN-v0", num_envs=3, workload="rag", horizon=40, max_episode_steps=40
+    )
     torch.manual_seed(0)
-    policy = GraphActorCriticPolicy(envs.single_observation_space, envs.single_action_space,
-                                    lambda _: 3e-4)
+    policy = GraphActorCriticPolicy(
+        envs.single_observation_space, envs.single_action_space, lambda _: 3e-4
+    )
     obs, _ = envs.reset(seed=[0, 1, 2])
     for _ in range(5):
         obs, *_ = envs.step(envs.action_space.sample())
@@ -130,8 +143,11 @@ def test_readme__ppo_example_runs_as_written_with_a_tiny_budget():
     import re
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
-              if "GraphActorCriticPolicy" in b]
+    blocks = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+        if "GraphActorCriticPolicy" in b
+    ]
     assert len(blocks) == 1 and "model.learn(10_000)" in blocks[0]
     assert len(blocks[0].strip().splitlines()) <= 6
     torch.set_num_threads(1)
@@ -157,9 +173,11 @@ def test_graph_policy__a_fresh_policy_serves_instead_of_idling():
         obs, _, _, _, info = env.step(action)
         served += int(np.asarray(info["control"]["service"]).sum())
     assert served > 0
-    idle = GraphActorCriticPolicy(env.observation_space, env.action_space, lambda _: 3e-4,
-                                  score_bias=0.0)
+    idle = GraphActorCriticPolicy(
+        env.observation_space, env.action_space, lambda _: 3e-4, score_bias=0.0
+    )
     assert torch.all(_means(idle, obs).abs() < 0.1)
     with pytest.raises(ValueError, match="score_bias"):
-        GraphActorCriticPolicy(env.observation_space, env.action_space, lambda _: 3e-4,
-                               score_bias=float("nan"))
+        GraphActorCriticPolicy(
+            env.observation_space, env.action_space, lambda _: 3e-4, score_bias=float("nan")
+        )

@@ -24,8 +24,12 @@ def scores(wl: Workload, service=1.0, route=1.0, transfer=-1.0, retain=1.0) -> n
     """A score vector with one value per candidate block (scalars or arrays)."""
     ix = wl.index
     blocks = []
-    for value, size in ((service, ix.num_actions), (route, ix.num_routes),
-                        (transfer, ix.num_transfers), (retain, ix.num_retains)):
+    for value, size in (
+        (service, ix.num_actions),
+        (route, ix.num_routes),
+        (transfer, ix.num_transfers),
+        (retain, ix.num_retains),
+    ):
         blocks.append(np.broadcast_to(np.asarray(value, dtype=float), (size,)))
     return np.concatenate(blocks)
 
@@ -79,8 +83,9 @@ def test_work_reuse__leftover_compute_does_not_start_a_unit_that_fits_mu():
     assert control.service.tolist() == [2]
     assert (out.served, out.hits, out.completed, out.work) == (2, 2, 2, 2.0)
     assert out.penalty_compute == pytest.approx(2.0)
-    bad = Control(np.zeros(0, np.int64), np.zeros(0, np.int64), np.array([0]),
-                  np.array([0]), np.ones(1))
+    bad = Control(
+        np.zeros(0, np.int64), np.zeros(0, np.int64), np.array([0]), np.array([0]), np.ones(1)
+    )
     sim.add_units(0, 0, 1)
     with pytest.raises(InfeasibleControlError, match="multi-slot start.*exceeds mu"):
         sim.step(bad)  # a hit (work 1 <= mu) may not start in service
@@ -98,8 +103,9 @@ def test_multi_slot_service__unit_in_service_cannot_be_routed_or_served_twice():
     # The unit in service leaves the node no compute this slot: a hand-made control that
     # serves anything more is infeasible.
     sim.add_units(0, 0, 1)
-    bad = Control(np.zeros(0, np.int64), np.zeros(0, np.int64), np.array([1]),
-                  np.array([-1]), np.ones(1))
+    bad = Control(
+        np.zeros(0, np.int64), np.zeros(0, np.int64), np.array([1]), np.array([-1]), np.ones(1)
+    )
     before = sim.state.queue_len.copy()
     with pytest.raises(InfeasibleControlError, match="compute capacity.*server"):
         sim.step(bad)
@@ -152,8 +158,18 @@ def two_node_memory_workload() -> Workload:
     actions = []
     for node in (0, 1):
         for c in (0, 1):
-            actions.append(Action(node=node, commodity=c, signature=c, work_hit=1.0,
-                                  work_miss=2.0, loss_hit=1.0, loss_miss=3.0, credit_hit=0.5))
+            actions.append(
+                Action(
+                    node=node,
+                    commodity=c,
+                    signature=c,
+                    work_hit=1.0,
+                    work_miss=2.0,
+                    loss_hit=1.0,
+                    loss_miss=3.0,
+                    credit_hit=0.5,
+                )
+            )
     return Workload(
         name="two_node",
         nodes=(Node("a", "server", mu=2.0, budget=1.0), Node("b", "server", mu=2.0, budget=1.0)),
@@ -162,7 +178,12 @@ def two_node_memory_workload() -> Workload:
         signatures=(Signature("s0", 1.0), Signature("s1", 1.0)),
         actions=tuple(actions),
         arrival_mix=((0, 0, 0.5), (0, 1, 0.5)),
-        load=0.0, replicas=1, eta=1.0, migration_cost=0.5, theta=0.1, omega=0.2,
+        load=0.0,
+        replicas=1,
+        eta=1.0,
+        migration_cost=0.5,
+        theta=0.1,
+        omega=0.2,
         initial_memory=(((0, 0),),),
     )
 
@@ -275,8 +296,7 @@ def test_check_control__errors_name_constraint_node_and_commodity():
     over_link = Control(good.transfers, np.array([11]), good.service, good.start, good.retain)
     with pytest.raises(InfeasibleControlError, match=r"link capacity.*up->ver"):
         sim.step(over_link)
-    over_compute = Control(good.transfers, good.route, np.array([3, 0]), good.start,
-                           good.retain)
+    over_compute = Control(good.transfers, good.route, np.array([3, 0]), good.start, good.retain)
     with pytest.raises(InfeasibleControlError, match=r"compute capacity.*node up"):
         sim.step(over_compute)
     negative = Control(good.transfers, good.route, np.array([-1, 0]), good.start, good.retain)
@@ -292,8 +312,9 @@ def test_check_control__transfer_of_object_the_source_lacks_is_rejected():
     sim.reset(0)
     control = Control.idle(wl)
     s1_move = int(np.flatnonzero(ix.transfer_signature == 1)[0])
-    bad = Control(np.array([s1_move]), control.route, control.service, control.start,
-                  control.retain)
+    bad = Control(
+        np.array([s1_move]), control.route, control.service, control.start, control.retain
+    )
     with pytest.raises(InfeasibleControlError, match=r"transfer source.*a->b.*'s1'"):
         sim.step(bad)
     assert sim.state.holder.tolist() == [[0, -1], [-1, -1]]
@@ -335,8 +356,13 @@ def test_projection__transfers_into_a_node_that_just_sent_the_signature_stay_fea
         name="triangle",
         nodes=tuple(Node(n, "server", mu=1.0, budget=1.0) for n in "ABC"),
         links=(Link(0, 1, capacity=1, bandwidth=1.0), Link(2, 0, capacity=1, bandwidth=1.0)),
-        commodities=(Commodity("c"),), signatures=(Signature("s", 1.0),), actions=actions,
-        arrival_mix=((0, 0, 1.0),), load=0.0, replicas=2, initial_memory=(((0, 0), (2, 0)),),
+        commodities=(Commodity("c"),),
+        signatures=(Signature("s", 1.0),),
+        actions=actions,
+        arrival_mix=((0, 0, 1.0),),
+        load=0.0,
+        replicas=2,
+        initial_memory=(((0, 0), (2, 0)),),
     )
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)

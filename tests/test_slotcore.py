@@ -13,12 +13,16 @@ from mabp_gym.agents import make_policy
 from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.projection import project_checked
 
-pytestmark = pytest.mark.skipif(not slotcore.AVAILABLE,
-                                reason="numba is not installed (or MABP_GYM_PURE is set)")
+pytestmark = pytest.mark.skipif(
+    not slotcore.AVAILABLE, reason="numba is not installed (or MABP_GYM_PURE is set)"
+)
 
 MULTIHOP14 = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 WORKLOADS = [(name, {}) for name in mabp_gym.WORKLOADS] + [
-    (MULTIHOP14, {}), ("mixed", {"copies": 2}), ("multihop", {"nodes": 30, "memory": 0})]
+    (MULTIHOP14, {}),
+    ("mixed", {"copies": 2}),
+    ("multihop", {"nodes": 30, "memory": 0}),
+]
 
 
 def _same(compiled, reference) -> None:
@@ -59,14 +63,25 @@ def _records(wl, policy_name: str, slots: int) -> list[tuple]:
     rows = []
     for _ in range(slots):
         control, out = sim.step_scores(policy.scores(encoder.encode(sim.state)))
-        rows.append((out.arrivals, out.served, out.hits, out.delays, out.generated,
-                     out.evicted, out.penalty, out.backlog, control.route.tobytes(),
-                     control.transfers.tobytes(), sim.state.holder.tobytes()))
+        rows.append(
+            (
+                out.arrivals,
+                out.served,
+                out.hits,
+                out.delays,
+                out.generated,
+                out.evicted,
+                out.penalty,
+                out.backlog,
+                control.route.tobytes(),
+                control.transfers.tobytes(),
+                sim.state.holder.tobytes(),
+            )
+        )
     return rows
 
 
-@pytest.mark.parametrize("name", ["mixed", "separation", MULTIHOP14],
-                         ids=lambda v: Path(v).stem)
+@pytest.mark.parametrize("name", ["mixed", "separation", MULTIHOP14], ids=lambda v: Path(v).stem)
 def test_slotcore__records_identical_with_and_without_the_compiled_core(name, monkeypatch):
     wl = make_workload(name)
     compiled = _records(wl, "mabp", 300)
@@ -126,10 +141,14 @@ def test_slotcore__without_numba_the_reference_path_gives_the_same_run():
     root = str(Path(__file__).resolve().parent.parent)
 
     def run(block: str) -> list[str]:
-        result = subprocess.run([sys.executable, "-c", _TRAJECTORY.format(block=block)],
-                                capture_output=True, text=True, cwd=root, check=True,
-                                env={"PYTHONPATH": root, "PYTHONHASHSEED": "0",
-                                     "PATH": ""})
+        result = subprocess.run(
+            [sys.executable, "-c", _TRAJECTORY.format(block=block)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            check=True,
+            env={"PYTHONPATH": root, "PYTHONHASHSEED": "0", "PATH": ""},
+        )
         return result.stdout.split()
 
     # sys.modules["numba"] = None makes "import numba" fail as if it were not installed.

@@ -27,8 +27,12 @@ BLOCK = textwrap.dedent("""
 
 
 def run_blocked(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", BLOCK + textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_core__env_agents_and_harness_run_without_the_learning_stack():
@@ -69,9 +73,9 @@ def test_cli__eval_runs_and_train_plot_name_their_extra(tmp_path):
         from mabp_gym.cli import main
         assert main(["eval", "--policy", "bp", "--loads", "0.3", "--seeds", "0",
                      "--horizon", "30", "--no-progress",
-                     "--out", {str(tmp_path / 'r.jsonl')!r}]) == 0
+                     "--out", {str(tmp_path / "r.jsonl")!r}]) == 0
         for argv, extra in ((["train", "gnn"], "learn"),
-                            (["plot", "--results", {str(tmp_path / 'r.jsonl')!r},
+                            (["plot", "--results", {str(tmp_path / "r.jsonl")!r},
                               "--out-dir", {str(tmp_path)!r}], "plot")):
             try:
                 main(argv)

@@ -54,26 +54,42 @@ def _no_capacity(data: dict) -> None:
         link["capacity"] = 0
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda d: d.update(name=5), r"w\.json: name: must be of type string, got 5"),
-    (lambda d: d.update(name=""), r"w\.json: name: must be a non-empty string"),
-    (lambda d: d.update(version=True), r"w\.json: version: must be 1, got True"),
-    (lambda d: d["memory"].update(fixed="false"),
-     r"w\.json: memory\.fixed: must be of type boolean, got 'false'"),
-    (lambda d: d["links"][4].update(cost=-0.5), r"w\.json: links\[4\]\.cost: must be >= 0"),
-    (lambda d: d["nodes"][5].update(mu=1e300),
-     r"w\.json: nodes\[5\]\.mu: must be <= 1e\+06 \(the documented range\)"),
-    (lambda d: d["arrivals"].update(load=float("nan")),
-     r"w\.json: arrivals\.load: must be finite, got nan"),
-    (lambda d: d.update(horizon=10**12), r"w\.json: horizon: must be <= 1e\+07"),
-    (_no_capacity, r"w\.json: arrivals\.load: requests arrive \(load 0\.8\) but the network's "
-                   r"all-hit capacity lambda_ref is 0"),
-    (_loop, r"w\.json: commodities\[1\]: a request at 'b' can never complete"),
-    (lambda d: d["actions"][0].update(successors_hit=[[["a"], 0.5]]),
-     r"w\.json: actions\[0\]\.successors_hit\[0\]\[0\]: must be of type string"),
-    (lambda d: d.update(transit=_nested(20)),
-     r"w\.json: transit(\[0\])+: nested more than 16 levels deep"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(name=5), r"w\.json: name: must be of type string, got 5"),
+        (lambda d: d.update(name=""), r"w\.json: name: must be a non-empty string"),
+        (lambda d: d.update(version=True), r"w\.json: version: must be 1, got True"),
+        (
+            lambda d: d["memory"].update(fixed="false"),
+            r"w\.json: memory\.fixed: must be of type boolean, got 'false'",
+        ),
+        (lambda d: d["links"][4].update(cost=-0.5), r"w\.json: links\[4\]\.cost: must be >= 0"),
+        (
+            lambda d: d["nodes"][5].update(mu=1e300),
+            r"w\.json: nodes\[5\]\.mu: must be <= 1e\+06 \(the documented range\)",
+        ),
+        (
+            lambda d: d["arrivals"].update(load=float("nan")),
+            r"w\.json: arrivals\.load: must be finite, got nan",
+        ),
+        (lambda d: d.update(horizon=10**12), r"w\.json: horizon: must be <= 1e\+07"),
+        (
+            _no_capacity,
+            r"w\.json: arrivals\.load: requests arrive \(load 0\.8\) but the network's "
+            r"all-hit capacity lambda_ref is 0",
+        ),
+        (_loop, r"w\.json: commodities\[1\]: a request at 'b' can never complete"),
+        (
+            lambda d: d["actions"][0].update(successors_hit=[[["a"], 0.5]]),
+            r"w\.json: actions\[0\]\.successors_hit\[0\]\[0\]: must be of type string",
+        ),
+        (
+            lambda d: d.update(transit=_nested(20)),
+            r"w\.json: transit(\[0\])+: nested more than 16 levels deep",
+        ),
+    ],
+)
 def test_file__what_cannot_mean_anything_is_refused_naming_the_path(edit, message, tmp_path):
     data = edited(edit)
     with pytest.raises(ValueError, match=message):
@@ -92,8 +108,12 @@ def test_file__no_capacity_is_fine_when_no_request_arrives():
 
 def test_file__non_utf8_and_deeply_nested_files_name_the_file(tmp_path):
     path = tmp_path / "latin1.json"
-    path.write_bytes(json.dumps(example()).replace('"n0"', '"n\\u00e9"').encode()
-                     .replace(b"\\u00e9", "é".encode("latin-1")))
+    path.write_bytes(
+        json.dumps(example())
+        .replace('"n0"', '"n\\u00e9"')
+        .encode()
+        .replace(b"\\u00e9", "é".encode("latin-1"))
+    )
     with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: not a UTF-8 text file"):
         load_workload(path)
     deep = tmp_path / "deep.json"
@@ -102,17 +122,28 @@ def test_file__non_utf8_and_deeply_nested_files_name_the_file(tmp_path):
         load_workload(deep)
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("5", "must be a number"), (True, "must be a number"), (np.bool_(True), "must be a number"),
-    (1 + 2j, "must be a number"), (np.complex128(1), "must be a number"),
-    (np.ma.masked, "must be a number"), (np.array([1.0]), "must be a number"),
-    (float("inf"), "must be finite"), (2.5, "must be an integer"), (-1, "must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("5", "must be a number"),
+        (True, "must be a number"),
+        (np.bool_(True), "must be a number"),
+        (1 + 2j, "must be a number"),
+        (np.complex128(1), "must be a number"),
+        (np.ma.masked, "must be a number"),
+        (np.array([1.0]), "must be a number"),
+        (float("inf"), "must be finite"),
+        (2.5, "must be an integer"),
+        (-1, "must be >= 0"),
+    ],
+)
 def test_check_number__the_one_validator_refuses_what_is_not_a_number(value, message):
     with pytest.raises(ValueError, match=f"x: {message}"):
         check_number(value, "x", low=0, integer=isinstance(value, float) and value == 2.5)
-    assert check_number(np.float32(2.0), "x") == 2.0 and check_number(np.int64(3), "x",
-                                                                      integer=True) == 3
+    assert (
+        check_number(np.float32(2.0), "x") == 2.0
+        and check_number(np.int64(3), "x", integer=True) == 3
+    )
 
 
 @pytest.mark.parametrize("value", ["0.5", True, 1j, None])
@@ -122,10 +153,36 @@ def test_make_workload__a_parameter_that_is_not_a_number_is_refused(value):
 
 
 # -- mutations of the example file -------------------------------------------------------------
-ODD_VALUES = st.sampled_from([
-    None, True, False, "false", "", "x", "n0", "a", 0, -1, 1, 2, 0.5, -0.0, 1e300, -1e300,
-    float("nan"), float("inf"), 2**63, [], {}, [[]], [["a", 1.0]], [["b", 1.0]],
-    {"node": "n0", "commodity": "a", "share": 1.0}, _nested(18)])
+ODD_VALUES = st.sampled_from(
+    [
+        None,
+        True,
+        False,
+        "false",
+        "",
+        "x",
+        "n0",
+        "a",
+        0,
+        -1,
+        1,
+        2,
+        0.5,
+        -0.0,
+        1e300,
+        -1e300,
+        float("nan"),
+        float("inf"),
+        2**63,
+        [],
+        {},
+        [[]],
+        [["a", 1.0]],
+        [["b", 1.0]],
+        {"node": "n0", "commodity": "a", "share": 1.0},
+        _nested(18),
+    ]
+)
 
 
 def _containers(value, path=()):
@@ -138,8 +195,11 @@ def _containers(value, path=()):
             yield from _containers(child, (*path, index))
 
 
-_SOURCES = {"multihop14": example, "work_reuse": lambda: make_workload("work_reuse").to_dict(),
-            "separation": lambda: make_workload("separation").to_dict()}
+_SOURCES = {
+    "multihop14": example,
+    "work_reuse": lambda: make_workload("work_reuse").to_dict(),
+    "separation": lambda: make_workload("separation").to_dict(),
+}
 
 
 @st.composite
@@ -159,13 +219,21 @@ def mutated(draw):
         elif kind == "delete" and path:
             del parent[path[-1]]
         elif kind == "add" and isinstance(value, dict):
-            value[draw(st.sampled_from(["extra", "name", "mu", "cost", "load", "rate",
-                                        "budget", "beta", "fixed"]))] = \
-                copy.deepcopy(draw(ODD_VALUES))
+            value[
+                draw(
+                    st.sampled_from(
+                        ["extra", "name", "mu", "cost", "load", "rate", "budget", "beta", "fixed"]
+                    )
+                )
+            ] = copy.deepcopy(draw(ODD_VALUES))
         elif kind == "duplicate" and isinstance(value, list) and value:
             value.append(copy.deepcopy(value[draw(st.integers(0, len(value) - 1))]))
-        elif kind == "scale" and isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and path:
+        elif (
+            kind == "scale"
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and path
+        ):
             parent[path[-1]] = value * draw(st.sampled_from([-1, 0, 10, 1e6, 1e12]))
     return data
 
@@ -174,8 +242,11 @@ def mutated(draw):
 PATH_IN_MESSAGE = re.compile(r"^mutant\.json: (\(top\)|[A-Za-z_]\w*(\.\w+|\[\d+\])*)( |:)")
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=mutated())
 def test_file__every_mutation_loads_and_runs_a_slot_or_names_a_path(data, tmp_path):
     path = tmp_path / "mutant.json"

@@ -19,8 +19,17 @@ from mabp_gym import (
 
 
 def test_make_workload__every_builtin_builds_with_its_defaults():
-    assert set(WORKLOADS) == {"work_reuse", "successor", "separation", "boundary", "mixed",
-                              "rag", "moe", "agentic", "multihop"}
+    assert set(WORKLOADS) == {
+        "work_reuse",
+        "successor",
+        "separation",
+        "boundary",
+        "mixed",
+        "rag",
+        "moe",
+        "agentic",
+        "multihop",
+    }
     for name in WORKLOADS:
         wl = make_workload(name)
         assert wl.name == name and wl.lambda_ref > 0 and wl.horizon == 600
@@ -30,8 +39,16 @@ def test_make_workload__every_builtin_builds_with_its_defaults():
 def test_mixed__graph_and_defaults_follow_spec_section_2():
     wl = make_workload("mixed")
     ix = wl.index
-    assert [n.name for n in wl.nodes] == ["gw", "ret0", "ret1", "gen0", "gen1", "moe0",
-                                          "tool0", "ver0"]
+    assert [n.name for n in wl.nodes] == [
+        "gw",
+        "ret0",
+        "ret1",
+        "gen0",
+        "gen1",
+        "moe0",
+        "tool0",
+        "ver0",
+    ]
     assert ix.mu.tolist() == [0, 2, 2, 2, 2, 2, 2, 2]
     links = {(wl.nodes[x.src].name, wl.nodes[x.dst].name) for x in wl.links}
     assert ("ver0", "gen0") in links and ("gen1", "gen0") in links and len(links) == 21
@@ -47,13 +64,17 @@ def test_mixed__graph_and_defaults_follow_spec_section_2():
     # Family shares 0.4 / 0.3 / 0.3 times Zipf(1.0) over 8 state types.
     zipf = 1 / np.arange(1, 9)
     zipf /= zipf.sum()
-    shares = dict(zip([wl.commodities[c].name for _, c, _ in wl.arrival_mix],
-                      ix.arrival_share, strict=True))
+    shares = dict(
+        zip([wl.commodities[c].name for _, c, _ in wl.arrival_mix], ix.arrival_share, strict=True)
+    )
     assert shares["rag/retrieve/z0"] == pytest.approx(0.4 * zipf[0])
     assert shares["agentic/plan/z7"] == pytest.approx(0.3 * zipf[7])
     # Penalties in units of penalty_scale = 0.02: p(hit) = l - eta v = 1 - 0.5, p(miss) = K.
-    generate = next(a for a, act in enumerate(wl.actions)
-                    if wl.commodities[act.commodity].name == "rag/generate/z0")
+    generate = next(
+        a
+        for a, act in enumerate(wl.actions)
+        if wl.commodities[act.commodity].name == "rag/generate/z0"
+    )
     assert ix.penalty[1, generate] == pytest.approx(0.04 * 0.5)
     assert ix.penalty[0, generate] == pytest.approx(0.04 * 4)
     assert ix.work[:, generate].tolist() == [4.0, 1.0]
@@ -80,15 +101,18 @@ def test_mixed__admissibility_routes_only_toward_servers():
     assert ix.pair_of[gen1, plan] >= 0
 
 
-@pytest.mark.parametrize(("name", "field", "value", "message"), [
-    ("mixed", "load", -0.1, r"load must be in \[0, 10\], got -0.1"),
-    ("mixed", "beta", 0.0, r"beta must be in \(0, 1\], got 0"),
-    ("mixed", "Z", 2.5, r"Z must be an integer in \[1, 256\], got 2.5"),
-    ("mixed", "eps", float("nan"), r"eps must be finite"),
-    ("mixed", "K", "4", r"K must be a number in \[1, 1e\+06\], got '4'"),
-    ("work_reuse", "kappa_w", 0.5, r"kappa_w must be in \[1, 1e\+06\], got 0.5"),
-    ("successor", "pi_h", 1.5, r"pi_h must be in \[0, 1\], got 1.5"),
-])
+@pytest.mark.parametrize(
+    ("name", "field", "value", "message"),
+    [
+        ("mixed", "load", -0.1, r"load must be in \[0, 10\], got -0.1"),
+        ("mixed", "beta", 0.0, r"beta must be in \(0, 1\], got 0"),
+        ("mixed", "Z", 2.5, r"Z must be an integer in \[1, 256\], got 2.5"),
+        ("mixed", "eps", float("nan"), r"eps must be finite"),
+        ("mixed", "K", "4", r"K must be a number in \[1, 1e\+06\], got '4'"),
+        ("work_reuse", "kappa_w", 0.5, r"kappa_w must be in \[1, 1e\+06\], got 0.5"),
+        ("successor", "pi_h", 1.5, r"pi_h must be in \[0, 1\], got 1.5"),
+    ],
+)
 def test_make_workload__out_of_range_override_names_field_and_range(name, field, value, message):
     with pytest.raises(ValueError, match=message):
         make_workload(name, **{field: value})
@@ -127,30 +151,50 @@ def _tiny(**changes) -> dict:
         links=(Link(0, 1, capacity=2),),
         commodities=(Commodity("c0"), Commodity("c1")),
         signatures=(Signature("s", 1.0),),
-        actions=(Action(node=0, commodity=0, signature=0, successors_hit=((1, 0.5),),
-                        successors_miss=((1, 1.0),)),
-                 Action(node=1, commodity=1)),
+        actions=(
+            Action(
+                node=0,
+                commodity=0,
+                signature=0,
+                successors_hit=((1, 0.5),),
+                successors_miss=((1, 1.0),),
+            ),
+            Action(node=1, commodity=1),
+        ),
         arrival_mix=((0, 0, 1.0),),
     )
     spec.update(changes)
     return spec
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"links": (Link(0, 1, capacity=-1),)}, r"links\[0\].capacity: must be >= 0"),
-    ({"links": (Link(0, 5, capacity=1),)}, r"links\[0\].dst: must be <= 1"),
-    ({"links": ()}, r"commodity 'c1' appears at node 'a'.*no link"),
-    ({"actions": (Action(node=0, commodity=0, successors_hit=((1, 0.7), (0, 0.6))),
-                  Action(node=1, commodity=1))},
-     r"actions\[0\].successors_hit: .*sum to at most 1"),
-    ({"actions": (Action(node=0, commodity=0, work_hit=-1.0), Action(node=1, commodity=1))},
-     r"actions\[0\].work_hit: must be >= 0"),
-    ({"arrival_mix": ((0, 0, 0.5),)}, r"arrival_mix: shares must sum to 1"),
-    ({"nodes": (Node("a", "gpu", mu=1.0), Node("b", "server", mu=1.0))},
-     r"nodes\[0\].role: must be one of"),
-    ({"signatures": (Signature("s", 0.0),)}, r"signatures\[0\].size: must be > 0"),
-    ({"initial_memory": (((1, 0),),)}, r"initial_memory\[0\]\[0\]: no action of the node"),
-])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"links": (Link(0, 1, capacity=-1),)}, r"links\[0\].capacity: must be >= 0"),
+        ({"links": (Link(0, 5, capacity=1),)}, r"links\[0\].dst: must be <= 1"),
+        ({"links": ()}, r"commodity 'c1' appears at node 'a'.*no link"),
+        (
+            {
+                "actions": (
+                    Action(node=0, commodity=0, successors_hit=((1, 0.7), (0, 0.6))),
+                    Action(node=1, commodity=1),
+                )
+            },
+            r"actions\[0\].successors_hit: .*sum to at most 1",
+        ),
+        (
+            {"actions": (Action(node=0, commodity=0, work_hit=-1.0), Action(node=1, commodity=1))},
+            r"actions\[0\].work_hit: must be >= 0",
+        ),
+        ({"arrival_mix": ((0, 0, 0.5),)}, r"arrival_mix: shares must sum to 1"),
+        (
+            {"nodes": (Node("a", "gpu", mu=1.0), Node("b", "server", mu=1.0))},
+            r"nodes\[0\].role: must be one of",
+        ),
+        ({"signatures": (Signature("s", 0.0),)}, r"signatures\[0\].size: must be > 0"),
+        ({"initial_memory": (((1, 0),),)}, r"initial_memory\[0\]\[0\]: no action of the node"),
+    ],
+)
 def test_workload__invalid_description_raises_with_its_path(changes, message):
     with pytest.raises(ValueError, match=message):
         Workload(**_tiny(**changes))

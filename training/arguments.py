@@ -27,22 +27,28 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
         option = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING \
-            else f.default_factory()  # type: ignore[operator]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
         help_text = f"{docs.get(f.name, '')} (default: {default})"
         if kind is bool:
-            parser.add_argument(option, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=default, help=help_text)
+            parser.add_argument(
+                option,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=help_text,
+            )
         elif kind in (int, float, str):
             parser.add_argument(option, dest=f.name, type=kind, default=default, help=help_text)
         elif kind == (str | None):
             parser.add_argument(option, dest=f.name, type=str, default=default, help=help_text)
         elif kind == list[float]:
-            parser.add_argument(option, dest=f.name, type=float, nargs="+", default=default,
-                                help=help_text)
+            parser.add_argument(
+                option, dest=f.name, type=float, nargs="+", default=default, help=help_text
+            )
         elif kind == list[int]:
-            parser.add_argument(option, dest=f.name, type=int, nargs="+", default=default,
-                                help=help_text)
+            parser.add_argument(
+                option, dest=f.name, type=int, nargs="+", default=default, help=help_text
+            )
         else:  # pragma: no cover - a field type this helper does not know
             raise TypeError(f"unsupported field type {kind} for {f.name}")
 

@@ -31,8 +31,13 @@ class _Labelled:
     name = "labelled"
     observes = True
 
-    def __init__(self, teacher: ScoreCallable | None, actor: ScoreCallable | None,
-                 noise: float, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        teacher: ScoreCallable | None,
+        actor: ScoreCallable | None,
+        noise: float,
+        rng: np.random.Generator,
+    ) -> None:
         if teacher is None and actor is None:
             raise ValueError("rollout needs a teacher or an actor")
         self.teacher, self.actor, self.noise, self.rng = teacher, actor, noise, rng
@@ -51,9 +56,15 @@ class _Labelled:
         return scores
 
 
-def rollout(workload: Workload, teacher: ScoreCallable | None, seed: int, slots: int, *,
-            actor: ScoreCallable | None = None, noise: float = 0.0
-            ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray | None, SlotOutcome]]:
+def rollout(
+    workload: Workload,
+    teacher: ScoreCallable | None,
+    seed: int,
+    slots: int,
+    *,
+    actor: ScoreCallable | None = None,
+    noise: float = 0.0,
+) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray | None, SlotOutcome]]:
     """Yield ``(observation, teacher scores, outcome)`` slot by slot.
 
     The teacher is called exactly once per slot (policies keep per-episode averages). The

@@ -23,8 +23,13 @@ from mabp_gym.agents.gnn import GNNScheduler, save_checkpoint
 from mabp_gym.agents.learn_mabp import PrimitiveEstimate
 from mabp_gym.workloads import make_workload
 
-_NUMPY_GLOBALS = [np.ndarray, np.dtype, np.dtypes.Float64DType, np.dtypes.BoolDType,
-                  np.dtypes.Int64DType]
+_NUMPY_GLOBALS = [
+    np.ndarray,
+    np.dtype,
+    np.dtypes.Float64DType,
+    np.dtypes.BoolDType,
+    np.dtypes.Int64DType,
+]
 
 
 def _numpy_reconstruct() -> Any:
@@ -48,16 +53,33 @@ def convert(old: str | Path, new: str | Path, workload_name: str | None = None) 
     """Write ``old`` (version 1) as ``new`` (version 2); return the new content digest."""
     payload = read_version_1(old)
     workload = make_workload(workload_name or payload["workload"])
-    notes = {k: v for k, v in payload.items()
-             if k not in ("kind", "state_dict", "dims", "hidden", "layers", "workload", "shape",
-                          "work", "penalty", "law", "seen", "counts")}
+    notes = {
+        k: v
+        for k, v in payload.items()
+        if k
+        not in (
+            "kind",
+            "state_dict",
+            "dims",
+            "hidden",
+            "layers",
+            "workload",
+            "shape",
+            "work",
+            "penalty",
+            "law",
+            "seen",
+            "counts",
+        )
+    }
     notes["converted_from_version"] = 1
     if payload["kind"] == "gnn":
         model = GNNScheduler(payload["dims"], hidden=payload["hidden"], layers=payload["layers"])
         model.load_state_dict(payload["state_dict"])
         return save_checkpoint(new, model, workload, **notes)
-    estimate = PrimitiveEstimate(*(np.asarray(payload[k]) for k in
-                                   ("work", "penalty", "law", "seen", "counts")))
+    estimate = PrimitiveEstimate(
+        *(np.asarray(payload[k]) for k in ("work", "penalty", "law", "seen", "counts"))
+    )
     return estimate.save(new, workload, **notes)
 
 

@@ -81,7 +81,8 @@ class GNNArgs:
         "imitation_epochs": "passes over the imitation data",
         "batch_size": "graphs per gradient step in imitation",
         "learning_rate": "Adam learning rate of the imitation phase",
-        "hidden": "embedding width", "layers": "message-passing rounds",
+        "hidden": "embedding width",
+        "layers": "message-passing rounds",
         "ppo_steps": "PPO environment steps after imitation (0: imitation only)",
         "ppo_load": "load of the PPO environments",
         "ppo_envs": "vectorized environments for PPO",
@@ -89,7 +90,8 @@ class GNNArgs:
         "ppo_learning_rate": "PPO learning rate (small: fine-tuning a pretrained policy)",
         "checkpoint_every": "save a resumable checkpoint every this many PPO steps",
         "select_loads": "held-out loads on which the imitation and PPO models are compared",
-        "eval_loads": "loads of the final evaluation", "eval_seeds": "seeds per load",
+        "eval_loads": "loads of the final evaluation",
+        "eval_seeds": "seeds per load",
         "device": "auto (cuda if available), cpu or cuda",
         "threads": "torch CPU threads (1 is fastest for these small graphs)",
         "out": "directory for checkpoints, TensorBoard logs and the report",
@@ -110,15 +112,17 @@ def collect_imitation_data(args: GNNArgs) -> tuple[dict[str, np.ndarray], np.nda
         teacher = make_policy(args.teacher, workload)
         teacher.reset(args.seed + k)
         noise = args.imitation_noise if k % 2 else 0.0
-        for obs, target, _ in rollout(workload, teacher.scores, args.seed + k,
-                                      args.imitation_slots, noise=noise):
+        for obs, target, _ in rollout(
+            workload, teacher.scores, args.seed + k, args.imitation_slots, noise=noise
+        ):
             observations.append(obs)
             targets.append(target)
     return stack(observations), np.stack(targets)
 
 
-def imitation_loss(model: GNNScheduler, batch: dict[str, torch.Tensor],
-                   target: torch.Tensor) -> torch.Tensor:
+def imitation_loss(
+    model: GNNScheduler, batch: dict[str, torch.Tensor], target: torch.Tensor
+) -> torch.Tensor:
     """MSE to the teacher's scores squashed the same way as the model's (softsign), with
     candidates that cannot act this slot weighted down."""
     scores, _ = model(to_pyg(batch))
@@ -126,8 +130,15 @@ def imitation_loss(model: GNNScheduler, batch: dict[str, torch.Tensor],
     return (weight * (scores - torch.nn.functional.softsign(target)) ** 2).mean()
 
 
-def fit_imitation(model: GNNScheduler, data: dict[str, np.ndarray], targets: np.ndarray,
-                  args: GNNArgs, device: str, start_epoch: int, save: Any) -> list[float]:
+def fit_imitation(
+    model: GNNScheduler,
+    data: dict[str, np.ndarray],
+    targets: np.ndarray,
+    args: GNNArgs,
+    device: str,
+    start_epoch: int,
+    save: Any,
+) -> list[float]:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
     tensors = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
     target = torch.as_tensor(targets, dtype=torch.float32, device=device)
@@ -142,9 +153,8 @@ def fit_imitation(model: GNNScheduler, data: dict[str, np.ndarray], targets: np.
         order = torch.randperm(len(target), generator=generator).to(device)
         total = 0.0
         for start in range(0, len(order), args.batch_size):
-            index = order[start:start + args.batch_size]
-            loss = imitation_loss(model, {k: v[index] for k, v in tensors.items()},
-                                  target[index])
+            index = order[start : start + args.batch_size]
+            loss = imitation_loss(model, {k: v[index] for k, v in tensors.items()}, target[index])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -157,8 +167,14 @@ def fit_imitation(model: GNNScheduler, data: dict[str, np.ndarray], targets: np.
 def quick_stable_load(checkpoint: Path, args: GNNArgs, loads: list[float]) -> float:
     from mabp_gym.evaluation import evaluate, stable_load
 
-    records = evaluate("gnn", args.workload, loads=loads, seeds=range(100, 100 + 2),
-                       policy_kw={"checkpoint": str(checkpoint)}, backend="serial")
+    records = evaluate(
+        "gnn",
+        args.workload,
+        loads=loads,
+        seeds=range(100, 100 + 2),
+        policy_kw={"checkpoint": str(checkpoint)},
+        backend="serial",
+    )
     summary = stable_load(records)["gnn"]
     backlog = float(np.mean([r["mean_backlog"] for r in records]))
     return summary - 1e-4 * backlog  # ties go to the smaller backlog
@@ -173,8 +189,9 @@ def train(args: GNNArgs) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     workload = make_workload(args.workload)
     encoder = ObservationEncoder(workload)
-    model = GNNScheduler(observation_dims(encoder.layout), hidden=args.hidden,
-                         layers=args.layers).to(device)
+    model = GNNScheduler(
+        observation_dims(encoder.layout), hidden=args.hidden, layers=args.layers
+    ).to(device)
     imitation_path = out / "gnn_imitation.pt"
     command = command_line("gnn", args)
 
@@ -191,8 +208,15 @@ def train(args: GNNArgs) -> dict[str, Any]:
             start_epoch = int(info.get("epoch", args.imitation_epochs))
 
     def save_imitation(epoch: int) -> None:
-        save_checkpoint(imitation_path, model.cpu(), workload, epoch=epoch, phase="imitation",
-                        args=dataclasses.asdict(args), command=command)
+        save_checkpoint(
+            imitation_path,
+            model.cpu(),
+            workload,
+            epoch=epoch,
+            phase="imitation",
+            args=dataclasses.asdict(args),
+            command=command,
+        )
         model.to(device)
 
     # -- imitation -----------------------------------------------------------------------------
@@ -212,31 +236,63 @@ def train(args: GNNArgs) -> dict[str, Any]:
         candidates["ppo"] = ppo_path
 
     # -- model selection on held-out seeds, then the report ------------------------------------
-    scores = {name: quick_stable_load(path, args, args.select_loads)
-              for name, path in candidates.items()}
+    scores = {
+        name: quick_stable_load(path, args, args.select_loads) for name, path in candidates.items()
+    }
     chosen = max(scores, key=lambda name: scores[name])
     chosen_model, chosen_info = load_checkpoint(candidates[chosen], workload)
-    notes = {k: v for k, v in chosen_info.items()
-             if k not in ("dims", "hidden", "layers", "workload", "shape", "workload_identity")}
-    save_checkpoint(final_path, chosen_model, workload, **{
-        **notes, "selected": chosen, "selection": scores, "ppo_steps": ppo_steps_done,
-        "command": command})
+    notes = {
+        k: v
+        for k, v in chosen_info.items()
+        if k not in ("dims", "hidden", "layers", "workload", "shape", "workload_identity")
+    }
+    save_checkpoint(
+        final_path,
+        chosen_model,
+        workload,
+        **{
+            **notes,
+            "selected": chosen,
+            "selection": scores,
+            "ppo_steps": ppo_steps_done,
+            "command": command,
+        },
+    )
 
     from mabp_gym.evaluation import evaluate, stable_load
 
-    records = evaluate("gnn", args.workload, loads=args.eval_loads,
-                       seeds=range(args.eval_seeds), policy_kw={"checkpoint": str(final_path)},
-                       output=out / "eval.jsonl")
-    report = {"checkpoint": str(final_path), "selected": chosen, "selection": scores,
-              "imitation_losses": losses, "ppo_steps": ppo_steps_done, "device": device,
-              "stable_load": stable_load(records)["gnn"],
-              "wall_s": time.perf_counter() - started, "command": command}
+    records = evaluate(
+        "gnn",
+        args.workload,
+        loads=args.eval_loads,
+        seeds=range(args.eval_seeds),
+        policy_kw={"checkpoint": str(final_path)},
+        output=out / "eval.jsonl",
+    )
+    report = {
+        "checkpoint": str(final_path),
+        "selected": chosen,
+        "selection": scores,
+        "imitation_losses": losses,
+        "ppo_steps": ppo_steps_done,
+        "device": device,
+        "stable_load": stable_load(records)["gnn"],
+        "wall_s": time.perf_counter() - started,
+        "command": command,
+    }
     (out / "report.json").write_text(json.dumps(report, indent=2))
     return report
 
 
-def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Path | None,
-         workload, command: str) -> tuple[Path, int]:
+def _ppo(
+    args: GNNArgs,
+    model: GNNScheduler,
+    device: str,
+    out: Path,
+    resume: Path | None,
+    workload,
+    command: str,
+) -> tuple[Path, int]:
     import gymnasium as gym
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -249,6 +305,7 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
             env = gym.make("mabp_gym/SFMSN-v0", workload=args.workload, load=args.ppo_load)
             env.reset(seed=args.seed + 1000 + rank)
             return env
+
         return thunk
 
     envs = DummyVecEnv([make(rank) for rank in range(args.ppo_envs)])
@@ -268,24 +325,45 @@ def _ppo(args: GNNArgs, model: GNNScheduler, device: str, out: Path, resume: Pat
     # tensorboard is a dependency of the package; SB3 writes the PPO curves there.
     tensorboard = str(out / "tensorboard")
     if resume is not None:
-        agent = PPO.load(resume, env=envs, device=device,
-                         custom_objects=_ppo_archive_objects(resume, envs, args))
+        agent = PPO.load(
+            resume, env=envs, device=device, custom_objects=_ppo_archive_objects(resume, envs, args)
+        )
     else:
-        agent = PPO(GNNActorCriticPolicy, envs, learning_rate=args.ppo_learning_rate,
-                    n_steps=args.ppo_rollout,
-                    batch_size=min(256, args.ppo_rollout * args.ppo_envs), n_epochs=4,
-                    gamma=0.99, seed=args.seed,
-                    device=device, tensorboard_log=tensorboard, verbose=0,
-                    policy_kwargs={"hidden": args.hidden, "layers": args.layers})
+        agent = PPO(
+            GNNActorCriticPolicy,
+            envs,
+            learning_rate=args.ppo_learning_rate,
+            n_steps=args.ppo_rollout,
+            batch_size=min(256, args.ppo_rollout * args.ppo_envs),
+            n_epochs=4,
+            gamma=0.99,
+            seed=args.seed,
+            device=device,
+            tensorboard_log=tensorboard,
+            verbose=0,
+            policy_kwargs={"hidden": args.hidden, "layers": args.layers},
+        )
         agent.policy.gnn.load_state_dict(model.state_dict())  # type: ignore[union-attr]
     remaining = args.ppo_steps - agent.num_timesteps
     if remaining > 0:
-        agent.learn(remaining, callback=Checkpoint(), reset_num_timesteps=False,
-                    progress_bar=args.progress, tb_log_name=f"gnn_seed{args.seed}")
+        agent.learn(
+            remaining,
+            callback=Checkpoint(),
+            reset_num_timesteps=False,
+            progress_bar=args.progress,
+            tb_log_name=f"gnn_seed{args.seed}",
+        )
     agent.save(out / "ppo_checkpoint.zip")
     gnn = agent.policy.gnn
-    save_checkpoint(ppo_path, gnn.cpu(), workload, phase="ppo", steps=agent.num_timesteps,
-                    args=dataclasses.asdict(args), command=command)
+    save_checkpoint(
+        ppo_path,
+        gnn.cpu(),
+        workload,
+        phase="ppo",
+        steps=agent.num_timesteps,
+        args=dataclasses.asdict(args),
+        command=command,
+    )
     return ppo_path, int(agent.num_timesteps)
 
 
@@ -304,13 +382,21 @@ def _ppo_archive_objects(path: Path, envs: Any, args: GNNArgs) -> dict[str, Any]
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise ValueError(f"{path}: not a Stable-Baselines3 archive ({error})") from None
     replacements = {
-        "policy_class": GNNActorCriticPolicy, "observation_space": envs.observation_space,
-        "action_space": envs.action_space, "rollout_buffer_class": None,
-        "clip_range": 0.2, "lr_schedule": lambda _: args.ppo_learning_rate,
-        "_last_obs": None, "_last_episode_starts": None, "_last_original_obs": None,
-        "ep_info_buffer": None, "ep_success_buffer": None}
-    pickled = sorted(key for key, value in data.items()
-                     if isinstance(value, dict) and ":serialized:" in value)
+        "policy_class": GNNActorCriticPolicy,
+        "observation_space": envs.observation_space,
+        "action_space": envs.action_space,
+        "rollout_buffer_class": None,
+        "clip_range": 0.2,
+        "lr_schedule": lambda _: args.ppo_learning_rate,
+        "_last_obs": None,
+        "_last_episode_starts": None,
+        "_last_original_obs": None,
+        "ep_info_buffer": None,
+        "ep_success_buffer": None,
+    }
+    pickled = sorted(
+        key for key, value in data.items() if isinstance(value, dict) and ":serialized:" in value
+    )
     unknown = [key for key in pickled if key not in replacements]
     if unknown:
         raise ValueError(f"{path}: refused: pickled fields {unknown} that PPO does not write")
@@ -325,11 +411,20 @@ def validate(args: GNNArgs) -> None:
     resolve_device(args.device)
     if args.teacher not in POLICIES:
         raise ValueError(f"--teacher must be one of {POLICIES}, got {args.teacher!r}")
-    for name in ("imitation_slots", "imitation_epochs", "batch_size", "hidden", "layers",
-                 "ppo_envs", "ppo_rollout", "checkpoint_every", "eval_seeds", "threads"):
+    for name in (
+        "imitation_slots",
+        "imitation_epochs",
+        "batch_size",
+        "hidden",
+        "layers",
+        "ppo_envs",
+        "ppo_rollout",
+        "checkpoint_every",
+        "eval_seeds",
+        "threads",
+    ):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
-                             f"{getattr(args, name)}")
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.ppo_steps < 0:
         raise ValueError(f"--ppo-steps must be >= 0, got {args.ppo_steps}")
     for name in ("imitation_loads", "select_loads", "eval_loads"):

@@ -52,7 +52,8 @@ class LearnMABPArgs:
         "explore_loads": "loads of the logged episodes (one episode per load)",
         "explore_slots": "slots per logged episode",
         "explore_noise": "std of the Gaussian noise on MABP's scores while logging",
-        "eval_loads": "loads of the final evaluation", "eval_seeds": "seeds per load",
+        "eval_loads": "loads of the final evaluation",
+        "eval_seeds": "seeds per load",
         "device": "auto (cuda if available), cpu or cuda",
         "out": "directory for the checkpoint and the report",
         "progress": "show a progress bar",
@@ -71,8 +72,14 @@ def log_units(args: LearnMABPArgs) -> list[tuple[int, int, int, float, float]]:
         workload = make_workload(args.workload, load=load)
         explorer = make_policy("mabp", workload)
         explorer.reset(args.seed + k)
-        for _, _, outcome in rollout(workload, None, args.seed + k, args.explore_slots,
-                                     actor=explorer.scores, noise=args.explore_noise):
+        for _, _, outcome in rollout(
+            workload,
+            None,
+            args.seed + k,
+            args.explore_slots,
+            actor=explorer.scores,
+            noise=args.explore_noise,
+        ):
             units.extend(outcome.units)
     return units
 
@@ -90,20 +97,42 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
     errors = estimate.errors(workload)
     command = command_line("learn-mabp", args)
     path = out / f"learn_mabp_{workload.name}.pt"
-    estimate.save(path, workload, errors=errors, units=len(units), command=command,
-                  args=dataclasses.asdict(args))
+    estimate.save(
+        path,
+        workload,
+        errors=errors,
+        units=len(units),
+        command=command,
+        args=dataclasses.asdict(args),
+    )
 
     from mabp_gym.evaluation import evaluate, stable_load
 
-    reference = evaluate("mabp", args.workload, loads=args.eval_loads,
-                         seeds=range(args.eval_seeds), output=out / "eval_mabp.jsonl")
-    learned = evaluate("learn-mabp", args.workload, loads=args.eval_loads,
-                       seeds=range(args.eval_seeds), policy_kw={"checkpoint": str(path)},
-                       output=out / "eval.jsonl")
+    reference = evaluate(
+        "mabp",
+        args.workload,
+        loads=args.eval_loads,
+        seeds=range(args.eval_seeds),
+        output=out / "eval_mabp.jsonl",
+    )
+    learned = evaluate(
+        "learn-mabp",
+        args.workload,
+        loads=args.eval_loads,
+        seeds=range(args.eval_seeds),
+        policy_kw={"checkpoint": str(path)},
+        output=out / "eval.jsonl",
+    )
     stable = stable_load(reference + learned)
-    report = {"checkpoint": str(path), "units": len(units), "errors": errors,
-              "device": device, "stable_load": stable,
-              "wall_s": time.perf_counter() - started, "command": command}
+    report = {
+        "checkpoint": str(path),
+        "units": len(units),
+        "errors": errors,
+        "device": device,
+        "stable_load": stable,
+        "wall_s": time.perf_counter() - started,
+        "command": command,
+    }
     (out / "report.json").write_text(json.dumps(report, indent=2))
     return report
 
@@ -114,8 +143,7 @@ def validate(args: LearnMABPArgs) -> None:
     resolve_device(args.device)
     for name in ("explore_slots", "eval_seeds"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
-                             f"{getattr(args, name)}")
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.explore_noise >= 0:
         raise ValueError(f"--explore-noise must be >= 0, got {args.explore_noise}")
     for name in ("explore_loads", "eval_loads"):

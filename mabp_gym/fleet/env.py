@@ -55,17 +55,26 @@ class FleetEnv(gymnasium.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, trace: str = "synthetic", num_requests: int | None = 400,
-                 load: float | None = 0.8, **overrides: Any) -> None:
+    def __init__(
+        self,
+        trace: str = "synthetic",
+        num_requests: int | None = 400,
+        load: float | None = 0.8,
+        **overrides: Any,
+    ) -> None:
         self.config = make_config(**overrides)
         self._seen: int = 0  # records and drops already scored
         self._dropped: int = 0
         base = _cached_trace(trace)
         if num_requests is not None:
-            if isinstance(num_requests, bool) or not isinstance(num_requests, int) or \
-                    num_requests < 2:
-                raise ValueError(f"num_requests must be an integer >= 2 or None, "
-                                 f"got {num_requests!r}")
+            if (
+                isinstance(num_requests, bool)
+                or not isinstance(num_requests, int)
+                or num_requests < 2
+            ):
+                raise ValueError(
+                    f"num_requests must be an integer >= 2 or None, got {num_requests!r}"
+                )
             base = base.head(num_requests)
         self.trace = base if load is None else scale_to_load(base, load, self.config)
         w = self.config.num_workers
@@ -81,30 +90,44 @@ class FleetEnv(gymnasium.Env):
         assert sim is not None and request is not None
         t = sim.telemetry
         blocks = len(request.hash_ids)
-        workers = np.stack([
-            t.in_flight / cfg.max_running,
-            t.waiting / cfg.max_running,
-            t.prefill_backlog_s(),
-            t.kv_used_fraction(),
-            t.cached_blocks(request.hash_ids) / blocks,
-            t.tool_cached(request.tool_key) if request.tool_key >= 0 else np.zeros(t.num_workers),
-        ], axis=1)
-        own = np.array([blocks / 64.0, request.output_length / 1000.0,
-                        float(request.tool_key >= 0), float(request.downstream)])
+        workers = np.stack(
+            [
+                t.in_flight / cfg.max_running,
+                t.waiting / cfg.max_running,
+                t.prefill_backlog_s(),
+                t.kv_used_fraction(),
+                t.cached_blocks(request.hash_ids) / blocks,
+                t.tool_cached(request.tool_key)
+                if request.tool_key >= 0
+                else np.zeros(t.num_workers),
+            ],
+            axis=1,
+        )
+        own = np.array(
+            [
+                blocks / 64.0,
+                request.output_length / 1000.0,
+                float(request.tool_key >= 0),
+                float(request.downstream),
+            ]
+        )
         return np.concatenate([workers.ravel(), own]).astype(np.float32)
 
     def _score(self) -> tuple[int, int]:
         assert self.sim is not None
         cfg = self.config
-        good = sum(int(not down and ttft <= cfg.slo_ttft_s and tpot <= cfg.slo_tpot_s)
-                   for ttft, _, tpot, down, _ in self.sim.records[self._seen:])
+        good = sum(
+            int(not down and ttft <= cfg.slo_ttft_s and tpot <= cfg.slo_tpot_s)
+            for ttft, _, tpot, down, _ in self.sim.records[self._seen :]
+        )
         self._seen = len(self.sim.records)
         dropped = self.sim.dropped - self._dropped
         self._dropped = self.sim.dropped
         return good, dropped
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         run_seed = int(self.np_random.integers(2**31))
         self.sim = FleetSimulator(self.trace, self.config, run_seed)
@@ -117,8 +140,9 @@ class FleetEnv(gymnasium.Env):
         if self.sim is None or self._request is None:
             raise RuntimeError("call reset() before step() (and again after the episode ends)")
         if not self.action_space.contains(action):
-            raise ValueError(f"action must be a worker index in [0, "
-                             f"{self.config.num_workers}), got {action!r}")
+            raise ValueError(
+                f"action must be a worker index in [0, {self.config.num_workers}), got {action!r}"
+            )
         self.sim.dispatch(int(action))
         self._request = self.sim.next_request()
         terminated = self._request is None

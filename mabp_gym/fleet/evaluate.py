@@ -29,9 +29,16 @@ MAX_DROP_FOR_BEST = 0.01
 """Routers dropping more than this share of requests are never marked best."""
 
 
-def evaluate_fleet(trace: Trace, routers: Sequence[str], loads: Sequence[float], runs: int,
-                   config: FleetConfig, *, seed: int = 0,
-                   progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def evaluate_fleet(
+    trace: Trace,
+    routers: Sequence[str],
+    loads: Sequence[float],
+    runs: int,
+    config: FleetConfig,
+    *,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
     """One record per (router, load, run): the run's metrics.
 
     Run ``k`` uses seed ``seed + k`` for every router, so routers face the same agentic
@@ -48,8 +55,16 @@ def evaluate_fleet(trace: Trace, routers: Sequence[str], loads: Sequence[float],
         for name in routers:
             for run in range(runs):
                 metrics = replay(scaled, make_router(name), config, seed=seed + run)
-                records.append({"trace": trace.name, "router": name, "load": load,
-                                "run": run, "workers": config.num_workers, **metrics})
+                records.append(
+                    {
+                        "trace": trace.name,
+                        "router": name,
+                        "load": load,
+                        "run": run,
+                        "workers": config.num_workers,
+                        **metrics,
+                    }
+                )
             if progress:
                 progress(f"{trace.name} load {load:g} {name}: {runs} runs")
     return records
@@ -100,8 +115,9 @@ SHORT = {
 }
 
 
-def format_table(records: Sequence[dict[str, Any]], routers: Sequence[str],
-                 layout: str = "metrics") -> str:
+def format_table(
+    records: Sequence[dict[str, Any]], routers: Sequence[str], layout: str = "metrics"
+) -> str:
     """Markdown tables, one per load, the best point estimate of each metric in bold.
 
     Scheduler time is never bold, and only routers dropping at most ``MAX_DROP_FOR_BEST``
@@ -118,8 +134,7 @@ def format_table(records: Sequence[dict[str, Any]], routers: Sequence[str],
         runs = min(summary[(load, r)]["runs"] for r in present)
         # A router that drops work can look frugal (GPU seconds, hit ratio of what it
         # served), so only routers dropping at most MAX_DROP_FOR_BEST compete for bold.
-        fair = np.array([summary[(load, r)]["drop_rate"][0] <= MAX_DROP_FOR_BEST
-                         for r in present])
+        fair = np.array([summary[(load, r)]["drop_rate"][0] <= MAX_DROP_FOR_BEST for r in present])
         cells: dict[tuple[str, str], str] = {}
         for metric in METRICS:
             means = np.array([summary[(load, r)][metric][0] for r in present])
@@ -130,17 +145,27 @@ def format_table(records: Sequence[dict[str, Any]], routers: Sequence[str],
             for r, mean, ok in zip(present, means, fair, strict=True):
                 text = _cell(mean, summary[(load, r)][metric][1], metric)
                 cells[(r, metric)] = f"**{text}**" if ok and mean == best else text
-        lines = [f"Load {load:g} ({runs} runs, mean ± 95% half-width; bold: best point "
-                 f"estimate among routers dropping at most {100 * MAX_DROP_FOR_BEST:g}%)", ""]
+        lines = [
+            f"Load {load:g} ({runs} runs, mean ± 95% half-width; bold: best point "
+            f"estimate among routers dropping at most {100 * MAX_DROP_FOR_BEST:g}%)",
+            "",
+        ]
         if layout == "metrics":
-            lines += ["| Metric | " + " | ".join(present) + " |",
-                      "| --- |" + " --- |" * len(present)]
-            lines += [f"| {LABELS[m]} | " + " | ".join(cells[(r, m)] for r in present) + " |"
-                      for m in METRICS]
+            lines += [
+                "| Metric | " + " | ".join(present) + " |",
+                "| --- |" + " --- |" * len(present),
+            ]
+            lines += [
+                f"| {LABELS[m]} | " + " | ".join(cells[(r, m)] for r in present) + " |"
+                for m in METRICS
+            ]
         else:
-            lines += ["| Router | " + " | ".join(SHORT[m] for m in METRICS) + " |",
-                      "| --- |" + " --- |" * len(METRICS)]
-            lines += [f"| {r} | " + " | ".join(cells[(r, m)] for m in METRICS) + " |"
-                      for r in present]
+            lines += [
+                "| Router | " + " | ".join(SHORT[m] for m in METRICS) + " |",
+                "| --- |" + " --- |" * len(METRICS),
+            ]
+            lines += [
+                f"| {r} | " + " | ".join(cells[(r, m)] for m in METRICS) + " |" for r in present
+            ]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"

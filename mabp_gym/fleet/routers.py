@@ -60,8 +60,9 @@ class PrefixIndex:
         """Leading matched blocks per worker.  # (W,) int64"""
         return np.array([leading_hits(t, hash_ids) for t in self.tables], dtype=np.int64)
 
-    def insert(self, worker: int, hash_ids: Sequence[int], now: float,
-               capacity: int | None = None) -> None:
+    def insert(
+        self, worker: int, hash_ids: Sequence[int], now: float, capacity: int | None = None
+    ) -> None:
         """Record that ``worker`` saw the prompt; with ``capacity``, evict LRU entries now."""
         table = self.tables[worker]
         for block in reversed(hash_ids):
@@ -168,8 +169,9 @@ class SGLangCacheAware(_RouterBase):
     def __init__(self, preset: str = "rust") -> None:
         super().__init__()
         if preset not in SGLANG_PRESETS:
-            raise ValueError(f"unknown SGLang preset {preset!r}; choose one of "
-                             f"{sorted(SGLANG_PRESETS)}")
+            raise ValueError(
+                f"unknown SGLang preset {preset!r}; choose one of {sorted(SGLANG_PRESETS)}"
+            )
         self.preset = SGLANG_PRESETS[preset]
         self.name = f"sglang-{preset}"
 
@@ -216,8 +218,13 @@ class DynamoKV(_RouterBase):
     routing there.
     """
 
-    def __init__(self, temperature: float = 0.0, overlap_score_weight: float = 1.0,
-                 kv_events: bool = True, ttl_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        temperature: float = 0.0,
+        overlap_score_weight: float = 1.0,
+        kv_events: bool = True,
+        ttl_s: float = 120.0,
+    ) -> None:
         super().__init__()
         if not (math.isfinite(temperature) and temperature >= 0):
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -273,9 +280,14 @@ class LLMD(_RouterBase):
 
     name = "llm-d"
 
-    def __init__(self, prefix_weight: float = 3.0, queue_weight: float = 2.0,
-                 kv_weight: float = 2.0, load_aware_weight: float = 0.0,
-                 lru_blocks_per_server: int = 3906) -> None:
+    def __init__(
+        self,
+        prefix_weight: float = 3.0,
+        queue_weight: float = 2.0,
+        kv_weight: float = 2.0,
+        load_aware_weight: float = 0.0,
+        lru_blocks_per_server: int = 3906,
+    ) -> None:
         # 31,250 blocks of 64 tokens per server in the plugin = 3,906 blocks of 512 tokens.
         super().__init__()
         self.weights = (prefix_weight, queue_weight, kv_weight, load_aware_weight)
@@ -366,8 +378,9 @@ class AIBrixPrefixCache(_RouterBase):
 
     name = "aibrix"
 
-    def __init__(self, imbalance_factor: float = 2.0, imbalance_abs: int = 8,
-                 std_factor: float = 1.0) -> None:
+    def __init__(
+        self, imbalance_factor: float = 2.0, imbalance_abs: int = 8, std_factor: float = 1.0
+    ) -> None:
         super().__init__()
         self.imbalance_factor = imbalance_factor
         self.imbalance_abs = imbalance_abs
@@ -438,8 +451,9 @@ class MABPRoute(_RouterBase):
         full = cfg.prefill_s(request.input_length)
         self.seen += 1
         self.mean_prefill += (full - self.mean_prefill) / self.seen
-        cached = np.minimum(telemetry.cached_blocks(request.hash_ids) * cfg.block_tokens,
-                            request.input_length)
+        cached = np.minimum(
+            telemetry.cached_blocks(request.hash_ids) * cfg.block_tokens, request.input_length
+        )
         prefill = cfg.prefill_s(request.input_length - cached)
         busy = telemetry.running >= cfg.max_running
         pressure = telemetry.prefill_backlog_s() + busy * telemetry.waiting * self.mean_prefill
@@ -447,7 +461,8 @@ class MABPRoute(_RouterBase):
         if request.tool_key >= 0 and not request.downstream:
             gap = max(cfg.p_downstream_miss - cfg.p_downstream_hit, 0.0)
             job = cfg.prefill_s(cfg.tool_tokens + request.output_length) + (
-                cfg.downstream_output * cfg.decode_base_s)
+                cfg.downstream_output * cfg.decode_base_s
+            )
             cost = cost + self.tool_weight * gap * job * ~telemetry.tool_cached(request.tool_key)
         fill = telemetry.running / cfg.max_running
         return cost + self.damping * fill * fill * full
@@ -477,9 +492,17 @@ ROUTERS: dict[str, Callable[[], Any]] = {
 }
 """Every router by name; ``make_router(name)`` builds a fresh one."""
 
-PRODUCTION_ROUTERS = ("sglang-rust", "sglang-python", "dynamo-t0", "dynamo-t0.5",
-                      "dynamo-t0-approx", "llm-d",
-                      "vllm-prefixaware", "vllm-loadaware", "aibrix")
+PRODUCTION_ROUTERS = (
+    "sglang-rust",
+    "sglang-python",
+    "dynamo-t0",
+    "dynamo-t0.5",
+    "dynamo-t0-approx",
+    "llm-d",
+    "vllm-prefixaware",
+    "vllm-loadaware",
+    "aibrix",
+)
 
 
 def make_router(name: str) -> Any:

@@ -95,9 +95,18 @@ class FleetConfig:
                 raise TypeError(f"FleetConfig.{f.name} must be an integer, got {value!r}")
             if not math.isfinite(value):
                 raise ValueError(f"FleetConfig.{f.name} must be finite, got {value}")
-        positive = ("num_workers", "cache_blocks", "block_tokens", "max_running", "timeout_s",
-                    "prefill_s_per_token", "decode_base_s", "slo_ttft_s", "slo_tpot_s",
-                    "tool_capacity")
+        positive = (
+            "num_workers",
+            "cache_blocks",
+            "block_tokens",
+            "max_running",
+            "timeout_s",
+            "prefill_s_per_token",
+            "decode_base_s",
+            "slo_ttft_s",
+            "slo_tpot_s",
+            "tool_capacity",
+        )
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"FleetConfig.{name} must be > 0, got {getattr(self, name)}")
@@ -106,8 +115,9 @@ class FleetConfig:
                 raise ValueError(f"FleetConfig.{f.name} must be >= 0, got {getattr(self, f.name)}")
         for name in ("agentic_fraction", "p_downstream_hit", "p_downstream_miss"):
             if getattr(self, name) > 1:
-                raise ValueError(f"FleetConfig.{name} is a probability in [0, 1], "
-                                 f"got {getattr(self, name)}")
+                raise ValueError(
+                    f"FleetConfig.{name} is a probability in [0, 1], got {getattr(self, name)}"
+                )
 
     def prefill_s(self, uncached_tokens: int | np.ndarray) -> Any:
         """Prefill seconds for ``uncached_tokens``."""
@@ -150,11 +160,27 @@ def scale_to_load(trace: Trace, load: float, config: FleetConfig) -> Trace:
 class Request:
     """A request in flight (trace request or downstream job)."""
 
-    __slots__ = ("rid", "arrival", "input_length", "output_length", "hash_ids", "tool_key",
-                 "downstream", "worker")
+    __slots__ = (
+        "rid",
+        "arrival",
+        "input_length",
+        "output_length",
+        "hash_ids",
+        "tool_key",
+        "downstream",
+        "worker",
+    )
 
-    def __init__(self, rid: int, arrival: float, input_length: int, output_length: int,
-                 hash_ids: tuple[int, ...], tool_key: int, downstream: bool) -> None:
+    def __init__(
+        self,
+        rid: int,
+        arrival: float,
+        input_length: int,
+        output_length: int,
+        hash_ids: tuple[int, ...],
+        tool_key: int,
+        downstream: bool,
+    ) -> None:
         self.rid = rid
         self.arrival = arrival  # s
         self.input_length = input_length
@@ -165,9 +191,11 @@ class Request:
         self.worker = -1
 
     def __repr__(self) -> str:
-        return (f"Request(rid={self.rid}, arrival={self.arrival:.3f}, in={self.input_length}, "
-                f"out={self.output_length}, blocks={len(self.hash_ids)}, tool={self.tool_key}, "
-                f"downstream={self.downstream})")
+        return (
+            f"Request(rid={self.rid}, arrival={self.arrival:.3f}, in={self.input_length}, "
+            f"out={self.output_length}, blocks={len(self.hash_ids)}, tool={self.tool_key}, "
+            f"downstream={self.downstream})"
+        )
 
 
 def leading_hits(cache: dict[int, Any], hash_ids: Sequence[int]) -> int:
@@ -234,8 +262,17 @@ class Router(Protocol):
     def choose(self, request: Request, telemetry: Telemetry) -> int: ...
 
 
-METRICS = ("throughput", "slo_goodput", "p95_ttft_s", "p95_e2e_s", "gpu_s_per_request",
-           "kv_hit_ratio", "downstream_per_request", "drop_rate", "p95_scheduler_us")
+METRICS = (
+    "throughput",
+    "slo_goodput",
+    "p95_ttft_s",
+    "p95_e2e_s",
+    "gpu_s_per_request",
+    "kv_hit_ratio",
+    "downstream_per_request",
+    "drop_rate",
+    "p95_scheduler_us",
+)
 """Metric names of a run, in the order of SPEC 11's table."""
 
 
@@ -304,8 +341,9 @@ class FleetSimulator:
                 t_trace = self._times[self._next_trace] - self._origin
             else:
                 t_trace = math.inf
-            if events and (events[0][0] < t_trace or (events[0][0] == t_trace
-                                                      and events[0][1] == 0)):
+            if events and (
+                events[0][0] < t_trace or (events[0][0] == t_trace and events[0][1] == 0)
+            ):
                 when, kind, _, payload = heapq.heappop(events)
                 self.now = when
                 if kind == 0:
@@ -320,8 +358,9 @@ class FleetSimulator:
                 tool = -1
                 if self._agentic[k]:
                     tool = r.hash_ids[min(self.config.tool_depth, len(r.hash_ids) - 1)]
-                request = Request(k, t_trace, r.input_length, r.output_length, r.hash_ids,
-                                  tool, False)
+                request = Request(
+                    k, t_trace, r.input_length, r.output_length, r.hash_ids, tool, False
+                )
             else:
                 return None
             self.arrived += 1
@@ -335,8 +374,9 @@ class FleetSimulator:
             raise RuntimeError("no pending request: call next_request first")
         w = int(worker) if isinstance(worker, (int, np.integer)) else -1
         if not 0 <= w < self.config.num_workers:
-            raise ValueError(f"worker must be an integer in [0, {self.config.num_workers}), "
-                             f"got {worker!r}")
+            raise ValueError(
+                f"worker must be an integer in [0, {self.config.num_workers}), got {worker!r}"
+            )
         self._pending = None
         request.worker = w
         if self.waiting_count[w] >= self.config.max_waiting:
@@ -385,8 +425,9 @@ class FleetSimulator:
         blocks = cfg.blocks(request.input_length + request.output_length)
         self.running_blocks[w] -= blocks
         self.active_blocks[w] -= blocks
-        self.records.append((ttft, self.now - request.arrival, step, request.downstream,
-                             request.rid))
+        self.records.append(
+            (ttft, self.now - request.arrival, step, request.downstream, request.rid)
+        )
         self.last_time = max(self.last_time, self.now)
         if request.tool_key >= 0 and not request.downstream:
             tools = self.tools[w]
@@ -408,8 +449,15 @@ class FleetSimulator:
         new_blocks = cfg.blocks(tokens) - len(parent.hash_ids)
         extra = tuple(range(self._fresh_block, self._fresh_block - new_blocks, -1))
         self._fresh_block -= new_blocks
-        job = Request(self._next_rid, self.now + cfg.tool_latency_s, tokens,
-                      cfg.downstream_output, parent.hash_ids + extra, parent.tool_key, True)
+        job = Request(
+            self._next_rid,
+            self.now + cfg.tool_latency_s,
+            tokens,
+            cfg.downstream_output,
+            parent.hash_ids + extra,
+            parent.tool_key,
+            True,
+        )
         self._next_rid += 1
         self.downstream_jobs += 1
         self._push(job.arrival, 1, job)
@@ -423,7 +471,8 @@ class FleetSimulator:
                 self.dropped += 1
                 self.in_flight[w] -= 1
                 self.active_blocks[w] -= self.config.blocks(
-                    request.input_length + request.output_length)
+                    request.input_length + request.output_length
+                )
                 continue
             self._admit(request, w)
 
@@ -431,8 +480,9 @@ class FleetSimulator:
     def metrics(self) -> dict[str, float]:
         """SPEC 11's metrics of the run so far (see ``docs/fleet.md`` for definitions)."""
         cfg = self.config
-        rec = np.array([(a, b, c, d) for a, b, c, d, _ in self.records],
-                       dtype=np.float64).reshape(-1, 4)
+        rec = np.array([(a, b, c, d) for a, b, c, d, _ in self.records], dtype=np.float64).reshape(
+            -1, 4
+        )
         main = rec[rec[:, 3] == 0]
         span = max(self.last_time, self.now, 1e-9)
         if len(main):
@@ -454,14 +504,16 @@ class FleetSimulator:
             "kv_hit_ratio": self.cached_tokens / max(self.prompt_tokens, 1),
             "downstream_per_request": self.downstream_jobs / max(len(main), 1),
             "drop_rate": self.dropped / max(total, 1),
-            "p95_scheduler_us": (float(np.percentile(self.choose_ns, 95)) / 1000.0
-                                 if self.choose_ns else math.nan),
+            "p95_scheduler_us": (
+                float(np.percentile(self.choose_ns, 95)) / 1000.0 if self.choose_ns else math.nan
+            ),
         }
         return {name: float(value) for name, value in values.items()}
 
 
-def replay(trace: Trace, router: Router, config: FleetConfig | None = None,
-           seed: int = 0) -> dict[str, float]:
+def replay(
+    trace: Trace, router: Router, config: FleetConfig | None = None, seed: int = 0
+) -> dict[str, float]:
     """Route every request of ``trace`` with ``router``; the run's metrics.
 
     The router is reset with a generator seeded from ``seed``; its decision time is measured

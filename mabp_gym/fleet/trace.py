@@ -71,9 +71,13 @@ class Trace:
         """The same requests with every timestamp multiplied by ``factor`` (order kept)."""
         if not (np.isfinite(factor) and factor > 0):
             raise ValueError(f"time scale factor must be a positive finite number, got {factor}")
-        return Trace(self.name, tuple(
-            TraceRequest(r.timestamp * factor, r.input_length, r.output_length, r.hash_ids)
-            for r in self.requests))
+        return Trace(
+            self.name,
+            tuple(
+                TraceRequest(r.timestamp * factor, r.input_length, r.output_length, r.hash_ids)
+                for r in self.requests
+            ),
+        )
 
 
 def _parse_line(text: str, where: str) -> TraceRequest:
@@ -83,11 +87,14 @@ def _parse_line(text: str, where: str) -> TraceRequest:
         raise ValueError(f"{where}: not valid JSON ({error.msg})") from None
     if not isinstance(record, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    missing = [k for k in ("timestamp", "input_length", "output_length", "hash_ids")
-               if k not in record]
+    missing = [
+        k for k in ("timestamp", "input_length", "output_length", "hash_ids") if k not in record
+    ]
     if missing:
-        raise ValueError(f"{where}: missing field(s) {missing}; a Mooncake line has timestamp, "
-                         "input_length, output_length and hash_ids")
+        raise ValueError(
+            f"{where}: missing field(s) {missing}; a Mooncake line has timestamp, "
+            "input_length, output_length and hash_ids"
+        )
     stamp = record["timestamp"]
     if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not stamp >= 0:
         raise ValueError(f"{where}: timestamp must be a non-negative number of ms, got {stamp!r}")
@@ -98,8 +105,11 @@ def _parse_line(text: str, where: str) -> TraceRequest:
             raise ValueError(f"{where}: {key} must be a positive integer, got {value!r}")
         lengths.append(value)
     ids = record["hash_ids"]
-    if not isinstance(ids, list) or not ids or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in ids):
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+    ):
         raise ValueError(f"{where}: hash_ids must be a non-empty list of integers")
     return TraceRequest(float(stamp), lengths[0], lengths[1], tuple(ids))
 
@@ -117,8 +127,10 @@ def parse_mooncake(lines: Iterable[str], name: str = "trace") -> Trace:
             continue
         request = _parse_line(text, f"{name} line {number}")
         if request.timestamp < last:
-            raise ValueError(f"{name} line {number}: timestamp {request.timestamp:g} is earlier "
-                             f"than the previous line's {last:g}; traces must be in arrival order")
+            raise ValueError(
+                f"{name} line {number}: timestamp {request.timestamp:g} is earlier "
+                f"than the previous line's {last:g}; traces must be in arrival order"
+            )
         last = request.timestamp
         requests.append(request)
     if not requests:
@@ -151,10 +163,13 @@ def load_trace(spec: str) -> Trace:
     return shipped_trace(spec) if spec in SHIPPED_TRACES else read_mooncake(spec)
 
 
-def trace_from_columns(timestamps_ms: Sequence[float], input_lengths: Sequence[int],
-                       output_lengths: Sequence[int],
-                       hash_ids: Sequence[Sequence[int]] | None = None,
-                       name: str = "columns") -> Trace:
+def trace_from_columns(
+    timestamps_ms: Sequence[float],
+    input_lengths: Sequence[int],
+    output_lengths: Sequence[int],
+    hash_ids: Sequence[Sequence[int]] | None = None,
+    name: str = "columns",
+) -> Trace:
     """A trace from columns of another public trace (see ``docs/fleet.md`` for the mapping).
 
     Without ``hash_ids`` (Azure LLM inference, BurstGPT) every request gets fresh block ids,
@@ -162,10 +177,14 @@ def trace_from_columns(timestamps_ms: Sequence[float], input_lengths: Sequence[i
     by time (stable) and validated as Mooncake lines are.
     """
     count = len(timestamps_ms)
-    if len(input_lengths) != count or len(output_lengths) != count or (
-            hash_ids is not None and len(hash_ids) != count):
-        raise ValueError("timestamps, input_lengths, output_lengths (and hash_ids) must have "
-                         "the same length")
+    if (
+        len(input_lengths) != count
+        or len(output_lengths) != count
+        or (hash_ids is not None and len(hash_ids) != count)
+    ):
+        raise ValueError(
+            "timestamps, input_lengths, output_lengths (and hash_ids) must have the same length"
+        )
     order = sorted(range(count), key=lambda k: float(timestamps_ms[k]))
     lines = []
     next_id = 0
@@ -177,8 +196,16 @@ def trace_from_columns(timestamps_ms: Sequence[float], input_lengths: Sequence[i
             next_id += blocks
         else:
             ids = [int(i) for i in hash_ids[k]]
-        lines.append(json.dumps({"timestamp": float(timestamps_ms[k]), "input_length": tokens,
-                                 "output_length": int(output_lengths[k]), "hash_ids": ids}))
+        lines.append(
+            json.dumps(
+                {
+                    "timestamp": float(timestamps_ms[k]),
+                    "input_length": tokens,
+                    "output_length": int(output_lengths[k]),
+                    "hash_ids": ids,
+                }
+            )
+        )
     return parse_mooncake(lines, name)
 
 
@@ -200,10 +227,17 @@ def _check_count(count: int) -> None:
         raise ValueError(f"count must be a positive integer, got {count!r}")
 
 
-def prefix_tree_trace(count: int = 2000, *, rate: float = 4.0, burstiness: float = 1.0,
-                      branching: Sequence[int] = (4, 8), shared_blocks: Sequence[int] = (4, 8),
-                      tail_blocks: tuple[int, int] = (1, 6), output_mean: float = 200.0,
-                      seed: int = 0) -> Trace:
+def prefix_tree_trace(
+    count: int = 2000,
+    *,
+    rate: float = 4.0,
+    burstiness: float = 1.0,
+    branching: Sequence[int] = (4, 8),
+    shared_blocks: Sequence[int] = (4, 8),
+    tail_blocks: tuple[int, int] = (1, 6),
+    output_mean: float = 200.0,
+    seed: int = 0,
+) -> Trace:
     """Requests whose prompts share prefixes along a tree (system prompt, then documents).
 
     Level ``k`` of the tree has ``branching[k]`` children per node, each adding
@@ -231,7 +265,7 @@ def prefix_tree_trace(count: int = 2000, *, rate: float = 4.0, burstiness: float
             leaf //= base
         digits.reverse()
         for level in range(len(digits)):
-            key = tuple(digits[:level + 1])
+            key = tuple(digits[: level + 1])
             if key not in node_ids:
                 node_ids[key] = list(range(next_id, next_id + shared_blocks[level]))
                 next_id += shared_blocks[level]
@@ -250,9 +284,17 @@ def prefix_tree_trace(count: int = 2000, *, rate: float = 4.0, burstiness: float
     return Trace(f"prefix_tree(seed={seed})", tuple(requests))
 
 
-def agentic_session_trace(count: int = 2000, *, rate: float = 4.0, burstiness: float = 2.0,
-                          sessions: int = 200, system_blocks: int = 2, turn_blocks: int = 2,
-                          output_mean: float = 150.0, seed: int = 0) -> Trace:
+def agentic_session_trace(
+    count: int = 2000,
+    *,
+    rate: float = 4.0,
+    burstiness: float = 2.0,
+    sessions: int = 200,
+    system_blocks: int = 2,
+    turn_blocks: int = 2,
+    output_mean: float = 150.0,
+    seed: int = 0,
+) -> Trace:
     """Multi-turn agentic sessions: each turn's prompt is the previous turn's prompt plus new
     blocks (tool results, the user's next message), as in the Mooncake conversation trace.
 
@@ -289,6 +331,14 @@ def write_mooncake(trace: Trace, path: str | Path) -> None:
     with opener(path, "wt", encoding="utf-8") as handle:
         for r in trace.requests:
             stamp = int(r.timestamp) if float(r.timestamp).is_integer() else r.timestamp
-            handle.write(json.dumps({"timestamp": stamp, "input_length": r.input_length,
-                                     "output_length": r.output_length,
-                                     "hash_ids": list(r.hash_ids)}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "timestamp": stamp,
+                        "input_length": r.input_length,
+                        "output_length": r.output_length,
+                        "hash_ids": list(r.hash_ids),
+                    }
+                )
+                + "\n"
+            )

@@ -16,14 +16,38 @@ from mabp_gym.evaluation import RunSpec, run
 
 HERE = Path(__file__).parent
 HORIZON = 300
-CASES = [("mabp", "mixed", 0.85, 0), ("bp", "mixed", 0.85, 1), ("cost-bp", "mixed", 0.4, 2),
-         ("greedycache-bp", "mixed", 0.6, 2), ("mabp-no-retention", "mixed", 0.7, 1),
-         ("oracle-sur", "mixed", 0.6, 0), ("frame-mabp", "mixed", 0.8, 0),
-         ("mabp", "separation", 0.5, 0), ("bp", "separation", 0.5, 1),
-         ("mabp", "multihop14", 0.7, 0), ("bp", "multihop14", 0.7, 3)]
-KEYS = ("stable", "slope", "mean_backlog", "growth", "paper_slope", "paper_backlog", "penalty",
-        "p95_delay", "hit_ratio", "churn", "completion_ratio", "work_per_request",
-        "compute_cost", "transmission_cost", "memory_cost", "backlog_trace", "residency")
+CASES = [
+    ("mabp", "mixed", 0.85, 0),
+    ("bp", "mixed", 0.85, 1),
+    ("cost-bp", "mixed", 0.4, 2),
+    ("greedycache-bp", "mixed", 0.6, 2),
+    ("mabp-no-retention", "mixed", 0.7, 1),
+    ("oracle-sur", "mixed", 0.6, 0),
+    ("frame-mabp", "mixed", 0.8, 0),
+    ("mabp", "separation", 0.5, 0),
+    ("bp", "separation", 0.5, 1),
+    ("mabp", "multihop14", 0.7, 0),
+    ("bp", "multihop14", 0.7, 3),
+]
+KEYS = (
+    "stable",
+    "slope",
+    "mean_backlog",
+    "growth",
+    "paper_slope",
+    "paper_backlog",
+    "penalty",
+    "p95_delay",
+    "hit_ratio",
+    "churn",
+    "completion_ratio",
+    "work_per_request",
+    "compute_cost",
+    "transmission_cost",
+    "memory_cost",
+    "backlog_trace",
+    "residency",
+)
 
 
 def workload_path(name: str) -> str:
@@ -33,16 +57,28 @@ def workload_path(name: str) -> str:
 
 
 def main() -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=True, cwd=HERE).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=HERE,
+    ).stdout.strip()
     runs = []
     for policy, workload, load, seed in CASES:
         record = run(RunSpec(policy, workload_path(workload), load, seed, horizon=HORIZON))
-        runs.append({"policy": policy, "workload": workload, "load": load, "seed": seed,
-                     "record": {key: record[key] for key in KEYS}})
+        runs.append(
+            {
+                "policy": policy,
+                "workload": workload,
+                "load": load,
+                "seed": seed,
+                "record": {key: record[key] for key in KEYS},
+            }
+        )
     (HERE / "records_baseline.json").write_text(
-        json.dumps({"commit": commit, "horizon": HORIZON, "runs": runs}) + "\n",
-        encoding="utf-8")
+        json.dumps({"commit": commit, "horizon": HORIZON, "runs": runs}) + "\n", encoding="utf-8"
+    )
 
 
 if __name__ == "__main__":
