@@ -56,7 +56,9 @@ from mabp_gym.control import (
     Control,
     InfeasibleControlError,
     check_control,
+    compute_left,
     hit_bits,
+    holders_after,
 )
 from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.projection import project
@@ -273,9 +275,7 @@ class OracleSur(Policy):
 
     def _available(self, state: SimState) -> np.ndarray:
         """Compute per node left after the units already in service take theirs, ``(N,)``."""
-        mu = self.ix.mu
-        busy = state.service_action >= 0
-        return mu - np.where(busy, np.minimum(mu, state.service_residual), 0.0)
+        return compute_left(self.workload, state)
 
     def _encode(self, state: SimState) -> dict[str, np.ndarray]:
         if self._encoder is None:
@@ -476,14 +476,7 @@ class OracleSur(Policy):
     ) -> SlotProgram:
         """The slot's :class:`SlotProgram` after ``transfers``."""
         wl, ix = self.workload, self.ix
-        holder = state.holder
-        if len(transfers):
-            holder = holder.copy()
-            src = self._transfer_src_node[transfers]
-            dst = self._transfer_dst_node[transfers]
-            sig = ix.transfer_signature[transfers]
-            holder[dst, sig] = holder[src, sig]
-            holder[src, sig] = -1
+        holder = holders_after(wl, state.holder, transfers)
         hit = np.asarray(hit_bits(wl, holder, self.memory), dtype=np.int64)
         gain = weight[hit, self._arange]
         work = self.mabp.primitives.work[hit, self._arange]
@@ -822,13 +815,7 @@ class OracleSur(Policy):
         priority = np.where(
             net > 0, density / (1.0 + np.abs(density)), np.where(net < 0, -1.0, 0.0)
         )
-        holder = state.holder
-        if len(control.transfers):
-            holder = holder.copy()
-            k = np.asarray(control.transfers, dtype=np.int64)
-            sig = ix.transfer_signature[k]
-            holder[self._transfer_dst_node[k], sig] = holder[self._transfer_src_node[k], sig]
-            holder[self._transfer_src_node[k], sig] = -1
+        holder = holders_after(self.workload, state.holder, control.transfers)
         item = np.zeros(ix.num_retains, dtype=bool)
         resident = ix.retain_of[holder >= 0]
         item[resident[resident >= 0]] = True

@@ -136,6 +136,35 @@ def hit_bits(
     return hit
 
 
+def in_service_spend(workload: Workload, state: SimState) -> np.ndarray:
+    """Compute the units already in service take this slot, first, ``(N,)`` float64: all
+    that is left of their work, at most the node's ``mu`` (SPEC 1)."""
+    mu = workload.index.mu
+    busy = state.service_action >= 0
+    return np.where(busy, np.minimum(mu, state.service_residual), 0.0)
+
+
+def compute_left(workload: Workload, state: SimState) -> np.ndarray:
+    """Compute per node left for new service after the units in service, ``(N,)``."""
+    return workload.index.mu - in_service_spend(workload, state)
+
+
+def holders_after(workload: Workload, holder: np.ndarray, transfers: np.ndarray) -> np.ndarray:
+    """``holder`` (``(N, S)`` identities) after the transfer candidates ``transfers`` (known
+    feasible): each object leaves its source for its destination. A copy when anything
+    moves; ``holder`` itself otherwise."""
+    if not len(transfers):
+        return holder
+    ix = workload.index
+    k = np.asarray(transfers, dtype=np.int64)
+    src, dst = ix.link_src[ix.transfer_link[k]], ix.link_dst[ix.transfer_link[k]]
+    sig = ix.transfer_signature[k]
+    moved = holder.copy()
+    moved[dst, sig] = moved[src, sig]
+    moved[src, sig] = -1
+    return moved
+
+
 def _link_name(workload: Workload, e: int) -> str:
     link = workload.links[e]
     return f"link {workload.nodes[link.src].name}->{workload.nodes[link.dst].name}"
@@ -209,10 +238,7 @@ def check_control(
             )
 
     # Compute: units in service first, then whole units, then at most one start.
-    spent = [0.0] * ix.num_nodes
-    for i, a in enumerate(state.service_action.tolist()):
-        if a >= 0:
-            spent[i] = min(fx.mu[i], float(state.service_residual[i]))
+    spent = in_service_spend(workload, state).tolist()
     for a, n in service:
         if n < 0:
             raise InfeasibleControlError(

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mabp_gym import slotcore
+from mabp_gym.control import compute_left
 from mabp_gym.workload import ROLES, Workload
 
 NODE_FEATURES = (
@@ -305,7 +306,7 @@ class ObservationEncoder:
         residual = np.where(busy, state.service_residual, 0.0)
         mask = np.ones(ix.num_scores, dtype=np.int8)
         waiting = state.queue_len
-        node_free = (ix.mu - np.minimum(ix.mu, residual)) > 1e-9
+        node_free = compute_left(self.workload, state) > 1e-9
         mask[:n_act] = (waiting[ix.action_pair] > 0) & node_free[ix.action_node]
         mask[n_act : n_act + n_route] = waiting[ix.route_src_pair] > 0
         if ix.num_transfers:

@@ -35,7 +35,7 @@ import weakref
 import numpy as np
 
 from mabp_gym import slotcore
-from mabp_gym.control import EPS, CheckedControl, Control, hit_bits
+from mabp_gym.control import EPS, CheckedControl, Control, compute_left, hit_bits
 from mabp_gym.index import WorkloadIndex
 from mabp_gym.state import SimState
 from mabp_gym.workload import Workload
@@ -179,10 +179,7 @@ def project_reference(
     hit = hit_bits(workload, state.holder, memory, transfers)
 
     # 2. Units in service take their compute first; then service in descending score.
-    left = list(fx.mu)
-    for i, a in enumerate(state.service_action.tolist()):
-        if a >= 0:
-            left[i] -= min(fx.mu[i], float(state.service_residual[i]))
+    left = compute_left(workload, state).tolist()
     queue = state.queue_len
     service_scores = scores[:n_act]
     wanted = _descending(service_scores, (service_scores > 0) & (queue[ix.action_pair] > 0))
