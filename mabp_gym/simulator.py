@@ -67,6 +67,27 @@ class SlotOutcome:
         return self.penalty_compute + self.penalty_transmission + self.penalty_memory
 
 
+@dataclass
+class _Served:
+    """The units served this slot (completed service, in order) and compute spent per node."""
+
+    action: list[int]
+    hit: list[int]
+    birth: list[int]
+    spent: list[float]
+
+
+@dataclass
+class _Done:
+    """What the served units did: exits' delays, generated objects, penalty, unit rows."""
+
+    delays: list[int]
+    generated: list[tuple[int, int, int]]  # (node, signature, identity)
+    penalty_compute: float
+    hits: int
+    units: list[tuple[int, int, int, float, float]]
+
+
 class Simulator:
     """Simulates a :class:`Workload` slot by slot.
 
@@ -190,18 +211,63 @@ class Simulator:
             )
 
     def _execute(self, control: Control, checked: CheckedControl) -> SlotOutcome:
-        """The slot's transition under a feasible ``control`` (``checked``: its sparse form)."""
-        wl, ix, st, rng = self.workload, self.workload.index, self.state, self.rng
-        fx = ix.fast
-        hit = checked.hit
+        """The slot's transition under a feasible ``control`` (``checked``: its sparse form),
+        in SPEC 1's order; each phase is a method below."""
+        st = self.state
         t = st.t
-        queues = st.queues
-        holder, owner, used = st.holder, st.owner, st.memory_used
-        size = fx.signature_size
-        touched: set[int] = set()
+        touched: set[int] = set()  # pairs whose queue changed
+        transfer_cost = self._transfer(checked)  # (2)-(4)
+        served = self._serve(checked, touched)  # (5)
+        incoming: list[tuple[int, list[int]]] = []  # (pair, births) joining Q(t+1)
+        routed, penalty_transmission = self._route(checked, touched, incoming)
+        done = self._outcomes(served, incoming, t)  # (6)
+        # (7) Retention by the priority map fixed before outcomes.
+        insertions, held_size = 0, float(st.memory_used.sum())
+        evicted: list[tuple[int, int]] = []
+        if self._generates:
+            insertions, evicted, held_size = self._retain(control.retain, done.generated)
+        wl = self.workload
+        penalty_memory = transfer_cost + wl.theta * held_size + wl.omega * insertions
+        arrived = self._admit(incoming, touched, t)  # (8)
+        st.units += arrived - len(done.delays)
+        # (9) Penalty; the slot is over.
+        st.t = t + 1
+        served_by_action = np.bincount(served.action, minlength=wl.index.num_actions).astype(
+            np.int64, copy=False
+        )
+        outcome = SlotOutcome(
+            t=t,
+            arrivals=arrived,
+            served=len(served.action),
+            hits=done.hits,
+            started=len(checked.start),
+            work=float(sum(served.spent)),
+            routed=routed,
+            completed=len(done.delays),
+            delays=tuple(done.delays),
+            transfers=len(checked.transfers),
+            insertions=insertions,
+            evictions=len(evicted),
+            generated=tuple((i, s) for i, s, _ in done.generated),
+            evicted=tuple(evicted),
+            penalty_compute=done.penalty_compute,
+            penalty_transmission=penalty_transmission,
+            penalty_memory=penalty_memory,
+            backlog=st.units,
+            served_by_action=served_by_action,
+            units=tuple(done.units),
+        )
+        if self.check_invariants:
+            self._assert_invariants(outcome)
+        return outcome
 
-        # (2)-(4) Transfers; the post-transfer resident set is active.
-        transfer_cost = 0.0
+    def _transfer(self, checked: CheckedControl) -> float:
+        """(2)-(4) Move the transferred objects; the post-transfer resident set is active.
+        Returns the migration cost."""
+        wl, st = self.workload, self.state
+        fx = wl.index.fast
+        holder, owner, used, size = st.holder, st.owner, st.memory_used, fx.signature_size
+        cost = 0.0
         for k in checked.transfers:
             e, s = fx.transfer_link[k], fx.transfer_signature[k]
             i, j = fx.link_src[e], fx.link_dst[e]
@@ -209,13 +275,20 @@ class Simulator:
             holder[i, s], holder[j, s], owner[m] = -1, m, j
             used[i] -= size[s]
             used[j] += size[s]
-            transfer_cost += wl.migration_cost * size[s]
+            cost += wl.migration_cost * size[s]
+        return cost
 
-        # (5) Service: units in service first, then whole units, starts; then routing.
-        done_action: list[int] = []
-        done_hit: list[int] = []
-        done_birth: list[int] = []
-        spent = [0.0] * ix.num_nodes
+    def _serve(self, checked: CheckedControl, touched: set[int]) -> _Served:
+        """(5) Units in service take their compute first, then whole units, then starts."""
+        st, fx = self.state, self.workload.index.fast
+        hit, queues = checked.hit, st.queues
+        served = _Served([], [], [], [0.0] * len(fx.mu))
+        done_action, done_hit, done_birth, spent = (
+            served.action,
+            served.hit,
+            served.birth,
+            served.spent,
+        )
         busy = [i for i, a in enumerate(st.service_action.tolist()) if a >= 0]
         for i in busy:
             residual = float(st.service_residual[i])
@@ -250,9 +323,16 @@ class Simulator:
             st.service_birth[i] = queues[p].popleft()
             st.service_residual[i] = fx.work[h][a] - (fx.mu[i] - spent[i])
             spent[i] = fx.mu[i]
-        incoming: list[tuple[int, list[int]]] = []
+        return served
+
+    def _route(
+        self, checked: CheckedControl, touched: set[int], incoming: list[tuple[int, list[int]]]
+    ) -> tuple[int, float]:
+        """(5) Routing: units leave their queue now and join the next hop's at ``t + 1``.
+        Returns the units routed and their transmission penalty."""
+        queues, fx = self.state.queues, self.workload.index.fast
         routed = 0
-        penalty_transmission = 0.0
+        penalty = 0.0
         for r, n in checked.route:
             p = fx.route_src_pair[r]
             queue = queues[p]
@@ -260,17 +340,22 @@ class Simulator:
             births = [queue.popleft()] if n == 1 else [queue.popleft() for _ in range(n)]
             incoming.append((fx.route_dst_pair[r], births))
             routed += n
-            penalty_transmission += n * fx.link_cost[fx.route_link[r]]
+            penalty += n * fx.link_cost[fx.route_link[r]]
+        return routed, penalty
 
-        # (6) Outcomes: successors at the same node, exits, generated objects.
+    def _outcomes(self, served: _Served, incoming: list[tuple[int, list[int]]], t: int) -> _Done:
+        """(6) Outcomes of the units served: successors at the same node, exits, and the
+        objects their service generates."""
+        ix, rng, holder = self.workload.index, self.rng, self.state.holder
+        fx = ix.fast
+        done_action, done_hit, done_birth = served.action, served.hit, served.birth
         uniforms = rng.random(len(done_action)).tolist() if done_action else []
-        delays: list[int] = []
-        generated: list[tuple[int, int, int]] = []  # (node, signature, identity)
+        done = _Done([], [], 0.0, 0, [])
+        delays, generated, units = done.delays, done.generated, done.units
         pending: set[tuple[int, int]] = set()
         reserved: set[int] = set()
         penalty_compute = 0.0
         hits = 0
-        units: list[tuple[int, int, int, float, float]] = []
         pair_commodity = fx.pair_commodity
         penalty, work, signature_of = fx.penalty, fx.work, fx.action_signature
         successor_cum, successor_pair = ix.successor_cum, ix.successor_pair
@@ -302,57 +387,22 @@ class Simulator:
                         pending.add((i, s))
                         reserved.add(free)
                         generated.append((i, s, free))
+        done.penalty_compute, done.hits = penalty_compute, hits
+        return done
 
-        # (7) Retention by the priority map fixed before outcomes.
-        insertions, held_size = 0, float(used.sum())
-        evicted: list[tuple[int, int]] = []
-        if self._generates:
-            insertions, evicted, held_size = self._retain(control.retain, generated)
-        penalty_memory = transfer_cost + wl.theta * held_size + wl.omega * insertions
-
-        # (8) Arrivals join Q(t+1).
+    def _admit(self, incoming: list[tuple[int, list[int]]], touched: set[int], t: int) -> int:
+        """(8) Arrivals, successors and routed units join Q(t+1). Returns the arrivals."""
+        st = self.state
         arrivals = self._arrivals()
         for p, n in arrivals.items():
             incoming.append((p, [t] * n))
+        queues, queue_len = st.queues, st.queue_len
         for p, births in incoming:
             queues[p].extend(births)
             touched.add(p)
-        queue_len = st.queue_len
         for p in touched:
             queue_len[p] = len(queues[p])
-        arrived = sum(arrivals.values())
-        st.units += arrived - len(delays)
-
-        # (9) Penalty; the slot is over.
-        st.t = t + 1
-        served_by_action = np.bincount(done_action, minlength=ix.num_actions).astype(
-            np.int64, copy=False
-        )
-        outcome = SlotOutcome(
-            t=t,
-            arrivals=arrived,
-            served=len(done_action),
-            hits=hits,
-            started=len(checked.start),
-            work=float(sum(spent)),
-            routed=routed,
-            completed=len(delays),
-            delays=tuple(delays),
-            transfers=len(checked.transfers),
-            insertions=insertions,
-            evictions=len(evicted),
-            generated=tuple((i, s) for i, s, _ in generated),
-            evicted=tuple(evicted),
-            penalty_compute=penalty_compute,
-            penalty_transmission=penalty_transmission,
-            penalty_memory=penalty_memory,
-            backlog=st.units,
-            served_by_action=served_by_action,
-            units=tuple(units),
-        )
-        if self.check_invariants:
-            self._assert_invariants(outcome)
-        return outcome
+        return sum(arrivals.values())
 
     def _arrivals(self) -> dict[int, int]:
         """Poisson arrivals per pair, drawn as a Poisson total split by the mix.
