@@ -12,19 +12,11 @@ import pytest
 from mabp_gym import evaluate, read_records
 
 
-def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mabp_gym.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def test_cli__capacity_prints_and_writes_both_capacities(tmp_path):
+def test_cli__capacity_prints_and_writes_both_capacities(run_cli, tmp_path):
     out = tmp_path / "cap.json"
-    result = run("capacity", "--workload", "work_reuse", "--set", "kappa_w=3", "--json", str(out))
+    result = run_cli(
+        "capacity", "--workload", "work_reuse", "--set", "kappa_w=3", "--json", str(out)
+    )
     assert result.returncode == 0, result.stderr
     assert "no-memory capacity 1.0000" in result.stdout
     assert "all-hit capacity (lambda_ref) 3.0000" in result.stdout
@@ -32,9 +24,9 @@ def test_cli__capacity_prints_and_writes_both_capacities(tmp_path):
     assert data["nomem"] == pytest.approx(1.0) and data["full"] == pytest.approx(3.0)
 
 
-def test_cli__simulate_reports_metrics_per_seed(tmp_path):
+def test_cli__simulate_reports_metrics_per_seed(run_cli, tmp_path):
     out = tmp_path / "sim.json"
-    result = run(
+    result = run_cli(
         "simulate",
         "--workload",
         "work_reuse",
@@ -55,9 +47,9 @@ def test_cli__simulate_reports_metrics_per_seed(tmp_path):
         assert record["stable"] is True and record["hit_ratio"] > 0.9
 
 
-def test_cli__eval_prints_a_summary_and_streams_records(tmp_path):
+def test_cli__eval_prints_a_summary_and_streams_records(run_cli, tmp_path):
     out = tmp_path / "eval.jsonl"
-    result = run(
+    result = run_cli(
         "eval",
         "--policy",
         "bp",
@@ -85,9 +77,9 @@ def test_cli__eval_prints_a_summary_and_streams_records(tmp_path):
     ]
 
 
-def test_cli__table_writes_markdown_and_csv_in_table_i_layout(tmp_path):
+def test_cli__table_writes_markdown_and_csv_in_table_i_layout(run_cli, tmp_path):
     md, table_csv = tmp_path / "t.md", tmp_path / "t.csv"
-    result = run(
+    result = run_cli(
         "table",
         "--policies",
         "bp,mabp",
@@ -117,9 +109,9 @@ def test_cli__table_writes_markdown_and_csv_in_table_i_layout(tmp_path):
     assert rows[0][0] == "Policy" and [r[0] for r in rows[1:]] == ["bp", "mabp"]
 
 
-def test_cli__sweep_and_plot(tmp_path):
+def test_cli__sweep_and_plot(run_cli, tmp_path):
     out = tmp_path / "k.jsonl"
-    result = run(
+    result = run_cli(
         "sweep",
         "--workload",
         "separation",
@@ -148,7 +140,7 @@ def test_cli__sweep_and_plot(tmp_path):
     records = read_records(out)
     assert sorted({r["overrides"]["K"] for r in records}) == [1, 4]
     figures = tmp_path / "fig"
-    result = run("plot", "--results", str(out), "--out-dir", str(figures))
+    result = run_cli("plot", "--results", str(out), "--out-dir", str(figures))
     assert result.returncode == 0, result.stderr
     assert (figures / "fig3_separation_gap.png").stat().st_size > 1000
     assert "skipped fig2_backlog_traces.png" in result.stdout
@@ -172,16 +164,16 @@ def test_cli__sweep_and_plot(tmp_path):
         ("frobnicate",),
     ],
 )
-def test_cli__bad_arguments_exit_2_with_one_line_reason(args, tmp_path):
-    result = run(*args, cwd=tmp_path)
+def test_cli__bad_arguments_exit_2_with_one_line_reason(run_cli, args, tmp_path):
+    result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0], result.stderr
 
 
-def test_cli__help_on_each_subcommand():
+def test_cli__help_on_each_subcommand(run_cli):
     for sub in ("eval", "table", "sweep", "plot", "capacity", "simulate"):
-        result = run(sub, "--help")
+        result = run_cli(sub, "--help")
         assert result.returncode == 0 and "usage:" in result.stdout
 
 

@@ -3,8 +3,6 @@ internal errors with their traceback, a sweep's failures summarized, honest word
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,16 +11,6 @@ import mabp_gym
 from mabp_gym import cli, evaluation
 
 EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
-
-
-def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mabp_gym.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.mark.parametrize(
@@ -50,17 +38,19 @@ def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
         (("train", "gnn", "--workload", "nope"), "unknown workload 'nope'"),
     ],
 )
-def test_cli__a_bad_argument_is_one_line_with_status_2_before_any_work(args, message, tmp_path):
+def test_cli__a_bad_argument_is_one_line_with_status_2_before_any_work(
+    run_cli, args, message, tmp_path
+):
     (tmp_path / "r.jsonl").write_text("")
-    result = run(*args, cwd=tmp_path)
+    result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # nothing written
 
 
-def test_cli__train_help_lists_the_learners():
-    result = run("train", "--help")
+def test_cli__train_help_lists_the_learners(run_cli):
+    result = run_cli("train", "--help")
     assert result.returncode == 0 and "usage:" in result.stdout
     assert "gnn" in result.stdout and "learn-mabp" in result.stdout
 
@@ -112,8 +102,8 @@ def test_cli__failing_runs_exit_1_with_the_traceback_and_a_summary(monkeypatch, 
     assert [r["seed"] for r in mabp_gym.read_records(out)] == [0]
 
 
-def test_cli__eval_says_none_of_the_tested_loads_when_nothing_is_stable(tmp_path):
-    result = run(
+def test_cli__eval_says_none_of_the_tested_loads_when_nothing_is_stable(run_cli, tmp_path):
+    result = run_cli(
         "eval",
         "--policy",
         "sp",

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mabp_gym.cli", "fleet", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def test_fleet_cli__prints_the_spec_11_table_and_writes_records(tmp_path):
+def test_fleet_cli__prints_the_spec_11_table_and_writes_records(run_cli, tmp_path):
     out, md = tmp_path / "runs.json", tmp_path / "table.md"
-    result = run(
+    result = run_cli(
+        "fleet",
         "--trace",
         "synthetic",
         "--requests",
@@ -57,11 +47,11 @@ def test_fleet_cli__prints_the_spec_11_table_and_writes_records(tmp_path):
     assert md.read_text() in result.stdout
 
 
-def test_fleet_cli__unknown_router_or_setting_is_one_line_exit_2():
-    result = run("--requests", "50", "--routers", "jsk")
+def test_fleet_cli__unknown_router_or_setting_is_one_line_exit_2(run_cli):
+    result = run_cli("fleet", "--requests", "50", "--routers", "jsk")
     assert result.returncode == 2 and "unknown router 'jsk'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-    result = run("--requests", "50", "--set", "cache_blocks=0")
+    result = run_cli("fleet", "--requests", "50", "--set", "cache_blocks=0")
     assert result.returncode == 2 and "cache_blocks must be > 0" in result.stderr
 
 

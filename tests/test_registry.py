@@ -1,0 +1,83 @@
+"""Policies by name (mabp_gym.registry): lazy entry points, registration, clear errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mabp_gym import evaluate, make_workload
+from mabp_gym.agents.base import Policy
+from mabp_gym.registry import (
+    POLICIES,
+    checkpoint_path,
+    make_policy,
+    policy_names,
+    register_policy,
+)
+
+
+def test_registry__builtin_names_resolve_without_importing_agents_first():
+    code = (
+        "import sys, mabp_gym.registry as r\n"
+        "assert 'mabp_gym.agents' not in sys.modules\n"
+        "p = r.make_policy('mabp-no-reuse', 'mixed')\n"
+        "assert p.name == 'mabp-no-reuse' and p.reuse is False\n"
+        "assert 'mabp_gym.agents.mabp' in sys.modules\n"
+        "assert 'mabp_gym.agents.gnn' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_registry__lists_every_builtin_once_in_table_order():
+    assert POLICIES[:5] == ("sp", "jsq", "bp", "cost-bp", "greedycache-bp")
+    assert len(set(POLICIES)) == len(POLICIES) == 13
+    assert set(POLICIES) <= set(policy_names())
+
+
+@pytest.mark.parametrize(
+    ("name", "entry", "message"),
+    [
+        ("", "x:y", "non-empty string"),
+        ("mabp", "x:y", "already registered"),
+        ("new-one", "no_colon", "module:attribute"),
+        ("new-one", 3, "string or a callable"),
+    ],
+)
+def test_register_policy__bad_input_is_refused_with_what_is_allowed(name, entry, message):
+    before = policy_names()
+    with pytest.raises(ValueError, match=message):
+        register_policy(name, entry)
+    assert policy_names() == before
+
+
+def test_make_policy__unknown_name_lists_the_names():
+    with pytest.raises(ValueError, match="unknown policy 'nope'; choose one of"):
+        make_policy("nope", "mixed")
+
+
+def test_register_policy__a_callable_runs_in_the_harness_by_name():
+    class AllServe(Policy):
+        def _fill(self, obs, queues, out):
+            out[:] = 1.0
+
+    if "test-all-serve" not in policy_names():
+        register_policy("test-all-serve", AllServe)
+    records = evaluate(["test-all-serve"], "mixed", [0.2], [0], horizon=30, backend="serial")
+    assert [r["policy"] for r in records] == ["test-all-serve"]
+    assert records[0]["completion_ratio"] > 0  # it served: requests completed
+
+
+def test_checkpoint_path__learned_policies_name_their_shipped_file():
+    path = checkpoint_path("gnn", {}, "mixed")
+    assert path is not None and path.name == "gnn_mixed.pt" and path.is_file()
+    assert checkpoint_path("mabp", {}, "mixed") is None
+    assert checkpoint_path("mabp", {"checkpoint": "x.pt"}, "mixed").name == "x.pt"
+
+
+def test_make_policy__env_settings_pass_through():
+    policy = make_policy("bp", make_workload("mixed"), nu=2.0, memory=False)
+    assert policy.nu == 2.0 and policy.memory is False
+    assert np.isfinite(policy.nu)
