@@ -471,10 +471,11 @@ def table_rows(
 ) -> list[list[str]]:
     """Paper Table I rows: both verdicts over ``grid`` (SPEC 9.2), the other metrics as
     mean +- std over seeds at load ``at``."""
-    from mabp_gym.evaluation import paper_load, stable_load
+    from mabp_gym.evaluation import occupation_load, paper_load, stable_load
 
     on_grid = [r for r in records if any(abs(r["load"] - x) < 1e-9 for x in grid)]
-    stable, paper = stable_load(on_grid), paper_load(on_grid)
+    stable = stable_load(on_grid, bound=occupation_load(on_grid))
+    paper = paper_load(on_grid)
     rows = []
     for policy in policies:
         fixed = [r for r in records if r["policy"] == policy and abs(r["load"] - at) < 1e-9]
@@ -589,7 +590,12 @@ def _verdicts(args: argparse.Namespace) -> None:
         shortest = min(r["horizon"] for r in records)
         if max(args.horizons) > shortest:
             raise ValueError(f"--horizons: the shortest saved run has {shortest} slots")
-    rows = horizon_sensitivity(records, args.horizons, seed_sets)
+    from mabp_gym.evaluation import occupation_load
+
+    bound = occupation_load(records)
+    if bound is not None:
+        print(f"loads at or above the occupation bound ({bound:.3f}) are not credited")
+    rows = horizon_sensitivity(records, args.horizons, seed_sets, bound)
     header = ["policy", *(f"H={h}" for h in args.horizons)]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     for policy in sorted({row["policy"] for row in rows}):

@@ -847,7 +847,9 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     return rows
 
 
-def stable_load(records: Iterable[dict[str, Any]], verdict: str = "stable") -> dict[str, float]:
+def stable_load(
+    records: Iterable[dict[str, Any]], verdict: str = "stable", bound: float | None = None
+) -> dict[str, float]:
     """Largest grid load per policy such that it and every smaller grid load pass
     ``verdict`` (0.0 when the smallest does not).
 
@@ -856,9 +858,16 @@ def stable_load(records: Iterable[dict[str, Any]], verdict: str = "stable") -> d
         verdict: ``"stable"`` (the backlog does not grow, SPEC 9.2; decide it at a long
             horizon, see docs/results.md) or ``"paper"`` (the paper's rule; see
             :func:`paper_load`).
+        bound: the occupation bound as a load (:func:`occupation_load`): a load at or above
+            it (within 1e-6: two LPs) is never stable. There the network is critically
+            loaded or overloaded for every policy (paper Thm. 1); at the bound itself its
+            backlog grows like the square root of time, which a finite run's slope cannot
+            tell from no growth.
     """
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if bound is not None and not (isinstance(bound, (int, float)) and bound > 0):
+        raise ValueError(f"bound must be a load > 0 or None, got {bound!r}")
     flag = "stable" if verdict == "stable" else "paper_stable"
     result: dict[str, float] = {}
     by_policy: dict[str, list[dict[str, Any]]] = {}
@@ -867,11 +876,34 @@ def stable_load(records: Iterable[dict[str, Any]], verdict: str = "stable") -> d
     for policy, rows in by_policy.items():
         best = 0.0
         for row in sorted(rows, key=lambda r: r["load"]):
-            if not row[flag]:
+            if not row[flag] or (bound is not None and row["load"] >= bound - 1e-6):
                 break
             best = row["load"]
         result[policy] = best
     return result
+
+
+def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
+    """The occupation bound (:func:`mabp_gym.capacity`, ``"occ"``) of the records' workload
+    as a load (bound / ``lambda_ref``); ``None`` when they mix workloads or settings, or the
+    workload cannot be rebuilt from its name (a workload file that moved)."""
+    from mabp_gym.capacity import capacity
+
+    settings = {
+        (r["workload"], json.dumps(r.get("overrides", {}), sort_keys=True), r.get("memory", True))
+        for r in records
+    }
+    if len(settings) != 1:
+        return None
+    name, overrides, memory = settings.pop()
+    if not memory:
+        return None
+    try:
+        workload = make_workload(name, **json.loads(overrides))
+    except (ValueError, TypeError):
+        return None
+    reference = workload.lambda_ref
+    return capacity(workload, "occ") / reference if reference else None
 
 
 def paper_load(records: Iterable[dict[str, Any]]) -> dict[str, float]:

@@ -47,15 +47,24 @@ def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]
 
 
 def seed_set_stable_loads(
-    records: Iterable[dict[str, Any]], seed_sets: Sequence[Sequence[int]]
+    records: Iterable[dict[str, Any]],
+    seed_sets: Sequence[Sequence[int]],
+    bound: float | None = None,
 ) -> list[dict[str, float]]:
-    """The stable load of every policy on each set of seeds."""
+    """The stable load of every policy on each set of seeds (``bound``: see
+    :func:`mabp_gym.evaluation.stable_load`)."""
     records = list(records)
-    return [stable_load([r for r in records if r["seed"] in set(seeds)]) for seeds in seed_sets]
+    return [
+        stable_load([r for r in records if r["seed"] in set(seeds)], bound=bound)
+        for seeds in seed_sets
+    ]
 
 
 def horizon_sensitivity(
-    records: Iterable[dict[str, Any]], horizons: Sequence[int], seed_sets: Sequence[Sequence[int]]
+    records: Iterable[dict[str, Any]],
+    horizons: Sequence[int],
+    seed_sets: Sequence[Sequence[int]],
+    bound: float | None = None,
 ) -> list[dict[str, Any]]:
     """Per policy and horizon: the stable load on each seed set, and whether they agree.
 
@@ -74,7 +83,7 @@ def horizon_sensitivity(
         lowest[key] = min(lowest.get(key, np.inf), record["load"])
     rows = []
     for horizon in horizons:
-        per_set = seed_set_stable_loads(cut(records, horizon), seed_sets)
+        per_set = seed_set_stable_loads(cut(records, horizon), seed_sets, bound)
         for policy in sorted({r["policy"] for r in records}):
             loads = [result.get(policy, 0.0) for result in per_set]
             lows = [float(lowest.get((policy, k), np.nan)) for k in range(len(seed_sets))]

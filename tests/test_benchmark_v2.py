@@ -163,3 +163,33 @@ def test_verdicts__a_set_run_only_near_its_boundary_agrees_with_lower_stable_loa
     assert not _agree([0.95, 0.0, 0.0], [0.05, 0.9, 0.9])  # 0.95 is not below 0.9
     assert not _agree([0.95, 0.9, 0.95], [0.05, 0.9, 0.9])
     assert _agree([0.9, 0.0, 0.0], [0.05, float("nan"), float("nan")])  # nothing to compare
+
+
+def test_stable_load__a_load_at_the_occupation_bound_is_never_credited():
+    """At the bound the network is critically loaded (Thm. 1): a finite run's slope can pass
+    there, the verdict must not."""
+    from mabp_gym.evaluation import occupation_load, stable_load
+
+    def record(load: float, seed: int) -> dict:
+        return {
+            "policy": "p",
+            "workload": "mixed",
+            "overrides": {},
+            "memory": True,
+            "load": load,
+            "seed": seed,
+            "stable": True,
+            "paper_stable": True,
+            "mean_backlog": 1.0,
+            "slope": 0.0,
+            "growth": 0.0,
+        }
+
+    records = [record(load, seed) for load in (0.9, 0.95, 1.0, 1.05) for seed in (0, 1, 2)]
+    bound = occupation_load(records)
+    assert bound == pytest.approx(1.0, abs=1e-9)
+    assert stable_load(records)["p"] == 1.05  # without the bound a slope test credits it
+    assert stable_load(records, bound=bound)["p"] == 0.95
+    assert occupation_load([*records, {**records[0], "workload": "rag"}]) is None
+    with pytest.raises(ValueError, match="bound must be a load > 0"):
+        stable_load(records, bound=-1.0)
