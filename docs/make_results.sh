@@ -35,12 +35,39 @@ mabp-gym verdicts --results results/table1.jsonl results/seedsets.jsonl \
   --horizons 600 1000 2000 3000 4000 --seed-sets 100:105 105:110 110:115 \
   --markdown docs/verdicts.md
 
+# Long runs (section 2 of docs/results.md): 15 seeds at 8,000 slots around each boundary,
+# GreedyCache-BP to 16,000 (it stabilizes late). About 2 hours on 2 cores, Oracle-Sur's
+# 8,000-slot runs another hour.
+LONG="100 101 102 103 104 105 106 107 108 109 110 111 112 113 114"
+mabp-gym eval --policy greedycache-bp --loads 0.4 0.45 0.5 0.55 0.6 0.65 --seeds $LONG \
+  --horizon 8000 --out results/seedsets8k.jsonl --no-progress
+mabp-gym eval --policy frame-mabp --loads 0.95 1.0 1.05 --seeds $LONG --horizon 8000 \
+  --out results/seedsets8k.jsonl --no-progress
+mabp-gym eval --policy gnn --loads 0.85 0.9 0.95 1.0 --seeds $LONG --horizon 8000 \
+  --out results/seedsets8k.jsonl --no-progress
+mabp-gym eval --policy bp cost-bp --loads 0.4 0.45 --seeds $LONG --horizon 8000 \
+  --out results/seedsets8k.jsonl --no-progress
+mabp-gym eval --policy mabp learn-mabp mabp-no-transition mabp-no-reuse --loads 0.95 1.0 \
+  --seeds $LONG --horizon 8000 --out results/seedsets8k.jsonl --no-progress
+mabp-gym eval --policy mabp-no-retention --loads 0.7 0.75 --seeds $LONG --horizon 8000 \
+  --out results/seedsets8k.jsonl --no-progress
+mabp-gym eval --policy mabp-no-retention --loads 0.65 --seeds $LONG --horizon 8000 \
+  --out results/noret8k.jsonl --no-progress
+mabp-gym eval --policy sp --loads 0.15 0.2 --seeds $LONG --horizon 8000 \
+  --out results/seedsets8k.jsonl --no-progress
+mabp-gym eval --policy jsq --loads 0.35 0.4 --seeds $LONG --horizon 8000 \
+  --out results/seedsets8k.jsonl --no-progress
+mabp-gym eval --policy greedycache-bp --loads 0.55 0.6 0.65 0.7 --seeds $LONG --horizon 16000 \
+  --out results/greedy16k.jsonl --no-progress
+mabp-gym verdicts --results results/seedsets8k.jsonl results/noret8k.jsonl \
+  --horizons 2000 4000 6000 8000 --seed-sets 100:105 105:110 110:115 \
+  --markdown docs/verdicts_long.md
+mabp-gym verdicts --results results/greedy16k.jsonl --horizons 4000 8000 12000 16000 \
+  --seed-sets 100:105 105:110 110:115 --markdown docs/verdicts_greedy16k.md
+
 # The no-memory system, the paper's sweeps (600 slots, fixed loads).
 mabp-gym eval --policy bp --no-memory --loads 0.1:0.5:0.05 --horizon 4000 \
   --out results/nomem.jsonl --no-progress
-mabp-gym eval --policy greedycache-bp --loads 0.45 0.5 \
-  --seeds 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 --horizon 8000 \
-  --out results/greedycache_8000.jsonl --no-progress
 mabp-gym eval --policy mabp mabp-no-retention --loads 0.6 0.65 0.7 0.75 --seeds 10 11 12 13 14 \
   --out results/retention.jsonl --no-progress
 mabp-gym eval --policy mabp oracle-sur --loads 0.1 0.3 --seeds 10 11 12 \
