@@ -219,12 +219,13 @@ def _service_phase(
     if wanted:
         work, mu = fx.work, fx.mu
         action_pair, action_node = fx.action_pair, fx.action_node
+        waiting = queue.item  # a queue length as a Python int, cheaper than int(queue[p])
         for a in wanted:
             i = action_node[a]
             if left[i] <= EPS:
                 continue
             p = action_pair[a]
-            q = avail[p] if p in avail else int(queue[p])
+            q = avail[p] if p in avail else waiting(p)
             if q == 0:
                 continue
             w = work[hit[a]][a]
@@ -258,9 +259,10 @@ def _route_phase(
     if wanted:
         capacity = ix.link_capacity.tolist()
         src_pair, route_link = fx.route_src_pair, fx.route_link
+        waiting = queue.item
         for r in wanted:
             p, e = src_pair[r], route_link[r]
-            q = avail[p] if p in avail else int(queue[p])
+            q = avail[p] if p in avail else waiting(p)
             n = min(q, capacity[e])
             if n > 0:
                 route[r] = n
