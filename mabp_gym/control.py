@@ -194,39 +194,58 @@ def check_control(
 ) -> CheckedControl:
     """Raise :class:`InfeasibleControlError` unless ``control`` is feasible in ``state``.
 
+    The constraint families are checked in a fixed order (shapes, transfers, links,
+    compute, starts, queues), so a control that breaks several is always refused for
+    the same one.
+
     Returns:
         The control in sparse form with the hit bit of every action under the
         post-transfer resident memory (the activation of SPEC 1 step 4).
     """
     ix = workload.index
-    fx = ix.fast
-    names = workload.nodes
     transfers = _as_int_list("transfers", control.transfers, None)
     route = _sparse("route", control.route, ix.num_routes)
     service = _sparse("service", control.service, ix.num_actions)
     start = _as_int_list("start", control.start, ix.num_nodes)
-    retain = np.asarray(control.retain)
-    if retain.shape != (ix.num_retains,):
+    _check_retain(ix.num_retains, control.retain)
+    if transfers:
+        _check_transfers(workload, state, transfers, memory)
+    hit = hit_bits(workload, state.holder, memory, transfers)
+    # Units taken from each queue (pair), by routing, service and starts together.
+    taken: dict[int, int] = {}
+    _check_links(workload, route, taken)
+    spent = _check_compute(workload, state, service, hit, taken)
+    starts = _check_starts(workload, start, spent, hit, taken)
+    if taken:
+        _check_queues(workload, state, taken)
+    return CheckedControl(hit=hit, transfers=transfers, route=route, service=service, start=starts)
+
+
+def _check_retain(num_retains: int, value: np.ndarray) -> None:
+    """The retention priorities: one finite float per retain candidate."""
+    retain = np.asarray(value)
+    if retain.shape != (num_retains,):
         raise InfeasibleControlError(
-            "shape", "control.retain", f"expected shape ({ix.num_retains},), got {retain.shape}"
+            "shape", "control.retain", f"expected shape ({num_retains},), got {retain.shape}"
         )
     if retain.size and not np.isfinite(retain).all():
         raise InfeasibleControlError(
             "finite priorities", "control.retain", "retention priorities must be finite"
         )
 
-    if transfers:
-        _check_transfers(workload, state, transfers, memory)
-    hit = hit_bits(workload, state.holder, memory, transfers)
 
-    # Links.
+def _check_links(workload: Workload, route: list[tuple[int, int]], taken: dict[int, int]) -> None:
+    """Nonnegative routing amounts within each link's capacity; adds the routed units to
+    ``taken``."""
+    ix = workload.index
+    fx = ix.fast
+    route_link, route_src_pair = fx.route_link, fx.route_src_pair
     load = [0] * ix.num_links
-    taken: dict[int, int] = {}
     for r, n in route:
         if n < 0:
             raise InfeasibleControlError("nonnegativity", f"control.route[{r}]", f"amount {n} < 0")
-        load[fx.route_link[r]] += n
-        p = fx.route_src_pair[r]
+        load[route_link[r]] += n
+        p = route_src_pair[r]
         taken[p] = taken.get(p, 0) + n
     capacity = ix.link_capacity.tolist()
     for e, units in enumerate(load):
@@ -237,23 +256,56 @@ def check_control(
                 f"{units} units routed, capacity {capacity[e]}",
             )
 
-    # Compute: units in service first, then whole units, then at most one start.
+
+def _check_compute(
+    workload: Workload,
+    state: SimState,
+    service: list[tuple[int, int]],
+    hit: list[int],
+    taken: dict[int, int],
+) -> list[float]:
+    """Units in service first, then whole units, within each node's ``mu``; adds the
+    served units to ``taken``.
+
+    Returns:
+        The compute spent per node, ``(N,)``.
+    """
+    fx = workload.index.fast
+    work, mu, action_node, action_pair = fx.work, fx.mu, fx.action_node, fx.action_pair
     spent = in_service_spend(workload, state).tolist()
     for a, n in service:
         if n < 0:
             raise InfeasibleControlError(
                 "nonnegativity", f"control.service[{a}]", f"amount {n} < 0"
             )
-        spent[fx.action_node[a]] += n * fx.work[hit[a]][a]
-        p = fx.action_pair[a]
+        spent[action_node[a]] += n * work[hit[a]][a]
+        p = action_pair[a]
         taken[p] = taken.get(p, 0) + n
     for i, total in enumerate(spent):
-        if total > fx.mu[i] + CHECK_TOLERANCE:
+        if total > mu[i] + CHECK_TOLERANCE:
             raise InfeasibleControlError(
                 "compute capacity",
-                f"node {names[i].name}",
-                f"work {total:g} exceeds mu {fx.mu[i]:g}",
+                f"node {workload.nodes[i].name}",
+                f"work {total:g} exceeds mu {mu[i]:g}",
             )
+    return spent
+
+
+def _check_starts(
+    workload: Workload,
+    start: list[int],
+    spent: list[float],
+    hit: list[int],
+    taken: dict[int, int],
+) -> list[tuple[int, int]]:
+    """At most one multi-slot start per node, of its own action whose work exceeds
+    ``mu``, with compute left after ``spent``; adds the started units to ``taken``.
+
+    Returns:
+        ``(node, action)`` of each start.
+    """
+    ix = workload.index
+    fx = ix.fast
     starts: list[tuple[int, int]] = []
     for i, a in enumerate(start):
         if a == -1:
@@ -261,7 +313,7 @@ def check_control(
         if not 0 <= a < ix.num_actions or fx.action_node[a] != i:
             raise InfeasibleControlError(
                 "start action",
-                f"node {names[i].name}",
+                f"node {workload.nodes[i].name}",
                 f"action {a} is not an action of this node (or -1)",
             )
         left = fx.mu[i] - spent[i]
@@ -271,25 +323,28 @@ def check_control(
         if left <= 1e-3 * EPS or work <= fx.mu[i] + EPS:
             raise InfeasibleControlError(
                 "multi-slot start",
-                f"node {names[i].name}",
+                f"node {workload.nodes[i].name}",
                 f"only a unit whose work exceeds mu ({fx.mu[i]:g}) starts in service, "
                 f"with compute left; work {work:g}, compute left {left:g}",
             )
         p = fx.action_pair[a]
         taken[p] = taken.get(p, 0) + 1
         starts.append((i, a))
+    return starts
 
-    # Queues: routed + served + started units of (i, c) at most the waiting units.
-    if taken:
-        queue = state.queue_len
-        for p, units in taken.items():
-            if units > queue[p]:
-                raise InfeasibleControlError(
-                    "queue",
-                    _pair_name(workload, p),
-                    f"{units} units routed or served, {int(queue[p])} waiting",
-                )
-    return CheckedControl(hit=hit, transfers=transfers, route=route, service=service, start=starts)
+
+def _check_queues(workload: Workload, state: SimState, taken: dict[int, int]) -> None:
+    """Routed + served + started units of each (node, commodity) at most the waiting
+    units."""
+    queue = state.queue_len
+    waiting = queue.item  # a Python int: cheaper to compare than a numpy scalar
+    for p, units in taken.items():
+        if units > waiting(p):
+            raise InfeasibleControlError(
+                "queue",
+                _pair_name(workload, p),
+                f"{units} units routed or served, {int(queue[p])} waiting",
+            )
 
 
 def _check_transfers(

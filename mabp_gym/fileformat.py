@@ -242,7 +242,11 @@ def _names(reader: _Reader, entries: list, path: str) -> dict[str, int]:
 
 
 def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workload:
-    """Build a :class:`Workload` from the file format (``overrides``: ``load``, ``horizon``)."""
+    """Build a :class:`Workload` from the file format (``overrides``: ``load``, ``horizon``).
+
+    The sections are read in a fixed order (each reader below takes what the earlier ones
+    produced), so the first problem reported for a file is always the same one.
+    """
     r = _Reader(source)
     unknown = sorted(set(overrides) - {"load", "horizon"})
     if unknown:
@@ -250,18 +254,9 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
             f"a workload file accepts the overrides load and horizon only, got {unknown}"
         )
     validate_schema(data, source)
-    top = r.mapping(data, "", _TOP, {"nodes", "commodities", "actions", "arrivals"})
-    if top.get("format", FORMAT) != FORMAT:
-        r.fail("format", f"must be {FORMAT!r}, got {top['format']!r}")
-    version = top.get("version", VERSION)
-    if type(version) is not int or version != VERSION:  # True == 1 in Python
-        r.fail("version", f"must be {VERSION}, got {version!r}")
-    name = top.get("name", Path(source).stem if source else "file")
-    if not isinstance(name, str) or not name:
-        r.fail("name", f"must be a non-empty string, got {name!r}")
-    fixed = r.mapping(top.get("memory", {}), "memory", _MEMORY, set()).get("fixed", False)
-    if not isinstance(fixed, bool):
-        r.fail("memory.fixed", f"must be true or false, got {fixed!r}")
+    top = _read_top(r, data)
+    name = _read_name(r, top, source)
+    fixed = _read_fixed(r, top)
 
     raw_nodes = r.items(top["nodes"], "nodes")
     raw_commodities = r.items(top["commodities"], "commodities")
@@ -272,6 +267,70 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
     commodity_id = _names(r, raw_commodities, "commodities")
     signature_id = _names(r, raw_signatures, "signatures")
 
+    commodities = _read_commodities(r, raw_commodities)
+    signatures = _read_signatures(r, raw_signatures)
+    actions = _read_actions(r, raw_actions, node_id, commodity_id, signature_id)
+    transit = _read_transit(r, top, node_id, commodity_id)
+    _check_served(r, commodities, actions)
+    nodes = _read_nodes(r, raw_nodes, signatures, actions)
+    links = _read_links(r, raw_links, node_id)
+    arrivals, mix = _read_arrivals(r, top, node_id, commodity_id)
+    costs = r.mapping(top.get("costs", {}), "costs", _COSTS, set())
+    initial, replicas = _read_memory(r, top, node_id, signature_id)
+    spec = dict(
+        name=name,
+        nodes=nodes,
+        links=links,
+        commodities=commodities,
+        signatures=signatures,
+        actions=actions,
+        arrival_mix=mix,
+        transit=transit,
+        initial_memory=initial,
+        replicas=replicas,
+        fixed_memory=fixed,
+        **_read_costs(r, costs),
+        horizon=_read_horizon(r, top, overrides),
+    )
+    try:
+        workload = Workload(**spec, load=0.0)
+    except ValueError as error:
+        prefix = f"{source}: " if source else ""
+        raise ValueError(f"{prefix}{error}") from None
+    load, where = _read_load(r, arrivals, overrides, workload)
+    _check_completion(r, workload)
+    _check_capacity(r, workload, load, where)
+    return workload.with_load(load)
+
+
+def _read_top(r: _Reader, data: Any) -> dict:
+    """The top-level object, its ``format`` and its ``version``."""
+    top = r.mapping(data, "", _TOP, {"nodes", "commodities", "actions", "arrivals"})
+    if top.get("format", FORMAT) != FORMAT:
+        r.fail("format", f"must be {FORMAT!r}, got {top['format']!r}")
+    version = top.get("version", VERSION)
+    if type(version) is not int or version != VERSION:  # True == 1 in Python
+        r.fail("version", f"must be {VERSION}, got {version!r}")
+    return top
+
+
+def _read_name(r: _Reader, top: dict, source: str) -> str:
+    """The workload's name: the file's stem when the file names none."""
+    name = top.get("name", Path(source).stem if source else "file")
+    if not isinstance(name, str) or not name:
+        r.fail("name", f"must be a non-empty string, got {name!r}")
+    return name
+
+
+def _read_fixed(r: _Reader, top: dict) -> bool:
+    """``memory.fixed``, read before the rest of ``memory`` (it is checked first)."""
+    fixed = r.mapping(top.get("memory", {}), "memory", _MEMORY, set()).get("fixed", False)
+    if not isinstance(fixed, bool):
+        r.fail("memory.fixed", f"must be true or false, got {fixed!r}")
+    return fixed
+
+
+def _read_commodities(r: _Reader, raw_commodities: list) -> tuple[Commodity, ...]:
     commodities = []
     for k, raw in enumerate(raw_commodities):
         raw = r.mapping(raw, f"commodities[{k}]", _COMMODITY, {"name"})
@@ -285,6 +344,10 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
                 ),
             )
         )
+    return tuple(commodities)
+
+
+def _read_signatures(r: _Reader, raw_signatures: list) -> tuple[Signature, ...]:
     signatures = []
     for k, raw in enumerate(raw_signatures):
         raw = r.mapping(raw, f"signatures[{k}]", _SIGNATURE, {"name", "size"})
@@ -292,9 +355,17 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         if size <= 0:
             r.fail(f"signatures[{k}].size", f"must be > 0, got {size!r}")
         signatures.append(Signature(raw["name"], size, str(raw.get("kind", ""))))
+    return tuple(signatures)
 
+
+def _read_actions(
+    r: _Reader,
+    raw_actions: list,
+    node_id: dict[str, int],
+    commodity_id: dict[str, int],
+    signature_id: dict[str, int],
+) -> tuple[Action, ...]:
     actions = []
-    served = set()
     for k, raw in enumerate(raw_actions):
         path = f"actions[{k}]"
         raw = r.mapping(raw, path, _ACTION, {"node", "commodity"})
@@ -303,23 +374,10 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         signature = -1
         if raw.get("signature") is not None:
             signature = r.name(raw["signature"], f"{path}.signature", signature_id, "signature")
-        laws: dict[str, Any] = {}
-        for key in ("successors_hit", "successors_miss"):
-            law, total = [], 0.0
-            for q, pair in enumerate(r.items(raw.get(key, []), f"{path}.{key}")):
-                if not isinstance(pair, list) or len(pair) != 2:
-                    r.fail(f"{path}.{key}[{q}]", "must be [commodity, probability]")
-                target = r.name(pair[0], f"{path}.{key}[{q}][0]", commodity_id, "commodity")
-                prob = r.number(pair[1], f"{path}.{key}[{q}][1]", low=0.0)
-                total += prob
-                law.append((target, prob))
-            if total > 1.0 + 1e-9:
-                r.fail(
-                    f"{path}.{key}",
-                    f"probabilities sum to {total:g}; they must sum to at "
-                    "most 1 (the remainder exits)",
-                )
-            laws[key] = tuple(law)
+        laws: dict[str, Any] = {
+            key: _read_law(r, raw.get(key, []), f"{path}.{key}", commodity_id)
+            for key in ("successors_hit", "successors_miss")
+        }
         fields: dict[str, Any] = {}
         for key, default in (
             ("work_hit", 1.0),
@@ -338,8 +396,32 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         actions.append(
             Action(node=node, commodity=commodity, signature=signature, **fields, **laws)
         )
-        served.add(commodity)
+    return tuple(actions)
 
+
+def _read_law(
+    r: _Reader, value: Any, path: str, commodity_id: dict[str, int]
+) -> tuple[tuple[int, float], ...]:
+    """A successor law ``[[commodity, probability], ...]``; the remainder exits."""
+    law, total = [], 0.0
+    for q, pair in enumerate(r.items(value, path)):
+        if not isinstance(pair, list) or len(pair) != 2:
+            r.fail(f"{path}[{q}]", "must be [commodity, probability]")
+        target = r.name(pair[0], f"{path}[{q}][0]", commodity_id, "commodity")
+        prob = r.number(pair[1], f"{path}[{q}][1]", low=0.0)
+        total += prob
+        law.append((target, prob))
+    if total > 1.0 + 1e-9:
+        r.fail(
+            path,
+            f"probabilities sum to {total:g}; they must sum to at most 1 (the remainder exits)",
+        )
+    return tuple(law)
+
+
+def _read_transit(
+    r: _Reader, top: dict, node_id: dict[str, int], commodity_id: dict[str, int]
+) -> tuple[tuple[int, int], ...]:
     transit = []
     for k, raw in enumerate(r.items(top.get("transit", []), "transit")):
         raw = r.mapping(raw, f"transit[{k}]", {"node", "commodity"}, {"node", "commodity"})
@@ -349,6 +431,14 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
                 r.name(raw["commodity"], f"transit[{k}].commodity", commodity_id, "commodity"),
             )
         )
+    return tuple(transit)
+
+
+def _check_served(
+    r: _Reader, commodities: tuple[Commodity, ...], actions: tuple[Action, ...]
+) -> None:
+    """Every declared commodity is served by some action."""
+    served = {action.commodity for action in actions}
     for c, declared in enumerate(commodities):
         if c not in served:
             r.fail(
@@ -356,6 +446,15 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
                 f"{declared.name!r} is served by no node; add an action that serves it",
             )
 
+
+def _read_nodes(
+    r: _Reader,
+    raw_nodes: list,
+    signatures: tuple[Signature, ...],
+    actions: tuple[Action, ...],
+) -> tuple[Node, ...]:
+    """The nodes (a ``beta`` is a fraction of the node's eligible-object footprint), and no
+    eligible object larger than every budget."""
     eligible: list[set[int]] = [set() for _ in raw_nodes]
     for action in actions:
         if action.signature >= 0:
@@ -382,7 +481,10 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
                 f"{held.size:g} is larger than every node's "
                 f"budget (largest {largest:g}): the object could never be held",
             )
+    return tuple(nodes)
 
+
+def _read_links(r: _Reader, raw_links: list, node_id: dict[str, int]) -> tuple[Link, ...]:
     links = []
     for k, raw in enumerate(raw_links):
         path = f"links[{k}]"
@@ -396,7 +498,14 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
                 r.number(raw.get("bandwidth", 0.0), f"{path}.bandwidth", low=0.0),
             )
         )
+    return tuple(links)
 
+
+def _read_arrivals(
+    r: _Reader, top: dict, node_id: dict[str, int], commodity_id: dict[str, int]
+) -> tuple[dict, tuple[tuple[int, int, float], ...]]:
+    """The ``arrivals`` object (its load or rate is read once the network is built) and
+    its ``mix``."""
     arrivals = r.mapping(top["arrivals"], "arrivals", _ARRIVALS, {"mix"})
     if ("load" in arrivals) == ("rate" in arrivals):
         r.fail("arrivals", "give exactly one of load (normalized) and rate (requests/slot)")
@@ -415,7 +524,14 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
                 r.number(raw["share"], f"arrivals.mix[{k}].share", low=0.0),
             )
         )
-    costs = r.mapping(top.get("costs", {}), "costs", _COSTS, set())
+    return arrivals, tuple(mix)
+
+
+def _read_memory(
+    r: _Reader, top: dict, node_id: dict[str, int], signature_id: dict[str, int]
+) -> tuple[tuple[tuple[tuple[int, int], ...], ...], int]:
+    """``memory.initial`` (alternative placements of ``{node, signature}``) and
+    ``memory.replicas``."""
     memory = r.mapping(top.get("memory", {}), "memory", _MEMORY, set())
     initial = []
     for k, alternative in enumerate(r.items(memory.get("initial", []), "memory.initial")):
@@ -436,36 +552,35 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
                 )
             )
         initial.append(tuple(placed))
+    replicas = r.number(memory.get("replicas", 1), "memory.replicas", low=1, integer=True)
+    return tuple(initial), replicas
 
-    spec = dict(
-        name=name,
-        nodes=tuple(nodes),
-        links=tuple(links),
-        commodities=tuple(commodities),
-        signatures=tuple(signatures),
-        actions=tuple(actions),
-        arrival_mix=tuple(mix),
-        transit=tuple(transit),
-        initial_memory=tuple(initial),
-        replicas=r.number(memory.get("replicas", 1), "memory.replicas", low=1, integer=True),
-        fixed_memory=fixed,
+
+def _read_costs(r: _Reader, costs: dict) -> dict[str, Any]:
+    """The numbers of ``costs`` (the object itself is checked before ``memory``)."""
+    return dict(
         eta=r.number(costs.get("eta", 1.0), "costs.eta", low=0.0),
         migration_cost=r.number(costs.get("migration_cost", 0.0), "costs.migration_cost", low=0.0),
         theta=r.number(costs.get("theta", 0.0), "costs.theta", low=0.0),
         omega=r.number(costs.get("omega", 0.0), "costs.omega", low=0.0),
-        horizon=r.number(
-            overrides.get("horizon", top.get("horizon", 600)),
-            "horizon",
-            low=1,
-            high=10_000_000,
-            integer=True,
-        ),
     )
-    try:
-        workload = Workload(**spec, load=0.0)
-    except ValueError as error:
-        prefix = f"{source}: " if source else ""
-        raise ValueError(f"{prefix}{error}") from None
+
+
+def _read_horizon(r: _Reader, top: dict, overrides: dict[str, Any]) -> Any:
+    return r.number(
+        overrides.get("horizon", top.get("horizon", 600)),
+        "horizon",
+        low=1,
+        high=10_000_000,
+        integer=True,
+    )
+
+
+def _read_load(
+    r: _Reader, arrivals: dict, overrides: dict[str, Any], workload: Workload
+) -> tuple[float, str]:
+    """The normalized load (the override, ``arrivals.load``, or ``arrivals.rate`` over the
+    built network's ``lambda_ref``) and the path it was read from."""
     if "load" in overrides:
         load, where = r.number(overrides["load"], "load", low=0.0, high=10.0), "load"
     elif "load" in arrivals:
@@ -474,8 +589,12 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
         rate, where = r.number(arrivals["rate"], "arrivals.rate", low=0.0), "arrivals.rate"
         assert workload.lambda_ref is not None
         load = rate / workload.lambda_ref if workload.lambda_ref > 0 else rate
+    return load, where
+
+
+def _check_capacity(r: _Reader, workload: Workload, load: float, where: str) -> None:
+    """Refuse a network whose all-hit capacity is unbounded, or 0 while requests arrive."""
     assert workload.lambda_ref is not None
-    _check_completion(r, workload)
     if not math.isfinite(workload.lambda_ref):
         r.fail(
             "nodes",
@@ -489,7 +608,6 @@ def workload_from_dict(data: Any, source: str = "", **overrides: Any) -> Workloa
             "lambda_ref is 0: no arrival pair can reach a node that serves it with "
             "compute and links to spare (total capacity 0)",
         )
-    return workload.with_load(load)
 
 
 def _check_completion(r: _Reader, workload: Workload) -> None:

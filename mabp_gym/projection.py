@@ -136,52 +136,82 @@ def _checked(control: Control, hit: list[int]) -> CheckedControl:
 def project_reference(
     workload: Workload, state: SimState, scores: np.ndarray, *, memory: bool = True
 ) -> tuple[Control, CheckedControl]:
-    """The projection in plain Python and numpy: the readable reference of the algorithm."""
+    """The projection in plain Python and numpy: the readable reference of the algorithm.
+
+    One function per phase of the module docstring, in its order: each phase takes what
+    the earlier ones left (the transfers' hit bits, the units still waiting per pair).
+    """
+    ix = workload.index
+    scores = validate_scores(workload, scores)
+    transfers = _transfer_phase(ix, state, scores) if memory and ix.num_transfers else []
+    hit = hit_bits(workload, state.holder, memory, transfers)
+    service, starts, avail = _service_phase(workload, state, scores, hit)
+    route = _route_phase(ix, state, scores, avail) if ix.num_routes else {}
+    # 4. Retention needs no projection: the retain scores are the priority map applied
+    # after outcomes.
+    control = Control(
+        transfers=np.asarray(transfers, dtype=np.int64),
+        route=_dense(route, ix.num_routes),
+        service=_dense(service, ix.num_actions),
+        start=_dense(starts, ix.num_nodes, fill=-1),
+        retain=scores[ix.score_slices[3]].copy(),
+    )
+    return control, _checked(control, hit)
+
+
+def _transfer_phase(ix: WorkloadIndex, state: SimState, scores: np.ndarray) -> list[int]:
+    """1. Transfers in descending score (the candidates executed, in that order). Only the
+    holder entries at the ends of the wanted transfers are read."""
+    fx = ix.fast
+    offset = ix.num_actions + ix.num_routes
+    transfer_scores = scores[offset : offset + ix.num_transfers]
+    wanted = _descending(transfer_scores, transfer_scores > 0)
+    transfers: list[int] = []
+    if wanted:
+        flat = state.holder.ravel()
+        src_held = (flat[ix.transfer_src_slot[wanted]] >= 0).tolist()
+        dst_held = (flat[ix.transfer_dst_slot[wanted]] >= 0).tolist()
+        used = state.memory_used.tolist()
+        bandwidth = ix.link_bandwidth.tolist()
+        moved: set[tuple[int, int]] = set()
+        arrived: set[tuple[int, int]] = set()
+        for q, k in enumerate(wanted):
+            e, s = fx.transfer_link[k], fx.transfer_signature[k]
+            i, j = fx.link_src[e], fx.link_dst[e]
+            size = fx.signature_size[s]
+            if (
+                not src_held[q]
+                or (i, s) in moved
+                or (i, s) in arrived
+                or dst_held[q]
+                or (j, s) in arrived
+                or bandwidth[e] < size - EPS
+                or used[j] + size > fx.budget[j] + EPS
+            ):
+                continue
+            moved.add((i, s))
+            arrived.add((j, s))
+            used[i] -= size
+            used[j] += size
+            bandwidth[e] -= size
+            transfers.append(k)
+    return transfers
+
+
+def _service_phase(
+    workload: Workload, state: SimState, scores: np.ndarray, hit: list[int]
+) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """2. Units in service take their compute first; then service in descending score.
+
+    Returns:
+        Units served per action, the action starting a multi-slot unit per node, and the
+        units left waiting per pair the phase touched (routing takes from those).
+    """
     ix = workload.index
     fx = ix.fast
-    scores = validate_scores(workload, scores)
-    n_act, n_route, n_transfer = ix.num_actions, ix.num_routes, ix.num_transfers
-
-    # 1. Transfers. Only the holder entries at the ends of the wanted transfers are read.
-    transfers: list[int] = []
-    if memory and n_transfer:
-        offset = n_act + n_route
-        transfer_scores = scores[offset : offset + n_transfer]
-        wanted = _descending(transfer_scores, transfer_scores > 0)
-        if wanted:
-            flat = state.holder.ravel()
-            src_held = (flat[ix.transfer_src_slot[wanted]] >= 0).tolist()
-            dst_held = (flat[ix.transfer_dst_slot[wanted]] >= 0).tolist()
-            used = state.memory_used.tolist()
-            bandwidth = ix.link_bandwidth.tolist()
-            moved: set[tuple[int, int]] = set()
-            arrived: set[tuple[int, int]] = set()
-            for q, k in enumerate(wanted):
-                e, s = fx.transfer_link[k], fx.transfer_signature[k]
-                i, j = fx.link_src[e], fx.link_dst[e]
-                size = fx.signature_size[s]
-                if (
-                    not src_held[q]
-                    or (i, s) in moved
-                    or (i, s) in arrived
-                    or dst_held[q]
-                    or (j, s) in arrived
-                    or bandwidth[e] < size - EPS
-                    or used[j] + size > fx.budget[j] + EPS
-                ):
-                    continue
-                moved.add((i, s))
-                arrived.add((j, s))
-                used[i] -= size
-                used[j] += size
-                bandwidth[e] -= size
-                transfers.append(k)
-    hit = hit_bits(workload, state.holder, memory, transfers)
-
-    # 2. Units in service take their compute first; then service in descending score.
     left = compute_left(workload, state).tolist()
     queue = state.queue_len
-    service_scores = scores[:n_act]
+    service_scores = scores[: ix.num_actions]
     wanted = _descending(service_scores, (service_scores > 0) & (queue[ix.action_pair] > 0))
     service: dict[int, int] = {}
     starts: dict[int, int] = {}
@@ -189,12 +219,13 @@ def project_reference(
     if wanted:
         work, mu = fx.work, fx.mu
         action_pair, action_node = fx.action_pair, fx.action_node
+        waiting = queue.item  # a queue length as a Python int, cheaper than int(queue[p])
         for a in wanted:
             i = action_node[a]
             if left[i] <= EPS:
                 continue
             p = action_pair[a]
-            q = avail[p] if p in avail else int(queue[p])
+            q = avail[p] if p in avail else waiting(p)
             if q == 0:
                 continue
             w = work[hit[a]][a]
@@ -211,32 +242,33 @@ def project_reference(
                     q -= n
                     left[i] -= n * w
             avail[p] = q
+    return service, starts, avail
 
-    # 3. Routing in descending score with what is left of each queue.
+
+def _route_phase(
+    ix: WorkloadIndex, state: SimState, scores: np.ndarray, avail: dict[int, int]
+) -> dict[int, int]:
+    """3. Routing in descending score with what is left of each queue (``avail``: the
+    units left per pair the service phase touched; it is updated)."""
+    fx = ix.fast
+    queue = state.queue_len
+    n_act = ix.num_actions
+    route_scores = scores[n_act : n_act + ix.num_routes]
+    wanted = _descending(route_scores, (route_scores > 0) & (queue[ix.route_src_pair] > 0))
     route: dict[int, int] = {}
-    if n_route:
-        route_scores = scores[n_act : n_act + n_route]
-        wanted = _descending(route_scores, (route_scores > 0) & (queue[ix.route_src_pair] > 0))
-        if wanted:
-            capacity = ix.link_capacity.tolist()
-            src_pair, route_link = fx.route_src_pair, fx.route_link
-            for r in wanted:
-                p, e = src_pair[r], route_link[r]
-                q = avail[p] if p in avail else int(queue[p])
-                n = min(q, capacity[e])
-                if n > 0:
-                    route[r] = n
-                    avail[p] = q - n
-                    capacity[e] -= n
-
-    control = Control(
-        transfers=np.asarray(transfers, dtype=np.int64),
-        route=_dense(route, n_route),
-        service=_dense(service, n_act),
-        start=_dense(starts, ix.num_nodes, fill=-1),
-        retain=scores[ix.score_slices[3]].copy(),
-    )
-    return control, _checked(control, hit)
+    if wanted:
+        capacity = ix.link_capacity.tolist()
+        src_pair, route_link = fx.route_src_pair, fx.route_link
+        waiting = queue.item
+        for r in wanted:
+            p, e = src_pair[r], route_link[r]
+            q = avail[p] if p in avail else waiting(p)
+            n = min(q, capacity[e])
+            if n > 0:
+                route[r] = n
+                avail[p] = q - n
+                capacity[e] -= n
+    return route
 
 
 def _descending(block: np.ndarray, live: np.ndarray) -> list[int]:
