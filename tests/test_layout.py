@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -175,7 +176,13 @@ def test_install__nothing_top_level_but_mabp_gym():
     assert importlib.util.find_spec("mabp_gym.agents") is not None
     assert importlib.util.find_spec("mabp_gym.training") is not None
     code = "import importlib.util as u; print(u.find_spec('agents'), u.find_spec('training'))"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the install alone
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT.parent
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT.parent,
+        env=env,
     )
     assert result.stdout.split() == ["None", "None"]
