@@ -59,6 +59,12 @@ mabp-gym eval --policy jsq --loads 0.35 0.4 --seeds $LONG --horizon 8000 \
   --out results/seedsets8k.jsonl --no-progress
 mabp-gym eval --policy greedycache-bp --loads 0.55 0.6 0.65 0.7 --seeds $LONG --horizon 16000 \
   --out results/greedy16k.jsonl --no-progress
+mabp-gym eval --policy mabp-no-retention --loads 0.65 0.7 0.75 --seeds $LONG --horizon 16000 \
+  --out results/noret16k.jsonl --no-progress
+mabp-gym eval --policy mabp learn-mabp frame-mabp gnn --loads 0.96 0.97 0.98 0.99 \
+  --seeds 100 101 102 103 104 --horizon 8000 --out results/fine8k.jsonl --no-progress
+mabp-gym verdicts --results results/noret16k.jsonl --horizons 4000 8000 12000 16000 \
+  --seed-sets 100:105 105:110 110:115 --markdown docs/verdicts_noretention16k.md
 mabp-gym verdicts --results results/seedsets8k.jsonl results/noret8k.jsonl \
   --horizons 2000 4000 6000 8000 --seed-sets 100:105 105:110 110:115 \
   --markdown docs/verdicts_long.md
