@@ -19,6 +19,7 @@ from _report import emit
 from mabp_gym import make_workload
 from mabp_gym.agents.checkpoint_file import default_checkpoint
 from mabp_gym.agents.gnn import load_checkpoint
+from mabp_gym.cli import TABLE_POLICIES
 from mabp_gym.evaluation import METRIC_KEYS, _repair, evaluate, plan
 
 
@@ -104,18 +105,7 @@ def main() -> None:
                     lambda: [
                         s.key
                         for s in plan(
-                            [
-                                "sp",
-                                "jsq",
-                                "bp",
-                                "cost-bp",
-                                "greedycache-bp",
-                                "mabp",
-                                "oracle-sur",
-                                "mabp-no-transition",
-                                "mabp-no-reuse",
-                                "mabp-no-retention",
-                            ],
+                            list(TABLE_POLICIES),
                             "mixed",
                             [round(0.1 * k, 1) for k in range(1, 11)] + [0.85],
                             range(5),

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import mabp_gym
-from mabp_gym.evaluation import RunSpec, run
+from mabp_gym.evaluation import METRIC_KEYS, RunSpec, run
 
 HERE = Path(__file__).parent
 HORIZON = 300
@@ -29,25 +29,7 @@ CASES = [
     ("mabp", "multihop14", 0.7, 0),
     ("bp", "multihop14", 0.7, 3),
 ]
-KEYS = (
-    "stable",
-    "slope",
-    "mean_backlog",
-    "growth",
-    "paper_slope",
-    "paper_backlog",
-    "penalty",
-    "p95_delay",
-    "hit_ratio",
-    "churn",
-    "completion_ratio",
-    "work_per_request",
-    "compute_cost",
-    "transmission_cost",
-    "memory_cost",
-    "backlog_trace",
-    "residency",
-)
+KEYS = (*METRIC_KEYS, "backlog_trace", "residency")
 
 
 def workload_path(name: str) -> str:
