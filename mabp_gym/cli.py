@@ -223,6 +223,19 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="tabulate the records already in --out; run nothing",
     )
+    table.add_argument(
+        "--long",
+        nargs="+",
+        metavar="PATH",
+        help="JSON-lines files of longer runs (e.g. at the loads around each boundary): "
+        "adds the column 'Stable load (H slots)' in which they decide the loads they cover",
+    )
+    table.add_argument(
+        "--long-horizon",
+        type=int,
+        metavar="H",
+        help="cut the --long runs at H slots (default: the shortest of them)",
+    )
 
     verdicts = commands.add_parser(
         "verdicts", help="stable load per seed set and horizon, from saved long runs"
@@ -467,22 +480,33 @@ TABLE_COLUMNS = (
 
 
 def table_rows(
-    records: list[dict[str, Any]], policies: list[str], grid: list[float], at: float
+    records: list[dict[str, Any]],
+    policies: list[str],
+    grid: list[float],
+    at: float,
+    long: tuple[list[dict[str, Any]], int] | None = None,
 ) -> list[list[str]]:
     """Paper Table I rows: both verdicts over ``grid`` (SPEC 9.2), the other metrics as
-    mean +- std over seeds at load ``at``."""
+    mean +- std over seeds at load ``at``. ``long``: longer runs and the horizon to cut
+    them at; they decide the loads they cover in an extra first verdict column
+    (:func:`mabp_gym.verdicts.long_run_stable_load`)."""
     from mabp_gym.evaluation import occupation_load, paper_load, stable_load
+    from mabp_gym.verdicts import long_run_stable_load
 
     on_grid = [r for r in records if any(abs(r["load"] - x) < 1e-9 for x in grid)]
-    stable = stable_load(on_grid, bound=occupation_load(on_grid))
+    bound = occupation_load(on_grid)
+    stable = stable_load(on_grid, bound=bound)
     paper = paper_load(on_grid)
+    longer = None if long is None else long_run_stable_load(on_grid, long[0], long[1], bound)
     rows = []
     for policy in policies:
         fixed = [r for r in records if r["policy"] == policy and abs(r["load"] - at) < 1e-9]
         ran = [r["load"] for r in on_grid if r["policy"] == policy]
         lowest = min(ran) if ran else float("nan")
-        cells = [
-            policy,
+        cells = [policy]
+        if longer is not None:
+            cells.append(_verdict_cell(longer.get(policy, 0.0), lowest, min(grid)))
+        cells += [
             _verdict_cell(stable.get(policy, 0.0), lowest, min(grid)),
             _verdict_cell(paper.get(policy, 0.0), lowest, min(grid)),
         ]
@@ -515,6 +539,7 @@ def _table(args: argparse.Namespace) -> None:
         )
         _writable(args.markdown, "--markdown")
         _writable(args.csv, "--csv")
+        long = _long_runs(args, policies)
         if args.from_results:
             from mabp_gym.evaluation import read_records
 
@@ -541,10 +566,15 @@ def _table(args: argparse.Namespace) -> None:
         )
     else:
         records = execute(specs, output=args.out, **_run_args(args))
-    rows = table_rows(records, policies, loads, args.at)
+    rows = table_rows(records, policies, loads, args.at, long)
+    columns = list(TABLE_COLUMNS)
+    if long is not None:
+        columns.insert(1, f"Stable load ({long[1]:,} slots)")
+        short = min((r["horizon"] for r in records), default=args.horizon)
+        columns[2] = f"Stable load ({short:,} slots)"
     markdown = [
-        "| " + " | ".join(TABLE_COLUMNS) + " |",
-        "| " + " | ".join("---" for _ in TABLE_COLUMNS) + " |",
+        "| " + " | ".join(columns) + " |",
+        "| " + " | ".join("---" for _ in columns) + " |",
     ]
     markdown += ["| " + " | ".join(row) + " |" for row in rows]
     text = "\n".join(markdown)
@@ -554,8 +584,33 @@ def _table(args: argparse.Namespace) -> None:
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            writer.writerow(TABLE_COLUMNS)
+            writer.writerow(columns)
             writer.writerows(rows)
+
+
+def _long_runs(
+    args: argparse.Namespace, policies: list[str]
+) -> tuple[list[dict[str, Any]], int] | None:
+    """The ``--long`` records of ``policies`` and the horizon to cut them at, checked."""
+    if not args.long:
+        if args.long_horizon is not None:
+            raise ValueError("--long-horizon needs --long")
+        return None
+    records = [r for r in _read_results(args.long) if r["policy"] in policies]
+    if not records:
+        raise ValueError(f"--long: no runs of the policies {policies}")
+    workloads = {r["workload"] for r in records}
+    if workloads != {args.workload}:
+        raise ValueError(
+            f"--long: the runs are of {sorted(workloads)}, the table of {args.workload!r}"
+        )
+    shortest = min(r["horizon"] for r in records)
+    horizon = shortest if args.long_horizon is None else args.long_horizon
+    if not 0 < horizon <= shortest:
+        raise ValueError(
+            f"--long-horizon: must be in 1..{shortest} (the shortest --long run), got {horizon}"
+        )
+    return records, horizon
 
 
 def _search_loads(

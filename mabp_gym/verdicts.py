@@ -46,6 +46,27 @@ def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]
     return result
 
 
+def long_run_stable_load(
+    records: Iterable[dict[str, Any]],
+    long_records: Iterable[dict[str, Any]],
+    horizon: int,
+    bound: float | None = None,
+) -> dict[str, float]:
+    """Stable load per policy where the longest runs decide each load they cover.
+
+    ``long_records`` (cut at ``horizon``) decide the loads they were run at, typically the
+    loads around each policy's boundary; ``records`` (a whole grid at a shorter horizon)
+    decide the others. ``bound``: see :func:`mabp_gym.evaluation.stable_load`.
+
+    Raises:
+        ValueError: a long run is shorter than ``horizon``.
+    """
+    longer = cut(long_records, horizon)
+    covered = {(r["policy"], round(float(r["load"]), 9)) for r in longer}
+    merged = [r for r in records if (r["policy"], round(float(r["load"]), 9)) not in covered]
+    return stable_load(merged + longer, bound=bound)
+
+
 def seed_set_stable_loads(
     records: Iterable[dict[str, Any]],
     seed_sets: Sequence[Sequence[int]],

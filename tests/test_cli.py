@@ -257,3 +257,25 @@ def test_verdicts__prints_stable_loads_per_seed_set_and_rejects_long_horizons(tm
         text=True,
     )
     assert bad.returncode == 2 and "shortest saved run has 500 slots" in bad.stderr
+
+
+def test_table__long_runs_decide_the_loads_they_cover_in_their_own_column(tmp_path):
+    short, long = tmp_path / "t.jsonl", tmp_path / "long.jsonl"
+    evaluate(
+        "bp", "mixed", loads=[0.3, 0.6], seeds=[0], horizon=300, backend="serial", output=short
+    )
+    evaluate("bp", "mixed", loads=[0.3], seeds=[0], horizon=500, backend="serial", output=long)
+    common = [sys.executable, "-m", "mabp_gym.cli", "table", "--policies", "bp", "--loads"]
+    common += ["0.3", "0.6", "--seeds", "0", "--at", "0.6", "--out", str(short)]
+    common += ["--from-results", "--long", str(long)]
+    ok = subprocess.run([*common, "--long-horizon", "400"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    header = ok.stdout.splitlines()[0]
+    assert header.startswith("| Policy | Stable load (400 slots) | Stable load (300 slots) |")
+    assert "| bp | 0.30 | 0.30 | 0.30 |" in ok.stdout
+    for extra, message in (
+        (["--long-horizon", "600"], "must be in 1..500"),
+        (["--workload", "rag"], "the runs are of ['mixed'], the table of 'rag'"),
+    ):
+        bad = subprocess.run([*common, *extra], capture_output=True, text=True)
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr

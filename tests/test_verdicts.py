@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mabp_gym.evaluation import TRACE_STRIDE
-from mabp_gym.verdicts import cut, growth_at, horizon_sensitivity
+from mabp_gym.verdicts import cut, growth_at, horizon_sensitivity, long_run_stable_load
 
 
 def _record(policy: str, load: float, seed: int, slope: float, horizon: int = 4000) -> dict:
@@ -58,3 +58,22 @@ def test_horizon_sensitivity__flags_seed_sets_that_disagree():
     assert row["stable_loads"] == [0.5, 0.4] and not row["agree"]
     (row,) = horizon_sensitivity(records, [900], [[0, 1, 2], [3, 4, 5]])
     assert row["agree"]  # cut before the growth starts, every set is stable everywhere
+
+
+def test_long_run_stable_load__longer_runs_decide_the_loads_they_cover():
+    # A 4,000-slot grid says 0.5; a longer run at 0.5 grows after slot 1,000 only when it is
+    # cut late enough, and a longer run at 0.6 settles (flat) where the short grid said
+    # "grows".
+    short = [_record("p", 0.4, s, 0.0) for s in range(3)]
+    short += [_record("p", 0.5, s, 0.0, horizon=900) for s in range(3)]
+    short += [_record("p", 0.6, s, 1.0) for s in range(3)]
+    short = [{**r, "stable": r["slope"] == 0.0} for r in short]  # their own verdicts
+    growing = [_record("p", 0.5, s, 1.0, horizon=8000) for s in range(3)]
+    flat = [_record("p", 0.5, s, 0.0, horizon=8000) for s in range(3)]
+    flat += [_record("p", 0.6, s, 0.0, horizon=8000) for s in range(3)]
+    assert long_run_stable_load(short, growing, 8000) == {"p": 0.4}
+    assert long_run_stable_load(short, growing, 900) == {"p": 0.5}  # not grown yet; 0.6 grows
+    assert long_run_stable_load(short, flat, 8000) == {"p": 0.6}
+    assert long_run_stable_load(short, flat, 8000, bound=0.6) == {"p": 0.5}
+    with pytest.raises(ValueError, match="longer than the run"):
+        long_run_stable_load(short, flat, 9000)
