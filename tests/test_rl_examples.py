@@ -219,6 +219,10 @@ def test_ppo_from_scratch_example__starts_scores_at_the_bias_and_checks_stable_l
             "0.3",
             "--stable-seeds",
             "200",
+            "--stable-policies",
+            "bp",
+            "random",
+            "--search",
             "--json",
             str(path),
         ]
@@ -226,8 +230,15 @@ def test_ppo_from_scratch_example__starts_scores_at_the_bias_and_checks_stable_l
     result = json.loads(path.read_text())
     assert set(result["references"]) == {"bp", "all_positive"}
     assert [p["steps"] for p in result["curve"]] == [0, 64]
-    assert {row["policy"] for row in result["stable"]["rows"]} == {"ppo-scratch", "bp"}
-    assert set(result["stable"]["stable_load"]) == {"ppo-scratch", "bp"}
+    assert {row["policy"] for row in result["stable"]["rows"]} == {"ppo-scratch", "bp", "random"}
+    assert set(result["stable"]["stable_load"]) == {"ppo-scratch", "bp", "random"}
+    # The learning curve's checkpoints: one per evaluation, and the best one.
+    assert {p.name for p in tmp_path.glob("run.*.zip")} == {
+        "run.0.zip",
+        "run.64.zip",
+        "run.best.zip",
+    }
+    assert result["curve"][0].get("best") is True
     from stable_baselines3 import PPO
 
     model = PPO.load(str(tmp_path / "run.zip"), device="cpu")
