@@ -297,3 +297,26 @@ def test_rllib_example__trains_one_iteration_with_a_remote_env_runner():
         timeout=600,
     ).stdout
     assert "iteration 0: env steps" in out and "episode return mean None" not in out
+
+
+def test_plot_ppo_curve__draws_both_panels_and_rejects_a_malformed_pair(tmp_path):
+    run = {
+        "references": {"bp": -700.0, "mabp": -200.0},
+        "curve": [
+            {"steps": 0, "return_deterministic": -2000.0},
+            {"steps": 64, "return_deterministic": -900.0},
+        ],
+    }
+    (tmp_path / "s0.json").write_text(json.dumps(run))
+    for name, load in (("high", 0.0), ("low", 0.2)):
+        stable = {"stable": {"stable_load": {"ppo-scratch": load, "bp": 0.4}}}
+        (tmp_path / f"{name}.json").write_text(json.dumps(stable))
+    out = tmp_path / "curve.png"
+    args = ["examples/plot_ppo_curve.py", "--runs", str(tmp_path / "s0.json"), "--out", str(out)]
+    pairs = [f"s0.0={tmp_path / 'high.json'}", f"s0.0={tmp_path / 'low.json'}"]
+    _run([*args, "--stable", *pairs])
+    assert out.stat().st_size > 10_000
+    bad = subprocess.run(
+        [sys.executable, *args, "--stable", "s0=x.json"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "expected RUN.STEPS=JSON" in bad.stderr
