@@ -80,21 +80,24 @@ mabp-gym eval --policy jsq --loads 0.35 0.4 --seeds $LONG --horizon 12000 \
   --out results/long12k.jsonl --no-progress
 mabp-gym eval --policy bp cost-bp --loads 0.4 0.45 --seeds $LONG --horizon 12000 \
   --out results/long12k.jsonl --no-progress
-mabp-gym eval --policy mabp learn-mabp frame-mabp gnn mabp-no-transition mabp-no-reuse \
-  --loads 0.95 --seeds $LONG --horizon 12000 --out results/long12k.jsonl --no-progress
+mabp-gym eval --policy mabp learn-mabp frame-mabp gnn --loads 0.95 --seeds $LONG \
+  --horizon 12000 --out results/long12k.jsonl --no-progress
+mabp-gym eval --policy mabp-no-transition mabp-no-reuse --loads 0.95 --seeds $LONG \
+  --horizon 12000 --out results/long12k_ablations.jsonl --no-progress
 mabp-gym eval --policy greedycache-bp --loads 0.45 0.5 --seeds $LONG --horizon 12000 \
   --out results/long12k_greedy.jsonl --no-progress
 mabp-gym eval --policy oracle-sur --loads 0.95 --seeds $LONG --horizon 12000 \
   --out results/long12k_oracle.jsonl --no-progress
 mabp-gym verdicts --results results/long12k.jsonl results/long12k_oracle.jsonl \
-  results/long12k_greedy.jsonl results/greedy16k.jsonl results/noret16k.jsonl \
+  results/long12k_greedy.jsonl results/long12k_ablations.jsonl results/greedy16k.jsonl \
+  results/noret16k.jsonl \
   --horizons 4000 8000 12000 \
   --seed-sets 100:105 105:110 110:115 --markdown docs/verdicts_12k.md
 mabp-gym table --from-results --search --policies $POLICIES --loads 0.05:1.0:0.05 \
   --seeds $SEEDS_A --horizon 4000 --at 0.85 --out results/table1.jsonl \
   --long results/long12k.jsonl results/long12k_oracle.jsonl results/long12k_greedy.jsonl \
-  results/greedy16k.jsonl \
-  results/noret16k.jsonl --long-horizon 12000 \
+  results/long12k_ablations.jsonl results/greedy16k.jsonl results/noret16k.jsonl \
+  --long-horizon 12000 \
   --markdown docs/table1.md --csv docs/table1.csv --no-progress
 mabp-gym verdicts --results results/noret16k.jsonl --horizons 4000 8000 12000 16000 \
   --seed-sets 100:105 105:110 110:115 --markdown docs/verdicts_noretention16k.md

@@ -185,6 +185,19 @@ class Curve(BaseCallback):
         return not budget or time.perf_counter() - self.started < budget
 
 
+ROW_KEYS = (
+    "policy",
+    "load",
+    "mean_backlog",
+    "penalty",
+    "p95_delay",
+    "hit_ratio",
+    "stable_seeds",
+    "stable",
+    "paper_stable",
+)
+
+
 def stable_loads(model: PPO, args: Args) -> dict[str, Any]:
     """Evaluate the trained policy with the harness (``mabp_gym.evaluate``, serial) next to
     ``args.stable_policies``, and return the per-load summaries and each policy's stable
@@ -230,13 +243,7 @@ def stable_loads(model: PPO, args: Args) -> dict[str, Any]:
             active = [p for p in active if p not in growing]
             if not active:
                 break
-    rows = [
-        {
-            k: row[k]
-            for k in ("policy", "load", "mean_backlog", "stable_seeds", "stable", "paper_stable")
-        }
-        for row in summarize_records(records)
-    ]
+    rows = [{k: row[k] for k in ROW_KEYS} for row in summarize_records(records)]
     for row in rows:
         print(row, flush=True)
     out = {"rows": rows, "stable_load": stable_load(records), "paper_load": paper_load(records)}
