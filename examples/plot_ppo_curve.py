@@ -22,7 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"random": "0.5", "all_positive": "tab:orange", "bp": "tab:red", "mabp": "tab:green"}
+COLORS = {"random": "0.5", "all_positive": "tab:purple", "bp": "tab:red", "mabp": "tab:green"}
 
 
 def main(argv: list[str] | None = None) -> None:
