@@ -152,7 +152,8 @@ def _policies(tokens: list[str]) -> list[str]:
     return names
 
 
-def _common(parser: argparse.ArgumentParser, *, loads: bool = True) -> None:
+def _workload_args(parser: argparse.ArgumentParser) -> None:
+    """``--workload`` and its ``--set NAME=VALUE`` overrides (every workload command)."""
     parser.add_argument(
         "--workload",
         default="mixed",
@@ -167,6 +168,10 @@ def _common(parser: argparse.ArgumentParser, *, loads: bool = True) -> None:
         metavar="NAME=VALUE",
         help="workload parameter override (repeatable)",
     )
+
+
+def _common(parser: argparse.ArgumentParser, *, loads: bool = True) -> None:
+    _workload_args(parser)
     if loads:
         parser.add_argument(
             "--loads",
@@ -274,20 +279,7 @@ def _build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--policy", default="mabp", help="policy of the trace and heat map")
 
     cap = commands.add_parser("capacity", help="no-memory, all-hit and occupation capacities")
-    cap.add_argument(
-        "--workload",
-        default="mixed",
-        type=_workload_name,
-        help="built-in workload or a workload file (default: mixed)",
-    )
-    cap.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="workload parameter override (repeatable)",
-    )
+    _workload_args(cap)
     cap.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     cap.add_argument(
         "--reference",
@@ -324,20 +316,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     sim = commands.add_parser("simulate", help="run the queue-length score rule on a workload")
-    sim.add_argument(
-        "--workload",
-        default="mixed",
-        type=_workload_name,
-        help="built-in workload or a workload file (default: mixed)",
-    )
-    sim.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="workload parameter override (repeatable)",
-    )
+    _workload_args(sim)
     sim.add_argument("--load", type=float, default=None, help="normalized load rho")
     sim.add_argument("--horizon", type=int, default=None, help="slots per run")
     sim.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default: 0)")
