@@ -107,9 +107,40 @@ def _table_time(policy: str, horizon: int) -> dict[str, float]:
     return {"us_per_slot": (time.perf_counter() - started) / (len(TABLE_LOADS) * horizon) * 1e6}
 
 
+def _import_tree(tree: Path) -> None:
+    """Import ``mabp_gym`` and its ``agents`` / ``training`` subpackages from ``tree``.
+
+    An editable install maps ``mabp_gym.agents`` and ``mabp_gym.training`` onto the
+    installed checkout's top-level ``agents/`` and ``training/`` folders; without this, a
+    baseline tree would run the current tree's policies over its own core.
+    """
+    import importlib.util
+
+    sys.meta_path[:] = [f for f in sys.meta_path if "Editable" not in repr(f)]
+    import mabp_gym
+
+    for name in ("agents", "training"):
+        folder = tree / name
+        if not (folder / "__init__.py").exists():
+            continue  # a tree that keeps them inside mabp_gym/ finds them on its own
+        spec = importlib.util.spec_from_file_location(
+            f"mabp_gym.{name}", folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        setattr(mabp_gym, name, module)
+        spec.loader.exec_module(module)
+
+
 def serve() -> None:
     """Answer measurement requests, one JSON line in and one out, in this process's tree."""
+    _import_tree(Path(os.environ["PYTHONPATH"]))
     import mabp_gym
+    from mabp_gym import agents
+
+    if not Path(agents.__file__).resolve().is_relative_to(Path(os.environ["PYTHONPATH"]).resolve()):
+        raise SystemExit(f"mabp_gym.agents came from {agents.__file__}")
 
     print(json.dumps({"tree": str(Path(mabp_gym.__file__).resolve().parent.parent)}), flush=True)
     for line in sys.stdin:

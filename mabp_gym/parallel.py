@@ -695,11 +695,8 @@ class SFMSNParallelEnv(ParallelEnv):
     def _queue_ages(self, state, t: int) -> np.ndarray:
         ix = self.workload.index
         ages = np.zeros((ix.num_nodes, ix.num_commodities), dtype=np.float32)
-        heads = [(p, q[0]) for p, q in enumerate(state.queues) if q]
-        if heads:
-            pairs, births = zip(*heads, strict=True)
-            pairs_arr = np.asarray(pairs)
-            ages[ix.pair_node[pairs_arr], ix.pair_commodity[pairs_arr]] = t - np.asarray(births)
+        pairs, births = state.fifo.heads()
+        ages[ix.pair_node[pairs], ix.pair_commodity[pairs]] = t - births
         return ages
 
     # -- per-node shares of the reward ---------------------------------------------------

@@ -13,6 +13,10 @@ node, then whole units by action), arrivals (by arrival pair). Completed units d
 successor in the same order, then arrivals are drawn: all randomness comes from the one
 ``numpy.random.Generator`` seeded by :meth:`Simulator.reset`.
 
+This module's phase methods are the readable reference of the transition;
+:mod:`mabp_gym.transition_core` runs the same transition compiled (with count-based queues)
+where numba is there, and the tests hold the two identical.
+
 A request born in slot ``t0`` (its arrival joins ``Q(t0 + 1)``) that leaves in slot ``t``
 has delay ``t - t0``.
 """
@@ -20,14 +24,21 @@ has delay ``t - t0``.
 from __future__ import annotations
 
 import bisect
+import weakref
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from mabp_gym import slotcore
 from mabp_gym.control import CHECK_TOLERANCE, EPS, CheckedControl, Control, check_control
+from mabp_gym.index import WorkloadIndex
 from mabp_gym.projection import project, project_checked
-from mabp_gym.state import SimState
+from mabp_gym.state import DequeFifo, SimState
+from mabp_gym.transition_core import CompiledTransition, RunFifo
 from mabp_gym.workload import Workload
+
+_CORES: weakref.WeakKeyDictionary[WorkloadIndex, CompiledTransition] = weakref.WeakKeyDictionary()
 
 
 class InvariantError(AssertionError):
@@ -96,14 +107,32 @@ class Simulator:
         memory: ``False`` for the no-memory system: every action a miss, generated objects
             discarded, budgets zero.
         check_invariants: assert SPEC 6's invariants after every slot (cheap; on in tests).
+        compiled: run the compiled transition (:mod:`mabp_gym.transition_core`) or this
+            module's reference; ``None`` (default) compiles where numba is there. Both give
+            identical states, outcomes and draws.
     """
 
     def __init__(
-        self, workload: Workload, *, memory: bool = True, check_invariants: bool = False
+        self,
+        workload: Workload,
+        *,
+        memory: bool = True,
+        check_invariants: bool = False,
+        compiled: bool | None = None,
     ) -> None:
+        if compiled and not slotcore.AVAILABLE:
+            raise RuntimeError(
+                "the compiled transition needs numba (pip install numba), and MABP_GYM_PURE unset"
+            )
         self.workload = workload
         self.memory = bool(memory)
         self.check_invariants = bool(check_invariants)
+        self._core: CompiledTransition | None = None
+        if slotcore.AVAILABLE if compiled is None else compiled:
+            core = _CORES.get(workload.index)
+            if core is None:
+                core = _CORES[workload.index] = CompiledTransition(workload)
+            self._core = core
         self._replicas = workload.replicas
         self._generates = self.memory and not workload.fixed_memory
         self._ready = False
@@ -113,7 +142,7 @@ class Simulator:
         cum = np.cumsum(ix.arrival_share)
         self._arrival_cum = cum[:-1].tolist()
         self.rng = np.random.default_rng()
-        self.state = SimState.empty(workload)
+        self.state = self._empty_state()
         # Retain candidates per node (they are sorted by node, then signature).
         self._retain_slot = ix.retain_node * ix.num_signatures + ix.retain_signature
         self._retain_signature = ix.retain_signature.tolist()
@@ -129,7 +158,7 @@ class Simulator:
         from the generator when ``seed`` is None).
         """
         self.rng = np.random.default_rng(seed)
-        self.state = SimState.empty(self.workload)
+        self.state = self._empty_state()
         self._ready = True
         alternatives = self.workload.initial_memory
         if self.memory and alternatives:
@@ -138,6 +167,11 @@ class Simulator:
             for node, signature in chosen:
                 self._place(node, signature)
         return self.state
+
+    def _empty_state(self) -> SimState:
+        pairs = self.workload.index.num_pairs
+        fifo = DequeFifo(pairs) if self._core is None else RunFifo(pairs)
+        return SimState.empty(self.workload, fifo)
 
     def _place(self, node: int, signature: int) -> int:
         st = self.state
@@ -174,7 +208,7 @@ class Simulator:
         born = st.t - 1 if birth is None else int(birth)
         if born >= st.t:
             raise ValueError(f"birth must be < the current slot {st.t}, got {born}")
-        st.queues[p].extend([born] * int(count))
+        st.fifo.extend(p, born, int(count))
         st.queue_len[p] += int(count)
         st.units += int(count)
 
@@ -213,6 +247,11 @@ class Simulator:
     def _execute(self, control: Control, checked: CheckedControl) -> SlotOutcome:
         """The slot's transition under a feasible ``control`` (``checked``: its sparse form),
         in SPEC 1's order; each phase is a method below."""
+        if self._core is not None:
+            outcome = self._execute_compiled(control, checked)
+            if self.check_invariants:
+                self._assert_invariants(outcome)
+            return outcome
         st = self.state
         t = st.t
         touched: set[int] = set()  # pairs whose queue changed
@@ -261,6 +300,53 @@ class Simulator:
             self._assert_invariants(outcome)
         return outcome
 
+    def _execute_compiled(self, control: Control, checked: CheckedControl) -> SlotOutcome:
+        """:meth:`_execute` by the compiled transition (same state, outcome and draws)."""
+        core = self._core
+        assert core is not None
+        st, wl = self.state, self.workload
+        t = st.t
+        served = core(st, self.rng, self._generates, control, checked)
+        started, routed, arrived, hits, completed, n_generated, insertions, evictions = (
+            core.counts.tolist()
+        )
+        transfer_cost, penalty_transmission, work, penalty_compute = core.sums.tolist()
+        held_size = float(st.memory_used.sum())
+        st.units += arrived - completed
+        st.t = t + 1
+        done = core.done[:served]
+        return SlotOutcome(
+            t=t,
+            arrivals=arrived,
+            served=served,
+            hits=hits,
+            started=started,
+            work=work,
+            routed=routed,
+            completed=completed,
+            delays=tuple(core.delays[:completed].tolist()),
+            transfers=len(checked.transfers),
+            insertions=insertions,
+            evictions=evictions,
+            generated=tuple(map(tuple, core.generated[:n_generated, :2].tolist())),
+            evicted=tuple(map(tuple, core.evicted[:evictions].tolist())),
+            penalty_compute=penalty_compute,
+            penalty_transmission=penalty_transmission,
+            penalty_memory=transfer_cost + wl.theta * held_size + wl.omega * insertions,
+            backlog=st.units,
+            served_by_action=core.served_by_action,
+            units=tuple(
+                zip(
+                    done[:, 0].tolist(),
+                    done[:, 1].tolist(),
+                    core.unit_succ[:served].tolist(),
+                    core.unit_floats[:served, 0].tolist(),
+                    core.unit_floats[:served, 1].tolist(),
+                    strict=True,
+                )
+            ),
+        )
+
     def _transfer(self, checked: CheckedControl) -> float:
         """(2)-(4) Move the transferred objects; the post-transfer resident set is active.
         Returns the migration cost."""
@@ -281,7 +367,7 @@ class Simulator:
     def _serve(self, checked: CheckedControl, touched: set[int]) -> _Served:
         """(5) Units in service take their compute first, then whole units, then starts."""
         st, fx = self.state, self.workload.index.fast
-        hit, queues = checked.hit, st.queues
+        hit, queues = checked.hit, self._deques()
         served = _Served([], [], [], [0.0] * len(fx.mu))
         done_action, done_hit, done_birth, spent = (
             served.action,
@@ -330,7 +416,7 @@ class Simulator:
     ) -> tuple[int, float]:
         """(5) Routing: units leave their queue now and join the next hop's at ``t + 1``.
         Returns the units routed and their transmission penalty."""
-        queues, fx = self.state.queues, self.workload.index.fast
+        queues, fx = self._deques(), self.workload.index.fast
         routed = 0
         penalty = 0.0
         for r, n in checked.route:
@@ -396,13 +482,18 @@ class Simulator:
         arrivals = self._arrivals()
         for p, n in arrivals.items():
             incoming.append((p, [t] * n))
-        queues, queue_len = st.queues, st.queue_len
+        queues, queue_len = self._deques(), st.queue_len
         for p, births in incoming:
             queues[p].extend(births)
             touched.add(p)
         for p in touched:
             queue_len[p] = len(queues[p])
         return sum(arrivals.values())
+
+    def _deques(self) -> list[deque[int]]:
+        fifo = self.state.fifo
+        assert isinstance(fifo, DequeFifo), "the reference transition runs on DequeFifo"
+        return fifo.deques
 
     def _arrivals(self) -> dict[int, int]:
         """Poisson arrivals per pair, drawn as a Poisson total split by the mix.
@@ -464,7 +555,7 @@ class Simulator:
                         ranked.append((-priority_of[k], signature_of[k], held_of[k], False))
             for i, s, m in generated:
                 by_node[i].append((-priority_of[fx.retain_of[i][s]], s, m, True))
-            for i, ranked in by_node.items():
+            for i, ranked in sorted(by_node.items()):
                 ranked.sort()
                 budget = fx.budget[i] + EPS
                 kept = 0.0
@@ -483,7 +574,7 @@ class Simulator:
     def _assert_invariants(self, outcome: SlotOutcome) -> None:
         """SPEC 6 invariants; the control was already checked for feasibility."""
         ix, st = self.workload.index, self.state
-        if list(map(len, st.queues)) != st.queue_len.tolist():
+        if st.fifo.lengths() != st.queue_len.tolist():
             raise InvariantError("queue lengths disagree with the FIFO contents")
         if (st.queue_len < 0).any():
             raise InvariantError("a queue is negative")

@@ -4,10 +4,57 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from mabp_gym.workload import Workload
+
+
+class Fifo(Protocol):
+    """The waiting units of every admissible pair: their birth slots, oldest first.
+
+    Two implementations hold the same contents: :class:`DequeFifo` (the reference
+    transition's) and :class:`mabp_gym.slotcore.RunFifo` (the compiled transition's, runs of
+    equal birth slots in flat arrays).
+    """
+
+    def births(self, pair: int) -> list[int]:
+        """Birth slots of the units waiting at ``pair``, oldest first."""
+        ...
+
+    def lengths(self) -> list[int]:
+        """Units waiting per pair, recounted from the contents."""
+        ...
+
+    def heads(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(pairs, births)``: every nonempty pair and its oldest unit's birth slot."""
+        ...
+
+    def extend(self, pair: int, birth: int, count: int) -> None:
+        """Append ``count`` units born in ``birth`` to ``pair``."""
+        ...
+
+
+class DequeFifo:
+    """One ``deque`` of birth slots per pair: the reference transition's FIFO."""
+
+    def __init__(self, num_pairs: int) -> None:
+        self.deques: list[deque[int]] = [deque() for _ in range(num_pairs)]
+
+    def births(self, pair: int) -> list[int]:
+        return list(self.deques[pair])
+
+    def lengths(self) -> list[int]:
+        return list(map(len, self.deques))
+
+    def heads(self) -> tuple[np.ndarray, np.ndarray]:
+        pairs = [p for p, q in enumerate(self.deques) if q]
+        births = [self.deques[p][0] for p in pairs]
+        return np.asarray(pairs, dtype=np.int64), np.asarray(births, dtype=np.int64)
+
+    def extend(self, pair: int, birth: int, count: int) -> None:
+        self.deques[pair].extend([birth] * count)
 
 
 @dataclass
@@ -19,7 +66,7 @@ class SimState:
     """
 
     t: int
-    queues: list[deque[int]]  # per admissible pair: birth slots of waiting units, oldest first
+    fifo: Fifo  # per admissible pair: birth slots of waiting units, oldest first
     queue_len: np.ndarray  # (P,) int64, len of each queue
     holder: np.ndarray  # (N, S) int64, identity the node holds of each signature, -1 none
     owner: np.ndarray  # (M,) int64, node holding each identity, -1 free
@@ -31,11 +78,12 @@ class SimState:
     units: int = 0  # ||Q||_1 kept by arrivals minus exits; invariant mode recounts it
 
     @classmethod
-    def empty(cls, workload: Workload) -> SimState:
+    def empty(cls, workload: Workload, fifo: Fifo | None = None) -> SimState:
+        """No units, no objects, slot 0; ``fifo`` (empty) defaults to a :class:`DequeFifo`."""
         ix = workload.index
         return cls(
             t=0,
-            queues=[deque() for _ in range(ix.num_pairs)],
+            fifo=DequeFifo(ix.num_pairs) if fifo is None else fifo,
             queue_len=np.zeros(ix.num_pairs, dtype=np.int64),
             holder=np.full((ix.num_nodes, ix.num_signatures), -1, dtype=np.int64),
             owner=np.full(ix.num_objects, -1, dtype=np.int64),
@@ -45,6 +93,11 @@ class SimState:
             service_hit=np.zeros(ix.num_nodes, dtype=np.int64),
             service_birth=np.zeros(ix.num_nodes, dtype=np.int64),
         )
+
+    @property
+    def queues(self) -> list[tuple[int, ...]]:
+        """Birth slots of the waiting units per pair, oldest first (a copy)."""
+        return [tuple(self.fifo.births(p)) for p in range(self.queue_len.shape[0])]
 
     def backlog_pairs(self, workload: Workload) -> np.ndarray:
         """Units per admissible pair, those in service included: ``(P,)`` int64."""
