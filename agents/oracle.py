@@ -12,7 +12,8 @@ and the same weights, but exactly where that is cheap:
    object moves once, link bandwidth, destination budget after all transfers, the
    destination neither holds nor receives a replica).
 2. **Routing and service**: given the post-transfer memory (hence every hit bit), an
-   integer program solved by :func:`scipy.optimize.milp` (HiGHS) under a time limit:
+   integer program solved by HiGHS as :func:`scipy.optimize.milp` solves it (through
+   :mod:`mabp_gym.agents.highs`) under a node limit:
    whole-unit service ``S_a``, routing ``F_r`` and, for units whose work exceeds the node's
    ``mu`` (they can only start multi-slot service, SPEC 3.2 step 2), a binary start
    ``x_a`` with its compute ``c_a``. It maximizes
@@ -47,8 +48,8 @@ from typing import Any
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
 
+from mabp_gym.agents import highs
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.control import (
@@ -649,30 +650,30 @@ class OracleSur(Policy):
         """Solve ``hard``: the slot program's solution vector ``(n,)`` (zero outside the
         kept columns) and the status, or ``(None, status)`` when HiGHS found none."""
         kept = hard.kept
-        problem = {
-            "c": -program.value[kept],
-            "bounds": Bounds(np.zeros(kept.size), program.upper[kept]),
-            "constraints": LinearConstraint(hard.matrix, -np.inf, hard.bound),
-            "options": {
-                "node_limit": self.node_limit,
-                "mip_rel_gap": 0.0,
-                **({} if self.time_limit is None else {"time_limit": self.time_limit}),
-            },
+        options = {
+            "node_limit": self.node_limit,
+            "mip_rel_gap": 0.0,
+            **({} if self.time_limit is None else {"time_limit": self.time_limit}),
         }
+        cost, lower, upper = -program.value[kept], np.zeros(kept.size), program.upper[kept]
+        columns = sparse.csc_array(hard.matrix)  # once for both solves
         x = np.zeros(program.num_variables)
         try:
             # The LP relaxation first: it bounds the MILP, and on these programs its vertex
             # is usually integral once each start's binary is opened where its compute
             # flows (x_a gates c_a only and carries no objective). Then it is optimal and
             # the branch-and-bound solve, several times slower, is skipped.
-            relaxed = milp(integrality=np.zeros(kept.size), **problem)
+            relaxed_status, relaxed = highs.solve(
+                cost, columns, hard.bound, lower, upper, np.zeros(kept.size), options
+            )
             status: Any = "lp"
-            if relaxed.status != 0 or not self._integral_fix(x, program, hard, relaxed.x):
-                result = milp(integrality=program.integral[kept], **problem)
-                if result.x is None:
-                    return None, result.status
-                x[kept] = result.x
-                status = result.status
+            if relaxed_status != 0 or not self._integral_fix(x, program, hard, relaxed):
+                status, solution = highs.solve(
+                    cost, columns, hard.bound, lower, upper, program.integral[kept], options
+                )
+                if solution is None:
+                    return None, status
+                x[kept] = solution
         except (ValueError, RuntimeError):  # a solver failure is a fallback, not a crash
             return None, "error"
         return x, status
@@ -749,15 +750,12 @@ class OracleSur(Policy):
             ]
         )
         bound = np.concatenate([np.maximum(left, 0), ix.link_capacity]).astype(np.float64)
-        result = milp(
-            -route_weight[routes],
-            integrality=np.zeros(n),
-            bounds=Bounds(np.zeros(n), upper.astype(np.float64)),
-            constraints=LinearConstraint(matrix, -np.inf, bound),
+        _, solution = highs.solve(
+            -route_weight[routes], matrix, bound, np.zeros(n), upper.astype(np.float64), np.zeros(n)
         )
-        if result.x is None:  # cannot happen for a bounded packing LP; stay safe
+        if solution is None:  # cannot happen for a bounded packing LP; stay safe
             return replace(control, route=route)
-        route[routes] = np.floor(result.x + 1e-7).astype(np.int64)
+        route[routes] = np.floor(solution + 1e-7).astype(np.int64)
         return replace(control, route=route)
 
     @staticmethod

@@ -46,13 +46,26 @@ TABLE_LOADS = (0.5, 0.85)  # loads timed per Table I policy with --table
 
 
 # -- worker: runs inside whichever tree is first on sys.path --------------------------------
+def _tree_api():
+    """``make_policy`` and ``ObservationEncoder`` where this tree keeps them (older trees:
+    the top-level ``agents`` package and ``mabp_gym.env``)."""
+    try:
+        from mabp_gym.agents import make_policy
+    except ImportError:
+        from agents import make_policy  # type: ignore[no-redef]
+    try:
+        from mabp_gym.encoding import ObservationEncoder
+    except ImportError:
+        from mabp_gym.env import ObservationEncoder  # type: ignore[no-redef]
+    return make_policy, ObservationEncoder
+
+
 def _slot_times(
     path: str, load: float, policy_name: str, slots: int, seed: int
 ) -> dict[str, float]:
     from mabp_gym import Simulator, make_workload
-    from mabp_gym.agents import make_policy
-    from mabp_gym.encoding import ObservationEncoder
 
+    make_policy, ObservationEncoder = _tree_api()
     workload = make_workload(path, load=load)
     sim = Simulator(workload)
     sim.reset(seed)
@@ -78,9 +91,9 @@ def _slot_times(
 
 
 def _env_step_times(slots: int, seed: int) -> dict[str, float]:
-    from mabp_gym.agents import make_policy
     from mabp_gym.env import SFMSNEnv
 
+    make_policy, _ = _tree_api()
     env = SFMSNEnv("mixed", load=0.85)
     obs, _ = env.reset(seed=seed)
     policy = make_policy("mabp", env)
@@ -108,11 +121,13 @@ def _table_time(policy: str, horizon: int) -> dict[str, float]:
 
 
 def _import_tree(tree: Path) -> None:
-    """Import ``mabp_gym`` and its ``agents`` / ``training`` subpackages from ``tree``.
+    """Import ``mabp_gym`` and its ``agents`` / ``training`` subpackages from ``tree`` only.
 
-    An editable install maps ``mabp_gym.agents`` and ``mabp_gym.training`` onto the
-    installed checkout's top-level ``agents/`` and ``training/`` folders; without this, a
-    baseline tree would run the current tree's policies over its own core.
+    An editable install's finder resolves any ``mabp_gym.*`` module a tree lacks to the
+    installed checkout (and maps ``mabp_gym.agents`` / ``mabp_gym.training`` onto its
+    top-level folders): without removing it, a baseline tree would run the current tree's
+    encoder and policies over its own core. A tree whose ``agents/`` installs as
+    ``mabp_gym.agents`` gets that mapping here, from its own folders.
     """
     import importlib.util
 
@@ -121,8 +136,9 @@ def _import_tree(tree: Path) -> None:
 
     for name in ("agents", "training"):
         folder = tree / name
-        if not (folder / "__init__.py").exists():
-            continue  # a tree that keeps them inside mabp_gym/ finds them on its own
+        init = folder / "__init__.py"
+        if not init.exists() or f"mabp_gym.{name}" not in init.read_text():
+            continue  # an older tree imports them as the top-level package
         spec = importlib.util.spec_from_file_location(
             f"mabp_gym.{name}", folder / "__init__.py", submodule_search_locations=[str(folder)]
         )
@@ -135,12 +151,15 @@ def _import_tree(tree: Path) -> None:
 
 def serve() -> None:
     """Answer measurement requests, one JSON line in and one out, in this process's tree."""
-    _import_tree(Path(os.environ["PYTHONPATH"]))
+    tree = Path(os.environ["PYTHONPATH"]).resolve()
+    _import_tree(tree)
     import mabp_gym
-    from mabp_gym import agents
 
-    if not Path(agents.__file__).resolve().is_relative_to(Path(os.environ["PYTHONPATH"]).resolve()):
-        raise SystemExit(f"mabp_gym.agents came from {agents.__file__}")
+    make_policy, encoder = _tree_api()
+    for code in (make_policy, encoder):
+        source = Path(sys.modules[code.__module__].__file__ or "").resolve()
+        if not source.is_relative_to(tree):
+            raise SystemExit(f"{code.__name__} came from {source}, not {tree}")
 
     print(json.dumps({"tree": str(Path(mabp_gym.__file__).resolve().parent.parent)}), flush=True)
     for line in sys.stdin:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -389,13 +388,13 @@ def _busy_state(slots: int = 60):
 def test_fallback__returns_mabps_control_when_the_milp_fails(failure, monkeypatch):
     calls = []
 
-    def broken_milp(*args, **kwargs):
+    def broken_solve(*args, **kwargs):
         calls.append(1)
         if failure == "raises":
             raise ValueError("solver exploded")
-        return SimpleNamespace(x=None, status=1, success=False, fun=None)
+        return 1, None  # a limit reached without a solution
 
-    monkeypatch.setattr(oracle_module, "milp", broken_milp)
+    monkeypatch.setattr(oracle_module.highs, "solve", broken_solve)
     sim, obs = _busy_state()
     oracle, twin = OracleSur(MIXED), MABP(MIXED)
     control = oracle.control(sim.state, obs)

@@ -1,0 +1,149 @@
+"""Small linear and integer programs solved by HiGHS as :func:`scipy.optimize.milp` solves
+them, without the wrapper's per-call overhead.
+
+Oracle-Sur solves one or two small programs per slot. For programs of that size scipy's
+``milp`` spends about three times the HiGHS solve itself around it: input checks, each
+option validated one by one, the duals and the basis read back and converted
+(``benchmarks/RESULTS.md``, issue 13). :func:`solve` hands HiGHS the same model and the
+same options through the HiGHS bindings bundled with scipy, so the same HiGHS build
+finds the same vertex, and reads back the primal solution only. Where those bindings are
+not there (a scipy that lays them out differently), it calls ``milp``.
+``tests/test_highs.py`` holds the two identical on random programs, and the records of
+Oracle-Sur identical to the baseline.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+try:  # scipy's own HiGHS bindings: private, so only used when they look as expected
+    import scipy.optimize._highspy._core as _core  # type: ignore[import-not-found]
+    from scipy.optimize._linprog_highs import (  # type: ignore[attr-defined]
+        _highs_to_scipy_status_message,
+    )
+
+    _SOLVED = {
+        _core.HighsModelStatus.kOptimal,
+        _core.HighsModelStatus.kTimeLimit,
+        _core.HighsModelStatus.kIterationLimit,
+        _core.HighsModelStatus.kSolutionLimit,
+    }
+    _LIMITS = _SOLVED - {_core.HighsModelStatus.kOptimal}
+    _KINDS = [_core.HighsVarType(k) for k in range(4)]  # continuous, integer, ...
+    DIRECT = all(
+        hasattr(_core, name) for name in ("HighsLp", "_Highs", "HighsOptions", "HighsVarType")
+    )
+except (ImportError, AttributeError):  # pragma: no cover - other scipy layouts
+    DIRECT = False
+"""Whether :func:`solve` calls HiGHS directly (else through ``milp``)."""
+
+
+def solve(
+    c: np.ndarray,
+    matrix: sparse.sparray,
+    upper: np.ndarray,
+    lb: np.ndarray,
+    ub: np.ndarray,
+    integrality: np.ndarray,
+    options: dict[str, Any] | None = None,
+    *,
+    direct: bool | None = None,
+) -> tuple[int, np.ndarray | None]:
+    """Minimize ``c @ x`` subject to ``matrix @ x <= upper`` and ``lb <= x <= ub``.
+
+    Args:
+        matrix: a scipy sparse array (converted to columns once per call unless it is
+            already ``csc``: convert it beforehand to solve it several times).
+        integrality: per variable, 1 integer, 0 continuous (``milp``'s meaning).
+        options: ``milp``'s options (``node_limit``, ``mip_rel_gap``, ``time_limit``).
+        direct: call HiGHS directly (default: where :data:`DIRECT`) or through ``milp``.
+
+    Returns:
+        ``(status, x)``: ``milp``'s status code (0 optimal, 1 a limit reached, 2
+        infeasible, 3 unbounded, 4 other) and its solution, ``None`` where it has none.
+    """
+    options = dict(options or {})
+    if c.size == 0 or not np.all(np.isfinite(c)):  # what milp refuses, refused alike
+        raise ValueError("the objective must be a nonempty vector of finite numbers")
+    if not (DIRECT if direct is None else direct):
+        result = milp(
+            c,
+            integrality=integrality,
+            bounds=Bounds(lb, ub),
+            constraints=LinearConstraint(matrix, -np.inf, upper),
+            options=options,
+        )
+        return int(result.status), result.x
+    # The model exactly as milp builds it: columns compressed, float64 everywhere.
+    columns = matrix if matrix.format == "csc" else sparse.csc_array(matrix)
+    n = int(c.shape[0])
+    lp = _core.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = int(upper.shape[0])
+    lp.a_matrix_.num_col_ = n
+    lp.a_matrix_.num_row_ = int(upper.shape[0])
+    lp.a_matrix_.format_ = _core.MatrixFormat.kColwise
+    lp.col_cost_ = np.asarray(c, dtype=np.float64)
+    lp.col_lower_ = np.asarray(lb, dtype=np.float64)
+    lp.col_upper_ = np.asarray(ub, dtype=np.float64)
+    lp.row_lower_ = np.full(upper.shape[0], -np.inf)
+    lp.row_upper_ = np.asarray(upper, dtype=np.float64)
+    lp.a_matrix_.start_ = columns.indptr
+    lp.a_matrix_.index_ = columns.indices
+    lp.a_matrix_.value_ = columns.data.astype(np.float64)
+    kinds = np.asarray(integrality, dtype=np.uint8)
+    lp.integrality_ = [_KINDS[k] for k in kinds.tolist()]
+    # milp's options: no log, its node limit under HiGHS's name, the rest verbatim.
+    settings = {"log_to_console": False, "mip_max_nodes": options.pop("node_limit", None)}
+    settings.update(options)
+    highs = _solver()
+    highs.passOptions(_options(tuple(settings.items())))
+    if highs.passModel(lp) == _core.HighsStatus.kError:
+        return _status(_core.HighsModelStatus.kModelError), None
+    if highs.run() == _core.HighsStatus.kError:
+        return _status(highs.getModelStatus()), None
+    status = highs.getModelStatus()
+    info = highs.getInfo()
+    if bool(kinds.any()):
+        failed = status not in _SOLVED or (
+            status in _LIMITS and info.objective_function_value == _core.kHighsInf
+        )
+    else:
+        failed = status != _core.HighsModelStatus.kOptimal
+    if failed:
+        return _status(status), None
+    return _status(status), np.array(highs.getSolution().col_value)
+
+
+def _status(model_status: Any) -> int:
+    return int(_highs_to_scipy_status_message(model_status, "")[0])
+
+
+_LOCAL = threading.local()
+_OPTIONS: dict[tuple, Any] = {}
+
+
+def _solver() -> Any:
+    """This thread's HiGHS instance (building one costs more than a small solve; a new
+    model clears what the last solve left)."""
+    highs = getattr(_LOCAL, "highs", None)
+    if highs is None:
+        highs = _LOCAL.highs = _core._Highs()
+    return highs
+
+
+def _options(settings: tuple[tuple[str, Any], ...]) -> Any:
+    """HiGHS options with ``settings`` (``None`` values left at HiGHS's default), built
+    once per distinct settings."""
+    options = _OPTIONS.get(settings)
+    if options is None:
+        options = _OPTIONS[settings] = _core.HighsOptions()
+        for key, value in settings:
+            if value is not None:
+                setattr(options, key, value)
+    return options
