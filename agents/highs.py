@@ -15,6 +15,7 @@ Oracle-Sur identical to the baseline.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,9 +44,56 @@ except (ImportError, AttributeError):  # pragma: no cover - other scipy layouts
 """Whether :func:`solve` calls HiGHS directly (else through ``milp``)."""
 
 
+@dataclass(frozen=True, eq=False)
+class Columns:
+    """A sparse ``(rows, cols)`` matrix in the canonical compressed-column form scipy's
+    ``csc_array`` gives (row indices sorted within each column), built with numpy alone:
+    building a scipy array costs more than solving these small programs."""
+
+    indptr: np.ndarray  # (cols + 1,) int32
+    indices: np.ndarray  # (nnz,) int32, row of each entry
+    data: np.ndarray  # (nnz,) float64
+    shape: tuple[int, int]
+    by_row: np.ndarray  # (nnz,) the entries in row order, columns ascending within a row
+
+    @classmethod
+    def from_entries(
+        cls, rows: np.ndarray, cols: np.ndarray, data: np.ndarray, shape: tuple[int, int]
+    ) -> Columns | sparse.csr_array:
+        """The matrix with ``data[k]`` at ``(rows[k], cols[k])``; with repeated positions
+        (which scipy sums) it is scipy's ``csr_array`` instead."""
+        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+        data = np.asarray(data, dtype=np.float64)
+        order = np.lexsort((rows, cols))
+        r, c = rows[order], cols[order]
+        if r.size > 1 and bool(np.any((r[1:] == r[:-1]) & (c[1:] == c[:-1]))):
+            return sparse.csr_array((data, (rows, cols)), shape=shape)
+        counts = np.bincount(c, minlength=shape[1])
+        indptr = np.zeros(shape[1] + 1, dtype=np.int32)
+        np.cumsum(counts, out=indptr[1:])
+        by_row = np.lexsort((c, r))  # positions in ``order`` of the entries in row order
+        return cls(indptr, r.astype(np.int32), data[order], shape, by_row)
+
+    def matvec(self, x: np.ndarray) -> np.ndarray:
+        """``A @ x``, summed row by row in column order as scipy's ``csr_array @ x``."""
+        col_of = np.repeat(np.arange(self.shape[1]), np.diff(self.indptr))
+        k = self.by_row
+        return np.bincount(
+            self.indices[k], weights=self.data[k] * x[col_of[k]], minlength=self.shape[0]
+        )
+
+    def to_scipy(self) -> sparse.csc_array:
+        return sparse.csc_array((self.data, self.indices, self.indptr), shape=self.shape)
+
+
+def matvec(matrix: Columns | sparse.sparray, x: np.ndarray) -> np.ndarray:
+    """``matrix @ x`` for either kind of matrix :meth:`Columns.from_entries` returns."""
+    return matrix.matvec(x) if isinstance(matrix, Columns) else matrix @ x
+
+
 def solve(
     c: np.ndarray,
-    matrix: sparse.sparray,
+    matrix: Columns | sparse.sparray,
     upper: np.ndarray,
     lb: np.ndarray,
     ub: np.ndarray,
@@ -57,8 +105,8 @@ def solve(
     """Minimize ``c @ x`` subject to ``matrix @ x <= upper`` and ``lb <= x <= ub``.
 
     Args:
-        matrix: a scipy sparse array (converted to columns once per call unless it is
-            already ``csc``: convert it beforehand to solve it several times).
+        matrix: :class:`Columns` or a scipy sparse array (converted to columns once per
+            call unless it is already ``csc``).
         integrality: per variable, 1 integer, 0 continuous (``milp``'s meaning).
         options: ``milp``'s options (``node_limit``, ``mip_rel_gap``, ``time_limit``).
         direct: call HiGHS directly (default: where :data:`DIRECT`) or through ``milp``.
@@ -75,12 +123,17 @@ def solve(
             c,
             integrality=integrality,
             bounds=Bounds(lb, ub),
-            constraints=LinearConstraint(matrix, -np.inf, upper),
+            constraints=LinearConstraint(
+                matrix.to_scipy() if isinstance(matrix, Columns) else matrix, -np.inf, upper
+            ),
             options=options,
         )
         return int(result.status), result.x
     # The model exactly as milp builds it: columns compressed, float64 everywhere.
-    columns = matrix if matrix.format == "csc" else sparse.csc_array(matrix)
+    if isinstance(matrix, Columns) or matrix.format == "csc":
+        columns = matrix
+    else:
+        columns = sparse.csc_array(matrix)
     n = int(c.shape[0])
     lp = _core.HighsLp()
     lp.num_col_ = n

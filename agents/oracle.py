@@ -138,7 +138,7 @@ class HardProgram:
 
     kept: np.ndarray  # (n_kept,) int64, slot-program columns of the hard nodes
     hard_starts: np.ndarray  # (m,) int64, positions in SlotProgram.starts at hard nodes
-    matrix: sparse.csr_array  # (rows, n_kept)
+    matrix: highs.Columns | sparse.csr_array  # (rows, n_kept)
     bound: np.ndarray  # (rows,) float64, right-hand sides (every row is <=)
 
 
@@ -639,8 +639,8 @@ class OracleSur(Policy):
         renumber_col = np.full(program.num_variables, -1, dtype=np.int64)
         renumber_col[kept] = np.arange(kept.size)
         keep = (rows >= 0) & (renumber_col[cols] >= 0)
-        matrix = sparse.csr_array(
-            (data[keep], (rows[keep], renumber_col[cols[keep]])), shape=(n_rows, kept.size)
+        matrix = highs.Columns.from_entries(
+            rows[keep], renumber_col[cols[keep]], data[keep], (n_rows, kept.size)
         )
         return HardProgram(
             kept=kept, hard_starts=hard_starts, matrix=matrix, bound=np.concatenate(row_rhs)
@@ -656,7 +656,6 @@ class OracleSur(Policy):
             **({} if self.time_limit is None else {"time_limit": self.time_limit}),
         }
         cost, lower, upper = -program.value[kept], np.zeros(kept.size), program.upper[kept]
-        columns = sparse.csc_array(hard.matrix)  # once for both solves
         x = np.zeros(program.num_variables)
         try:
             # The LP relaxation first: it bounds the MILP, and on these programs its vertex
@@ -664,12 +663,12 @@ class OracleSur(Policy):
             # flows (x_a gates c_a only and carries no objective). Then it is optimal and
             # the branch-and-bound solve, several times slower, is skipped.
             relaxed_status, relaxed = highs.solve(
-                cost, columns, hard.bound, lower, upper, np.zeros(kept.size), options
+                cost, hard.matrix, hard.bound, lower, upper, np.zeros(kept.size), options
             )
             status: Any = "lp"
             if relaxed_status != 0 or not self._integral_fix(x, program, hard, relaxed):
                 status, solution = highs.solve(
-                    cost, columns, hard.bound, lower, upper, program.integral[kept], options
+                    cost, hard.matrix, hard.bound, lower, upper, program.integral[kept], options
                 )
                 if solution is None:
                     return None, status
@@ -743,11 +742,12 @@ class OracleSur(Policy):
             route[routes] = upper
             return replace(control, route=route)
         n = routes.size
-        matrix = sparse.vstack(
-            [
-                sparse.csr_array((np.ones(n), (pair, np.arange(n))), shape=(ix.num_pairs, n)),
-                sparse.csr_array((np.ones(n), (link, np.arange(n))), shape=(ix.num_links, n)),
-            ]
+        # One queue row and one link row per route variable.
+        matrix = highs.Columns.from_entries(
+            np.concatenate([pair, ix.num_pairs + link]),
+            np.tile(np.arange(n), 2),
+            np.ones(2 * n),
+            (ix.num_pairs + ix.num_links, n),
         )
         bound = np.concatenate([np.maximum(left, 0), ix.link_capacity]).astype(np.float64)
         _, solution = highs.solve(
@@ -776,7 +776,7 @@ class OracleSur(Policy):
         if np.abs(x[integer] - rounded).max(initial=0.0) > 1e-7:
             return False
         x[integer] = rounded
-        return bool(np.all(hard.matrix @ x[hard.kept] <= hard.bound + 1e-7))
+        return bool(np.all(highs.matvec(hard.matrix, x[hard.kept]) <= hard.bound + 1e-7))
 
     def _make(
         self, transfers: np.ndarray, route: np.ndarray, service: np.ndarray, start: np.ndarray

@@ -61,3 +61,24 @@ def test_highs__infeasible_and_bad_objectives_as_milp(direct):
             np.zeros(1),
             direct=direct,
         )
+
+
+def test_columns__canonical_csc_of_scipy_and_its_row_order_matvec():
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        m, n = int(rng.integers(1, 12)), int(rng.integers(1, 12))
+        cells = rng.choice(m * n, size=int(rng.integers(1, m * n + 1)), replace=False)
+        rows, cols = cells // n, cells % n
+        data = rng.normal(size=cells.size)
+        data[rng.random(cells.size) < 0.1] = 0.0  # explicit zeros stay, as in scipy
+        built = highs.Columns.from_entries(rows, cols, data, (m, n))
+        reference = sparse.csr_array((data, (rows, cols)), shape=(m, n))
+        columns = sparse.csc_array(reference)
+        assert isinstance(built, highs.Columns)
+        assert np.array_equal(built.indptr, columns.indptr)
+        assert np.array_equal(built.indices, columns.indices)
+        assert np.array_equal(built.data, columns.data)
+        x = rng.normal(size=n)
+        assert np.array_equal(built.matvec(x), reference @ x)  # bit for bit
+    twice = highs.Columns.from_entries([0, 0], [1, 1], [1.0, 2.0], (1, 2))
+    assert isinstance(twice, sparse.csr_array) and twice.toarray().tolist() == [[0.0, 3.0]]
