@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from mabp_gym.agents import highs
 from mabp_gym.agents.base import Policy
+from mabp_gym.agents.highs import Columns, matvec, solve
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.control import (
     EPS,
@@ -138,7 +138,7 @@ class HardProgram:
 
     kept: np.ndarray  # (n_kept,) int64, slot-program columns of the hard nodes
     hard_starts: np.ndarray  # (m,) int64, positions in SlotProgram.starts at hard nodes
-    matrix: highs.Columns | sparse.csr_array  # (rows, n_kept)
+    matrix: Columns | sparse.csr_array  # (rows, n_kept)
     bound: np.ndarray  # (rows,) float64, right-hand sides (every row is <=)
 
 
@@ -639,7 +639,7 @@ class OracleSur(Policy):
         renumber_col = np.full(program.num_variables, -1, dtype=np.int64)
         renumber_col[kept] = np.arange(kept.size)
         keep = (rows >= 0) & (renumber_col[cols] >= 0)
-        matrix = highs.Columns.from_entries(
+        matrix = Columns.from_entries(
             rows[keep], renumber_col[cols[keep]], data[keep], (n_rows, kept.size)
         )
         return HardProgram(
@@ -662,12 +662,12 @@ class OracleSur(Policy):
             # is usually integral once each start's binary is opened where its compute
             # flows (x_a gates c_a only and carries no objective). Then it is optimal and
             # the branch-and-bound solve, several times slower, is skipped.
-            relaxed_status, relaxed = highs.solve(
+            relaxed_status, relaxed = solve(
                 cost, hard.matrix, hard.bound, lower, upper, np.zeros(kept.size), options
             )
             status: Any = "lp"
             if relaxed_status != 0 or not self._integral_fix(x, program, hard, relaxed):
-                status, solution = highs.solve(
+                status, solution = solve(
                     cost, hard.matrix, hard.bound, lower, upper, program.integral[kept], options
                 )
                 if solution is None:
@@ -743,14 +743,14 @@ class OracleSur(Policy):
             return replace(control, route=route)
         n = routes.size
         # One queue row and one link row per route variable.
-        matrix = highs.Columns.from_entries(
+        matrix = Columns.from_entries(
             np.concatenate([pair, ix.num_pairs + link]),
             np.tile(np.arange(n), 2),
             np.ones(2 * n),
             (ix.num_pairs + ix.num_links, n),
         )
         bound = np.concatenate([np.maximum(left, 0), ix.link_capacity]).astype(np.float64)
-        _, solution = highs.solve(
+        _, solution = solve(
             -route_weight[routes], matrix, bound, np.zeros(n), upper.astype(np.float64), np.zeros(n)
         )
         if solution is None:  # cannot happen for a bounded packing LP; stay safe
@@ -776,7 +776,7 @@ class OracleSur(Policy):
         if np.abs(x[integer] - rounded).max(initial=0.0) > 1e-7:
             return False
         x[integer] = rounded
-        return bool(np.all(highs.matvec(hard.matrix, x[hard.kept]) <= hard.bound + 1e-7))
+        return bool(np.all(matvec(hard.matrix, x[hard.kept]) <= hard.bound + 1e-7))
 
     def _make(
         self, transfers: np.ndarray, route: np.ndarray, service: np.ndarray, start: np.ndarray

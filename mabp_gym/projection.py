@@ -74,7 +74,9 @@ def project(
     Returns:
         A :class:`Control` that :func:`mabp_gym.control.check_control` accepts.
     """
-    return project_checked(workload, state, scores, memory=memory)[0]
+    if slotcore.AVAILABLE:
+        return _project_compiled(workload, state, scores, memory)[0]
+    return project_reference(workload, state, scores, memory=memory)[0]
 
 
 def project_checked(
@@ -103,6 +105,14 @@ def project_checked(
         raise RuntimeError(
             "the compiled slot core needs numba (pip install numba), and MABP_GYM_PURE unset"
         )
+    control, hit = _project_compiled(workload, state, scores, memory)
+    return control, _checked(control, hit.tolist())
+
+
+def _project_compiled(
+    workload: Workload, state: SimState, scores: np.ndarray, memory: bool
+) -> tuple[Control, np.ndarray]:
+    """The compiled projection: the control and the hit bits of the post-transfer memory."""
     ix = workload.index
     scores = validate_scores(workload, scores)
     kernel = _COMPILED.get(ix)
@@ -116,7 +126,7 @@ def project_checked(
         start=start,
         retain=scores[ix.score_slices[3]].copy(),
     )
-    return control, _checked(control, hit.tolist())
+    return control, hit
 
 
 def _checked(control: Control, hit: list[int]) -> CheckedControl:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mabp_gym import slotcore
+from mabp_gym import check_core, slotcore
 from mabp_gym.control import CHECK_TOLERANCE, EPS, CheckedControl, Control, check_control
 from mabp_gym.index import WorkloadIndex
 from mabp_gym.projection import project, project_checked
@@ -224,6 +224,9 @@ class Simulator:
         ``check_invariants`` is on; :meth:`step` checks every control it is given.
         """
         self._require_reset()
+        if self._core is not None and not self.check_invariants:
+            control = project(self.workload, self.state, scores, memory=self.memory)
+            return control, self._execute(control, None)
         control, checked = project_checked(self.workload, self.state, scores, memory=self.memory)
         if self.check_invariants:
             checked = check_control(self.workload, self.state, control, memory=self.memory)
@@ -233,8 +236,52 @@ class Simulator:
     def step(self, control: Control) -> SlotOutcome:
         """Execute one slot under ``control`` (checked for feasibility first)."""
         self._require_reset()
+        if self._core is not None and self._feasible(control):
+            return self._execute(control, None)
+        # The reference check: raises with the reason, or (a control the compiled check
+        # leaves to it, such as one of another integer dtype) accepts it.
         return self._execute(
             control, check_control(self.workload, self.state, control, memory=self.memory)
+        )
+
+    def _feasible(self, control: Control) -> bool:
+        """The compiled check's verdict, for a control of int64 / float64 vectors of the
+        right shapes (anything else is left to the reference check)."""
+        ix, st = self.workload.index, self.state
+        integer = (control.transfers, control.route, control.service, control.start)
+        for array, size in zip(
+            integer, (None, ix.num_routes, ix.num_actions, ix.num_nodes), strict=True
+        ):
+            if not (
+                isinstance(array, np.ndarray)
+                and array.dtype == np.int64
+                and array.ndim == 1
+                and (size is None or array.shape[0] == size)
+            ):
+                return False
+        retain = control.retain
+        if not (
+            isinstance(retain, np.ndarray)
+            and retain.dtype == np.float64
+            and retain.shape == (ix.num_retains,)
+        ):
+            return False
+        core = self._core
+        assert core is not None
+        return bool(
+            check_core.feasible(
+                self.memory,
+                *integer,
+                retain,
+                st.holder,
+                st.memory_used,
+                st.service_action,
+                st.service_residual,
+                st.queue_len,
+                core.ints,
+                core.floats,
+                core.work,
+            )
         )
 
     def _require_reset(self) -> None:
@@ -244,14 +291,15 @@ class Simulator:
                 "randomness from the generator seeded there"
             )
 
-    def _execute(self, control: Control, checked: CheckedControl) -> SlotOutcome:
-        """The slot's transition under a feasible ``control`` (``checked``: its sparse form),
-        in SPEC 1's order; each phase is a method below."""
+    def _execute(self, control: Control, checked: CheckedControl | None) -> SlotOutcome:
+        """The slot's transition under a feasible ``control`` (``checked``: its sparse form,
+        which only the reference needs), in SPEC 1's order; each phase is a method below."""
         if self._core is not None:
-            outcome = self._execute_compiled(control, checked)
+            outcome = self._execute_compiled(control)
             if self.check_invariants:
                 self._assert_invariants(outcome)
             return outcome
+        assert checked is not None, "the reference transition runs on the checked control"
         st = self.state
         t = st.t
         touched: set[int] = set()  # pairs whose queue changed
@@ -300,13 +348,13 @@ class Simulator:
             self._assert_invariants(outcome)
         return outcome
 
-    def _execute_compiled(self, control: Control, checked: CheckedControl) -> SlotOutcome:
+    def _execute_compiled(self, control: Control) -> SlotOutcome:
         """:meth:`_execute` by the compiled transition (same state, outcome and draws)."""
         core = self._core
         assert core is not None
         st, wl = self.state, self.workload
         t = st.t
-        served = core(st, self.rng, self._generates, control, checked)
+        served = core(st, self.rng, self._generates, control)
         started, routed, arrived, hits, completed, n_generated, insertions, evictions = (
             core.counts.tolist()
         )
@@ -325,7 +373,7 @@ class Simulator:
             routed=routed,
             completed=completed,
             delays=tuple(core.delays[:completed].tolist()),
-            transfers=len(checked.transfers),
+            transfers=len(control.transfers),
             insertions=insertions,
             evictions=evictions,
             generated=tuple(map(tuple, core.generated[:n_generated, :2].tolist())),
@@ -572,7 +620,30 @@ class Simulator:
         return insertions, evicted, float(used.sum())
 
     def _assert_invariants(self, outcome: SlotOutcome) -> None:
-        """SPEC 6 invariants; the control was already checked for feasibility."""
+        """SPEC 6 invariants; the control was already checked for feasibility. The
+        compiled check answers whether they hold; the reference says which one fails."""
+        core, st = self._core, self.state
+        if core is not None and isinstance(st.fifo, RunFifo):
+            fifo = st.fifo
+            if check_core.invariants_hold(
+                self.memory and self.workload.index.num_signatures > 0,
+                st.units,
+                st.queue_len,
+                fifo.pool,
+                fifo.head,
+                st.service_action,
+                st.holder,
+                st.owner,
+                st.memory_used,
+                core.ints,
+                core.floats,
+            ):
+                return
+        self._assert_invariants_reference(outcome)
+
+    def _assert_invariants_reference(self, outcome: SlotOutcome) -> None:
+        """SPEC 6 invariants, in numpy: raises :class:`InvariantError` naming the one that
+        fails."""
         ix, st = self.workload.index, self.state
         if st.fifo.lengths() != st.queue_len.tolist():
             raise InvariantError("queue lengths disagree with the FIFO contents")

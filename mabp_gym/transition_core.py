@@ -107,13 +107,15 @@ INT_FIELDS = (
     "retain_signature",
     "retain_of",  # (N * S,) raveled
     "hit_slot",  # (A,) raveled position of each action's signature, N * S for none
+    "link_capacity",
+    "eligible",  # (N * S,) raveled, 0 or 1
 )
-FLOAT_FIELDS = ("signature_size", "mu", "budget", "link_cost", "gen_prob")
+FLOAT_FIELDS = ("signature_size", "mu", "budget", "link_cost", "gen_prob", "link_bandwidth")
 (_LINK_SRC, _LINK_DST, _TRANSFER_LINK, _TRANSFER_SIGNATURE, _ACTION_PAIR, _ACTION_NODE) = range(6)
 (_ACTION_SIGNATURE, _ROUTE_SRC_PAIR, _ROUTE_DST_PAIR, _ROUTE_LINK, _PAIR_COMMODITY) = range(6, 11)
-(_RETAIN_NODE, _RETAIN_SIGNATURE, _RETAIN_OF, _HIT_SLOT) = range(11, 15)
+(_RETAIN_NODE, _RETAIN_SIGNATURE, _RETAIN_OF, _HIT_SLOT, _LINK_CAPACITY, _ELIGIBLE) = range(11, 17)
 _REPLICAS = len(INT_FIELDS) + 1  # after the bounds
-_SIGNATURE_SIZE, _MU, _BUDGET, _LINK_COST, _GEN_PROB = range(5)
+_SIGNATURE_SIZE, _MU, _BUDGET, _LINK_COST, _GEN_PROB, _LINK_BANDWIDTH = range(6)
 _TOTAL_RATE, _MIGRATION_COST = len(FLOAT_FIELDS) + 1, len(FLOAT_FIELDS) + 2
 
 
@@ -612,9 +614,9 @@ class CompiledTransition:
         self.served_by_action = np.zeros(ix.num_actions, dtype=np.int64)
         self._grow_outputs(64)
 
-    def __call__(self, state, rng, generates: bool, control, checked) -> int:
-        """Run one slot of ``state`` under the feasible ``control`` (``checked``: its
-        sparse form), drawing from ``rng``; returns the units whose service completed.
+    def __call__(self, state, rng, generates: bool, control) -> int:
+        """Run one slot of ``state`` under the feasible ``control``, drawing from ``rng``;
+        returns the units whose service completed.
         The outcome is left in :attr:`counts`, :attr:`sums` and the output arrays."""
         fifo = state.fifo
         args = (

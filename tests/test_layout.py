@@ -37,6 +37,8 @@ CORE = (
     "fileformat",
     "scores",
     "slotcore",
+    "transition_core",
+    "check_core",
     "ego",
     "verdicts",
     "extras",

@@ -394,7 +394,7 @@ def test_fallback__returns_mabps_control_when_the_milp_fails(failure, monkeypatc
             raise ValueError("solver exploded")
         return 1, None  # a limit reached without a solution
 
-    monkeypatch.setattr(oracle_module.highs, "solve", broken_solve)
+    monkeypatch.setattr(oracle_module, "solve", broken_solve)
     sim, obs = _busy_state()
     oracle, twin = OracleSur(MIXED), MABP(MIXED)
     control = oracle.control(sim.state, obs)

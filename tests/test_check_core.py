@@ -1,0 +1,151 @@
+"""The compiled checks (mabp_gym.check_core) give the reference's verdicts: on feasible
+controls, on thousands of broken ones, and on corrupted states."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import mabp_gym
+from mabp_gym import Simulator, make_workload, slotcore
+from mabp_gym.agents import make_policy
+from mabp_gym.control import InfeasibleControlError, check_control
+from mabp_gym.encoding import ObservationEncoder
+from mabp_gym.simulator import InvariantError
+
+pytestmark = pytest.mark.skipif(
+    not slotcore.AVAILABLE, reason="numba is not installed (or MABP_GYM_PURE is set)"
+)
+
+WORKLOADS = [(name, {}) for name in mabp_gym.WORKLOADS] + [("mixed", {"copies": 2})]
+
+
+def _reference_accepts(sim: Simulator, control) -> bool:
+    try:
+        check_control(sim.workload, sim.state, control, memory=sim.memory)
+    except InfeasibleControlError:
+        return False
+    return True
+
+
+def _broken(rng: np.random.Generator, control, ix, holder: np.ndarray):
+    """One random way of breaking (or not) a feasible control."""
+    kind = int(rng.integers(9))
+    route, service, start = control.route.copy(), control.service.copy(), control.start.copy()
+    transfers, retain = control.transfers.copy(), control.retain.copy()
+    if kind == 0 and route.size:  # more (or fewer, even negative) units on a route
+        route[rng.integers(route.size)] += int(rng.integers(-3, 12))
+    elif kind == 1 and service.size:
+        service[rng.integers(service.size)] += int(rng.integers(-2, 6))
+    elif kind == 2:  # any start, of any node's action or none
+        start[rng.integers(start.size)] = int(rng.integers(-2, ix.num_actions + 1))
+    elif kind == 3 and ix.num_transfers:  # one more transfer, possibly out of range
+        extra = int(rng.integers(-1, ix.num_transfers + 1))
+        transfers = np.append(transfers, extra).astype(np.int64)
+    elif kind == 4 and transfers.size:  # the same transfer twice
+        transfers = np.append(transfers, transfers[0]).astype(np.int64)
+    elif kind == 5 and retain.size:
+        retain[rng.integers(retain.size)] = [np.nan, np.inf, -1.0][int(rng.integers(3))]
+    elif kind == 6 and ix.num_transfers:  # transfers from wherever objects are
+        held = np.flatnonzero(holder.ravel()[ix.transfer_src_slot] >= 0)
+        if held.size:
+            pick = rng.choice(held, size=min(held.size, int(rng.integers(1, 4))), replace=False)
+            transfers = np.asarray(pick, dtype=np.int64)
+    elif kind == 7 and route.size:  # everything everywhere
+        route += rng.integers(0, 3, route.size)
+        service += rng.integers(0, 2, service.size)
+    return replace(
+        control, route=route, service=service, start=start, transfers=transfers, retain=retain
+    )
+
+
+@pytest.mark.parametrize("name, overrides", WORKLOADS, ids=lambda v: str(v)[-20:])
+def test_check_core__feasibility_verdict_is_the_reference(name, overrides):
+    wl = make_workload(name, **overrides)
+    ix = wl.index
+    rng = np.random.default_rng(4)
+    counts = {True: 0, False: 0}
+    for memory in (True, False):
+        sim = Simulator(wl, memory=memory, compiled=True)
+        sim.reset(5)
+        encoder = ObservationEncoder(wl, memory=memory)
+        policy = make_policy("mabp", wl, memory=memory)
+        policy.reset(5)
+        for t in range(150):
+            scores = policy.scores(encoder.encode(sim.state))
+            if t % 2:
+                scores = rng.uniform(-1, 1, ix.num_scores)
+            control = sim.project(scores)
+            assert sim._feasible(control) and _reference_accepts(sim, control)
+            for _ in range(8):
+                broken = _broken(rng, control, ix, sim.state.holder)
+                verdict = sim._feasible(broken)
+                assert verdict == _reference_accepts(sim, broken), (name, memory, t, broken)
+                counts[verdict] += 1
+            sim.step(control)
+    assert counts[False] > 300 and counts[True] > 100, counts
+
+
+def test_check_core__refused_controls_get_the_reference_error():
+    wl = make_workload("mixed")
+    ix = wl.index
+    sims = [Simulator(wl, compiled=flag) for flag in (True, False)]
+    for sim in sims:
+        sim.reset(0)
+        for _ in range(30):
+            sim.step(sim.project(np.ones(ix.num_scores)))
+    control = sims[0].project(np.ones(ix.num_scores))
+    broken = replace(control, route=control.route + 100)
+    errors = []
+    for sim in sims:
+        with pytest.raises(InfeasibleControlError) as caught:
+            sim.step(broken)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and "capacity" in errors[0]
+    assert sims[0].state.t == sims[1].state.t == 30  # nothing was executed
+    # A control of another integer dtype is the reference check's to accept.
+    as_int32 = replace(control, route=control.route.astype(np.int32))
+    assert not sims[0]._feasible(as_int32)
+    outs = [sim.step(replace(control, route=control.route.astype(np.int32))) for sim in sims]
+    assert outs[0].backlog == outs[1].backlog and outs[0].delays == outs[1].delays
+
+
+def _corruptions(sim: Simulator):
+    st = sim.state
+    p = int(np.flatnonzero(st.queue_len > 0)[0])
+    yield "queue_len", lambda: st.queue_len.__setitem__(p, st.queue_len[p] + 1)
+    yield "units", lambda: setattr(st, "units", st.units - 1)
+    nodes, sigs = np.nonzero(st.holder >= 0)
+    i, s = int(nodes[0]), int(sigs[0])
+    m = int(st.holder[i, s])
+    yield "owner", lambda: st.owner.__setitem__(m, (i + 1) % st.holder.shape[0])
+    yield "memory_used", lambda: st.memory_used.__setitem__(i, st.memory_used[i] + 0.5)
+    yield "a lost identity", lambda: st.holder.__setitem__((i, s), -1)
+    free = np.flatnonzero(st.owner < 0)
+    if free.size:
+        yield "a stray owner", lambda: st.owner.__setitem__(int(free[0]), 0)
+
+
+def test_check_core__invariants_verdict_is_the_reference():
+    wl = make_workload("mixed", load=0.9)
+    sim = Simulator(wl, compiled=True, check_invariants=True)
+    sim.reset(2)
+    policy, encoder = make_policy("mabp", wl), ObservationEncoder(wl)
+    for _ in range(80):
+        sim.step(sim.project(policy.scores(encoder.encode(sim.state))))
+    out = sim.step(sim.project(policy.scores(encoder.encode(sim.state))))
+    sim._assert_invariants(out)  # holds
+    names = [name for name, _ in _corruptions(sim)]
+    assert len(names) >= 5
+    for k, name in enumerate(names):
+        saved = [a.copy() for a in (sim.state.queue_len, sim.state.owner, sim.state.holder)]
+        saved_used, saved_units = sim.state.memory_used.copy(), sim.state.units
+        dict(_corruptions(sim))[name]()
+        with pytest.raises(InvariantError):
+            sim._assert_invariants(out)
+        sim.state.queue_len[:], sim.state.owner[:], sim.state.holder[:] = saved
+        sim.state.memory_used[:], sim.state.units = saved_used, saved_units
+        sim._assert_invariants(out)
+        assert k < len(names)
