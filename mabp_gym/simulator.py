@@ -132,7 +132,7 @@ class Simulator:
             core = _CORES.get(workload.index)
             if core is None:
                 core = _CORES[workload.index] = CompiledTransition(workload)
-            self._core = core
+            self._core = core.copy()  # the static arrays shared, the buffers its own
         self._replicas = workload.replicas
         self._generates = self.memory and not workload.fixed_memory
         self._ready = False

@@ -17,6 +17,7 @@ of arrivals, their uniforms).
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -600,18 +601,30 @@ class CompiledTransition:
         self.retain_ptr = np.searchsorted(ix.retain_node, np.arange(ix.num_nodes + 1)).astype(
             np.int64
         )
-        self.affected = np.zeros(ix.num_nodes, dtype=np.bool_)
-        self.hit = np.zeros(ix.num_actions, dtype=np.int64)
         self.total_rate = float(workload.total_rate)
         # Generation draws exist only where some action generates with 0 < gen_prob < 1.
         self.draws_in_kernel = bool(((ix.gen_prob > 0) & (ix.gen_prob < 1)).any())
         self._no_draws = np.zeros(0)
-        self.spent = np.zeros(ix.num_nodes)
+        self._new_buffers()
+
+    def copy(self) -> CompiledTransition:
+        """The same static arrays (shared: read only) with buffers of its own: one per
+        simulator, so that simulators of one workload never share a slot's outputs."""
+        twin = copy.copy(self)
+        twin._new_buffers()
+        return twin
+
+    def _new_buffers(self) -> None:
+        n_nodes, n_act = self.retain_ptr.shape[0] - 1, self.work.shape[1]
+        self.affected = np.zeros(n_nodes, dtype=np.bool_)
+        self.hit = np.zeros(n_act, dtype=np.int64)
+        self.spent = np.zeros(n_nodes)
         self.counts = np.zeros(8, dtype=np.int64)  # started, routed, arrivals, hits, exits,
         # generated, insertions, evictions
         self.sums = np.zeros(4)  # transfer cost, transmission, work, compute penalty
-        self.evicted = np.zeros((max(ix.num_retains, 1), 2), dtype=np.int64)
-        self.served_by_action = np.zeros(ix.num_actions, dtype=np.int64)
+        retains = int(self.ints[_RETAIN_NODE + 1] - self.ints[_RETAIN_NODE])
+        self.evicted = np.zeros((max(retains, 1), 2), dtype=np.int64)
+        self.served_by_action = np.zeros(n_act, dtype=np.int64)
         self._grow_outputs(64)
 
     def __call__(self, state, rng, generates: bool, control) -> int:

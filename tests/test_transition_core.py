@@ -186,3 +186,27 @@ def test_transition_core__routing_from_a_full_pool_grows_it_first():
     assert _outcome(outs[0]) == _outcome(outs[1])
     assert _snapshot(sims[0]) == _snapshot(sims[1])
     assert fifo.pool.shape[0] > 8
+
+
+def test_transition_core__simulators_of_one_workload_keep_their_own_buffers():
+    """Two simulators of one workload share the static arrays, never a slot's outputs:
+    interleaved, each gives what it gives alone."""
+    wl = make_workload("mixed", load=0.9)
+    alone = []
+    for seed in (1, 2):
+        sim = Simulator(wl, compiled=True)
+        sim.reset(seed)
+        alone.append(
+            [_outcome(sim.step_scores(np.ones(wl.index.num_scores))[1]) for _ in range(40)]
+        )
+    pair = [Simulator(wl, compiled=True) for _ in range(2)]
+    assert pair[0]._core is not None and pair[1]._core is not None
+    assert pair[0]._core.ints is pair[1]._core.ints and pair[0]._core.done is not pair[1]._core.done
+    for sim, seed in zip(pair, (1, 2), strict=True):
+        sim.reset(seed)
+    together: list[list[dict]] = [[], []]
+    for _ in range(40):
+        outs = [sim.step_scores(np.ones(wl.index.num_scores))[1] for sim in pair]
+        for k in range(2):
+            together[k].append(_outcome(outs[k]))
+    assert together == alone
