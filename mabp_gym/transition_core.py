@@ -10,9 +10,11 @@ importable, ``MABP_GYM_PURE`` unset) unless a simulator is built with ``compiled
 Queues are counted, not listed: a pair's waiting units are a linked list of runs
 ``(birth slot, units)`` in one pool of rows (:class:`RunFifo`), so a slot costs the runs
 it touches, not the units. The draws come from the simulator's own
-``numpy.random.Generator`` (numba draws from it exactly as numpy does, in the reference's
-order: the successor uniforms of the units served, the generation draws, the Poisson total
-of arrivals, their uniforms).
+``numpy.random.Generator`` in the reference's order (the successor uniforms of the units
+served, the generation draws, the Poisson total of arrivals, their uniforms): numpy makes
+them between the two kernels, except where an action generates with a probability strictly
+between 0 and 1; there the second kernel draws from the generator itself (numba draws
+exactly as numpy does, but passing a generator costs several microseconds a call).
 """
 
 from __future__ import annotations
@@ -112,11 +114,25 @@ INT_FIELDS = (
     "eligible",  # (N * S,) raveled, 0 or 1
 )
 FLOAT_FIELDS = ("signature_size", "mu", "budget", "link_cost", "gen_prob", "link_bandwidth")
-(_LINK_SRC, _LINK_DST, _TRANSFER_LINK, _TRANSFER_SIGNATURE, _ACTION_PAIR, _ACTION_NODE) = range(6)
-(_ACTION_SIGNATURE, _ROUTE_SRC_PAIR, _ROUTE_DST_PAIR, _ROUTE_LINK, _PAIR_COMMODITY) = range(6, 11)
-(_RETAIN_NODE, _RETAIN_SIGNATURE, _RETAIN_OF, _HIT_SLOT, _LINK_CAPACITY, _ELIGIBLE) = range(11, 17)
-_REPLICAS = len(INT_FIELDS) + 1  # after the bounds
-_SIGNATURE_SIZE, _MU, _BUDGET, _LINK_COST, _GEN_PROB, _LINK_BANDWIDTH = range(6)
+# Each field's number in its pack (module constants: numba freezes them into the kernels).
+_LINK_SRC, _LINK_DST = INT_FIELDS.index("link_src"), INT_FIELDS.index("link_dst")
+_TRANSFER_LINK = INT_FIELDS.index("transfer_link")
+_TRANSFER_SIGNATURE = INT_FIELDS.index("transfer_signature")
+_ACTION_PAIR, _ACTION_NODE = INT_FIELDS.index("action_pair"), INT_FIELDS.index("action_node")
+_ACTION_SIGNATURE = INT_FIELDS.index("action_signature")
+_ROUTE_SRC_PAIR = INT_FIELDS.index("route_src_pair")
+_ROUTE_DST_PAIR = INT_FIELDS.index("route_dst_pair")
+_ROUTE_LINK = INT_FIELDS.index("route_link")
+_PAIR_COMMODITY = INT_FIELDS.index("pair_commodity")
+_RETAIN_NODE = INT_FIELDS.index("retain_node")
+_RETAIN_SIGNATURE = INT_FIELDS.index("retain_signature")
+_RETAIN_OF, _HIT_SLOT = INT_FIELDS.index("retain_of"), INT_FIELDS.index("hit_slot")
+_LINK_CAPACITY, _ELIGIBLE = INT_FIELDS.index("link_capacity"), INT_FIELDS.index("eligible")
+_SIGNATURE_SIZE, _MU = FLOAT_FIELDS.index("signature_size"), FLOAT_FIELDS.index("mu")
+_BUDGET, _LINK_COST = FLOAT_FIELDS.index("budget"), FLOAT_FIELDS.index("link_cost")
+_GEN_PROB, _LINK_BANDWIDTH = FLOAT_FIELDS.index("gen_prob"), FLOAT_FIELDS.index("link_bandwidth")
+# The scalars after each pack's bounds (see _pack).
+_REPLICAS = len(INT_FIELDS) + 1
 _TOTAL_RATE, _MIGRATION_COST = len(FLOAT_FIELDS) + 1, len(FLOAT_FIELDS) + 2
 
 
