@@ -379,7 +379,10 @@ def _print(medians: dict, args: argparse.Namespace) -> None:
     if base:
         ratio = base["env_step"]["env_step_us"] / env["env_step_us"]
         loop = base["env_step"]["us_per_slot"] / env["us_per_slot"]
-        line += f"; {ratio:.2f}x the baseline ({loop:.2f}x with the decision; target >= 2)"
+        line += (
+            f"; {ratio:.2f}x the baseline ({loop:.2f}x with the decision; "
+            "target >= 2 against 90025b2)"
+        )
     print(line)
     if current["table"]:
         print(
@@ -397,7 +400,7 @@ def _print(medians: dict, args: argparse.Namespace) -> None:
             old_total = sum(base["table"].values())
             print(
                 f"  Table I estimate (every policy, equal runs): {old_total / new_total:.2f}x "
-                "(target >= 2)"
+                "(target >= 2 against 90025b2)"
             )
 
 
