@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mabp_gym.control import CHECK_TOLERANCE as _TOLERANCE
+from mabp_gym.control import EPS as _EPS
 from mabp_gym.transition_core import (
     _ACTION_NODE,
     _ACTION_PAIR,
@@ -34,9 +36,6 @@ from mabp_gym.transition_core import (
     _field,
     _lengths,
 )
-
-_EPS = 1e-9  # mabp_gym.control.EPS
-_TOLERANCE = 1e-6  # mabp_gym.control.CHECK_TOLERANCE
 
 
 @_compiled

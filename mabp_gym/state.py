@@ -15,8 +15,8 @@ class Fifo(Protocol):
     """The waiting units of every admissible pair: their birth slots, oldest first.
 
     Two implementations hold the same contents: :class:`DequeFifo` (the reference
-    transition's) and :class:`mabp_gym.slotcore.RunFifo` (the compiled transition's, runs of
-    equal birth slots in flat arrays).
+    transition's) and :class:`mabp_gym.transition_core.RunFifo` (the compiled transition's,
+    runs of equal birth slots in flat arrays).
     """
 
     def births(self, pair: int) -> list[int]:

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mabp_gym.control import EPS as _EPS
 from mabp_gym.slotcore import AVAILABLE, njit
 
 if TYPE_CHECKING:
     from mabp_gym.workload import Workload
 
-_EPS = 1e-9  # mabp_gym.control.EPS (not imported: keeps this module free of cycles)
 # Without numba these run as plain Python (correct, slow); simulators then use the reference.
 _compiled = njit(cache=True) if AVAILABLE else (lambda function: function)
 _BIRTH, _COUNT, _NEXT = 0, 1, 2  # the columns of a pool row
@@ -144,7 +144,6 @@ def _field(pack, k):  # pragma: no cover - compiled
 
 @_compiled
 def _serve_kernel(
-    t,
     transfers,
     hit,
     route,
@@ -657,7 +656,6 @@ class CompiledTransition:
         )
         while True:
             n_done = _serve_kernel(
-                state.t,
                 *args,
                 state.holder,
                 state.owner,
