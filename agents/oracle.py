@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
+from mabp_gym import check_core, slotcore
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.highs import Columns, matvec, solve
 from mabp_gym.agents.mabp import MABP
@@ -64,6 +65,7 @@ from mabp_gym.control import (
 from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.projection import project
 from mabp_gym.state import SimState
+from mabp_gym.transition_core import CompiledTransition
 from mabp_gym.workload import Workload
 
 TOLERANCE = 1e-9
@@ -193,6 +195,8 @@ class OracleSur(Policy):
         self.time_limit = None if time_limit is None else float(time_limit)
         ix = self.ix
         self._encoder: ObservationEncoder | None = None
+        # The compiled feasibility check where numba is there (else the reference's).
+        self._core = CompiledTransition.shared(workload) if slotcore.AVAILABLE else None
         self._arange = np.arange(ix.num_actions)
         self._retain_size = ix.signature_size[ix.retain_signature]
         self._node_mu = ix.mu[ix.action_node]
@@ -258,19 +262,25 @@ class OracleSur(Policy):
         self, state: SimState, control: Control, weight: np.ndarray, route_weight: np.ndarray
     ) -> float:
         ix = self.ix
-        checked = check_control(self.workload, state, control, memory=self.memory)
-        hit = np.asarray(checked.hit, dtype=np.int64)
+        transfers = np.asarray(control.transfers, dtype=np.int64)
+        if self._core is None or not check_core.accepts(self._core, state, control, self.memory):
+            # The reference check: raises with the reason (or accepts another dtype).
+            check_control(self.workload, state, control, memory=self.memory)
+        holder = holders_after(self.workload, state.holder, transfers)
+        hit = np.asarray(hit_bits(self.workload, holder, self.memory), dtype=np.int64)
         gain = weight[hit, self._arange]
         work = self.mabp.primitives.work[hit, self._arange]
         service = np.asarray(control.service, dtype=np.float64)
         value = float(np.asarray(control.route, dtype=np.float64) @ route_weight + service @ gain)
-        if checked.start:
+        start = np.asarray(control.start, dtype=np.int64)
+        started = np.flatnonzero(start >= 0)
+        if started.size:
             spent = np.bincount(ix.action_node, weights=service * work, minlength=ix.num_nodes)
             left = self._available(state) - spent
-            for i, a in checked.start:
+            for i, a in zip(started.tolist(), start[started].tolist(), strict=True):
                 value += gain[a] * left[i] / work[a]
-        if checked.transfers:
-            moved = ix.signature_size[ix.transfer_signature[checked.transfers]].sum()
+        if transfers.size:
+            moved = ix.signature_size[ix.transfer_signature[transfers]].sum()
             value -= self.mabp.migration_cost * float(moved)
         return value
 
@@ -828,8 +838,19 @@ class OracleSur(Policy):
             nodes, sigs = ix.action_node[acts], ix.action_signature[acts]
             new = ix.retain_of[nodes, sigs][holder[nodes, sigs] < 0]
             item[new[new >= 0]] = True
-        candidates = np.flatnonzero(item & (net > 0))
-        for i in np.unique(ix.retain_node[candidates]).tolist():
+        candidates = np.flatnonzero(item & (net > 0))  # ascending: grouped by node
+        if not candidates.size:
+            return priority
+        if slotcore.AVAILABLE:
+            take, unsolved = _knapsacks(
+                net[candidates], size[candidates], ix.retain_node[candidates], ix.budget
+            )
+            chosen = candidates[take]
+            priority[chosen] = 1.0 + density[chosen]
+            nodes = np.flatnonzero(unsolved)  # no scale fits their sizes: the reference
+        else:
+            nodes = np.unique(ix.retain_node[candidates])
+        for i in nodes.tolist():
             members = candidates[ix.retain_node[candidates] == i]
             take = knapsack(net[members], size[members], float(ix.budget[i]))
             chosen = members[take]
@@ -897,3 +918,79 @@ def _knapsack_dp(values: np.ndarray, units: np.ndarray, capacity: int) -> np.nda
             take[k] = True
             room -= int(units[k])
     return take
+
+
+_SCALES = np.asarray(_KNAPSACK_SCALES, dtype=np.float64)
+
+
+def _knapsacks_kernel(values, sizes, item_node, budget):  # pragma: no cover - compiled
+    """:func:`knapsack` for every node at once, where a scale makes the node's sizes
+    integral: the items ``(n,)`` are grouped by node (``item_node`` ascending). The same
+    dynamic program in the same arithmetic (a capacity loop run downwards reads the
+    previous item's row, as the vectorized update does), so the same optimal set.
+
+    Returns:
+        ``take`` ``(n,)`` and ``unsolved`` ``(N,)``: the nodes no scale fits, left to
+        :func:`knapsack`'s other methods.
+    """
+    n = values.shape[0]
+    take = np.zeros(n, dtype=np.bool_)
+    unsolved = np.zeros(budget.shape[0], dtype=np.bool_)
+    first = 0
+    while first < n:
+        node = item_node[first]
+        end = first
+        while end < n and item_node[end] == node:
+            end += 1
+        capacity = budget[node]
+        if capacity > 0:
+            solved = False
+            for scale in _SCALES:
+                fits = capacity * scale <= _KNAPSACK_MAX_UNITS
+                for k in range(first, end):
+                    scaled = sizes[k] * scale
+                    if not abs(scaled - np.rint(scaled)) <= 1e-9 * scale:
+                        fits = False
+                if fits:
+                    _knapsack_kernel_dp(
+                        values,
+                        sizes,
+                        scale,
+                        first,
+                        end,
+                        int(math.floor(capacity * scale + 1e-9)),
+                        take,
+                    )
+                    solved = True
+                    break
+            unsolved[node] = not solved
+        first = end
+    return take, unsolved
+
+
+def _knapsack_kernel_dp(values, sizes, scale, first, end, capacity, take):  # pragma: no cover
+    best = np.zeros(capacity + 1)
+    took = np.zeros((end - first, capacity + 1), dtype=np.bool_)
+    units = np.empty(end - first, dtype=np.int64)
+    for k in range(first, end):
+        units[k - first] = int(np.rint(sizes[k] * scale))
+    for k in range(first, end):
+        value, size = values[k], units[k - first]
+        if value <= 0 or size > capacity:
+            continue
+        for c in range(capacity, size - 1, -1):
+            with_item = best[c - size] + value
+            if with_item > best[c] + 1e-12:
+                took[k - first, c] = True
+                best[c] = with_item
+    room = capacity
+    for k in range(end - 1, first - 1, -1):
+        if took[k - first, room]:
+            take[k] = True
+            room -= units[k - first]
+
+
+_knapsacks: Any = _knapsacks_kernel  # without numba: the reference knapsack runs instead
+if slotcore.AVAILABLE:
+    _knapsack_kernel_dp = slotcore.njit(cache=True)(_knapsack_kernel_dp)
+    _knapsacks = slotcore.njit(cache=True)(_knapsacks_kernel)

@@ -11,6 +11,8 @@ on thousands of broken ones, and on broken states.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mabp_gym.control import CHECK_TOLERANCE as _TOLERANCE
@@ -32,10 +34,58 @@ from mabp_gym.transition_core import (
     _SIGNATURE_SIZE,
     _TRANSFER_LINK,
     _TRANSFER_SIGNATURE,
+    CompiledTransition,
     _compiled,
     _field,
     _lengths,
 )
+
+if TYPE_CHECKING:
+    from mabp_gym.control import Control
+    from mabp_gym.state import SimState
+
+
+def accepts(core: CompiledTransition, state: SimState, control: Control, memory: bool) -> bool:
+    """True when the compiled check accepts ``control`` in ``state``. False when it refuses
+    it, or leaves it to the reference check :func:`~mabp_gym.control.check_control`
+    (anything but int64 / float64 vectors of the right shapes): either way the caller
+    runs the reference, which raises with the reason or accepts.
+
+    Args:
+        core: the workload's static arrays (:meth:`CompiledTransition.shared`).
+    """
+    integer = (control.transfers, control.route, control.service, control.start)
+    sizes = (None, core.num_routes, core.num_actions, core.num_nodes)
+    for array, size in zip(integer, sizes, strict=True):
+        if not (
+            isinstance(array, np.ndarray)
+            and array.dtype == np.int64
+            and array.ndim == 1
+            and (size is None or array.shape[0] == size)
+        ):
+            return False
+    retain = control.retain
+    if not (
+        isinstance(retain, np.ndarray)
+        and retain.dtype == np.float64
+        and retain.shape == (core.num_retains,)
+    ):
+        return False
+    return bool(
+        feasible(
+            memory,
+            *integer,
+            retain,
+            state.holder,
+            state.memory_used,
+            state.service_action,
+            state.service_residual,
+            state.queue_len,
+            core.ints,
+            core.floats,
+            core.work,
+        )
+    )
 
 
 @_compiled

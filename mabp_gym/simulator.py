@@ -24,7 +24,6 @@ has delay ``t - t0``.
 from __future__ import annotations
 
 import bisect
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -32,13 +31,10 @@ import numpy as np
 
 from mabp_gym import check_core, slotcore
 from mabp_gym.control import CHECK_TOLERANCE, EPS, CheckedControl, Control, check_control
-from mabp_gym.index import WorkloadIndex
 from mabp_gym.projection import project, project_checked
 from mabp_gym.state import DequeFifo, SimState
 from mabp_gym.transition_core import CompiledTransition, RunFifo
 from mabp_gym.workload import Workload
-
-_CORES: weakref.WeakKeyDictionary[WorkloadIndex, CompiledTransition] = weakref.WeakKeyDictionary()
 
 
 class InvariantError(AssertionError):
@@ -129,10 +125,8 @@ class Simulator:
         self.check_invariants = bool(check_invariants)
         self._core: CompiledTransition | None = None
         if slotcore.AVAILABLE if compiled is None else compiled:
-            core = _CORES.get(workload.index)
-            if core is None:
-                core = _CORES[workload.index] = CompiledTransition(workload)
-            self._core = core.copy()  # the static arrays shared, the buffers its own
+            # The static arrays shared, the buffers its own.
+            self._core = CompiledTransition.shared(workload).copy()
         self._replicas = workload.replicas
         self._generates = self.memory and not workload.fixed_memory
         self._ready = False
@@ -245,44 +239,9 @@ class Simulator:
         )
 
     def _feasible(self, control: Control) -> bool:
-        """The compiled check's verdict, for a control of int64 / float64 vectors of the
-        right shapes (anything else is left to the reference check)."""
-        ix, st = self.workload.index, self.state
-        integer = (control.transfers, control.route, control.service, control.start)
-        for array, size in zip(
-            integer, (None, ix.num_routes, ix.num_actions, ix.num_nodes), strict=True
-        ):
-            if not (
-                isinstance(array, np.ndarray)
-                and array.dtype == np.int64
-                and array.ndim == 1
-                and (size is None or array.shape[0] == size)
-            ):
-                return False
-        retain = control.retain
-        if not (
-            isinstance(retain, np.ndarray)
-            and retain.dtype == np.float64
-            and retain.shape == (ix.num_retains,)
-        ):
-            return False
-        core = self._core
-        assert core is not None
-        return bool(
-            check_core.feasible(
-                self.memory,
-                *integer,
-                retain,
-                st.holder,
-                st.memory_used,
-                st.service_action,
-                st.service_residual,
-                st.queue_len,
-                core.ints,
-                core.floats,
-                core.work,
-            )
-        )
+        """The compiled check's verdict (see :func:`~mabp_gym.check_core.accepts`)."""
+        assert self._core is not None
+        return check_core.accepts(self._core, self.state, control, self.memory)
 
     def _require_reset(self) -> None:
         if not self._ready:

@@ -20,6 +20,7 @@ exactly as numpy does, but passing a generator costs several microseconds a call
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +29,7 @@ from mabp_gym.control import EPS as _EPS
 from mabp_gym.slotcore import AVAILABLE, njit
 
 if TYPE_CHECKING:
+    from mabp_gym.index import WorkloadIndex
     from mabp_gym.workload import Workload
 
 # Without numba these run as plain Python (correct, slow); simulators then use the reference.
@@ -599,6 +601,8 @@ class CompiledTransition:
             np.float64,
         )
         self.work = np.ascontiguousarray(ix.work, dtype=np.float64)
+        self.num_nodes, self.num_actions = ix.num_nodes, ix.num_actions
+        self.num_routes, self.num_retains = ix.num_routes, ix.num_retains
         self.penalty = np.ascontiguousarray(ix.penalty, dtype=np.float64)
         # The successor law of each (hit, action) row as cumulative bounds and targets.
         ptr, bounds, targets = [0], [], []
@@ -621,6 +625,15 @@ class CompiledTransition:
         self.draws_in_kernel = bool(((ix.gen_prob > 0) & (ix.gen_prob < 1)).any())
         self._no_draws = np.zeros(0)
         self._new_buffers()
+
+    @classmethod
+    def shared(cls, workload: Workload) -> CompiledTransition:
+        """The workload's static arrays, built once per workload index and shared (read
+        only: use :meth:`copy` for buffers of one's own)."""
+        core = _SHARED.get(workload.index)
+        if core is None:
+            core = _SHARED[workload.index] = cls(workload)
+        return core
 
     def copy(self) -> CompiledTransition:
         """The same static arrays (shared: read only) with buffers of its own: one per
@@ -737,3 +750,6 @@ class CompiledTransition:
         self.unit_floats = np.zeros((rows, 2))  # work, penalty
         self.delays = np.zeros(rows, dtype=np.int64)
         self.generated = np.zeros((rows, 3), dtype=np.int64)  # node, signature, identity
+
+
+_SHARED: weakref.WeakKeyDictionary[WorkloadIndex, CompiledTransition] = weakref.WeakKeyDictionary()

@@ -342,6 +342,31 @@ def test_knapsack__matches_enumeration():
         assert values[take].sum() == pytest.approx(max(best, 0.0), abs=1e-9)
 
 
+def test_knapsacks_kernel__takes_the_reference_knapsacks_set_per_node():
+    """The compiled per-node knapsacks take the same set as :func:`knapsack`, ties and
+    sizes no scale fits included (those nodes are handed back as unsolved)."""
+    rng = np.random.default_rng(11)
+    outcomes = {"solved": 0, "unsolved": 0}
+    for trial in range(300):
+        n_nodes = int(rng.integers(1, 5))
+        item_node = np.sort(rng.integers(0, n_nodes, int(rng.integers(1, 12))))
+        n = item_node.size
+        values = rng.choice([0.5, 1.0, 1.5, 2.0], n) if trial % 3 == 0 else rng.uniform(0.01, 3, n)
+        sizes = rng.choice([0.25, 0.5, 1.0, 2.0, 0.3], n) if trial % 4 else rng.uniform(0.1, 3, n)
+        budget = rng.choice([0.0, 1.0, 2.5, 3.0, 6.0], n_nodes)
+        take, unsolved = oracle_module._knapsacks(values, sizes, item_node, budget)
+        for i in np.unique(item_node).tolist():
+            members = np.flatnonzero(item_node == i)
+            expected = knapsack(values[members], sizes[members], float(budget[i]))
+            if unsolved[i]:
+                assert not take[members].any()
+                outcomes["unsolved"] += 1
+            else:
+                np.testing.assert_array_equal(take[members], expected, err_msg=f"trial {trial}")
+                outcomes["solved"] += 1
+    assert outcomes["solved"] > 200 and outcomes["unsolved"] > 10, outcomes
+
+
 def test_retention__keeps_the_knapsack_optimum_not_the_densest_objects(monkeypatch):
     # One server, budget 4: it holds A (size 3) and generates B and C (size 2 each) this
     # slot. Values 3.3, 2, 2: the densest object alone (A, 3.3) loses to B + C (4).
