@@ -34,8 +34,8 @@ try:  # scipy's own HiGHS bindings: private, so only used when they look as expe
         _core.HighsModelStatus.kIterationLimit,
         _core.HighsModelStatus.kSolutionLimit,
     }
-    _LIMITS = _SOLVED - {_core.HighsModelStatus.kOptimal}
-    _KINDS = [_core.HighsVarType(k) for k in range(4)]  # continuous, integer, ...
+    _COLWISE = int(_core.MatrixFormat.kColwise)
+    _MINIMIZE = int(_core.ObjSense.kMinimize)
     DIRECT = all(
         hasattr(_core, name) for name in ("HighsLp", "_Highs", "HighsOptions", "HighsVarType")
     )
@@ -129,52 +129,63 @@ def solve(
             options=options,
         )
         return int(result.status), result.x
-    # The model exactly as milp builds it: columns compressed, float64 everywhere.
+    # The model exactly as milp builds it (columns compressed, float64 everywhere), passed
+    # as arrays: the same HighsLp inside HiGHS without building one attribute at a time.
     if isinstance(matrix, Columns) or matrix.format == "csc":
         columns = matrix
     else:
         columns = sparse.csc_array(matrix)
-    n = int(c.shape[0])
-    lp = _core.HighsLp()
-    lp.num_col_ = n
-    lp.num_row_ = int(upper.shape[0])
-    lp.a_matrix_.num_col_ = n
-    lp.a_matrix_.num_row_ = int(upper.shape[0])
-    lp.a_matrix_.format_ = _core.MatrixFormat.kColwise
-    lp.col_cost_ = np.asarray(c, dtype=np.float64)
-    lp.col_lower_ = np.asarray(lb, dtype=np.float64)
-    lp.col_upper_ = np.asarray(ub, dtype=np.float64)
-    lp.row_lower_ = np.full(upper.shape[0], -np.inf)
-    lp.row_upper_ = np.asarray(upper, dtype=np.float64)
-    lp.a_matrix_.start_ = columns.indptr
-    lp.a_matrix_.index_ = columns.indices
-    lp.a_matrix_.value_ = columns.data.astype(np.float64)
-    kinds = np.asarray(integrality, dtype=np.uint8)
-    lp.integrality_ = [_KINDS[k] for k in kinds.tolist()]
+    n, m = int(c.shape[0]), int(upper.shape[0])
+    kinds = np.asarray(integrality, dtype=np.int32)
     # milp's options: no log, its node limit under HiGHS's name, the rest verbatim.
     settings = {"log_to_console": False, "mip_max_nodes": options.pop("node_limit", None)}
     settings.update(options)
     highs = _solver()
     highs.passOptions(_options(tuple(settings.items())))
-    if highs.passModel(lp) == _core.HighsStatus.kError:
+    passed = highs.passModel(
+        n,
+        m,
+        int(columns.indptr[-1]),
+        _COLWISE,
+        _MINIMIZE,
+        0.0,
+        np.asarray(c, dtype=np.float64),
+        np.asarray(lb, dtype=np.float64),
+        np.asarray(ub, dtype=np.float64),
+        np.full(m, -np.inf),
+        np.asarray(upper, dtype=np.float64),
+        np.asarray(columns.indptr, dtype=np.int32),
+        np.asarray(columns.indices, dtype=np.int32),
+        np.asarray(columns.data, dtype=np.float64),
+        kinds,
+    )
+    if passed == _core.HighsStatus.kError:
         return _status(_core.HighsModelStatus.kModelError), None
     if highs.run() == _core.HighsStatus.kError:
         return _status(highs.getModelStatus()), None
     status = highs.getModelStatus()
-    info = highs.getInfo()
-    if bool(kinds.any()):
+    if status == _core.HighsModelStatus.kOptimal:
+        failed = False
+    elif kinds.any():
         failed = status not in _SOLVED or (
-            status in _LIMITS and info.objective_function_value == _core.kHighsInf
+            highs.getInfo().objective_function_value == _core.kHighsInf
         )
     else:
-        failed = status != _core.HighsModelStatus.kOptimal
+        failed = True
     if failed:
         return _status(status), None
     return _status(status), np.array(highs.getSolution().col_value)
 
 
 def _status(model_status: Any) -> int:
-    return int(_highs_to_scipy_status_message(model_status, "")[0])
+    """``milp``'s status code of a HiGHS model status (remembered per status)."""
+    code = _STATUS.get(model_status)
+    if code is None:
+        code = _STATUS[model_status] = int(_highs_to_scipy_status_message(model_status, "")[0])
+    return code
+
+
+_STATUS: dict[Any, int] = {}
 
 
 _LOCAL = threading.local()
