@@ -29,7 +29,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from mabp_gym.rollout import episode
 from mabp_gym.simulator import Simulator
 from mabp_gym.version import __version__
 from mabp_gym.workload import Workload
-from mabp_gym.workloads import make_workload
+from mabp_gym.workloads import WORKLOADS, make_workload
 
 TIMING_KEYS = ("decision_us_mean", "decision_us_p95", "wall_s")
 """Record fields measured in wall-clock time: the only fields that differ between reruns."""
@@ -109,7 +109,10 @@ class RunSpec:
         the policy and its parameters (a checkpoint by its content, not its path), the
         exact load (no rounding), seed, horizon, warm-up, memory, ``nu`` and the package
         version. A rerun skips a run whose key is already in the results file."""
-        workload_digest = self.workload_digest or workload_digest_of(self.build_workload())
+        return self.key_with(self.workload_digest or workload_digest_of(self.build_workload()))
+
+    def key_with(self, workload_digest: str) -> str:
+        """:attr:`key` given the digest of the workload this spec builds."""
         checkpoint = self.checkpoint_digest
         if checkpoint is None:
             checkpoint = checkpoint_digest_of(
@@ -145,9 +148,21 @@ class RunSpec:
             from dataclasses import replace
 
             return replace(self.workload_object.with_load(self.load), horizon=self.horizon)
-        return make_workload(
-            self.workload, **{**dict(self.overrides), "load": self.load, "horizon": self.horizon}
-        )
+        overrides = (*self.overrides, ("load", self.load), ("horizon", self.horizon))
+        if self.workload in WORKLOADS:
+            try:
+                return _built_in_workload(self.workload, overrides)
+            except TypeError:  # an override that cannot be a cache key (a list): built anew
+                pass
+        return make_workload(self.workload, **dict(overrides))
+
+
+@lru_cache(maxsize=32)
+def _built_in_workload(name: str, overrides: tuple[tuple[str, Any], ...]) -> Workload:
+    """A built-in workload, built once per process and parameters: workloads are frozen
+    and their index arrays read-only, so runs can share one (a table runs many seeds and
+    policies on each load; building ``mixed`` costs about 10 ms)."""
+    return make_workload(name, **dict(overrides))
 
 
 def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: str) -> str | None:
@@ -178,6 +193,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         # A learned policy scores one small graph per slot: one thread is several times
         # faster than several threads fighting over the cores the other runs use.
         sys.modules["torch"].set_num_threads(1)
+    key = spec.key_with(spec.workload_digest or workload_digest_of(workload))
     trace = Trace()
     decisions = np.empty(spec.horizon)
     residency = np.zeros((workload.index.num_nodes, workload.index.num_signatures))
@@ -206,7 +222,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "residency": (residency / spec.horizon).round(4).tolist(),
         "nodes": [node.name for node in workload.nodes],
         "signatures": [s.name for s in workload.signatures],
-        "key": spec.key,
+        "key": key,
         "wall_s": time.perf_counter() - started,
     }
     return _clean(record)

@@ -226,3 +226,37 @@ def test_table__reduced_table_i_orders_the_stable_loads():
     stable = paper_load(records)
     assert stable["sp"] <= stable["bp"] and stable["jsq"] <= stable["bp"]
     assert stable["bp"] < stable["mabp"] <= stable["oracle-sur"], stable
+
+
+def test_run__builds_a_built_in_workload_once_and_rereads_a_file(monkeypatch, tmp_path):
+    """Runs of one built-in workload share one build (workloads are frozen); a workload
+    file is read anew by every run, so an edit between runs is seen."""
+    from mabp_gym import evaluation, make_workload
+    from mabp_gym.evaluation import RunSpec, run
+    from mabp_gym.fileformat import save_workload
+
+    built = []
+    real = evaluation.make_workload
+
+    def counting(name, **overrides):
+        built.append(name)
+        return real(name, **overrides)
+
+    monkeypatch.setattr(evaluation, "make_workload", counting)
+    evaluation._built_in_workload.cache_clear()
+    specs = [
+        RunSpec(policy, "mixed", 0.5, seed, horizon=20) for policy, seed in [("bp", 0), ("sp", 1)]
+    ]
+    records = [run(spec) for spec in specs]
+    assert built == ["mixed"]
+    # The key a record carries is the spec's own, computed from the same workload.
+    assert [r["key"] for r in records] == [
+        RunSpec(s.policy, "mixed", 0.5, s.seed, horizon=20).key for s in specs
+    ]
+    path = tmp_path / "w.json"
+    save_workload(make_workload("mixed"), path)
+    first = run(RunSpec("bp", str(path), 0.5, 0, horizon=20))
+    save_workload(make_workload("separation"), path)
+    second = run(RunSpec("bp", str(path), 0.5, 0, horizon=20))
+    assert (first["workload"], second["workload"]) == ("mixed", "separation")
+    assert first["key"] != second["key"]
