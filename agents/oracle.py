@@ -53,6 +53,7 @@ from mabp_gym import check_core, slotcore
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.highs import Columns, matvec, solve
 from mabp_gym.agents.mabp import MABP
+from mabp_gym.agents.oracle_core import integral_fix, read_solution, slot_program
 from mabp_gym.control import (
     EPS,
     Control,
@@ -195,8 +196,10 @@ class OracleSur(Policy):
         self.time_limit = None if time_limit is None else float(time_limit)
         ix = self.ix
         self._encoder: ObservationEncoder | None = None
-        # The compiled feasibility check where numba is there (else the reference's).
+        # The compiled feasibility check and slot program where numba is there (else the
+        # reference's; ``compiled = False`` asks for the reference program).
         self._core = CompiledTransition.shared(workload) if slotcore.AVAILABLE else None
+        self.compiled = slotcore.AVAILABLE
         self._arange = np.arange(ix.num_actions)
         self._retain_size = ix.signature_size[ix.retain_signature]
         self._node_mu = ix.mu[ix.action_node]
@@ -469,6 +472,8 @@ class OracleSur(Policy):
             (``"trivial"`` when no MILP was needed), or ``(None, status)`` when the solver
             found no solution.
         """
+        if self.compiled and not (route_weight > 0).any():
+            return self._solve_compiled(state, transfers, weight)
         program = self._program(state, transfers, weight, route_weight)
         binding, hard = self._hard_nodes(program)
         service, route, start = self._closed_form(program, hard)
@@ -482,15 +487,85 @@ class OracleSur(Policy):
         self._read_solution(program, milp_program, hard, x, service, route, start)
         return self._make(transfers, route, service, start), status
 
+    def _solve_compiled(
+        self, state: SimState, transfers: np.ndarray, weight: np.ndarray
+    ) -> tuple[Control | None, Any]:
+        """:meth:`_solve` without routing variables, its program built and its solution
+        read by :mod:`mabp_gym.agents.oracle_core` (the same model for HiGHS, the same
+        control)."""
+        ix = self.ix
+        gain, work = self._gain_work(state, transfers, weight)
+        avail = self._available(state)
+        (
+            service,
+            start,
+            kind,
+            action,
+            cost,
+            upper,
+            integral,
+            indptr,
+            indices,
+            data,
+            by_row,
+            bound,
+        ) = slot_program(
+            gain,
+            work,
+            self._node_mu,
+            avail,
+            state.queue_len,
+            ix.action_node,
+            ix.action_pair,
+            ix.pair_node,
+            ix.link_src,
+            ix.link_capacity,
+        )
+        route = np.zeros(ix.num_routes, dtype=np.int64)
+        n = kind.size
+        if n == 0:
+            return self._make(transfers, route, service, start), "trivial"
+        matrix = Columns(indptr, indices, data, (bound.size, n), by_row)
+        options, lower = self._milp_options(), np.zeros(n)
+        x = np.empty(n)
+        try:
+            relaxed_status, relaxed = solve(cost, matrix, bound, lower, upper, np.zeros(n), options)
+            status: Any = "lp"
+            if (
+                relaxed_status != 0
+                or relaxed is None
+                or not integral_fix(x, relaxed, kind, indptr, indices, data, bound)
+            ):
+                status, solution = solve(cost, matrix, bound, lower, upper, integral, options)
+                if solution is None:
+                    return None, status
+                x = solution
+        except (ValueError, RuntimeError):  # a solver failure is a fallback, not a crash
+            return None, "error"
+        read_solution(x, kind, action, work, avail, ix.action_node, service, start)
+        return self._make(transfers, route, service, start), status
+
+    def _gain_work(
+        self, state: SimState, transfers: np.ndarray, weight: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``W_a`` and ``w_a`` of every action under the post-transfer hit bits."""
+        holder = holders_after(self.workload, state.holder, transfers)
+        hit = np.asarray(hit_bits(self.workload, holder, self.memory), dtype=np.int64)
+        return weight[hit, self._arange], self.mabp.primitives.work[hit, self._arange]
+
+    def _milp_options(self) -> dict[str, Any]:
+        return {
+            "node_limit": self.node_limit,
+            "mip_rel_gap": 0.0,
+            **({} if self.time_limit is None else {"time_limit": self.time_limit}),
+        }
+
     def _program(
         self, state: SimState, transfers: np.ndarray, weight: np.ndarray, route_weight: np.ndarray
     ) -> SlotProgram:
         """The slot's :class:`SlotProgram` after ``transfers``."""
-        wl, ix = self.workload, self.ix
-        holder = holders_after(wl, state.holder, transfers)
-        hit = np.asarray(hit_bits(wl, holder, self.memory), dtype=np.int64)
-        gain = weight[hit, self._arange]
-        work = self.mabp.primitives.work[hit, self._arange]
+        ix = self.ix
+        gain, work = self._gain_work(state, transfers, weight)
         queue = state.queue_len
         avail = self._available(state)
         node_avail = avail[ix.action_node]
@@ -660,11 +735,7 @@ class OracleSur(Policy):
         """Solve ``hard``: the slot program's solution vector ``(n,)`` (zero outside the
         kept columns) and the status, or ``(None, status)`` when HiGHS found none."""
         kept = hard.kept
-        options = {
-            "node_limit": self.node_limit,
-            "mip_rel_gap": 0.0,
-            **({} if self.time_limit is None else {"time_limit": self.time_limit}),
-        }
+        options = self._milp_options()
         cost, lower, upper = -program.value[kept], np.zeros(kept.size), program.upper[kept]
         x = np.zeros(program.num_variables)
         try:

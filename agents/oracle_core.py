@@ -1,0 +1,327 @@
+"""Oracle-Sur's compiled slot program: the service-and-starts program of one slot, built
+for HiGHS, and the reading of its solution, in numba.
+
+:meth:`OracleSur._program <mabp_gym.agents.oracle.OracleSur._program>`,
+``_hard_nodes``, ``_closed_form``, ``_hard_program``, ``_integral_fix`` and
+``_read_solution`` are the readable reference (numpy) and stay the authority. These
+kernels do the same for the program Oracle-Sur solves each slot (service and multi-slot
+starts; the routing of what is left is a program of its own) and hand HiGHS the same
+model, entry for entry and bit for bit, so HiGHS returns the same vertex and the control
+is the same. ``tests/test_oracle_core.py`` holds the two equal, model and control, slot
+by slot on several workloads and loads.
+
+The program's columns are the service ``S_a`` of the actions in ``serve``, then a start
+binary ``x_a`` and its compute ``c_a`` per action in ``starts``; its packing rows are
+node compute, link capacity (no entries here) and queue per pair. Only the hard nodes'
+columns go to HiGHS (``kept``): their binding rows, then one coupling row
+``c_a - avail_i x_a <= 0`` per start at a hard node, then one row ``sum x_a <= 1`` per
+node with a start at a hard node (empty where it has only one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mabp_gym.control import EPS as _EPS
+from mabp_gym.slotcore import AVAILABLE, njit
+
+_compiled = njit(cache=True) if AVAILABLE else (lambda function: function)
+
+SERVE, BINARY, COMPUTE = 0, 1, 2
+"""The kinds of a kept column."""
+
+
+@_compiled
+def slot_program(
+    gain,
+    work,
+    node_mu,
+    avail,
+    queue,
+    action_node,
+    action_pair,
+    pair_node,
+    link_src,
+    link_capacity,
+):  # pragma: no cover - compiled
+    """The closed-form service and starts of the nodes that are not hard, and the MILP of
+    the hard ones.
+
+    Returns:
+        ``service`` ``(A,)`` and ``start`` ``(N,)`` of the easy nodes; the kept columns'
+        ``kind`` (:data:`SERVE`, :data:`BINARY`, :data:`COMPUTE`), ``action``, ``cost``,
+        ``upper`` and ``integral``; the matrix as compressed columns (``indptr``,
+        ``indices``, ``data``, ``by_row``: the entries in row order); ``bound`` of each row.
+    """
+    n_act = gain.shape[0]
+    n_nodes = avail.shape[0]
+    n_links = link_capacity.shape[0]
+    n_pairs = queue.shape[0]
+    queue_row0 = n_nodes + n_links
+    n_rows_all = queue_row0 + n_pairs
+
+    # The variables (OracleSur._program): service of whole units that fit the node's mu,
+    # a start for units that do not; weight <= 0 left out.
+    serve = np.empty(n_act, dtype=np.int64)
+    serve_upper = np.empty(n_act)
+    starts = np.empty(n_act, dtype=np.int64)
+    ns = 0
+    nx = 0
+    for a in range(n_act):
+        i = action_node[a]
+        waiting = queue[action_pair[a]]
+        fits = work[a] <= node_mu[a] + _EPS
+        if not (gain[a] > 0 and waiting > 0):
+            continue
+        if fits and avail[i] >= work[a] - _EPS:
+            serve[ns] = a
+            serve_upper[ns] = min(float(waiting), np.floor((avail[i] + _EPS) / max(work[a], _EPS)))
+            ns += 1
+        elif not fits and avail[i] > _EPS:
+            starts[nx] = a
+            nx += 1
+
+    # Binding rows and hard nodes (OracleSur._hard_nodes): what the upper bounds reach,
+    # summed in the reference's entry order.
+    reach = np.zeros(n_rows_all)
+    has_serve = np.zeros(n_nodes, dtype=np.bool_)
+    has_start = np.zeros(n_nodes, dtype=np.bool_)
+    for k in range(ns):
+        a = serve[k]
+        reach[action_node[a]] += work[a] * serve_upper[k]
+        has_serve[action_node[a]] = True
+    for k in range(ns):
+        reach[queue_row0 + action_pair[serve[k]]] += serve_upper[k]
+    for q in range(nx):
+        reach[queue_row0 + action_pair[starts[q]]] += 1.0
+        has_start[action_node[starts[q]]] = True
+    hard = np.zeros(n_nodes, dtype=np.bool_)
+    binding = np.zeros(n_rows_all, dtype=np.bool_)
+    for r in range(n_rows_all):
+        if r < n_nodes:
+            if has_start[r] and has_serve[r]:
+                reach[r] += avail[r]
+            rhs, node = avail[r], r
+        elif r < queue_row0:
+            rhs, node = float(link_capacity[r - n_nodes]), link_src[r - n_nodes]
+        else:
+            rhs, node = float(queue[r - queue_row0]), pair_node[r - queue_row0]
+        if reach[r] > rhs + _EPS:
+            binding[r] = True
+            hard[node] = True
+    for i in range(n_nodes):
+        if has_start[i] and has_serve[i]:
+            hard[i] = True
+
+    # The easy nodes in closed form (OracleSur._closed_form): every variable at its
+    # bound; the best start by gain per work, the later of equal ones.
+    service = np.zeros(n_act, dtype=np.int64)
+    start = np.full(n_nodes, -1, dtype=np.int64)
+    best_rate = np.full(n_nodes, -np.inf)
+    for k in range(ns):
+        if not hard[action_node[serve[k]]]:
+            service[serve[k]] = np.int64(serve_upper[k])
+    for q in range(nx):
+        a = starts[q]
+        i = action_node[a]
+        rate = gain[a] / work[a]
+        if not hard[i] and rate >= best_rate[i]:
+            best_rate[i] = rate
+            start[i] = a
+
+    # The hard program (OracleSur._hard_program): rows renumbered in order, couplings,
+    # one-start rows; columns serve, binaries, computes of the hard nodes.
+    renumber = np.full(n_rows_all, -1, dtype=np.int64)
+    n_used = 0
+    for r in range(n_rows_all):
+        if binding[r]:
+            if r < n_nodes:
+                node = r
+            elif r < queue_row0:
+                node = link_src[r - n_nodes]
+            else:
+                node = pair_node[r - queue_row0]
+            if hard[node]:
+                renumber[r] = n_used
+                n_used += 1
+    hard_start = np.empty(nx, dtype=np.int64)  # positions q of the starts at hard nodes
+    m = 0
+    per_node = np.zeros(n_nodes, dtype=np.int64)
+    for q in range(nx):
+        i = action_node[starts[q]]
+        if hard[i]:
+            hard_start[m] = q
+            m += 1
+            per_node[i] += 1
+    one_start_row = np.full(n_nodes, -1, dtype=np.int64)
+    n_one = 0
+    for i in range(n_nodes):
+        if per_node[i] > 0:
+            one_start_row[i] = n_used + m + n_one
+            n_one += 1
+    n_rows = n_used + m + n_one
+
+    n_serve_kept = 0
+    for k in range(ns):
+        if hard[action_node[serve[k]]]:
+            n_serve_kept += 1
+    n_kept = n_serve_kept + 2 * m
+    kind = np.empty(n_kept, dtype=np.int64)
+    action = np.empty(n_kept, dtype=np.int64)
+    cost = np.empty(n_kept)
+    upper = np.empty(n_kept)
+    integral = np.empty(n_kept)
+    indptr = np.zeros(n_kept + 1, dtype=np.int32)
+    indices = np.empty(3 * n_kept, dtype=np.int32)
+    data = np.empty(3 * n_kept)
+    nnz = 0
+    col = 0
+    for k in range(ns):
+        a = serve[k]
+        i = action_node[a]
+        if not hard[i]:
+            continue
+        kind[col], action[col] = SERVE, a
+        cost[col], upper[col], integral[col] = -gain[a], serve_upper[k], 1.0
+        if renumber[i] >= 0:
+            indices[nnz], data[nnz] = renumber[i], work[a]
+            nnz += 1
+        row = renumber[queue_row0 + action_pair[a]]
+        if row >= 0:
+            indices[nnz], data[nnz] = row, 1.0
+            nnz += 1
+        col += 1
+        indptr[col] = nnz
+    for j in range(m):
+        a = starts[hard_start[j]]
+        i = action_node[a]
+        kind[col], action[col] = BINARY, a
+        cost[col], upper[col], integral[col] = -0.0, 1.0, 1.0
+        row = renumber[queue_row0 + action_pair[a]]
+        if row >= 0:
+            indices[nnz], data[nnz] = row, 1.0
+            nnz += 1
+        indices[nnz], data[nnz] = n_used + j, -avail[i]
+        nnz += 1
+        if per_node[i] > 1:
+            indices[nnz], data[nnz] = one_start_row[i], 1.0
+            nnz += 1
+        col += 1
+        indptr[col] = nnz
+    for j in range(m):
+        a = starts[hard_start[j]]
+        i = action_node[a]
+        kind[col], action[col] = COMPUTE, a
+        cost[col], upper[col], integral[col] = -(gain[a] / work[a]), avail[i], 0.0
+        if renumber[i] >= 0:
+            indices[nnz], data[nnz] = renumber[i], 1.0
+            nnz += 1
+        indices[nnz], data[nnz] = n_used + j, 1.0
+        nnz += 1
+        col += 1
+        indptr[col] = nnz
+
+    # The entries in row order, columns ascending within a row (a counting sort by row).
+    row_start = np.zeros(n_rows + 1, dtype=np.int64)
+    for e in range(nnz):
+        row_start[indices[e] + 1] += 1
+    for r in range(n_rows):
+        row_start[r + 1] += row_start[r]
+    by_row = np.empty(nnz, dtype=np.int64)
+    for e in range(nnz):
+        by_row[row_start[indices[e]]] = e
+        row_start[indices[e]] += 1
+
+    bound = np.empty(n_rows)
+    for r in range(n_rows_all):
+        if renumber[r] >= 0:
+            if r < n_nodes:
+                bound[renumber[r]] = avail[r]
+            elif r < queue_row0:
+                bound[renumber[r]] = float(link_capacity[r - n_nodes])
+            else:
+                bound[renumber[r]] = float(queue[r - queue_row0])
+    for j in range(m):
+        bound[n_used + j] = 0.0
+    for r in range(n_used + m, n_rows):
+        bound[r] = 1.0
+    return (
+        service,
+        start,
+        kind,
+        action,
+        cost,
+        upper,
+        integral,
+        indptr,
+        indices[:nnz].copy(),
+        data[:nnz].copy(),
+        by_row,
+        bound,
+    )
+
+
+@_compiled
+def integral_fix(x, relaxed, kind, indptr, indices, data, bound):  # pragma: no cover
+    """``OracleSur._integral_fix`` in the kept columns: ``x`` gets the LP solution with
+    each start's binary opened where its compute flows; True when that is integral and
+    feasible (then it is MILP-optimal)."""
+    n = kind.shape[0]
+    m = 0
+    for c in range(n):
+        x[c] = relaxed[c]
+        if kind[c] == BINARY:
+            m += 1
+    first_binary = 0
+    while first_binary < n and kind[first_binary] != BINARY:
+        first_binary += 1
+    for j in range(m):
+        b, c = first_binary + j, first_binary + m + j
+        compute = x[c]
+        x[b] = 1.0 if compute > _EPS else 0.0
+        x[c] = compute if compute > _EPS else 0.0
+    worst = 0.0
+    for c in range(n):
+        if kind[c] != COMPUTE:
+            worst = max(worst, abs(x[c] - np.rint(x[c])))
+    if worst > 1e-7:
+        return False
+    for c in range(n):
+        if kind[c] != COMPUTE:
+            x[c] = np.rint(x[c])
+    # A @ x summed row by row, columns ascending (as Columns.matvec).
+    rows = bound.shape[0]
+    total = np.zeros(rows)
+    for c in range(n):
+        for e in range(indptr[c], indptr[c + 1]):
+            total[indices[e]] += data[e] * x[c]
+    for r in range(rows):  # noqa: SIM110 - numba compiles loops, not generators
+        if not total[r] <= bound[r] + 1e-7:
+            return False
+    return True
+
+
+@_compiled
+def read_solution(x, kind, action, work, avail, action_node, service, start):  # pragma: no cover
+    """``OracleSur._read_solution``: the hard nodes' service and starts from ``x`` written
+    into the closed-form ``service`` and ``start`` (in place)."""
+    n = kind.shape[0]
+    m = 0
+    for c in range(n):
+        if kind[c] == SERVE:
+            service[action[c]] = np.int64(np.rint(x[c]))
+        elif kind[c] == BINARY:
+            m += 1
+    if m == 0:
+        return
+    spent = np.zeros(avail.shape[0])
+    for a in range(service.shape[0]):
+        spent[action_node[a]] += service[a] * work[a]
+    first_binary = n - 2 * m
+    for j in range(m):
+        b, c = first_binary + j, first_binary + m + j
+        if np.rint(x[b]) >= 1 and x[c] > _EPS:
+            a = action[b]
+            i = action_node[a]
+            if start[i] < 0 and avail[i] - spent[i] > _EPS:
+                start[i] = a
