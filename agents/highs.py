@@ -54,7 +54,9 @@ class Columns:
     indices: np.ndarray  # (nnz,) int32, row of each entry
     data: np.ndarray  # (nnz,) float64
     shape: tuple[int, int]
-    by_row: np.ndarray  # (nnz,) the entries in row order, columns ascending within a row
+    # (nnz,) the entries in row order, columns ascending within a row (None: worked out
+    # when a product needs it)
+    by_row: np.ndarray | None = None
 
     @classmethod
     def from_entries(
@@ -74,10 +76,20 @@ class Columns:
         by_row = np.lexsort((c, r))  # positions in ``order`` of the entries in row order
         return cls(indptr, r.astype(np.int32), data[order], shape, by_row)
 
+    @classmethod
+    def two_per_column(cls, first: np.ndarray, second: np.ndarray, rows: int) -> Columns:
+        """The 0/1 matrix with ones at ``(first[j], j)`` and ``(second[j], j)``, where
+        ``first[j] < second[j]`` (so already in canonical order): what
+        :meth:`from_entries` gives, without its sorts."""
+        n = first.size
+        indices = np.empty(2 * n, dtype=np.int32)
+        indices[0::2], indices[1::2] = first, second
+        return cls(np.arange(0, 2 * n + 1, 2, dtype=np.int32), indices, np.ones(2 * n), (rows, n))
+
     def matvec(self, x: np.ndarray) -> np.ndarray:
         """``A @ x``, summed row by row in column order as scipy's ``csr_array @ x``."""
         col_of = np.repeat(np.arange(self.shape[1]), np.diff(self.indptr))
-        k = self.by_row
+        k = np.lexsort((col_of, self.indices)) if self.by_row is None else self.by_row
         return np.bincount(
             self.indices[k], weights=self.data[k] * x[col_of[k]], minlength=self.shape[0]
         )

@@ -824,12 +824,7 @@ class OracleSur(Policy):
             return replace(control, route=route)
         n = routes.size
         # One queue row and one link row per route variable.
-        matrix = Columns.from_entries(
-            np.concatenate([pair, ix.num_pairs + link]),
-            np.tile(np.arange(n), 2),
-            np.ones(2 * n),
-            (ix.num_pairs + ix.num_links, n),
-        )
+        matrix = Columns.two_per_column(pair, ix.num_pairs + link, ix.num_pairs + ix.num_links)
         bound = np.concatenate([np.maximum(left, 0), ix.link_capacity]).astype(np.float64)
         _, solution = solve(
             -route_weight[routes], matrix, bound, np.zeros(n), upper.astype(np.float64), np.zeros(n)

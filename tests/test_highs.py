@@ -82,3 +82,21 @@ def test_columns__canonical_csc_of_scipy_and_its_row_order_matvec():
         assert np.array_equal(built.matvec(x), reference @ x)  # bit for bit
     twice = highs.Columns.from_entries([0, 0], [1, 1], [1.0, 2.0], (1, 2))
     assert isinstance(twice, sparse.csr_array) and twice.toarray().tolist() == [[0.0, 3.0]]
+
+
+def test_columns__two_per_column_equals_from_entries():
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        n, rows = int(rng.integers(1, 15)), int(rng.integers(2, 20))
+        first = rng.integers(0, rows - 1, n)
+        second = first + rng.integers(1, rows - first)
+        built = highs.Columns.two_per_column(first, second, rows)
+        reference = highs.Columns.from_entries(
+            np.concatenate([first, second]), np.tile(np.arange(n), 2), np.ones(2 * n), (rows, n)
+        )
+        for name in ("indptr", "indices", "data"):
+            value, expected = getattr(built, name), getattr(reference, name)
+            assert value.dtype == expected.dtype and np.array_equal(value, expected), name
+        assert built.shape == reference.shape and built.by_row is None
+        x = rng.normal(size=n)
+        assert np.array_equal(built.matvec(x), reference.matvec(x))
