@@ -53,7 +53,12 @@ from mabp_gym import check_core, slotcore
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.highs import Columns, matvec, solve
 from mabp_gym.agents.mabp import MABP
-from mabp_gym.agents.oracle_core import integral_fix, read_solution, slot_program
+from mabp_gym.agents.oracle_core import (
+    integral_fix,
+    leftover_routes,
+    read_solution,
+    slot_program,
+)
 from mabp_gym.control import (
     EPS,
     Control,
@@ -803,36 +808,53 @@ class OracleSur(Policy):
         binds every positive route takes its bound.
         """
         ix = self.ix
-        left = state.queue_len - np.bincount(
-            ix.action_pair, weights=control.service, minlength=ix.num_pairs
-        ).astype(np.int64)
-        started = control.start[control.start >= 0]
-        if started.size:
-            left -= np.bincount(ix.action_pair[started], minlength=ix.num_pairs)
-        routes = np.flatnonzero(
-            (route_weight > 0) & (left[ix.route_src_pair] > 0) & (self._route_capacity > 0)
-        )
         route = np.zeros(ix.num_routes, dtype=np.int64)
-        if routes.size == 0:
-            return replace(control, route=route)
-        pair, link = ix.route_src_pair[routes], ix.route_link[routes]
-        upper = np.minimum(left[pair], self._route_capacity[routes])
-        pair_load = np.bincount(pair, weights=upper, minlength=ix.num_pairs)
-        link_load = np.bincount(link, weights=upper, minlength=ix.num_links)
-        if (pair_load <= left).all() and (link_load <= ix.link_capacity).all():
+        if self.compiled:
+            routes, upper, free, bound = leftover_routes(
+                state.queue_len,
+                control.service,
+                control.start,
+                ix.action_pair,
+                route_weight,
+                ix.route_src_pair,
+                ix.route_link,
+                self._route_capacity,
+                ix.link_capacity,
+            )
+            pair, link = ix.route_src_pair[routes], ix.route_link[routes]
+        else:
+            left = state.queue_len - np.bincount(
+                ix.action_pair, weights=control.service, minlength=ix.num_pairs
+            ).astype(np.int64)
+            started = control.start[control.start >= 0]
+            if started.size:
+                left -= np.bincount(ix.action_pair[started], minlength=ix.num_pairs)
+            routes = np.flatnonzero(
+                (route_weight > 0) & (left[ix.route_src_pair] > 0) & (self._route_capacity > 0)
+            )
+            pair, link = ix.route_src_pair[routes], ix.route_link[routes]
+            upper = np.minimum(left[pair], self._route_capacity[routes])
+            pair_load = np.bincount(pair, weights=upper, minlength=ix.num_pairs)
+            link_load = np.bincount(link, weights=upper, minlength=ix.num_links)
+            free = bool((pair_load <= left).all() and (link_load <= ix.link_capacity).all())
+            bound = np.concatenate([np.maximum(left, 0), ix.link_capacity]).astype(np.float64)
+        if routes.size and free:
             route[routes] = upper
-            return replace(control, route=route)
-        n = routes.size
-        # One queue row and one link row per route variable.
-        matrix = Columns.two_per_column(pair, ix.num_pairs + link, ix.num_pairs + ix.num_links)
-        bound = np.concatenate([np.maximum(left, 0), ix.link_capacity]).astype(np.float64)
-        _, solution = solve(
-            -route_weight[routes], matrix, bound, np.zeros(n), upper.astype(np.float64), np.zeros(n)
-        )
-        if solution is None:  # cannot happen for a bounded packing LP; stay safe
-            return replace(control, route=route)
-        route[routes] = np.floor(solution + 1e-7).astype(np.int64)
-        return replace(control, route=route)
+        elif routes.size:
+            n = routes.size
+            # One queue row and one link row per route variable.
+            matrix = Columns.two_per_column(pair, ix.num_pairs + link, ix.num_pairs + ix.num_links)
+            _, solution = solve(
+                -route_weight[routes],
+                matrix,
+                bound,
+                np.zeros(n),
+                upper.astype(np.float64),
+                np.zeros(n),
+            )
+            if solution is not None:  # None cannot happen for a bounded packing LP
+                route[routes] = np.floor(solution + 1e-7).astype(np.int64)
+        return Control(control.transfers, route, control.service, control.start, control.retain)
 
     @staticmethod
     def _integral_fix(

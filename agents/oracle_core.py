@@ -325,3 +325,56 @@ def read_solution(x, kind, action, work, avail, action_node, service, start):  #
             i = action_node[a]
             if start[i] < 0 and avail[i] - spent[i] > _EPS:
                 start[i] = a
+
+
+@_compiled
+def leftover_routes(
+    queue_len,
+    service,
+    start,
+    action_pair,
+    route_weight,
+    route_src_pair,
+    route_link,
+    route_capacity,
+    link_capacity,
+):  # pragma: no cover - compiled
+    """The routing program of what service and starts leave (``OracleSur._route_leftover``
+    up to the solve): the routes worth routing, their bounds, whether every one can take
+    its bound (no queue or link row binds) and the rows' right-hand sides (queues, then
+    links). Integer arithmetic throughout, as the reference's."""
+    n_pairs = queue_len.shape[0]
+    n_links = link_capacity.shape[0]
+    left = queue_len.copy()
+    for a in range(service.shape[0]):
+        left[action_pair[a]] -= service[a]
+    for i in range(start.shape[0]):
+        if start[i] >= 0:
+            left[action_pair[start[i]]] -= 1
+    n_routes = route_weight.shape[0]
+    routes = np.empty(n_routes, dtype=np.int64)
+    upper = np.empty(n_routes, dtype=np.int64)
+    n = 0
+    pair_load = np.zeros(n_pairs, dtype=np.int64)
+    link_load = np.zeros(n_links, dtype=np.int64)
+    for r in range(n_routes):
+        p = route_src_pair[r]
+        if route_weight[r] > 0 and left[p] > 0 and route_capacity[r] > 0:
+            routes[n] = r
+            upper[n] = min(left[p], route_capacity[r])
+            pair_load[p] += upper[n]
+            link_load[route_link[r]] += upper[n]
+            n += 1
+    free = True
+    for p in range(n_pairs):
+        if pair_load[p] > left[p]:
+            free = False
+    for e in range(n_links):
+        if link_load[e] > link_capacity[e]:
+            free = False
+    bound = np.empty(n_pairs + n_links)
+    for p in range(n_pairs):
+        bound[p] = float(max(left[p], 0))
+    for e in range(n_links):
+        bound[n_pairs + e] = float(link_capacity[e])
+    return routes[:n].copy(), upper[:n].copy(), free, bound
