@@ -205,6 +205,8 @@ class OracleSur(Policy):
         # reference's; ``compiled = False`` asks for the reference program).
         self._core = CompiledTransition.shared(workload) if slotcore.AVAILABLE else None
         self.compiled = slotcore.AVAILABLE
+        # Within one control() call: (gain, work) per set of transfers, by their indices.
+        self._slot: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] | None = None
         self._arange = np.arange(ix.num_actions)
         self._retain_size = ix.signature_size[ix.retain_signature]
         self._node_mu = ix.mu[ix.action_node]
@@ -274,10 +276,7 @@ class OracleSur(Policy):
         if self._core is None or not check_core.accepts(self._core, state, control, self.memory):
             # The reference check: raises with the reason (or accepts another dtype).
             check_control(self.workload, state, control, memory=self.memory)
-        holder = holders_after(self.workload, state.holder, transfers)
-        hit = np.asarray(hit_bits(self.workload, holder, self.memory), dtype=np.int64)
-        gain = weight[hit, self._arange]
-        work = self.mabp.primitives.work[hit, self._arange]
+        gain, work = self._gain_work(state, transfers, weight)
         service = np.asarray(control.service, dtype=np.float64)
         value = float(np.asarray(control.route, dtype=np.float64) @ route_weight + service @ gain)
         start = np.asarray(control.start, dtype=np.int64)
@@ -317,6 +316,13 @@ class OracleSur(Policy):
             A :class:`~mabp_gym.Control` whose one-slot objective is at least that of
             MABP's projected control in the same state.
         """
+        self._slot = {}
+        try:
+            return self._control(state, obs)
+        finally:
+            self._slot = None
+
+    def _control(self, state: SimState, obs: dict[str, np.ndarray] | None) -> Control:
         if obs is None:
             obs = self._encode(state)
         wl = self.workload
@@ -553,10 +559,19 @@ class OracleSur(Policy):
     def _gain_work(
         self, state: SimState, transfers: np.ndarray, weight: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``W_a`` and ``w_a`` of every action under the post-transfer hit bits."""
+        """``W_a`` and ``w_a`` of every action under the post-transfer hit bits (inside
+        :meth:`control`, worked out once per set of transfers: its state and weights are
+        the slot's)."""
+        key = tuple(sorted(np.asarray(transfers).tolist()))
+        known = None if self._slot is None else self._slot.get(key)
+        if known is not None:
+            return known
         holder = holders_after(self.workload, state.holder, transfers)
         hit = np.asarray(hit_bits(self.workload, holder, self.memory), dtype=np.int64)
-        return weight[hit, self._arange], self.mabp.primitives.work[hit, self._arange]
+        result = weight[hit, self._arange], self.mabp.primitives.work[hit, self._arange]
+        if self._slot is not None:
+            self._slot[key] = result
+        return result
 
     def _milp_options(self) -> dict[str, Any]:
         return {
