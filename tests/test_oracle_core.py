@@ -115,3 +115,54 @@ def _several_starts_at_a_hard_node(oracle, sim, obs, control) -> bool:
     _, hard = oracle._hard_nodes(program)
     nodes = program.start_node[hard[program.start_node]].tolist()
     return len(nodes) != len(set(nodes))
+
+
+@pytest.mark.parametrize("name", ["mixed", "boundary"])
+def test_compiled_slot_program__same_as_the_reference_on_random_programs(name, monkeypatch):
+    """Random gains, work, compute left and queues, with compute left set on the EPS
+    boundaries of the reference's comparisons (a unit that just fits, a row that binds by
+    less than EPS): the same models and controls."""
+    from types import SimpleNamespace
+
+    from mabp_gym.control import EPS
+
+    wl = make_workload(name, load=0.8, **({"K": 2.5} if name == "boundary" else {}))
+    ix = wl.index
+    rng = np.random.default_rng(5)
+    models: list[tuple] = []
+    real = oracle_module.solve
+
+    def recording(*args, **kwargs):
+        models.append(_model(args))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(oracle_module, "solve", recording)
+    no_transfers = np.zeros(0, dtype=np.int64)
+    solved = 0
+    for trial in range(300):
+        gain = rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0, 3.5], ix.num_actions)
+        gain[rng.random(ix.num_actions) < 0.5] = rng.uniform(0.1, 5.0)
+        work = rng.choice([0.25, 0.5, 1.0, 2.0, 2.5, 3.0], ix.num_actions)
+        avail = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0], ix.num_nodes)
+        near = rng.random(ix.num_nodes) < 0.3  # on a boundary, either side of EPS
+        avail[near] += rng.choice([-0.5, 0.5, -2.0, 2.0], int(near.sum())) * EPS
+        avail = np.maximum(avail, 0.0)
+        queue = rng.integers(0, 4, ix.num_pairs)
+        state = SimpleNamespace(queue_len=queue)
+        results = []
+        for compiled in (True, False):
+            oracle = OracleSur(wl)
+            oracle.compiled = compiled
+            monkeypatch.setattr(oracle, "_gain_work", lambda *args, g=gain, w=work: (g, w))
+            monkeypatch.setattr(oracle, "_available", lambda *args, a=avail: a)
+            models.clear()
+            control, status = oracle._solve(
+                state, no_transfers, np.zeros((2, ix.num_actions)), np.full(ix.num_routes, -1.0)
+            )
+            results.append((control, status, list(models)))
+        (control, status, got), (expected, expected_status, wanted) = results
+        assert got == wanted and status == expected_status, trial
+        for key, value in expected.as_dict().items():
+            np.testing.assert_array_equal(control.as_dict()[key], value, err_msg=f"{trial} {key}")
+        solved += status != "trivial"
+    assert solved > 50
