@@ -114,6 +114,9 @@ def _env_step_times(slots: int, seed: int) -> dict[str, float]:
 def _table_time(policy: str, horizon: int) -> dict[str, float]:
     from mabp_gym.evaluation import RunSpec, run
 
+    # Untimed, a short run first: compiles the policy's kernels (a fresh worktree has no
+    # numba cache) without touching the timed runs' workloads (another horizon).
+    run(RunSpec(policy, "mixed", TABLE_LOADS[-1], 0, horizon=20))
     started = time.perf_counter()
     for load in TABLE_LOADS:
         run(RunSpec(policy, "mixed", load, 0, horizon=horizon))
