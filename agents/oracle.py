@@ -54,6 +54,7 @@ from mabp_gym.agents.base import Policy
 from mabp_gym.agents.highs import Columns, matvec, solve
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.agents.oracle_core import (
+    SlotModel,
     integral_fix,
     leftover_routes,
     read_solution,
@@ -507,36 +508,27 @@ class OracleSur(Policy):
         ix = self.ix
         gain, work = self._gain_work(state, transfers, weight)
         avail = self._available(state)
-        (
-            service,
-            start,
-            kind,
-            action,
-            cost,
-            upper,
-            integral,
-            indptr,
-            indices,
-            data,
-            by_row,
-            bound,
-        ) = slot_program(
-            gain,
-            work,
-            self._node_mu,
-            avail,
-            state.queue_len,
-            ix.action_node,
-            ix.action_pair,
-            ix.pair_node,
-            ix.link_src,
-            ix.link_capacity,
+        model = SlotModel(
+            *slot_program(
+                gain,
+                work,
+                self._node_mu,
+                avail,
+                state.queue_len,
+                ix.action_node,
+                ix.action_pair,
+                ix.pair_node,
+                ix.link_src,
+                ix.link_capacity,
+            )
         )
+        service, start, kind = model.service, model.start, model.kind
         route = np.zeros(ix.num_routes, dtype=np.int64)
         n = kind.size
         if n == 0:
             return self._make(transfers, route, service, start), "trivial"
-        matrix = Columns(indptr, indices, data, (bound.size, n), by_row)
+        cost, upper, bound = model.cost, model.upper, model.bound
+        matrix = Columns(model.indptr, model.indices, model.data, (bound.size, n), model.by_row)
         options, lower = self._milp_options(), np.zeros(n)
         x = np.empty(n)
         try:
@@ -545,15 +537,17 @@ class OracleSur(Policy):
             if (
                 relaxed_status != 0
                 or relaxed is None
-                or not integral_fix(x, relaxed, kind, indptr, indices, data, bound)
+                or not integral_fix(
+                    x, relaxed, kind, matrix.indptr, matrix.indices, matrix.data, bound
+                )
             ):
-                status, solution = solve(cost, matrix, bound, lower, upper, integral, options)
+                status, solution = solve(cost, matrix, bound, lower, upper, model.integral, options)
                 if solution is None:
                     return None, status
                 x = solution
         except (ValueError, RuntimeError):  # a solver failure is a fallback, not a crash
             return None, "error"
-        read_solution(x, kind, action, work, avail, ix.action_node, service, start)
+        read_solution(x, kind, model.action, work, avail, ix.action_node, service, start)
         return self._make(transfers, route, service, start), status
 
     def _gain_work(

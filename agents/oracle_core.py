@@ -20,6 +20,8 @@ node with a start at a hard node (empty where it has only one).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from mabp_gym.control import EPS as _EPS
@@ -29,6 +31,23 @@ _compiled = njit(cache=True) if AVAILABLE else (lambda function: function)
 
 SERVE, BINARY, COMPUTE = 0, 1, 2
 """The kinds of a kept column."""
+
+
+class SlotModel(NamedTuple):
+    """What :func:`slot_program` returns, by name."""
+
+    service: np.ndarray  # (A,) int64, the easy nodes' service (the hard ones' written later)
+    start: np.ndarray  # (N,) int64, the easy nodes' starts, -1 elsewhere
+    kind: np.ndarray  # (n,) int64, SERVE / BINARY / COMPUTE of each kept column
+    action: np.ndarray  # (n,) int64, its action
+    cost: np.ndarray  # (n,) float64, minimized: minus the objective coefficient
+    upper: np.ndarray  # (n,) float64, its upper bound (lower bounds are 0)
+    integral: np.ndarray  # (n,) float64, 1 integer, 0 continuous
+    indptr: np.ndarray  # (n + 1,) int32, compressed columns
+    indices: np.ndarray  # (nnz,) int32, row of each entry
+    data: np.ndarray  # (nnz,) float64
+    by_row: np.ndarray  # (nnz,) int64, the entries in row order
+    bound: np.ndarray  # (rows,) float64, right-hand side of each row (all <=)
 
 
 @_compiled

@@ -33,6 +33,19 @@ SEVERAL_STARTS = ("mixed", "rag", "moe", "agentic")  # nodes with several start 
 BRANCH_AND_BOUND = [CASES[1], CASES[5], CASES[7]]
 
 
+def _record_models(monkeypatch) -> list[tuple]:
+    """The list every model Oracle-Sur hands HiGHS is appended to, from now on."""
+    models: list[tuple] = []
+    real = oracle_module.solve
+
+    def recording(*args, **kwargs):
+        models.append(_model(args))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(oracle_module, "solve", recording)
+    return models
+
+
 def _model(args: tuple) -> tuple:
     """What HiGHS is handed, as bytes (so ``-0.0`` and ``0.0`` differ)."""
     c, matrix, upper, lb, ub, integrality = args[:6]
@@ -66,14 +79,7 @@ def test_compiled_slot_program__same_branch_and_bound_as_the_reference(case, mon
 def _compare(case: tuple, monkeypatch, *, lp_first: bool) -> None:
     name, overrides, memory, seed = case
     wl = make_workload(name, **overrides)
-    models: list[tuple] = []
-    real = oracle_module.solve
-
-    def recording(*args, **kwargs):
-        models.append(_model(args))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(oracle_module, "solve", recording)
+    models = _record_models(monkeypatch)
     sim = Simulator(wl, memory=memory, check_invariants=True)
     sim.reset(seed)
     encoder = ObservationEncoder(wl, memory=memory)
@@ -129,14 +135,7 @@ def test_compiled_slot_program__same_as_the_reference_on_random_programs(name, m
     wl = make_workload(name, load=0.8, **({"K": 2.5} if name == "boundary" else {}))
     ix = wl.index
     rng = np.random.default_rng(5)
-    models: list[tuple] = []
-    real = oracle_module.solve
-
-    def recording(*args, **kwargs):
-        models.append(_model(args))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(oracle_module, "solve", recording)
+    models = _record_models(monkeypatch)
     no_transfers = np.zeros(0, dtype=np.int64)
     solved = 0
     for trial in range(300):
