@@ -286,14 +286,12 @@ def integral_fix(x, relaxed, kind, indptr, indices, data, bound):  # pragma: no 
     each start's binary opened where its compute flows; True when that is integral and
     feasible (then it is MILP-optimal)."""
     n = kind.shape[0]
-    m = 0
+    m = 0  # the binaries, then the computes, close the columns
     for c in range(n):
         x[c] = relaxed[c]
         if kind[c] == BINARY:
             m += 1
-    first_binary = 0
-    while first_binary < n and kind[first_binary] != BINARY:
-        first_binary += 1
+    first_binary = n - 2 * m
     for j in range(m):
         b, c = first_binary + j, first_binary + m + j
         compute = x[c]
