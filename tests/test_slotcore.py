@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from compiled_cases import MULTIHOP14
+from compiled_cases import WORKLOADS as COMPILED_WORKLOADS
 
-import mabp_gym
 from mabp_gym import Simulator, make_workload, slotcore
 from mabp_gym.agents import make_policy
 from mabp_gym.encoding import ObservationEncoder
@@ -17,12 +18,7 @@ pytestmark = pytest.mark.skipif(
     not slotcore.AVAILABLE, reason="numba is not installed (or MABP_GYM_PURE is set)"
 )
 
-MULTIHOP14 = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
-WORKLOADS = [(name, {}) for name in mabp_gym.WORKLOADS] + [
-    (MULTIHOP14, {}),
-    ("mixed", {"copies": 2}),
-    ("multihop", {"nodes": 30, "memory": 0}),
-]
+WORKLOADS = COMPILED_WORKLOADS
 
 
 def _same(compiled, reference) -> None:

@@ -4,12 +4,11 @@ transition's states, outcomes and generator streams, on every workload."""
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
 
 import numpy as np
 import pytest
+from compiled_cases import WORKLOADS as COMPILED_WORKLOADS
 
-import mabp_gym
 from mabp_gym import Simulator, make_workload, slotcore
 from mabp_gym.agents import make_policy
 from mabp_gym.encoding import ObservationEncoder
@@ -19,11 +18,8 @@ pytestmark = pytest.mark.skipif(
     not slotcore.AVAILABLE, reason="numba is not installed (or MABP_GYM_PURE is set)"
 )
 
-MULTIHOP14 = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
-WORKLOADS = [(name, {}) for name in mabp_gym.WORKLOADS] + [
-    (MULTIHOP14, {}),
-    ("mixed", {"copies": 2}),
-    ("multihop", {"nodes": 30, "memory": 0}),
+WORKLOADS = [
+    *COMPILED_WORKLOADS,
     ("mixed", {"load": 1.3}),  # past the bound: long queues of many runs
     ("agentic", {"gen_prob": 0.6}),  # generation draws between the successor draws
 ]
