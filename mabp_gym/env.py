@@ -73,6 +73,43 @@ def _load_interval(value: Any) -> tuple[float, float] | None:
     return low, high
 
 
+DIAGNOSTIC_KEYS = (
+    "arrivals",
+    "served",
+    "hits",
+    "completed",
+    "delays",
+    "insertions",
+    "evictions",
+    "routed",
+    "transfers",
+    "work",
+    "penalty",
+    "penalty_compute",
+    "penalty_transmission",
+    "penalty_memory",
+    "backlog",
+    "control",
+    "action_mask",
+)
+"""The step ``info`` of an env made with ``diagnostics=True`` (the default info is empty)."""
+
+
+class SlimInfo(dict):
+    """The step ``info`` of an env made without ``diagnostics``: an empty dict whose
+    missing diagnostic keys say how to get them. Vector envs stack every info key of
+    every step and SB3 deep-copies it, so the default carries nothing."""
+
+    def __missing__(self, key: Any) -> Any:
+        if key in DIAGNOSTIC_KEYS:
+            raise KeyError(
+                f"{key!r}: the step info is empty by default (vector envs and SB3 copy it "
+                "every step); make the env with diagnostics=True for the slot's counts, "
+                f"control and mask ({', '.join(DIAGNOSTIC_KEYS)})"
+            )
+        raise KeyError(key)
+
+
 def symlog(x: np.ndarray) -> np.ndarray:
     """``sign(x) log(1 + |x|)``: queue counts span orders of magnitude."""
     return np.sign(x) * np.log1p(np.abs(x))
@@ -176,11 +213,16 @@ class SFMSNEnv(gym.Env):
     ``metadata["autoreset_mode"]`` (``NEXT_STEP`` by default; ``SAME_STEP`` via
     ``vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}``).
 
-    ``info`` holds the slot's counts (``arrivals``, ``served``, ``hits``, ``completed``,
-    ``delays``, ``insertions``, ``evictions``, ``penalty`` and its ``penalty_compute`` /
-    ``penalty_transmission`` / ``penalty_memory`` split, ``backlog``), the executed
-    ``control`` (a dict of the :class:`~mabp_gym.Control` arrays, with ``transfers`` as a
-    ``(T,)`` indicator of the executed transfer candidates) and the ``action_mask``.
+    ``diagnostics=True`` (default ``False``): the step ``info`` holds the slot's counts
+    (``arrivals``, ``served``, ``hits``, ``completed``, ``delays``, ``insertions``,
+    ``evictions``, ``penalty`` and its ``penalty_compute`` / ``penalty_transmission`` /
+    ``penalty_memory`` split, ``backlog``), the executed ``control`` (a dict of the
+    :class:`~mabp_gym.Control` arrays, with ``transfers`` as a ``(T,)`` indicator of the
+    executed transfer candidates) and the ``action_mask`` (:data:`DIAGNOSTIC_KEYS`), and
+    the reset ``info`` the ``action_mask``. Without it the step info is empty (a
+    :class:`SlimInfo`, whose missing diagnostic keys say how to get them): vector envs
+    and SB3 stack and copy every info key of every step, so the default costs them
+    nothing. The reset info holds ``load`` when the load is an interval.
 
     ## Version History
     - v0: initial version.
@@ -203,6 +245,7 @@ class SFMSNEnv(gym.Env):
         check_invariants: bool = False,
         render_mode: str | None = None,
         obs_mode: str = "dict",
+        diagnostics: bool = False,
         **workload_overrides: Any,
     ) -> None:
         _reject_unknown_keywords(workload, workload_overrides)
@@ -231,7 +274,11 @@ class SFMSNEnv(gym.Env):
             raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
         check_number(nu, "nu", low=0.0)
         check_number(reward_scale, "reward_scale", low=0.0, low_open=True)
-        for name, flag in (("memory", memory), ("check_invariants", check_invariants)):
+        for name, flag in (
+            ("memory", memory),
+            ("check_invariants", check_invariants),
+            ("diagnostics", diagnostics),
+        ):
             if not isinstance(flag, (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
         if render_mode == "rgb_array":
@@ -243,6 +290,7 @@ class SFMSNEnv(gym.Env):
             )
         self.nu = float(nu)
         self.memory = bool(memory)
+        self.diagnostics = bool(diagnostics)
         self.reward_kind = reward
         self.reward_scale = float(reward_scale)
         self.render_mode = render_mode
@@ -289,7 +337,8 @@ class SFMSNEnv(gym.Env):
         self.sim.reset(sim_seed)
         self._last = None
         obs = self._encoder.encode(self.sim.state)
-        info["action_mask"] = obs["action_mask"].astype(bool)
+        if self.diagnostics:
+            info["action_mask"] = obs["action_mask"].astype(bool)
         return self._observe(obs), info
 
     def _observe(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | np.ndarray:
@@ -319,6 +368,8 @@ class SFMSNEnv(gym.Env):
             reward = -(_lyapunov(self.sim.state, self.workload) - before + cost) / self.reward_scale
         obs = self._encoder.encode(self.sim.state)
         truncated = self.sim.state.t >= self.horizon
+        if not self.diagnostics:
+            return self._observe(obs), float(reward), False, bool(truncated), SlimInfo()
         info = {
             "arrivals": outcome.arrivals,
             "served": outcome.served,

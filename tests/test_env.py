@@ -49,14 +49,14 @@ def test_env__check_env_passes(env_id):
 
 @pytest.mark.parametrize("env_id", ALL_IDS)
 def test_env__same_seed_same_rollout(env_id):
-    a = rollout(gym.make(env_id), seed=3, steps=30)
-    b = rollout(gym.make(env_id), seed=3, steps=30)
+    a = rollout(gym.make(env_id, diagnostics=True), seed=3, steps=30)
+    b = rollout(gym.make(env_id, diagnostics=True), seed=3, steps=30)
     assert same(a, b)
 
 
 def test_env__different_seeds_differ():
-    a = rollout(gym.make("mabp_gym/Mixed-v0"), seed=1, steps=30)
-    b = rollout(gym.make("mabp_gym/Mixed-v0"), seed=2, steps=30)
+    a = rollout(gym.make("mabp_gym/Mixed-v0", diagnostics=True), seed=1, steps=30)
+    b = rollout(gym.make("mabp_gym/Mixed-v0", diagnostics=True), seed=2, steps=30)
     assert not same(a, b)
 
 
@@ -75,7 +75,9 @@ def test_env__pickles_mid_episode_and_continues_identically(env_id):
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_env__make_vec_steps(mode):
-    envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=2, vectorization_mode=mode, load=0.5)
+    envs = gym.make_vec(
+        "mabp_gym/Mixed-v0", num_envs=2, vectorization_mode=mode, load=0.5, diagnostics=True
+    )
     try:
         obs, info = envs.reset(seed=[0, 1])
         envs.action_space.seed(0)
@@ -109,7 +111,7 @@ def test_env__bad_actions_raise_value_error_with_expected_shape(bad):
 
 
 def test_env__all_negative_scores_are_a_legal_idle_action():
-    env = gym.make("mabp_gym/Mixed-v0", load=0.5)
+    env = gym.make("mabp_gym/Mixed-v0", load=0.5, diagnostics=True)
     env.reset(seed=0)
     for _ in range(3):
         _, _, _, _, info = env.step(-np.ones(384, dtype=np.float32))
@@ -121,13 +123,18 @@ def test_env__all_negative_scores_are_a_legal_idle_action():
 
 def test_env__rewards_follow_spec_3_3():
     nu, scale = 5.0, 100.0
-    env = gym.make("mabp_gym/Mixed-v0", load=0.6, nu=nu, reward_scale=scale)
+    env = gym.make("mabp_gym/Mixed-v0", load=0.6, nu=nu, reward_scale=scale, diagnostics=True)
     env.reset(seed=0)
     for _ in range(10):
         _, reward, _, _, info = env.step(env.action_space.sample())
         assert reward == pytest.approx(-(info["backlog"] + nu * info["penalty"]) / scale)
     env = gym.make(
-        "mabp_gym/Mixed-v0", load=0.6, nu=nu, reward="drift_plus_penalty", reward_scale=1.0
+        "mabp_gym/Mixed-v0",
+        load=0.6,
+        nu=nu,
+        reward="drift_plus_penalty",
+        reward_scale=1.0,
+        diagnostics=True,
     )
     obs, _ = env.reset(seed=0)
     for _ in range(10):
@@ -189,3 +196,37 @@ def test_env__render_ansi():
     env.step(env.action_space.sample())
     text = env.render()
     assert "gen0" in text and "slot 1" in text
+
+
+def test_env__step_info_is_empty_by_default_and_names_the_option_for_diagnostics():
+    env = gym.make("mabp_gym/Mixed-v0", load=0.5)
+    _, reset_info = env.reset(seed=0)
+    assert reset_info == {}
+    _, _, _, _, info = env.step(env.action_space.sample())
+    assert info == {}
+    with pytest.raises(KeyError, match="diagnostics=True"):
+        info["backlog"]
+    with pytest.raises(KeyError) as error:
+        info["no such key"]
+    assert "diagnostics" not in str(error.value)
+    full = gym.make("mabp_gym/Mixed-v0", load=0.5, diagnostics=True)
+    _, reset_info = full.reset(seed=0)
+    assert set(reset_info) == {"action_mask"}
+    _, _, _, _, info = full.step(full.action_space.sample())
+    assert tuple(info) == mabp_gym.env.DIAGNOSTIC_KEYS
+    with pytest.raises(ValueError, match="diagnostics must be True or False"):
+        gym.make("mabp_gym/Mixed-v0", diagnostics="yes")
+
+
+def test_env__diagnostics_do_not_change_the_episode():
+    slim, full = (gym.make("mabp_gym/Mixed-v0", load=0.7, diagnostics=d) for d in (False, True))
+    obs_s, _ = slim.reset(seed=4)
+    obs_f, _ = full.reset(seed=4)
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        action = rng.uniform(-1, 1, slim.action_space.shape).astype(np.float32)
+        obs_s, reward_s, _, _, _ = slim.step(action)
+        obs_f, reward_f, _, _, _ = full.step(action)
+        assert reward_s == reward_f
+        for key in obs_s:
+            assert np.array_equal(obs_s[key], obs_f[key]), key

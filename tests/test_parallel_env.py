@@ -65,7 +65,7 @@ def _lockstep(workload: str, name: str, *, seed: int = 0, horizon: int = 600, **
     """Run the centralized policy in SFMSNEnv and its local version in the parallel env
     side by side; assert equal score vectors and controls every slot. Returns slots."""
     penv = parallel_env(workload, horizon=horizon, **kw)
-    cenv = SFMSNEnv(workload, horizon=horizon, **kw)
+    cenv = SFMSNEnv(workload, horizon=horizon, diagnostics=True, **kw)
     central = make_policy(name, cenv)
     local = local_policies(name, penv)
     central.reset(seed)
@@ -326,7 +326,7 @@ def test_parallel_env__bad_settings_and_actions_raise():
 def test_rewards__own_shares_sum_to_the_single_agent_reward(reward):
     own = parallel_env("mixed", horizon=80, reward=reward, load=0.7)
     team = parallel_env("mixed", horizon=80, reward=reward, load=0.7, agent_reward="global")
-    single = SFMSNEnv("mixed", horizon=80, reward=reward, load=0.7)
+    single = SFMSNEnv("mixed", horizon=80, reward=reward, load=0.7, diagnostics=True)
     policies = {name: local_policies("mabp", env) for name, env in (("o", own), ("g", team))}
     obs_o, _ = own.reset(seed=7)
     obs_g, _ = team.reset(seed=7)

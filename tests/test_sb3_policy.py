@@ -163,7 +163,7 @@ def test_graph_policy__a_fresh_policy_serves_instead_of_idling():
     # The projection acts only on scores > 0: with the default score_bias every mean
     # starts positive (softsign(0.5) = 1/3, the weights are small), so the deterministic
     # policy serves from the first slot; score_bias=0 starts it idling (docs/learning.md).
-    env = _env("mixed", load=0.5)
+    env = _env("mixed", load=0.5, diagnostics=True)
     obs, _ = env.reset(seed=0)
     means = _means(_policy(env), obs)
     assert torch.all(means > 0.25) and torch.all(means < 0.45)
