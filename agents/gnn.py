@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
+from torch_geometric.nn import GINEConv
 
 from mabp_gym.agents import checkpoint_file
 from mabp_gym.agents.base import Policy
@@ -60,9 +60,17 @@ def observation_dims(observation_space: Any) -> dict[str, int]:
 class GNNScheduler(nn.Module):
     """GINE message passing with edge features and per-candidate read-outs.
 
+    Each read-out is a two-layer MLP over ``[node or link embeddings | the candidate's own
+    features]``. Its first layer is linear, so it is applied in parts: the embedding part
+    once per node (and, for a link, per end node and per link), the candidate part to the
+    candidate's few features; a candidate then costs a gather, a small product and the
+    last layer (the same outputs as the MLP over the concatenated input, to float
+    rounding; ``tests/test_sb3_policy.py`` checks it).
+
     Args:
         dims: input widths (:func:`observation_dims`).
         hidden: embedding width. layers: message-passing rounds.
+        readout: width of the read-outs' hidden layer (default: ``hidden``).
 
     Shapes:
         input: a batched ``Data`` from :func:`mabp_gym.pyg.to_pyg` with ``B`` graphs;
@@ -71,56 +79,75 @@ class GNNScheduler(nn.Module):
         graph embedding ``(B, 2 * hidden)`` for a value head.
     """
 
-    def __init__(self, dims: dict[str, int], hidden: int = 64, layers: int = 3) -> None:
+    def __init__(
+        self, dims: dict[str, int], hidden: int = 64, layers: int = 3, readout: int | None = None
+    ) -> None:
         super().__init__()
         self.dims = dict(dims)
         self.hidden = hidden
+        self.readout = hidden if readout is None else int(readout)
+        width = self.readout
         self.node_in = _mlp([dims["node"], hidden, hidden])
         self.edge_in = nn.Linear(dims["edge"], hidden)
         self.convs = nn.ModuleList(
             GINEConv(_mlp([hidden, hidden, hidden]), edge_dim=hidden) for _ in range(layers)
         )
         self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
-        self.service_head = _mlp([hidden + dims["service"], hidden, 1])
-        self.route_head = _mlp([3 * hidden + dims["route"], hidden, 1])
-        self.transfer_head = _mlp([3 * hidden + dims["transfer"], hidden, 1])
-        self.retain_head = _mlp([hidden + dims["retain"], hidden, 1])
+        self.service_head = _mlp([hidden + dims["service"], width, 1])
+        self.route_head = _mlp([3 * hidden + dims["route"], width, 1])
+        self.transfer_head = _mlp([3 * hidden + dims["transfer"], width, 1])
+        self.retain_head = _mlp([hidden + dims["retain"], width, 1])
+
+    def embed(self, graph) -> tuple[torch.Tensor, torch.Tensor]:
+        """Node embeddings ``(B*N, hidden)`` and link embeddings ``(B*E, hidden)``.
+
+        The GINE rounds are written out (``nn((1 + eps) h + sum_j relu(h_j + lin(e_ji)))``,
+        summed at each link's destination), as PyG's ``GINEConv`` computes them, without
+        its per-call dispatch; the convolutions hold the parameters."""
+        h = self.node_in(symlog(graph.x))
+        e = self.edge_in(symlog(graph.edge_attr))
+        src, dst = graph.edge_index
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            message = torch.relu(h[src] + conv.lin(e))
+            total = torch.zeros_like(h).index_add_(0, dst, message)
+            h = norm(h + torch.relu(conv.nn(total + (1 + conv.eps) * h)))
+        return h, e
 
     def forward(self, graph) -> tuple[torch.Tensor, torch.Tensor]:
         batch = graph.num_graphs
-        h = self.node_in(symlog(graph.x))
-        e = self.edge_in(symlog(graph.edge_attr))
-        for conv, norm in zip(self.convs, self.norms, strict=True):
-            h = norm(h + torch.relu(conv(h, graph.edge_index, e)))
+        h, e = self.embed(graph)
         src, dst = graph.edge_index
-        service = self.service_head(torch.cat([h[graph.service_node], symlog(graph.service_x)], -1))
-        route = self.route_head(
-            torch.cat(
-                [
-                    h[graph.route_src],
-                    h[graph.route_dst],
-                    e[graph.route_edge],
-                    symlog(graph.route_x),
-                ],
-                -1,
+        hid = self.hidden
+
+        def node_part(head: nn.Sequential) -> tuple[torch.Tensor, torch.Tensor]:
+            weight = head[0].weight  # [h_node | x]
+            return h @ weight[:, :hid].T, weight[:, hid:]
+
+        def link_part(head: nn.Sequential) -> tuple[torch.Tensor, torch.Tensor]:
+            weight = head[0].weight  # [h_src | h_dst | e | x]: node parts per node first
+            per_link = (
+                (h @ weight[:, :hid].T).index_select(0, src)
+                + (h @ weight[:, hid : 2 * hid].T).index_select(0, dst)
+                + e @ weight[:, 2 * hid : 3 * hid].T
             )
+            return per_link, weight[:, 3 * hid :]
+
+        def read(head, part, where, features) -> torch.Tensor:
+            shared, own = part
+            first = shared.index_select(0, where) + torch.addmm(
+                head[0].bias, symlog(features), own.T
+            )
+            return head[2](torch.relu(first)).reshape(batch, -1)
+
+        heads = (
+            (self.service_head, node_part, graph.service_node, graph.service_x),
+            (self.route_head, link_part, graph.route_edge, graph.route_x),
+            (self.transfer_head, link_part, graph.transfer_edge, graph.transfer_x),
+            (self.retain_head, node_part, graph.retain_node, graph.retain_x),
         )
-        t_edge = graph.transfer_edge
-        transfer = self.transfer_head(
-            torch.cat([h[src[t_edge]], h[dst[t_edge]], e[t_edge], symlog(graph.transfer_x)], -1)
-        )
-        retain = self.retain_head(torch.cat([h[graph.retain_node], symlog(graph.retain_x)], -1))
-        raw = torch.cat(
-            [
-                part.reshape(batch, part.shape[0] // batch)
-                for part in (service, route, transfer, retain)
-            ],
-            dim=1,
-        )
-        pooled = torch.cat(
-            [global_mean_pool(h, graph.batch, batch), global_max_pool(h, graph.batch, batch)],
-            dim=-1,
-        )
+        raw = torch.cat([read(head, part(head), where, x) for head, part, where, x in heads], 1)
+        h3 = h.view(batch, -1, hid)  # every graph of a batch has the same node count
+        pooled = torch.cat([h3.mean(dim=1), h3.amax(dim=1)], dim=-1)
         return nn.functional.softsign(raw), pooled
 
     def scores(self, obs: dict[str, Any]) -> torch.Tensor:

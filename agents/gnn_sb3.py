@@ -1,22 +1,21 @@
-"""stable-baselines3 adapter for the GNN scheduler (PPO's actor-critic policy).
+"""stable-baselines3 actor-critic policies over the observation graph (PPO, A2C).
 
-The features extractor runs :class:`~mabp_gym.agents.gnn.GNNScheduler` and returns
-``[scores (D) | graph embedding]``; the policy's "MLP extractor" only splits that vector,
-the action mean *is* the GNN's score vector (one read-out per candidate, no extra linear
-layer, so a pretrained GNN acts exactly as trained), and the value head reads the graph
-embedding.
+Both policies put one Gaussian over the ``D`` candidate scores whose log-probability and
+entropy count the *active* candidates only (:class:`MaskedDiagGaussian`; the mask is the
+observation's ``action_mask``), with a learned log-std per kind of candidate. Their
+features extractor returns ``[scores (D) | critic latent]``; the "MLP extractor" only
+splits that vector, the action mean *is* the score vector, and the value head reads the
+latent.
 
-Two configurations:
-
-- :class:`GNNActorCriticPolicy` (``shape_free=False``): the node input holds the node's
-  per-commodity queues and per-signature memory, as the imitation checkpoints of
-  ``mabp-gym train gnn`` do; its weights fit one workload shape.
-- :class:`GraphActorCriticPolicy` (``shape_free=True``, the documented path, exported by
-  :mod:`mabp_gym.sb3`): the node input is the fixed-width node table only (the per-
-  commodity queues reach the model through the candidates' own features: input queue,
-  route differential, successor pressure, retained demand) and the Gaussian has one
-  shared log-std, so *every* parameter has a shape independent of the workload: one
-  ``state_dict`` runs on ``mixed``, ``rag``, ``agentic`` and file workloads alike.
+- :class:`GraphActorCriticPolicy` (the documented path, exported by :mod:`mabp_gym.sb3`):
+  :class:`~mabp_gym.agents.candidate_net.CandidateNet`, message passing and one linear
+  read-out per candidate whose coefficients come from its node or link, so a candidate
+  costs a gather and a small product. Every parameter's shape is independent of the
+  workload: one ``state_dict`` runs on ``mixed``, ``rag``, ``agentic`` and file workloads.
+- :class:`GNNActorCriticPolicy`: :class:`~mabp_gym.agents.gnn.GNNScheduler`, the network
+  of ``mabp-gym train gnn`` (MLP read-outs, the node's per-commodity queues and memory in
+  its input with ``shape_free=False``): it fine-tunes the imitation checkpoints, whose
+  weights fit one workload shape.
 """
 
 from __future__ import annotations
@@ -26,11 +25,14 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.distributions import DiagGaussianDistribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.utils import obs_as_tensor
 from torch import nn
+from torch.distributions import Normal
 
+from mabp_gym.agents.candidate_net import CandidateNet, candidate_widths
 from mabp_gym.agents.gnn import GNNScheduler, observation_dims
 from mabp_gym.pyg import to_pyg
 
@@ -62,6 +64,7 @@ class GNNExtractor(BaseFeaturesExtractor):
         hidden: int = 64,
         layers: int = 3,
         shape_free: bool = False,
+        readout: int | None = None,
     ) -> None:
         _check_dict_space(observation_space)
         dims = observation_dims(observation_space)
@@ -70,7 +73,7 @@ class GNNExtractor(BaseFeaturesExtractor):
         self.node_width = int(node_shape[-1]) if shape_free and node_shape else None
         if shape_free:
             dims["node"] = self.node_width
-        self.gnn = GNNScheduler(dims, hidden=hidden, layers=layers)
+        self.gnn = GNNScheduler(dims, hidden=hidden, layers=layers, readout=readout)
 
     def forward(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
         # One batched graph for the whole batch (vector envs, minibatches): one forward.
@@ -79,6 +82,45 @@ class GNNExtractor(BaseFeaturesExtractor):
             graph.x = graph.x[:, : self.node_width]
         scores, pooled = self.gnn(graph)
         return torch.cat([scores, pooled], dim=-1)
+
+
+class MaskedDiagGaussian(DiagGaussianDistribution):
+    """A diagonal Gaussian over the scores whose log-probability and entropy count the
+    active candidates only (``action_mask`` of the observation, 1 where a candidate can act).
+
+    A masked candidate's score changes nothing in the projection, so its sampled value is
+    noise that PPO would otherwise credit: summed over all ``D`` scores, one
+    log-probability moved from -1,425 to -25,508 when only masked candidates' actions
+    changed. Here those dimensions count for nothing and are sampled at their mean.
+    """
+
+    def __init__(self, action_dim: int) -> None:
+        super().__init__(action_dim)
+        self.mask: torch.Tensor | None = None
+
+    def proba_masked(
+        self, mean: torch.Tensor, log_std: torch.Tensor, mask: torch.Tensor
+    ) -> MaskedDiagGaussian:
+        # Arguments are not validated (a mean and a positive scale by construction): the
+        # checks cost a few ops per call, which a small batch of rollouts feels.
+        self.distribution = Normal(mean, log_std.exp().expand_as(mean), validate_args=False)
+        self.mask = mask.to(mean.dtype)
+        return self
+
+    def _active(self) -> torch.Tensor:
+        if self.mask is None:
+            raise RuntimeError("MaskedDiagGaussian needs proba_masked(mean, log_std, mask) first")
+        return self.mask
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return (self.distribution.log_prob(actions) * self._active()).sum(dim=-1)
+
+    def entropy(self) -> torch.Tensor:
+        return (self.distribution.entropy() * self._active()).sum(dim=-1)
+
+    def sample(self) -> torch.Tensor:
+        active = self._active() > 0
+        return torch.where(active, self.distribution.rsample(), self.distribution.mean)
 
 
 class _Split(nn.Module):
@@ -97,52 +139,43 @@ class _Split(nn.Module):
         return features[:, self.latent_dim_pi :]
 
 
-class GNNActorCriticPolicy(ActorCriticPolicy):
-    """PPO policy whose Gaussian mean is the GNN's score vector.
-
-    Args:
-        observation_space, action_space, lr_schedule: as for SB3's ``ActorCriticPolicy``.
-        hidden: embedding width. layers: message-passing rounds.
-        shape_free: see :class:`GNNExtractor`; also makes the log-std one shared scalar.
-        score_bias: with ``shape_free``, the initial mean of every candidate's score before
-            the softsign (default 0.5, so a fresh policy serves, routes and retains: the
-            projection acts only on scores > 0). A mean of 0 switches each candidate off
-            half the time when sampled and idles when deterministic, and PPO then rarely
-            moves the means across 0 (measured in ``docs/learning.md``).
-        **kwargs: passed to ``ActorCriticPolicy`` (``log_std_init`` defaults to -1.5 and
-            ``ortho_init`` to False, so that pretrained weights stay as they are).
-    """
+class CandidateExtractor(BaseFeaturesExtractor):
+    """Shapes: Dict observation with batch ``B`` -> ``(B, D + hidden)``: the candidate
+    scores of :class:`~mabp_gym.agents.candidate_net.CandidateNet` and its critic latent."""
 
     def __init__(
         self,
         observation_space: spaces.Dict,
-        action_space: spaces.Box,
-        lr_schedule: Any,
-        hidden: int = 64,
+        hidden: int = 32,
         layers: int = 3,
-        shape_free: bool = False,
         score_bias: float = 0.5,
-        **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("ortho_init", False)  # keep pretrained weights as they are
-        kwargs.setdefault("log_std_init", -1.5)
-        if not np.isfinite(score_bias):
-            raise ValueError(f"score_bias must be a finite number, got {score_bias!r}")
-        self.shape_free = bool(shape_free)
-        self.score_bias = float(score_bias)
-        super().__init__(
-            observation_space,
-            action_space,
-            lr_schedule,
-            features_extractor_class=GNNExtractor,
-            features_extractor_kwargs={
-                "hidden": hidden,
-                "layers": layers,
-                "shape_free": self.shape_free,
-            },
-            share_features_extractor=True,
-            **kwargs,
+        _check_dict_space(observation_space)
+        scores = int(observation_space["action_mask"].shape[0])  # type: ignore[index]
+        super().__init__(observation_space, features_dim=scores + hidden)
+        self.net = CandidateNet(
+            candidate_widths(observation_space), hidden=hidden, layers=layers, score_bias=score_bias
         )
+
+    def forward(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
+        scores, latent = self.net(observations)
+        return torch.cat([scores, latent], dim=-1)
+
+
+def _check_positive(**values: Any) -> None:
+    for name, value in values.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
+        ):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+class _MaskedGraphPolicy(ActorCriticPolicy):
+    """What both graph policies share: the split latent, the masked Gaussian with one
+    log-std per kind of candidate (or per candidate), and the Dict observation's
+    conversion."""
+
+    per_kind_log_std = True
 
     def _build_mlp_extractor(self) -> None:
         actions = int(self.action_space.shape[0])  # type: ignore[index]
@@ -154,45 +187,72 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
         self.action_net = nn.Identity()
-        if self.shape_free:
-            # One log-std shared by all candidates (broadcast by SB3's Gaussian), so that
-            # no parameter has the workload's candidate count as its shape.
-            self.log_std = nn.Parameter(torch.full((1,), float(self.log_std_init)))
-            # A fresh policy starts with every mean at score_bias and small weights (SB3's
-            # gain 0.01 for action nets): it acts on every candidate in a nearly random
-            # order, which beats random scores by far (-97 against -591 at load 0.3), and
-            # learns the order from there; means at 0 would idle (docs/learning.md).
-            with torch.no_grad():
-                for head in (
-                    self.gnn.service_head,
-                    self.gnn.route_head,
-                    self.gnn.transfer_head,
-                    self.gnn.retain_head,
-                ):
-                    head[-1].weight.mul_(0.01)
-                    head[-1].bias.fill_(self.score_bias)
+        self.action_dist = MaskedDiagGaussian(int(self.action_space.shape[0]))  # type: ignore[index]
+        space: Any = self.observation_space
+        counts = [int(space[key].shape[0]) for key in ("service", "route", "transfer", "retain")]
+        # Each score's kind (service, route, transfer, retain), in the action's layout; not
+        # saved (its length is the workload's), rebuilt from the spaces.
+        kind = torch.repeat_interleave(torch.arange(4), torch.as_tensor(counts))
+        self.register_buffer("score_kind", kind, persistent=False)
+        if self.per_kind_log_std:
+            # One learned log-std per kind of candidate: no parameter has the workload's
+            # candidate count as its shape, and each kind's exploration moves on its own.
+            self.log_std = nn.Parameter(torch.full((4,), float(self.log_std_init)))
+        self._init_scores()
         self.optimizer = self.optimizer_class(
             self.parameters(),  # type: ignore[call-arg]
             lr=lr_schedule(1),
             **self.optimizer_kwargs,
         )
 
+    def _init_scores(self) -> None:
+        """Set the fresh network's initial scores (nothing by default)."""
+
+    def score_log_std(self) -> torch.Tensor:
+        """The log-std of every score, ``(D,)``."""
+        return self.log_std[self.score_kind] if self.per_kind_log_std else self.log_std
+
+    def extract_features(self, obs: Any, features_extractor: Any = None) -> Any:
+        """The extractor on the observation as it is: SB3 would first cast every array of
+        the Dict to float (14 casts per call), and the networks read and cast only what
+        they use (float inputs, the index arrays rounded to long)."""
+        return (features_extractor or self.features_extractor)(obs)
+
+    def _masked(self, obs: Any) -> tuple[MaskedDiagGaussian, torch.Tensor]:
+        """The action distribution and the critic's latent for a batch of observations."""
+        latent_pi, latent_vf = self.mlp_extractor(self.extract_features(obs))
+        mask = obs["action_mask"].reshape(latent_pi.shape)
+        return self.action_dist.proba_masked(latent_pi, self.score_log_std(), mask), latent_vf
+
+    def forward(
+        self, obs: Any, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        distribution, latent_vf = self._masked(obs)
+        actions = distribution.get_actions(deterministic=deterministic)
+        return actions, self.value_net(latent_vf), distribution.log_prob(actions)
+
+    def evaluate_actions(
+        self, obs: Any, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        distribution, latent_vf = self._masked(obs)
+        return self.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
+
+    def get_distribution(self, obs: Any) -> MaskedDiagGaussian:
+        return self._masked(obs)[0]
+
+    def _constructor_extras(self) -> dict[str, Any]:
+        raise NotImplementedError
+
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        # The extractor is fixed by the class; hidden / layers / shape_free rebuild it.
+        # The extractor is fixed by the class; its keywords rebuild it.
         for key in (
             "features_extractor_class",
             "features_extractor_kwargs",
             "share_features_extractor",
         ):
             data.pop(key, None)
-        kw = self.features_extractor_kwargs
-        data.update(
-            hidden=kw["hidden"],
-            layers=kw["layers"],
-            shape_free=self.shape_free,
-            score_bias=self.score_bias,
-        )
+        data.update(self._constructor_extras())
         return data
 
     def obs_to_tensor(self, observation: Any) -> tuple[Any, bool]:
@@ -214,14 +274,103 @@ class GNNActorCriticPolicy(ActorCriticPolicy):
             raise ValueError(f"observation does not match the observation space: {error}") from None
         return obs_as_tensor(arrays, self.device), vectorized
 
+
+class GNNActorCriticPolicy(_MaskedGraphPolicy):
+    """PPO policy whose Gaussian mean is the :class:`GNNScheduler`'s score vector.
+
+    Args:
+        observation_space, action_space, lr_schedule: as for SB3's ``ActorCriticPolicy``.
+        hidden: embedding width. layers: message-passing rounds.
+        readout: width of the per-candidate read-outs' hidden layer (default ``hidden``).
+        shape_free: feed the node table only (not the per-commodity queues and memory),
+            with one learned log-std per kind of candidate: every parameter then has a
+            shape independent of the workload. Without it (the imitation checkpoints'
+            network) the log-std is one per candidate.
+        score_bias: with ``shape_free``, the initial mean of every candidate's score before
+            the softsign (default 0.5, so a fresh policy serves, routes and retains: the
+            projection acts only on scores > 0).
+        **kwargs: passed to ``ActorCriticPolicy`` (``log_std_init`` defaults to -1.5 and
+            ``ortho_init`` to False, so that pretrained weights stay as they are).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        action_space: spaces.Box,
+        lr_schedule: Any,
+        hidden: int = 64,
+        layers: int = 3,
+        shape_free: bool = False,
+        score_bias: float = 0.5,
+        readout: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("ortho_init", False)  # keep pretrained weights as they are
+        kwargs.setdefault("log_std_init", -1.5)
+        if not np.isfinite(score_bias):
+            raise ValueError(f"score_bias must be a finite number, got {score_bias!r}")
+        _check_positive(hidden=hidden, layers=layers, readout=readout)
+        self.shape_free = bool(shape_free)
+        self.per_kind_log_std = self.shape_free
+        self.score_bias = float(score_bias)
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            features_extractor_class=GNNExtractor,
+            features_extractor_kwargs={
+                "hidden": int(hidden),
+                "layers": int(layers),
+                "shape_free": self.shape_free,
+                "readout": None if readout is None else int(readout),
+            },
+            share_features_extractor=True,
+            **kwargs,
+        )
+
+    def _init_scores(self) -> None:
+        if not self.shape_free:
+            return
+        # Every mean starts at score_bias with small weights (SB3's gain 0.01 for action
+        # nets): the fresh policy acts on every candidate in a nearly random order.
+        with torch.no_grad():
+            for head in (
+                self.gnn.service_head,
+                self.gnn.route_head,
+                self.gnn.transfer_head,
+                self.gnn.retain_head,
+            ):
+                head[-1].weight.mul_(0.01)
+                head[-1].bias.fill_(self.score_bias)
+
+    def _constructor_extras(self) -> dict[str, Any]:
+        kw = self.features_extractor_kwargs
+        return {
+            "hidden": kw["hidden"],
+            "layers": kw["layers"],
+            "readout": kw["readout"],
+            "shape_free": self.shape_free,
+            "score_bias": self.score_bias,
+        }
+
     @property
     def gnn(self) -> GNNScheduler:
         return self.features_extractor.gnn
 
 
-class GraphActorCriticPolicy(GNNActorCriticPolicy):
-    """The documented per-candidate PPO policy: a :class:`GNNActorCriticPolicy` with
-    ``shape_free=True``, whose parameters fit every workload shape.
+class GraphActorCriticPolicy(_MaskedGraphPolicy):
+    """The documented per-candidate PPO policy: :class:`CandidateNet` (message passing,
+    then a linear read-out per candidate with node- or link-level coefficients) and the
+    masked Gaussian with one learned log-std per kind of candidate. Every parameter's
+    shape is independent of the workload.
+
+    Args:
+        observation_space, action_space, lr_schedule: as for SB3's ``ActorCriticPolicy``.
+        hidden: embedding width (32). layers: message-passing rounds (3).
+        score_bias: the initial mean of every score before the softsign (0.5: a fresh
+            policy serves, routes and retains everything in a nearly random order; the
+            projection acts only on scores > 0, so means near 0 would idle).
+        **kwargs: passed to ``ActorCriticPolicy`` (``log_std_init`` defaults to -1.5).
 
     Example::
 
@@ -232,24 +381,42 @@ class GraphActorCriticPolicy(GNNActorCriticPolicy):
         model.learn(10_000)
     """
 
+    shape_free = True  # every parameter's shape is independent of the workload
+
     def __init__(
         self,
         observation_space: spaces.Dict,
         action_space: spaces.Box,
         lr_schedule: Any,
-        hidden: int = 64,
+        hidden: int = 32,
         layers: int = 3,
-        shape_free: bool = True,
         score_bias: float = 0.5,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("ortho_init", False)  # the network sets its own initial scores
+        kwargs.setdefault("log_std_init", -1.5)
+        if not np.isfinite(score_bias):
+            raise ValueError(f"score_bias must be a finite number, got {score_bias!r}")
+        _check_positive(hidden=hidden, layers=layers)
+        self.score_bias = float(score_bias)
         super().__init__(
             observation_space,
             action_space,
             lr_schedule,
-            hidden=hidden,
-            layers=layers,
-            shape_free=shape_free,
-            score_bias=score_bias,
+            features_extractor_class=CandidateExtractor,
+            features_extractor_kwargs={
+                "hidden": int(hidden),
+                "layers": int(layers),
+                "score_bias": self.score_bias,
+            },
+            share_features_extractor=True,
             **kwargs,
         )
+
+    def _constructor_extras(self) -> dict[str, Any]:
+        kw = self.features_extractor_kwargs
+        return {"hidden": kw["hidden"], "layers": kw["layers"], "score_bias": self.score_bias}
+
+    @property
+    def net(self) -> CandidateNet:
+        return self.features_extractor.net

@@ -1,32 +1,87 @@
-"""Training speed of the GNN scheduler on the CPU and, when there is one, on CUDA.
+"""Training speed of the learned schedulers: PPO env steps/s, imitation steps/s, CPU and CUDA.
 
-Times the two phases of ``mabp-gym train gnn`` on the same data: imitation gradient steps
-(batch of 64 graphs) and PPO environment steps (4 vector envs, rollout 256), on every
-device available, and reports the CUDA speed-up over the CPU. This is the one prepared
-script to run on a GPU machine; on a CPU-only machine it reports the CPU figures only.
+Two measurements:
 
-    python benchmarks/bench_train.py --json results/bench_train.json
+- **PPO env steps/s** of the documented path: SB3 PPO with
+  :class:`mabp_gym.sb3.GraphActorCriticPolicy` at its defaults on 4 ``DummyVecEnv`` envs
+  (``mabp_gym/Mixed-v0`` at load 0.6), ``n_steps=256``, ``batch_size=256``, ``n_epochs=4``,
+  one torch thread. After an untimed warm-up of one rollout and update (numba's compilation,
+  the allocator), ``--ppo-steps`` env steps are timed: rollouts and updates together.
+  With ``--baseline REF`` the same measurement runs on a ``git worktree`` of ``REF`` too,
+  each measurement in a fresh process whose imports resolve to one tree, the trees taking
+  turns (``--repeats`` each, order alternating), and the median ratio is printed: a
+  speed-up stated against the previous code measured in the same run.
+- **Imitation steps/s** of ``mabp-gym train gnn`` (batches of 64 graphs of MABP's scores).
+
+Both run on the CPU and, where there is one, on CUDA, and the CUDA speed-up is printed.
+This is the one prepared script to run on a GPU machine.
+
+    python benchmarks/bench_train.py --baseline 70230ac --repeats 3 --json results/bench_train.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-import numpy as np
-import torch
 from _report import emit
 
-from mabp_gym.agents import make_policy
-from mabp_gym.agents.gnn import GNNScheduler, observation_dims, resolve_device
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.training.common import rollout
-from mabp_gym.training.gnn import imitation_loss, stack
-from mabp_gym.workloads import make_workload
+ROOT = Path(__file__).resolve().parent.parent
+N_ENVS = 4
 
 
-def imitation_steps_per_s(device: str, data, targets, steps: int) -> float:
-    wl = make_workload("mixed")
+def ppo_steps_per_s(device: str, steps: int) -> float:
+    """The documented PPO path's env steps per second (rollouts and updates)."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    import mabp_gym  # noqa: F401  (registers the ids)
+    from mabp_gym.sb3 import GraphActorCriticPolicy
+
+    torch.set_num_threads(1)
+    envs = DummyVecEnv([lambda: gym.make("mabp_gym/Mixed-v0", load=0.6) for _ in range(N_ENVS)])
+    agent = PPO(
+        GraphActorCriticPolicy,
+        envs,
+        n_steps=256,
+        batch_size=256,
+        n_epochs=4,
+        device=device,
+        seed=0,
+        verbose=0,
+    )
+    agent.learn(256 * N_ENVS)  # untimed: compilation, caches
+    before = agent.num_timesteps
+    started = time.perf_counter()
+    agent.learn(steps, reset_num_timesteps=False)
+    return (agent.num_timesteps - before) / (time.perf_counter() - started)
+
+
+def imitation_steps_per_s(device: str, steps: int) -> float:
+    import numpy as np
+    import torch
+
+    from mabp_gym.agents import make_policy
+    from mabp_gym.agents.gnn import GNNScheduler, observation_dims
+    from mabp_gym.encoding import ObservationEncoder
+    from mabp_gym.training.common import rollout
+    from mabp_gym.training.gnn import imitation_loss, stack
+    from mabp_gym.workloads import make_workload
+
+    torch.set_num_threads(1)
+    wl = make_workload("mixed", load=0.6)
+    teacher = make_policy("mabp", wl)
+    pairs = [(obs, target) for obs, target, _ in rollout(wl, teacher.scores, 0, 600)]
+    data, targets = stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
     model = GNNScheduler(observation_dims(ObservationEncoder(wl).layout)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     tensors = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
@@ -47,65 +102,134 @@ def imitation_steps_per_s(device: str, data, targets, steps: int) -> float:
     return steps / (time.perf_counter() - started)
 
 
-def ppo_steps_per_s(device: str, steps: int) -> float:
-    import gymnasium as gym
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
-    import mabp_gym  # noqa: F401
-    from mabp_gym.sb3 import GraphActorCriticPolicy
-
-    # The documented per-candidate policy; its rollout scores the 4 envs in one batched
-    # graph forward, on ``device``.
-    envs = DummyVecEnv([lambda: gym.make("mabp_gym/Mixed-v0", load=0.6) for _ in range(4)])
-    agent = PPO(
-        GraphActorCriticPolicy,
-        envs,
-        n_steps=256,
-        batch_size=256,
-        n_epochs=4,
-        device=device,
-        seed=0,
-        verbose=0,
+def _measure_in(tree: Path, device: str, steps: int) -> float:
+    """One PPO measurement in a fresh process whose imports resolve to ``tree``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", device, str(steps)],
+        env=env,
+        text=True,
+        capture_output=True,
+        check=False,
     )
-    started = time.perf_counter()
-    agent.learn(steps)
-    return agent.num_timesteps / (time.perf_counter() - started)
+    if done.returncode != 0:
+        raise SystemExit(f"the measurement in {tree} failed:\n{done.stderr[-3000:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["ppo_env_steps_per_s"])
+
+
+def _worker(device: str, steps: int) -> None:
+    from bench_scaling import _import_tree
+
+    tree = Path(os.environ["PYTHONPATH"]).resolve()
+    _import_tree(tree)
+    from mabp_gym import sb3
+
+    source = Path(sb3.__file__).resolve()
+    if not source.is_relative_to(tree):
+        raise SystemExit(f"mabp_gym.sb3 came from {source}, not {tree}")
+    print(json.dumps({"ppo_env_steps_per_s": ppo_steps_per_s(device, steps)}), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--imitation-steps", type=int, default=50)
-    parser.add_argument("--ppo-steps", type=int, default=2048)
+    parser.add_argument("--ppo-steps", type=int, default=4096)
+    parser.add_argument("--baseline", metavar="REF", help="git ref to compare PPO against")
+    parser.add_argument("--repeats", type=int, default=1, help="PPO measurements per tree")
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    wl = make_workload("mixed", load=0.6)
-    teacher = make_policy("mabp", wl)
-    pairs = [(obs, target) for obs, target, _ in rollout(wl, teacher.scores, 0, 600)]
-    data, targets = stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
-    # device="auto" everywhere else (training, GNNPolicy inference) resolves to cuda when
-    # there is one; here both devices are timed in the same run for the speed-up.
+    if args.worker:
+        _worker(args.worker[0], int(args.worker[1]))
+        return
+    import torch
+
+    from mabp_gym.agents.gnn import resolve_device
+
     devices = ["cpu"] + (["cuda"] if resolve_device("auto") == "cuda" else [])
+    trees = {"current": ROOT}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.baseline:
+            trees["baseline"] = Path(tmp) / "baseline"
+            subprocess.run(
+                [
+                    "git",
+                    "-C",
+                    str(ROOT),
+                    "worktree",
+                    "add",
+                    "--detach",
+                    "-f",
+                    str(trees["baseline"]),
+                    args.baseline,
+                ],
+                check=True,
+                capture_output=True,
+            )
+        try:
+            ppo: dict[str, dict[str, list[float]]] = {d: {t: [] for t in trees} for d in devices}
+            for device in devices:
+                for repeat in range(args.repeats):
+                    order = list(trees) if repeat % 2 == 0 else list(reversed(trees))
+                    for name in order:
+                        rate = _measure_in(trees[name], device, args.ppo_steps)
+                        ppo[device][name].append(rate)
+                        print(f"  {device} {name:<8} {rate:8.1f} PPO env steps/s", flush=True)
+        finally:
+            if args.baseline:
+                subprocess.run(
+                    [
+                        "git",
+                        "-C",
+                        str(ROOT),
+                        "worktree",
+                        "remove",
+                        "--force",
+                        str(trees["baseline"]),
+                    ],
+                    check=False,
+                    capture_output=True,
+                )
     rows = []
     for device in devices:
-        rows.append(
-            {
-                "device": device,
-                "imitation_steps_per_s": imitation_steps_per_s(
-                    device, data, targets, args.imitation_steps
-                ),
-                "ppo_env_steps_per_s": ppo_steps_per_s(device, args.ppo_steps),
-            }
-        )
-    print(f"{'device':<6} {'imitation steps/s':>18} {'PPO env steps/s':>16}")
+        row = {
+            "device": device,
+            "imitation_steps_per_s": imitation_steps_per_s(device, args.imitation_steps),
+            "ppo_env_steps_per_s": statistics.median(ppo[device]["current"]),
+        }
+        if args.baseline:
+            row["baseline_ppo_env_steps_per_s"] = statistics.median(ppo[device]["baseline"])
+            row["ppo_speedup_vs_baseline"] = (
+                row["ppo_env_steps_per_s"] / row["baseline_ppo_env_steps_per_s"]
+            )
+        rows.append(row)
+    header = f"{'device':<6} {'imitation steps/s':>18} {'PPO env steps/s':>16}"
+    if args.baseline:
+        header += f" {'baseline':>9} {'speed-up':>9}"
+    print(header)
     for row in rows:
-        print(
+        line = (
             f"{row['device']:<6} {row['imitation_steps_per_s']:>18.1f} "
             f"{row['ppo_env_steps_per_s']:>16.1f}"
         )
+        if args.baseline:
+            line += (
+                f" {row['baseline_ppo_env_steps_per_s']:>9.1f}"
+                f" {row['ppo_speedup_vs_baseline']:>8.2f}x"
+            )
+        print(line)
     result = {
         "benchmark": "bench_train",
+        "n_envs": N_ENVS,
+        "ppo_steps": args.ppo_steps,
+        "repeats": args.repeats,
+        "baseline": args.baseline,
         "rows": rows,
         "cuda": torch.cuda.is_available(),
         "torch": torch.__version__,

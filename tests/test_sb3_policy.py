@@ -12,7 +12,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import mabp_gym  # noqa: F401
-from mabp_gym.sb3 import GraphActorCriticPolicy
+from mabp_gym.projection import project
+from mabp_gym.sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy
 
 MULTIHOP = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 SHAPES = ["mixed", "rag", "agentic", MULTIHOP]
@@ -46,13 +47,15 @@ def test_graph_policy__ppo_learns_a_few_hundred_steps(workload):
     model.learn(256)
     assert model.num_timesteps >= 256
     changed = {k for k, p in model.policy.named_parameters() if not torch.equal(before[k], p)}
-    # Message passing, the service and route read-outs, the value head and the log-std
-    # all learn (multihop14 has no memory, so its transfer / retain heads get no input).
+    # Message passing, the node and link read-outs, the value head and the log-std all
+    # learn.
     for part in (
-        "gnn.node_in",
-        "gnn.convs",
-        "gnn.service_head",
-        "gnn.route_head",
+        "net.node_in",
+        "net.edge_lin",
+        "net.update",
+        "net.node_head",
+        "net.link_head",
+        "net.value",
         "value_net",
         "log_std",
     ):
@@ -64,7 +67,7 @@ def test_graph_policy__ppo_learns_a_few_hundred_steps(workload):
 def test_graph_policy__one_state_dict_runs_on_every_workload_shape():
     reference_env = _env("mixed")
     state = _policy(reference_env).state_dict()
-    assert state["log_std"].shape == (1,)
+    assert state["log_std"].shape == (4,)  # one per kind of candidate
     sizes = set()
     for workload in SHAPES:
         env = _env(workload)
@@ -181,3 +184,117 @@ def test_graph_policy__a_fresh_policy_serves_instead_of_idling():
         GraphActorCriticPolicy(
             env.observation_space, env.action_space, lambda _: 3e-4, score_bias=float("nan")
         )
+
+
+def _masked_batch(env: gym.Env, steps: int = 15) -> tuple[dict, np.ndarray]:
+    obs, _ = env.reset(seed=3)
+    for _ in range(steps):
+        obs, *_ = env.step(env.action_space.sample())
+    return obs, obs["action_mask"].astype(bool)
+
+
+@pytest.mark.parametrize("cls", [GraphActorCriticPolicy, GNNActorCriticPolicy])
+def test_graph_policy__masked_candidates_change_neither_log_probability_nor_entropy(cls):
+    env = _env("mixed", load=0.7)
+    torch.manual_seed(0)
+    policy = cls(env.observation_space, env.action_space, lambda _: 3e-4)
+    obs, mask = _masked_batch(env)
+    assert 0 < mask.sum() < mask.size  # some candidates are masked, some active
+    tensors, _ = policy.obs_to_tensor(obs)
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, (1, mask.size)).astype(np.float32)
+    moved = actions.copy()
+    moved[0, ~mask] = rng.uniform(-50, 50, (~mask).sum())  # only masked candidates change
+    with torch.no_grad():
+        _, logp, entropy = policy.evaluate_actions(tensors, torch.as_tensor(actions))
+        _, logp_moved, entropy_moved = policy.evaluate_actions(tensors, torch.as_tensor(moved))
+        changed = actions.copy()
+        changed[0, np.flatnonzero(mask)[0]] += 0.5  # an active one changes: it counts
+        _, logp_changed, _ = policy.evaluate_actions(tensors, torch.as_tensor(changed))
+    assert torch.equal(logp, logp_moved) and torch.equal(entropy, entropy_moved)
+    assert not torch.equal(logp, logp_changed)
+    # The entropy is that of the active candidates only: D_active Gaussian entropies.
+    std = policy.score_log_std().exp()[torch.as_tensor(mask)]
+    expected = (0.5 + 0.5 * np.log(2 * np.pi) + torch.log(std)).sum()
+    torch.testing.assert_close(entropy[0], expected)
+    # Sampled actions of masked candidates are their means (no noise where nothing acts).
+    distribution = policy.get_distribution(tensors)
+    sample = distribution.get_actions(deterministic=False)[0]
+    mean = distribution.distribution.mean[0]
+    assert torch.equal(sample[~torch.as_tensor(mask)], mean[~torch.as_tensor(mask)])
+    assert not torch.equal(sample[torch.as_tensor(mask)], mean[torch.as_tensor(mask)])
+
+
+def test_env__masked_candidates_scores_do_not_change_the_control():
+    # What makes the masked distribution right: the projection ignores masked scores.
+    env = _env("mixed", load=0.7, diagnostics=True)
+    obs, mask = _masked_batch(env)
+    rng = np.random.default_rng(1)
+    scores = rng.uniform(-1, 1, mask.size)
+    controls = []
+    for _ in range(2):
+        other = scores.copy()
+        other[~mask] = rng.uniform(-1, 1, (~mask).sum())
+        state = env.unwrapped.sim.state
+        control = project(env.unwrapped.workload, state, other)
+        controls.append(control.as_dict())
+    for key, value in controls[0].items():
+        assert np.array_equal(value, controls[1][key]), key
+
+
+def test_graph_policy__a_batch_mixing_workload_structures_is_refused():
+    env = _env("mixed")
+    policy = _policy(env)
+    obs, _ = env.reset(seed=0)
+    batch = {k: np.stack([v, v]) for k, v in obs.items()}
+    batch["route_index"][1, 0, 0] += 1
+    tensors, _ = policy.obs_to_tensor(batch)
+    with pytest.raises(ValueError, match="route_index"):
+        policy.get_distribution(tensors)
+
+
+def test_gnn_scheduler__factorized_read_outs_equal_the_mlp_over_concatenated_inputs():
+    from torch_geometric.nn import global_max_pool, global_mean_pool
+
+    from mabp_gym.agents.gnn import GNNScheduler, observation_dims, symlog
+    from mabp_gym.pyg import to_pyg
+
+    env = _env("mixed", load=0.7)
+    torch.manual_seed(0)
+    model = GNNScheduler(observation_dims(env.observation_space), hidden=16, readout=8)
+    obs, _ = env.reset(seed=0)
+    batch = []
+    for _ in range(3):
+        obs, *_ = env.step(env.action_space.sample())
+        batch.append(obs)
+    graph = to_pyg({k: np.stack([o[k] for o in batch]) for k in obs})
+    scores, pooled = model(graph)
+    # The reference: PyG's GINEConv, each read-out's MLP over the concatenated input.
+    h = model.node_in(symlog(graph.x))
+    e = model.edge_in(symlog(graph.edge_attr))
+    for conv, norm in zip(model.convs, model.norms, strict=True):
+        h = norm(h + torch.relu(conv(h, graph.edge_index, e)))
+    src, dst = graph.edge_index
+    t = graph.transfer_edge
+    parts = [
+        model.service_head(torch.cat([h[graph.service_node], symlog(graph.service_x)], -1)),
+        model.route_head(
+            torch.cat(
+                [
+                    h[graph.route_src],
+                    h[graph.route_dst],
+                    e[graph.route_edge],
+                    symlog(graph.route_x),
+                ],
+                -1,
+            )
+        ),
+        model.transfer_head(torch.cat([h[src[t]], h[dst[t]], e[t], symlog(graph.transfer_x)], -1)),
+        model.retain_head(torch.cat([h[graph.retain_node], symlog(graph.retain_x)], -1)),
+    ]
+    raw = torch.cat([p.reshape(3, -1) for p in parts], dim=1)
+    torch.testing.assert_close(scores, torch.nn.functional.softsign(raw), atol=1e-5, rtol=1e-5)
+    reference_pool = torch.cat(
+        [global_mean_pool(h, graph.batch, 3), global_max_pool(h, graph.batch, 3)], -1
+    )
+    torch.testing.assert_close(pooled, reference_pool, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,171 @@
+"""The fast per-candidate network behind :class:`mabp_gym.sb3.GraphActorCriticPolicy`.
+
+Message passing runs over the workload's graph, and every candidate's score is a gather
+and a small product: the network computes, per node and per link, the coefficients of a
+linear function of a candidate's own features (symlog-scaled), and a candidate's score is
+that function of its features,
+
+    score(c) = softsign(alpha[n(c)] + beta[n(c)] . symlog(x_c)),
+
+where ``n(c)`` is the candidate's node (service, retain) or link (route, transfer). The
+nonlinear work is per node and per link (8 and 21 on ``mixed``), not per candidate (384):
+an MLP per candidate cost 86% of a forward. A linear function of symlog features still
+orders candidates by ratios such as queue over work, which is what a backpressure
+priority is.
+
+Batches keep the batch as an inner dimension (``(rows, B, width)``): every graph of a
+batch has the same structure (one workload), so a gather or a scatter moves one block of
+``B`` rows per node, link or candidate instead of one row per graph and candidate, which
+is what makes the backward pass cheap on a CPU. A batch that mixes structures is refused.
+
+Every parameter's shape is independent of the workload (the node and edge tables and the
+candidates' feature widths are fixed), so one ``state_dict`` runs on every workload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+KINDS = ("service", "route", "transfer", "retain")
+"""The candidate kinds in the action's layout."""
+
+STRUCTURE = {
+    "service": ("service_index", "node"),
+    "route": ("route_index", "link"),
+    "transfer": ("transfer_index", "link"),
+    "retain": ("retain_index", "node"),
+}
+"""Each kind's index array (row 0: the node or link a candidate belongs to) and which
+table its coefficients come from."""
+
+
+def symlog(x: torch.Tensor) -> torch.Tensor:
+    """``sign(x) log(1 + |x|)``: queue counts span orders of magnitude."""
+    return torch.sign(x) * torch.log1p(torch.abs(x))
+
+
+def _static(obs: dict[str, torch.Tensor], key: str) -> torch.Tensor:
+    """The structural index array ``key`` of the batch's first graph, as long, after
+    checking that every graph of the batch has the same one."""
+    index = obs[key]
+    if index.shape[0] > 1 and not torch.equal(index, index[:1].expand_as(index)):
+        raise ValueError(
+            f"the observations of one batch have different {key!r} arrays: the graph "
+            "policy batches graphs of one workload structure (one env id and workload per "
+            "vector env)"
+        )
+    return index[0].round().long()
+
+
+class CandidateNet(nn.Module):
+    """GINE-style message passing and per-node / per-link coefficients of every
+    candidate's linear score.
+
+    Args:
+        widths: input widths: ``node`` (the node table), ``edge``, and one per kind
+            (``service``, ``route``, ``transfer``, ``retain``).
+        hidden: embedding width. layers: message-passing rounds.
+        score_bias: every score's initial mean before the softsign (the last layers start
+            with small weights and this bias): a fresh policy acts on every candidate.
+
+    Shapes:
+        input: the env's Dict observation with a batch dimension ``B`` (tensors);
+        output: scores ``(B, D)`` in ``(-1, 1)`` and a critic latent ``(B, hidden)``.
+    """
+
+    def __init__(
+        self, widths: dict[str, int], hidden: int = 32, layers: int = 3, score_bias: float = 0.5
+    ) -> None:
+        super().__init__()
+        self.widths = dict(widths)
+        self.hidden = hidden
+        self.node_in = nn.Sequential(
+            nn.Linear(widths["node"], hidden), nn.ReLU(), nn.Linear(hidden, hidden)
+        )
+        self.edge_in = nn.Linear(widths["edge"], hidden)
+        self.edge_lin = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(layers))
+        self.update = nn.ModuleList(
+            nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
+            for _ in range(layers)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
+        # Per node: service and retain coefficients; per link: route and transfer ones.
+        self.split = {kind: 1 + widths[kind] for kind in KINDS}
+        self.node_head = nn.Sequential(
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, self.split["service"] + self.split["retain"]),
+        )
+        self.link_head = nn.Sequential(
+            nn.Linear(3 * hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, self.split["route"] + self.split["transfer"]),
+        )
+        self.value = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU())
+        with torch.no_grad():
+            for head, kinds in (
+                (self.node_head, ("service", "retain")),
+                (self.link_head, ("route", "transfer")),
+            ):
+                head[-1].weight.mul_(0.01)
+                head[-1].bias.zero_()
+                start = 0
+                for kind in kinds:
+                    head[-1].bias[start] = score_bias  # alpha; the betas start at 0
+                    start += self.split[kind]
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        nodes = obs["node_features"]
+        batch = nodes.shape[0]
+        src, dst = _static(obs, "edge_index")
+        # (rows, B, width): the batch is the inner dimension.
+        h = self.node_in(symlog(nodes.float().transpose(0, 1)))
+        e = self.edge_in(symlog(obs["edge_features"].float().transpose(0, 1)))
+        for lin, update, norm in zip(self.edge_lin, self.update, self.norms, strict=True):
+            message = torch.relu(h.index_select(0, src) + lin(e))
+            total = torch.zeros_like(h).index_add_(0, dst, message)
+            h = norm(h + torch.relu(update(total + h)))
+        node = self.node_head(h)
+        link = self.link_head(torch.cat([h.index_select(0, src), h.index_select(0, dst), e], -1))
+        tables = {
+            "node": dict(
+                zip(
+                    ("service", "retain"),
+                    node.split([self.split["service"], self.split["retain"]], dim=-1),
+                    strict=True,
+                )
+            ),
+            "link": dict(
+                zip(
+                    ("route", "transfer"),
+                    link.split([self.split["route"], self.split["transfer"]], dim=-1),
+                    strict=True,
+                )
+            ),
+        }
+        scores = []
+        for kind in KINDS:
+            key, table = STRUCTURE[kind]
+            where = _static(obs, key)[0]
+            coefficients = tables[table][kind].index_select(0, where)  # (count, B, 1 + F)
+            features = symlog(obs[kind].float().transpose(0, 1))  # (count, B, F)
+            scores.append(coefficients[..., 0] + (coefficients[..., 1:] * features).sum(-1))
+        raw = torch.cat(scores, dim=0).T  # (B, D)
+        pooled = torch.cat([h.mean(dim=0), h.amax(dim=0)], dim=-1)
+        return nn.functional.softsign(raw.reshape(batch, -1)), self.value(pooled)
+
+
+def candidate_widths(observation_space: Any) -> dict[str, int]:
+    """The input widths :class:`CandidateNet` needs, from the env's observation space."""
+
+    def width(key: str) -> int:
+        return int(observation_space[key].shape[-1])
+
+    return {
+        "node": width("node_features"),
+        "edge": width("edge_features"),
+        **{kind: width(kind) for kind in KINDS},
+    }
