@@ -5,6 +5,18 @@ Read top to bottom: arguments, vector env, agent, rollout, GAE, clipped update. 
 arrays left out), so a plain MLP actor-critic fits; the action is a Gaussian over the
 ``D`` candidate scores, clipped to the Box by the env step.
 
+What this env needs beyond CleanRL's continuous-action PPO (the same as the documented SB3
+path, ``docs/learning.md``):
+
+- **Masked log-probabilities.** The flat observation ends with the ``D`` entries of the
+  ``action_mask``; log-probability and entropy sum over the active candidates only, and
+  masked candidates are sampled at their mean (their scores change nothing).
+- **Scores start at +0.5** (the actor's last bias): only positive scores act, so means at 0
+  would switch every candidate off half the time.
+- **Normalized rewards** (``gymnasium.wrappers.vector.NormalizeReward``, after
+  ``RecordEpisodeStatistics``, so the printed returns are the env's own) and a learning rate
+  annealed to 0.
+
     python examples/cleanrl_ppo.py --total-timesteps 20000 --load 0.3
 """
 
@@ -40,7 +52,7 @@ class Args:
     num_steps: int = 128
     """rollout length per env"""
     learning_rate: float = 3e-4
-    """Adam step size"""
+    """Adam step size (annealed linearly to 0)"""
     gamma: float = 0.99
     """discount"""
     gae_lambda: float = 0.95
@@ -59,6 +71,12 @@ class Args:
     """gradient clipping"""
     hidden: int = 128
     """MLP width"""
+    score_bias: float = 0.5
+    """initial mean of every score (only scores > 0 act)"""
+    log_std_init: float = -1.5
+    """initial log-std of every score"""
+    norm_reward: bool = True
+    """normalize rewards by a running std of the discounted return"""
     device: str = "auto"
     """auto (cuda when there is one), cpu or cuda"""
 
@@ -66,9 +84,11 @@ class Args:
 def parse_args(argv: list[str] | None = None) -> Args:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for field in dataclasses.fields(Args):
-        parser.add_argument(
-            f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default
-        )
+        flag = f"--{field.name.replace('_', '-')}"
+        if isinstance(field.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
+        else:
+            parser.add_argument(flag, type=type(field.default), default=field.default)
     return Args(**vars(parser.parse_args(argv)))
 
 
@@ -80,8 +100,11 @@ def layer(inputs: int, outputs: int, std: float = np.sqrt(2)) -> nn.Linear:
 
 
 class Agent(nn.Module):
-    def __init__(self, obs_dim: int, act_dim: int, hidden: int) -> None:
+    def __init__(
+        self, obs_dim: int, act_dim: int, hidden: int, score_bias: float, log_std_init: float
+    ) -> None:
         super().__init__()
+        self.act_dim = act_dim
         self.critic = nn.Sequential(
             layer(obs_dim, hidden),
             nn.Tanh(),
@@ -96,7 +119,8 @@ class Agent(nn.Module):
             nn.Tanh(),
             layer(hidden, act_dim, 0.01),
         )
-        self.actor_logstd = nn.Parameter(torch.full((1, act_dim), -1.0))
+        nn.init.constant_(self.actor_mean[-1].bias, score_bias)
+        self.actor_logstd = nn.Parameter(torch.full((1, act_dim), log_std_init))
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
         return self.critic(x)
@@ -104,9 +128,11 @@ class Agent(nn.Module):
     def act(self, x: torch.Tensor, action: torch.Tensor | None = None):
         mean = self.actor_mean(x)
         dist = torch.distributions.Normal(mean, self.actor_logstd.expand_as(mean).exp())
-        if action is None:
-            action = dist.sample()
-        return action, dist.log_prob(action).sum(1), dist.entropy().sum(1), self.critic(x)
+        active = x[:, -self.act_dim :]  # the flat observation ends with the action mask
+        if action is None:  # masked candidates at their mean: their scores change nothing
+            action = torch.where(active > 0, dist.sample(), mean)
+        log_prob = (dist.log_prob(action) * active).sum(1)
+        return action, log_prob, (dist.entropy() * active).sum(1), self.critic(x)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -130,13 +156,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         obs_mode="flat",
         vectorization_mode="sync",
     )
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    layout = envs.envs[0].unwrapped.flat_layout
+    assert layout["action_mask"][0].stop == envs.single_observation_space.shape[0]
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # the env's own returns
+    if args.norm_reward:
+        envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)
     # NEXT_STEP: the step after an episode ends is a reset step, whose transition is
     # masked out of the loss below (gymnasium >= 1.0's default, declared by the env).
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
     obs_dim = envs.single_observation_space.shape[0]
     act_dim = envs.single_action_space.shape[0]
-    agent = Agent(obs_dim, act_dim, args.hidden).to(device)
+    agent = Agent(obs_dim, act_dim, args.hidden, args.score_bias, args.log_std_init).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     shape = (args.num_steps, args.num_envs)
@@ -154,7 +184,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
     reset_step = torch.zeros(args.num_envs, device=device)
-    for _iteration in range(iterations):
+    for iteration in range(iterations):
+        optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - iteration / iterations)
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs_buf[step], done_buf[step] = next_obs, next_done

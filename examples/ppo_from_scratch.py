@@ -1,21 +1,32 @@
-"""Issue 14 experiment: does PPO from scratch with the documented per-candidate policy learn,
-and what small change makes it learn? Read top to bottom; every knob is in ``Args``.
+"""PPO from scratch with the documented policy, checkpoints chosen on held-out growth, and
+the benchmark's stable-load verdict on evaluation seeds that training and choice never saw.
 
-The policy is :class:`mabp_gym.sb3.GraphActorCriticPolicy` as documented. The one change
-this experiment tested (``score_bias``) is now the policy's own keyword, default 0.5 (it was
-0 when the experiment ran): it sets the bias of the last layer of each read-out head
-(service, route, transfer, retain), so a fresh policy's means start at ``score_bias``.
-Why: the projection acts only on scores > 0, so with means near 0 every sampled action
-switches half of the candidates off at random, and the means themselves (the deterministic
-policy) idle.
+The documented recipe (``docs/learning.md``, "From scratch"), read top to bottom; every
+knob is in ``Args``:
 
-    python examples/ppo_from_scratch.py --score-bias 0.0 --steps 20000 --json a.json
-    python examples/ppo_from_scratch.py --score-bias 0.5 --steps 20000 --json b.json
+1. **Train**: SB3 PPO with :class:`mabp_gym.sb3.GraphActorCriticPolicy` at its defaults
+   on 4 ``DummyVecEnv`` envs of ``mixed``, each episode's load drawn from (0.3, 0.8),
+   600-slot episodes. Rewards are normalized by SB3's ``VecNormalize`` (``norm_reward``:
+   divided by a running standard deviation of the discounted return, so the critic sees
+   returns of order one whatever the load), the learning rate decays linearly to 0.
+2. **Choose**: every ``select_every`` env steps the deterministic policy (the means) runs
+   ``select_horizon`` slots at the fixed ``select_load`` on ``select_seeds``; the kept
+   checkpoint (``<stem>.best.zip``) is the one whose backlog does not grow on every
+   selection seed (the benchmark's growth rule), then the lowest mean backlog. Training
+   return plays no part.
+3. **Evaluate**: the kept checkpoint, BP and MABP through the evaluation harness
+   (``mabp_gym.evaluate``) on ``eval_seeds`` (300-304), ``eval_horizon`` slots (4,000: the
+   benchmark's grid verdict), loads walked upward from 0.3 in steps of 0.05, each policy
+   stopped at its first load that grows.
+
+    python examples/ppo_from_scratch.py --seed 0 --json s0.json    # ~10 minutes on 2 cores
+    python examples/ppo_from_scratch.py --checkpoint s0.best.zip --json e0.json  # eval only
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import time
@@ -27,10 +38,10 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import mabp_gym  # noqa: F401  (registers the env ids)
-from mabp_gym.agents import make_policy
+from mabp_gym.metrics import backlog_slope, does_not_grow, growth
 from mabp_gym.sb3 import GraphActorCriticPolicy
 
 
@@ -38,139 +49,103 @@ from mabp_gym.sb3 import GraphActorCriticPolicy
 class Args:
     workload: str = "mixed"
     load_low: float = 0.3  # training load interval, drawn per episode
-    load_high: float = 0.7
-    eval_load: float = 0.5  # fixed evaluation load (BP and "serve everything" differ)
+    load_high: float = 0.8
     horizon: int = 600  # training episode length (slots)
-    eval_horizon: int = 600
-    steps: int = 20_000  # PPO environment steps
+    steps: int = 200_000  # the budget, in env steps
     n_envs: int = 4
     n_steps: int = 256  # rollout length per env
     batch_size: int = 256
     n_epochs: int = 4
-    learning_rate: float = 1e-3  # SB3: 3e-4, too slow for the read-outs (docs/learning.md)
-    # Stop an update's epochs past 1.5 x this KL (0: never, as SB3). Measured with 0.02: the
-    # epochs stop after the first batches, the value function stops learning (explained
-    # variance ~0 against 0.97 without) and the returns fall (docs/learning.md).
-    target_kl: float = 0.0
-    reward_scale: float = 100.0  # training envs only (the env's default 100); eval keeps 100
-    score_bias: float = 0.5  # initial mean of every candidate score (0 reproduces v1)
-    log_std_init: float = -1.5  # the policy's default
-    eval_every: int = 4_096
-    eval_seeds: list[int] = field(default_factory=lambda: [100, 101])
-    references: list[str] = field(default_factory=lambda: ["random", "all_positive", "bp", "mabp"])
+    learning_rate: float = 1e-3  # decays linearly to 0 over the budget
+    gamma: float = 0.99
+    normalize_reward: bool = True  # VecNormalize(norm_obs=False, norm_reward=True)
     seed: int = 0
-    minutes: float = 0.0  # wall-clock budget for the whole run, evaluations included (0: none)
-    json: str | None = None  # also writes <stem>.zip (last), <stem>.best.zip (the best
-    # evaluated deterministic return: keeps a good ordering that PPO may lose later) and
-    # <stem>.<steps>.zip at every evaluation (the learning curve's checkpoints)
-    # Optional, after training (or on --checkpoint without training): mabp_gym.evaluate on
-    # these loads for the trained policy and BP, and each one's stable load (paper verdict).
-    stable_loads: list[float] = field(default_factory=list)
-    stable_seeds: list[int] = field(default_factory=lambda: [200, 201, 202])
-    stable_horizon: int = 600  # the benchmark decides at 4,000 slots (docs/results.md)
-    stable_policies: list[str] = field(default_factory=lambda: ["bp"])  # beside the model
-    search: bool = False  # walk the loads upward, stop each policy at its first growing load
-    checkpoint: str | None = None
+    # Checkpoint choice: the deterministic policy at a fixed load on seeds of its own.
+    select_every: int = 16_384
+    select_load: float = 0.6
+    select_horizon: int = 1_000
+    select_seeds: list[int] = field(default_factory=lambda: [100, 101])
+    # The held-out verdict: the harness on seeds neither training nor choice used.
+    eval_policies: list[str] = field(default_factory=lambda: ["bp", "mabp"])
+    eval_seeds: list[int] = field(default_factory=lambda: [300, 301, 302, 303, 304])
+    eval_horizon: int = 4_000
+    eval_loads: list[float] = field(
+        default_factory=lambda: [round(0.3 + 0.05 * k, 2) for k in range(14)]
+    )
+    evaluate: bool = True  # --no-evaluate: train and choose only
+    checkpoint: str | None = None  # evaluate this checkpoint instead of training
+    json: str | None = None  # also writes <stem>.best.zip (the chosen checkpoint), <stem>.zip
 
 
-def make_env(args: Args, load: Any, horizon: int, reward_scale: float = 100.0) -> gym.Env:
+def make_env(args: Args, load: Any, horizon: int) -> gym.Env:
     return gym.make(
         "mabp_gym/SFMSN-v0",
         workload=args.workload,
         load=load,
         horizon=horizon,
         max_episode_steps=horizon,
-        reward_scale=reward_scale,
     )
 
 
-def episode_return(env: gym.Env, act, seed: int) -> float:
+def selection_run(model: PPO, env: gym.Env, seed: int, horizon: int) -> dict[str, float]:
+    """Mean backlog and growth of the deterministic policy over one selection episode."""
     obs, _ = env.reset(seed=seed)
-    total, done = 0.0, False
-    while not done:
-        obs, reward, terminated, truncated, _ = env.step(act(obs))
-        total += reward
-        done = terminated or truncated
-    return total
+    backlog = np.empty(horizon)
+    for t in range(horizon):
+        obs, *_ = env.step(model.predict(obs, deterministic=True)[0])
+        backlog[t] = env.unwrapped.sim.state.units
+    window = backlog[int(0.2 * horizon) :]
+    rate = env.unwrapped.workload.total_rate
+    return {"backlog": float(window.mean()), "growth": growth(backlog_slope(window), rate)}
 
 
-def reference_returns(args: Args) -> dict[str, float]:
-    """Mean return on the evaluation seeds of random scores, "serve everything" (every score
-    positive, random order), BP and MABP."""
-    env = make_env(args, args.eval_load, args.eval_horizon)
-    size = env.action_space.shape[0]
-    out = {}
-    for name in args.references:
-        returns = []
-        for seed in args.eval_seeds:
-            rng = np.random.default_rng(seed)
-            if name == "random":
-                act = lambda _o, r=rng: r.uniform(-1, 1, size).astype(np.float32)  # noqa: E731
-            elif name == "all_positive":
-                act = lambda _o, r=rng: r.uniform(0.01, 1, size).astype(np.float32)  # noqa: E731
-            else:
-                act = make_policy(name, env).scores
-            returns.append(episode_return(env, act, seed))
-        out[name] = float(np.mean(returns))
-    return out
-
-
-class Curve(BaseCallback):
-    """Deterministic (means) and stochastic (sampled) return on the evaluation seeds."""
+class Select(BaseCallback):
+    """Evaluates the deterministic policy for checkpoint choice every ``select_every``
+    steps; keeps the best as ``<stem>.best.zip`` and logs the training diagnostics."""
 
     def __init__(self, args: Args, started: float) -> None:
         super().__init__()
         self.args, self.started = args, started
-        self.env = make_env(args, args.eval_load, args.eval_horizon)
-        self.points: list[dict[str, float]] = []
+        self.env = make_env(args, args.select_load, args.select_horizon)
+        self.points: list[dict[str, Any]] = []
         self.next = 0
-        self.best = -float("inf")
+        self.best: tuple[bool, float] | None = None
+        self.best_state: dict[str, torch.Tensor] | None = None
 
     def evaluate(self) -> None:
-        point: dict[str, float] = {"steps": int(self.num_timesteps)}
-        for mode in ("deterministic", "stochastic"):
-            returns = []
-            for seed in self.args.eval_seeds:
-                torch.manual_seed(seed)
-                returns.append(
-                    episode_return(
-                        self.env,
-                        lambda o, d=mode == "deterministic": self.model.predict(o, deterministic=d)[
-                            0
-                        ],
-                        seed,
-                    )
-                )
-            point[f"return_{mode}"] = float(np.mean(returns))
-        point["log_std"] = float(self.model.policy.log_std.detach().mean())
-        # The last update's diagnostics (SB3 dumps its logger after this callback).
-        for key in (
-            "train/approx_kl",
-            "train/clip_fraction",
-            "train/explained_variance",
-            "train/value_loss",
-        ):
-            value = self.model.logger.name_to_value.get(key)
+        runs = [
+            selection_run(self.model, self.env, seed, self.args.select_horizon)
+            for seed in self.args.select_seeds
+        ]
+        point: dict[str, Any] = {
+            "steps": int(self.num_timesteps),
+            "backlog": float(np.mean([r["backlog"] for r in runs])),
+            "growth": float(max(r["growth"] for r in runs)),
+            "stable": all(does_not_grow(r["growth"]) for r in runs),
+            "log_std": [float(v) for v in self.model.policy.log_std.detach()],
+            "wall_s": time.perf_counter() - self.started,
+        }
+        for key in ("explained_variance", "value_loss", "approx_kl", "clip_fraction"):
+            value = self.model.logger.name_to_value.get(f"train/{key}")
             if value is not None:
-                point[key.split("/")[1]] = float(value)
-        point["wall_s"] = time.perf_counter() - self.started
+                point[key] = float(value)
+        key = (not point["stable"], point["backlog"])
+        if self.best is None or key < self.best:
+            self.best = key
+            point["best"] = True
+            self.best_state = copy.deepcopy(self.model.policy.state_dict())
+            if self.args.json:
+                self.model.save(self.args.json.removesuffix(".json") + ".best.zip")
         self.points.append(point)
-        if self.args.json:
-            stem = self.args.json.removesuffix(".json")
-            self.model.save(f"{stem}.{point['steps']}.zip")
-            if point["return_deterministic"] > self.best:
-                self.best = point["return_deterministic"]
-                point["best"] = True
-                self.model.save(f"{stem}.best.zip")
         print(
-            f"steps {point['steps']:>7}  det {point['return_deterministic']:9.1f}  "
-            f"sto {point['return_stochastic']:9.1f}  log_std {point['log_std']:.2f}  "
-            f"{point['wall_s']:.0f}s  kl {point.get('approx_kl', float('nan')):.3f}  "
-            f"clip {point.get('clip_fraction', float('nan')):.2f}  "
-            f"ev {point.get('explained_variance', float('nan')):.2f}",
+            f"steps {point['steps']:>7}  backlog {point['backlog']:8.1f}  "
+            f"growth {point['growth']:+.4f}  {'stable' if point['stable'] else 'grows '}  "
+            f"log_std {' '.join(f'{v:.2f}' for v in point['log_std'])}  "
+            f"ev {point.get('explained_variance', float('nan')):.2f}  "
+            f"{point['wall_s']:.0f}s{'  *' if point.get('best') else ''}",
             flush=True,
         )
-        self.next = self.num_timesteps + self.args.eval_every
+        self.next = self.num_timesteps + self.args.select_every
 
     def _on_training_start(self) -> None:
         self.evaluate()
@@ -180,142 +155,115 @@ class Curve(BaseCallback):
             self.evaluate()
 
     def _on_step(self) -> bool:
-        # Past the wall budget, stop (the unfinished rollout is not trained on).
-        budget = self.args.minutes * 60.0
-        return not budget or time.perf_counter() - self.started < budget
+        return True
 
 
-ROW_KEYS = (
-    "policy",
-    "load",
-    "mean_backlog",
-    "penalty",
-    "p95_delay",
-    "hit_ratio",
-    "stable_seeds",
-    "stable",
-    "paper_stable",
-)
+ROW_KEYS = ("policy", "load", "mean_backlog", "penalty", "p95_delay", "hit_ratio", "stable")
 
 
-def stable_loads(model: PPO, args: Args) -> dict[str, Any]:
-    """Evaluate the trained policy with the harness (``mabp_gym.evaluate``, serial) next to
-    ``args.stable_policies``, and return the per-load summaries and each policy's stable
-    load. With ``args.search`` the loads are walked upward and a policy stops at its first
-    load that grows (the stable load needs nothing above it).
+def held_out_verdict(model: PPO, args: Args) -> dict[str, Any]:
+    """The harness's stable-load verdict for the model and ``args.eval_policies`` on the
+    evaluation seeds: loads walked upward, each policy stopped at its first growing load.
 
-    The harness builds policies by registered name, so the model is registered here, for
-    this process only, as ``ppo-scratch`` (a :class:`Policy` wrapper of its means), and
-    ``random`` (uniform scores in (-1, 1), seeded per episode) when asked for."""
+    The harness builds policies by registered name, so the model is registered for this
+    process as ``ppo-scratch`` (a scores policy of its means)."""
     from mabp_gym.agents.base import Policy
-    from mabp_gym.evaluation import evaluate, paper_load, stable_load, summarize_records
+    from mabp_gym.evaluation import evaluate, stable_load, summarize_records
     from mabp_gym.registry import policy_names, register_policy
 
     class Means(Policy):
         def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
             return np.asarray(model.predict(obs, deterministic=True)[0], dtype=np.float64)
 
-    class Random(Policy):
-        def reset(self, seed: int | None = None) -> None:
-            self.rng = np.random.default_rng(seed)
-
-        def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-            return self.rng.uniform(-1.0, 1.0, self.ix.num_scores)
-
     if "ppo-scratch" not in policy_names():
         register_policy("ppo-scratch", Means)
-    if "random" in args.stable_policies and "random" not in policy_names():
-        register_policy("random", Random)
     records: list[dict[str, Any]] = []
-    active = ["ppo-scratch", *args.stable_policies]
-    for load in sorted(args.stable_loads) if args.search else [None]:
+    active = ["ppo-scratch", *args.eval_policies]
+    for load in sorted(args.eval_loads):
         batch = evaluate(
             active,
             args.workload,
-            args.stable_loads if load is None else [load],
-            args.stable_seeds,
-            horizon=args.stable_horizon,
+            [load],
+            args.eval_seeds,
+            horizon=args.eval_horizon,
             backend="serial",
+            progress=False,
         )
         records += batch
-        if load is not None:
-            growing = {row["policy"] for row in summarize_records(batch) if not row["stable"]}
-            active = [p for p in active if p not in growing]
-            if not active:
-                break
+        growing = {row["policy"] for row in summarize_records(batch) if not row["stable"]}
+        for row in summarize_records(batch):
+            print({k: row[k] for k in ROW_KEYS}, flush=True)
+        active = [p for p in active if p not in growing]
+        if not active:
+            break
     rows = [{k: row[k] for k in ROW_KEYS} for row in summarize_records(records)]
-    for row in rows:
-        print(row, flush=True)
-    out = {"rows": rows, "stable_load": stable_load(records), "paper_load": paper_load(records)}
-    print("stable load", out["stable_load"], " paper verdict", out["paper_load"], flush=True)
+    out = {"rows": rows, "stable_load": stable_load(records)}
+    print("held-out stable load", out["stable_load"], flush=True)
     return out
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def parse(argv: list[str] | None) -> Args:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in dataclasses.fields(Args):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if isinstance(default, list):
-            item = {"stable_loads": float, "references": str, "stable_policies": str}.get(
-                f.name, int
-            )
-            parser.add_argument(flag, nargs="*", type=item, default=default)
+            item = {"eval_loads": float, "eval_policies": str}.get(f.name, int)
+            parser.add_argument(flag, nargs="+", type=item, default=default)
         elif f.name in ("json", "checkpoint"):
             parser.add_argument(flag, default=None)
         elif isinstance(default, bool):
-            parser.add_argument(flag, action="store_true")
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
         else:
             parser.add_argument(flag, type=type(default), default=default)
     args = Args(**vars(parser.parse_args(argv)))
+    used = set(args.select_seeds) & set(args.eval_seeds)
+    if used:
+        parser.error(f"--eval-seeds must not include selection seeds, both have {sorted(used)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse(argv)
     torch.set_num_threads(1)
     started = time.perf_counter()
+    result: dict[str, Any] = {"args": dataclasses.asdict(args)}
     if args.checkpoint:
-        result = {"args": dataclasses.asdict(args)}
-        result["stable"] = stable_loads(PPO.load(args.checkpoint, device="cpu"), args)
+        result["held_out"] = held_out_verdict(PPO.load(args.checkpoint, device="cpu"), args)
+    else:
+        load = (args.load_low, args.load_high) if args.load_high > args.load_low else args.load_low
+        envs = DummyVecEnv([lambda: make_env(args, load, args.horizon)] * args.n_envs)
+        envs.seed(args.seed)
+        if args.normalize_reward:
+            envs = VecNormalize(envs, norm_obs=False, norm_reward=True, gamma=args.gamma)
+        model = PPO(
+            GraphActorCriticPolicy,
+            envs,
+            n_steps=args.n_steps,
+            batch_size=args.batch_size,
+            n_epochs=args.n_epochs,
+            learning_rate=lambda progress: args.learning_rate * progress,
+            gamma=args.gamma,
+            seed=args.seed,
+            device="cpu",
+            verbose=0,
+        )
+        select = Select(args, started)
+        model.learn(args.steps, callback=select)
+        if select.points[-1]["steps"] != model.num_timesteps:
+            select.evaluate()
+        result["curve"] = select.points
+        result["train_wall_s"] = time.perf_counter() - started
         if args.json:
-            with open(args.json, "w", encoding="utf-8") as handle:
-                json.dump(result, handle, indent=2)
-        return result
-
-    references = reference_returns(args)
-    print("references", {k: round(v, 1) for k, v in references.items()}, flush=True)
-
-    load = (args.load_low, args.load_high) if args.load_high > args.load_low else args.load_low
-    envs = DummyVecEnv(
-        [lambda: make_env(args, load, args.horizon, args.reward_scale) for _ in range(args.n_envs)]
-    )
-    envs.seed(args.seed)
-    model = PPO(
-        GraphActorCriticPolicy,
-        envs,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
-        n_epochs=args.n_epochs,
-        learning_rate=args.learning_rate,
-        target_kl=args.target_kl or None,
-        seed=args.seed,
-        device="cpu",
-        policy_kwargs={"log_std_init": args.log_std_init, "score_bias": args.score_bias},
-        verbose=0,
-    )
-
-    curve = Curve(args, started)
-    model.learn(args.steps, callback=curve)
-    if curve.points[-1]["steps"] != model.num_timesteps:
-        curve.evaluate()
-    result = {
-        "args": dataclasses.asdict(args),
-        "references": references,
-        "curve": curve.points,
-        "wall_s": time.perf_counter() - started,
-    }
-    if args.stable_loads:
-        result["stable"] = stable_loads(model, args)
+            model.save(args.json.removesuffix(".json") + ".zip")
+        if args.evaluate:
+            assert select.best_state is not None
+            model.policy.load_state_dict(select.best_state)  # the chosen checkpoint
+            result["held_out"] = held_out_verdict(model, args)
+    result["wall_s"] = time.perf_counter() - started
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)
-        model.save(args.json.removesuffix(".json") + ".zip")
     return result
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,23 +54,32 @@ def run_decentralized(
     staleness: Any = 0,
     horizon: int = 600,
     warmup: float = 0.2,
+    rules: Callable[[Any], dict[str, Any]] | None = None,
     **env_kw: Any,
 ) -> dict[str, Any]:
     """One episode of local rule ``name`` on every agent; a record of the SPEC 5 metrics.
 
     The record has the fields :func:`mabp_gym.stable_load` reads, with ``policy`` set to
-    ``"{name}@{staleness}"`` so that stable loads come out per staleness.
+    ``"{name}@{staleness}"`` so that stable loads come out per staleness. ``rules``, when
+    given, builds the agents' rules from the env (``{agent: rule}``, each with ``reset``
+    and ``scores``; a learned policy, say) in place of the registered local rule ``name``,
+    which then only names the run.
     """
     from mabp_gym.parallel import parallel_env  # PettingZoo loads only here
 
     env = parallel_env(workload, staleness=staleness, load=load, horizon=horizon, **env_kw)
-    rules = local_policies(name, env)
-    for rule in rules.values():
+    agents = local_policies(name, env) if rules is None else rules(env)
+    if set(agents) != set(env.possible_agents):
+        raise ValueError(
+            f"rules must give one rule per agent {sorted(env.possible_agents)}, "
+            f"got {sorted(agents)}"
+        )
+    for rule in agents.values():
         rule.reset(seed)
     obs, _ = env.reset(seed=seed)
     trace = Trace()
     while env.agents:
-        obs, *_ = env.step({a: rules[a].scores(obs[a]) for a in env.agents})
+        obs, *_ = env.step({a: agents[a].scores(obs[a]) for a in env.agents})
         assert env.last_outcome is not None
         trace.record(env.last_outcome)
     label = staleness if isinstance(staleness, int) else "per-link"
