@@ -110,11 +110,13 @@ class CandidateNet(nn.Module):
                 (self.node_head, ("service", "retain")),
                 (self.link_head, ("route", "transfer")),
             ):
-                head[-1].weight.mul_(0.01)
-                head[-1].bias.zero_()
+                last = head[-1]
+                assert isinstance(last, nn.Linear)
+                last.weight.mul_(0.01)
+                last.bias.zero_()
                 start = 0
                 for kind in kinds:
-                    head[-1].bias[start] = score_bias  # alpha; the betas start at 0
+                    last.bias[start] = score_bias  # alpha; the betas start at 0
                     start += self.split[kind]
 
     def forward(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,6 +40,12 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def _first_weight(head: nn.Sequential) -> torch.Tensor:
+    first = head[0]
+    assert isinstance(first, nn.Linear)
+    return first.weight
+
+
 def observation_dims(observation_space: Any) -> dict[str, int]:
     """Input widths the model needs, from the env's observation space."""
 
@@ -107,7 +113,8 @@ class GNNScheduler(nn.Module):
         h = self.node_in(symlog(graph.x))
         e = self.edge_in(symlog(graph.edge_attr))
         src, dst = graph.edge_index
-        for conv, norm in zip(self.convs, self.norms, strict=True):
+        for gine, norm in zip(self.convs, self.norms, strict=True):
+            conv: Any = gine  # GINEConv: its lin, nn and eps
             message = torch.relu(h[src] + conv.lin(e))
             total = torch.zeros_like(h).index_add_(0, dst, message)
             h = norm(h + torch.relu(conv.nn(total + (1 + conv.eps) * h)))
@@ -120,11 +127,11 @@ class GNNScheduler(nn.Module):
         hid = self.hidden
 
         def node_part(head: nn.Sequential) -> tuple[torch.Tensor, torch.Tensor]:
-            weight = head[0].weight  # [h_node | x]
+            weight = _first_weight(head)  # [h_node | x]
             return h @ weight[:, :hid].T, weight[:, hid:]
 
         def link_part(head: nn.Sequential) -> tuple[torch.Tensor, torch.Tensor]:
-            weight = head[0].weight  # [h_src | h_dst | e | x]: node parts per node first
+            weight = _first_weight(head)  # [h_src | h_dst | e | x]: node parts per node first
             per_link = (
                 (h @ weight[:, :hid].T).index_select(0, src)
                 + (h @ weight[:, hid : 2 * hid].T).index_select(0, dst)

@@ -20,7 +20,7 @@ latent.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -210,7 +210,8 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
 
     def score_log_std(self) -> torch.Tensor:
         """The log-std of every score, ``(D,)``."""
-        return self.log_std[self.score_kind] if self.per_kind_log_std else self.log_std
+        kind = cast(torch.Tensor, self.score_kind)
+        return self.log_std[kind] if self.per_kind_log_std else self.log_std
 
     def extract_features(self, obs: Any, features_extractor: Any = None) -> Any:
         """The extractor on the observation as it is: SB3 would first cast every array of
@@ -222,7 +223,8 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         """The action distribution and the critic's latent for a batch of observations."""
         latent_pi, latent_vf = self.mlp_extractor(self.extract_features(obs))
         mask = obs["action_mask"].reshape(latent_pi.shape)
-        return self.action_dist.proba_masked(latent_pi, self.score_log_std(), mask), latent_vf
+        distribution = cast(MaskedDiagGaussian, self.action_dist)
+        return distribution.proba_masked(latent_pi, self.score_log_std(), mask), latent_vf
 
     def forward(
         self, obs: Any, deterministic: bool = False

@@ -1,14 +1,11 @@
-"""Draw the from-scratch learning curve of ``examples/ppo_from_scratch.py``: return against
-env steps (deterministic policy, the run's evaluation seeds) and held-out stable load
-against env steps, with the reference policies as horizontal lines.
+"""Draw the from-scratch learning curve of ``examples/ppo_from_scratch.py`` over training
+seeds: the checkpoint-choice backlog (deterministic policy, the fixed selection load and
+seeds) against env steps, mean and spread over the runs, with BP, MABP and random scores
+on the same load, seeds and horizon as horizontal lines; and each run's held-out stable
+load beside BP's and MABP's.
 
-    python examples/plot_ppo_curve.py --runs s0.json s1.json \
-        --stable s0.0=eval0.json s0.90112=eval_best.json --out curve.png
-
-``--runs``: the JSON files the training runs wrote (their curve and reference returns).
-``--stable``: ``RUN.STEPS=FILE`` pairs, each the JSON of ``ppo_from_scratch.py --checkpoint
-RUN.STEPS.zip --search ... --json FILE`` (its ``ppo-scratch`` stable load is plotted at
-STEPS for RUN; the reference policies evaluated with it become horizontal lines).
+    python examples/plot_ppo_curve.py --runs s0.json s1.json s2.json \
+        --out docs/figures/ppo_scratch_curve.png --json curve.json
 """
 
 from __future__ import annotations
@@ -16,58 +13,110 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import matplotlib
+import numpy as np
+
+import mabp_gym  # noqa: F401  (registers the env ids)
+from mabp_gym.agents import make_policy
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"random": "0.5", "all_positive": "tab:purple", "bp": "tab:red", "mabp": "tab:green"}
+COLORS = {"random": "0.5", "bp": "tab:red", "mabp": "tab:green"}
+
+
+def reference_backlog(name: str, args: dict[str, Any]) -> float:
+    """Mean backlog (after a 20% warm-up) of a reference policy on the selection runs."""
+    means = []
+    for seed in args["select_seeds"]:
+        horizon = args["select_horizon"]
+        env = gym.make(
+            "mabp_gym/SFMSN-v0",
+            workload=args["workload"],
+            load=args["select_load"],
+            horizon=horizon,
+            max_episode_steps=horizon,
+        )
+        obs, _ = env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        size = env.action_space.shape[0]
+        policy = None if name == "random" else make_policy(name, env)
+        if policy is not None:
+            policy.reset(seed)
+        backlog = []
+        for _ in range(horizon):
+            action = rng.uniform(-1, 1, size) if policy is None else policy.scores(obs)
+            obs, *_ = env.step(action)
+            backlog.append(env.unwrapped.sim.state.units)
+        means.append(float(np.mean(backlog[int(0.2 * horizon) :])))
+    return float(np.mean(means))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", nargs="+", required=True, metavar="JSON")
-    parser.add_argument("--stable", nargs="*", default=[], metavar="RUN.STEPS=JSON")
     parser.add_argument("--out", required=True, metavar="PNG")
+    parser.add_argument("--json", metavar="PATH", help="also write the curve's numbers here")
     args = parser.parse_args(argv)
+    runs = [json.loads(Path(path).read_text()) for path in args.runs]
+    settings = runs[0]["args"]
+    steps = [p["steps"] for p in runs[0]["curve"]]
+    backlog = np.array([[p["backlog"] for p in run["curve"]][: len(steps)] for run in runs])
+    references = {name: reference_backlog(name, settings) for name in ("random", "bp", "mabp")}
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    references: dict[str, float] = {}
-    for path in args.runs:
-        run = json.loads(Path(path).read_text())
-        name = Path(path).stem
-        steps = [p["steps"] for p in run["curve"]]
-        left.plot(steps, [p["return_deterministic"] for p in run["curve"]], label=name)
-        references.update(run["references"])
-    for name, value in sorted(references.items()):
-        left.axhline(value, color=COLORS.get(name), linestyle="--", linewidth=1, label=name)
-    left.set(xlabel="env steps", ylabel="return (600 slots, load 0.5)", title="return")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), width_ratios=[2, 1])
+    mean = backlog.mean(axis=0)
+    left.plot(steps, mean, color="tab:blue", label=f"PPO, mean of {len(runs)} seeds")
+    left.fill_between(
+        steps,
+        backlog.min(axis=0),
+        backlog.max(axis=0),
+        alpha=0.25,
+        color="tab:blue",
+        label="min-max over seeds",
+    )
+    for name, value in references.items():
+        left.axhline(value, color=COLORS[name], linestyle="--", linewidth=1, label=name)
+    left.set(
+        xlabel="env steps",
+        ylabel=f"mean backlog at load {settings['select_load']}",
+        yscale="log",
+        title=f"checkpoint choice: {settings['select_horizon']} slots, seeds "
+        f"{', '.join(map(str, settings['select_seeds']))}",
+    )
     left.legend(fontsize=7)
 
-    # A checkpoint evaluated twice (a search from 0.3 that fails at once, and one over lower
-    # loads) counts its larger stable load: the first says only "below 0.3".
-    points: dict[str, dict[int, float]] = {}
-    lines: dict[str, float] = {}
-    for item in args.stable:
-        key, _, path = item.partition("=")
-        run, _, steps = key.rpartition(".")
-        if not (run and steps.isdigit() and path):
-            parser.error(f"--stable: expected RUN.STEPS=JSON, got {item!r}")
-        stable = json.loads(Path(path).read_text())["stable"]["stable_load"]
-        at = points.setdefault(run, {})
-        at[int(steps)] = max(at.get(int(steps), 0.0), stable["ppo-scratch"])
-        lines.update({p: v for p, v in stable.items() if p != "ppo-scratch"})
-    for run, pts in sorted(points.items()):
-        xs = sorted(pts)
-        right.plot(xs, [pts[x] for x in xs], marker="o", label=run)
-    for name, value in sorted(lines.items()):
-        right.axhline(value, color=COLORS.get(name), linestyle="--", linewidth=1, label=name)
-    right.set(xlabel="env steps", ylabel="stable load", title="held-out stable load")
+    held = [run.get("held_out", {}).get("stable_load", {}) for run in runs]
+    values = [h.get("ppo-scratch", np.nan) for h in held]
+    right.bar(range(len(runs)), values, color="tab:blue")
+    lines = {k: v for h in held for k, v in h.items() if k != "ppo-scratch"}
+    for name, value in lines.items():
+        right.axhline(value, color=COLORS.get(name, "k"), linestyle="--", label=name)
+    right.set(
+        xticks=range(len(runs)),
+        xticklabels=[f"seed {run['args']['seed']}" for run in runs],
+        ylabel="held-out stable load",
+        ylim=(0, 1.0),
+        title=f"seeds {', '.join(map(str, settings['eval_seeds']))}, "
+        f"{settings['eval_horizon']} slots",
+    )
     right.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
+    if args.json:
+        out = {
+            "steps": steps,
+            "backlog_mean": mean.tolist(),
+            "backlog_min": backlog.min(axis=0).tolist(),
+            "backlog_max": backlog.max(axis=0).tolist(),
+            "references": references,
+            "held_out": held,
+        }
+        Path(args.json).write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

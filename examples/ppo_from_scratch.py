@@ -209,7 +209,8 @@ def parse(argv: list[str] | None) -> Args:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if isinstance(default, list):
             item = {"eval_loads": float, "eval_policies": str}.get(f.name, int)
-            parser.add_argument(flag, nargs="+", type=item, default=default)
+            many = "*" if f.name == "eval_policies" else "+"  # none: the model alone
+            parser.add_argument(flag, nargs=many, type=item, default=default)
         elif f.name in ("json", "checkpoint"):
             parser.add_argument(flag, default=None)
         elif isinstance(default, bool):
@@ -229,7 +230,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     result: dict[str, Any] = {"args": dataclasses.asdict(args)}
     if args.checkpoint:
-        result["held_out"] = held_out_verdict(PPO.load(args.checkpoint, device="cpu"), args)
+        # Acting needs no schedule: a checkpoint made elsewhere loads without unpickling it.
+        frozen = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0}
+        model = PPO.load(args.checkpoint, device="cpu", custom_objects=frozen)
+        result["held_out"] = held_out_verdict(model, args)
     else:
         load = (args.load_low, args.load_high) if args.load_high > args.load_low else args.load_low
         envs = DummyVecEnv([lambda: make_env(args, load, args.horizon)] * args.n_envs)

@@ -399,24 +399,28 @@ def test_rllib_example__trains_one_iteration_with_a_remote_env_runner():
     assert "iteration 0: env steps" in out and "episode return mean None" not in out
 
 
-def test_plot_ppo_curve__draws_both_panels_and_rejects_a_malformed_pair(tmp_path):
-    run = {
-        "references": {"bp": -700.0, "mabp": -200.0},
-        "curve": [
-            {"steps": 0, "return_deterministic": -2000.0},
-            {"steps": 64, "return_deterministic": -900.0},
-        ],
+def test_plot_ppo_curve__draws_the_seeds_curve_with_references_and_held_out_bars(tmp_path):
+    settings = {
+        "workload": "mixed",
+        "select_load": 0.6,
+        "select_horizon": 30,
+        "select_seeds": [100],
+        "eval_seeds": [300],
+        "eval_horizon": 40,
     }
-    (tmp_path / "s0.json").write_text(json.dumps(run))
-    for name, load in (("high", 0.0), ("low", 0.2)):
-        stable = {"stable": {"stable_load": {"ppo-scratch": load, "bp": 0.4}}}
-        (tmp_path / f"{name}.json").write_text(json.dumps(stable))
-    out = tmp_path / "curve.png"
-    args = ["examples/plot_ppo_curve.py", "--runs", str(tmp_path / "s0.json"), "--out", str(out)]
-    pairs = [f"s0.0={tmp_path / 'high.json'}", f"s0.0={tmp_path / 'low.json'}"]
-    _run([*args, "--stable", *pairs])
+    for seed, (a, b) in enumerate(((900.0, 60.0), (800.0, 90.0))):
+        run = {
+            "args": {**settings, "seed": seed},
+            "curve": [{"steps": 0, "backlog": a}, {"steps": 64, "backlog": b}],
+            "held_out": {"stable_load": {"ppo-scratch": 0.5 + 0.1 * seed, "bp": 0.4}},
+        }
+        (tmp_path / f"s{seed}.json").write_text(json.dumps(run))
+    out, numbers = tmp_path / "curve.png", tmp_path / "curve.json"
+    runs = [str(tmp_path / "s0.json"), str(tmp_path / "s1.json")]
+    _run(["examples/plot_ppo_curve.py", "--runs", *runs, "--out", str(out), "--json", str(numbers)])
     assert out.stat().st_size > 10_000
-    bad = subprocess.run(
-        [sys.executable, *args, "--stable", "s0=x.json"], capture_output=True, text=True
-    )
-    assert bad.returncode == 2 and "expected RUN.STEPS=JSON" in bad.stderr
+    curve = json.loads(numbers.read_text())
+    assert curve["backlog_mean"] == [850.0, 75.0]
+    assert curve["backlog_min"] == [800.0, 60.0] and curve["backlog_max"] == [900.0, 90.0]
+    assert set(curve["references"]) == {"random", "bp", "mabp"}
+    assert curve["references"]["random"] > curve["references"]["mabp"]
