@@ -152,7 +152,7 @@ def test_readme__ppo_example_runs_as_written_with_a_tiny_budget():
         if "GraphActorCriticPolicy" in b
     ]
     assert len(blocks) == 1 and "model.learn(10_000)" in blocks[0]
-    assert len(blocks[0].strip().splitlines()) <= 6
+    assert len(blocks[0].strip().splitlines()) <= 7  # with torch.set_num_threads(1)
     torch.set_num_threads(1)
     namespace: dict = {}
     code = blocks[0].replace("model.learn(10_000)", "model.learn(256)")
