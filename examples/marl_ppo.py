@@ -14,9 +14,12 @@ log-probability and entropy count the agent's active candidates only (``candidat
 scores start at +0.5 (only positive scores act), rewards are normalized by a running std of
 the discounted return.
 
-After training, the policy's stable load is decided like the decentralized baselines'
-(``mabp_gym.decentralized.run_decentralized``, the growth verdict of
-``mabp_gym.stable_load``) at each ``--eval-staleness``, beside decentralized BP and MABP.
+Every ``select_every`` slots the deterministic policy runs ``select_horizon`` slots at
+``select_load`` on ``select_seeds``; the kept checkpoint is the one that does not grow on
+every selection seed, then has the lowest backlog. After training, its stable load is
+decided like the decentralized baselines' (``mabp_gym.decentralized.run_decentralized``, the
+growth verdict of ``mabp_gym.stable_load``) at each ``--eval-staleness``, beside
+decentralized BP and MABP.
 
     python examples/marl_ppo.py --json marl.json        # about 10 minutes on 2 cores
 """
@@ -24,6 +27,7 @@ After training, the policy's stable load is decided like the decentralized basel
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import time
@@ -35,6 +39,7 @@ import torch
 from torch import nn
 
 import mabp_gym
+from mabp_gym.metrics import backlog_slope, does_not_grow, growth
 from mabp_gym.workload import ROLES
 
 KINDS = ("service", "route", "transfer", "retain")
@@ -47,6 +52,7 @@ class Args:
     load_low: float = 0.3  # each episode's load drawn from (load_low, load_high)
     load_high: float = 0.8
     staleness: int = 0  # telemetry delay while training
+    agent_reward: str = "own"  # "own" (its backlog and penalty) or "global" (the team's)
     horizon: int = 400
     slots: int = 40_000  # the budget, in env steps (slots; every agent acts each slot)
     rollout: int = 400  # slots per update
@@ -61,6 +67,11 @@ class Args:
     score_bias: float = 0.5
     log_std_init: float = -1.5
     seed: int = 0
+    # Checkpoint choice: the deterministic policy at a fixed load on seeds of its own.
+    select_every: int = 4_000
+    select_load: float = 0.4
+    select_horizon: int = 600
+    select_seeds: list[int] = field(default_factory=lambda: [100, 101])
     eval_policies: list[str] = field(default_factory=lambda: ["bp", "mabp"])
     eval_staleness: list[int] = field(default_factory=lambda: [0, 5])
     eval_loads: list[float] = field(
@@ -167,7 +178,11 @@ def train(args: Args) -> tuple[RolePolicy, list[dict[str, float]]]:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     make = lambda load: mabp_gym.parallel_env(  # noqa: E731
-        args.workload, staleness=args.staleness, load=load, horizon=args.horizon
+        args.workload,
+        staleness=args.staleness,
+        load=load,
+        horizon=args.horizon,
+        agent_reward=args.agent_reward,
     )
     env = make(args.load_low)
     agents = list(env.possible_agents)
@@ -177,6 +192,9 @@ def train(args: Args) -> tuple[RolePolicy, list[dict[str, float]]]:
     updates = max(1, args.slots // args.rollout)
     log: list[dict[str, float]] = []
     episode, slots, started = 0, 0, time.perf_counter()
+    best: tuple[bool, float] | None = None
+    best_state: dict[str, torch.Tensor] | None = None
+    next_select = 0
 
     def new_episode() -> dict[str, dict[str, np.ndarray]]:
         nonlocal env, episode
@@ -246,13 +264,46 @@ def train(args: Args) -> tuple[RolePolicy, list[dict[str, float]]]:
             else 1 - float((ret - values.flatten()).var()) / var,
             "wall_s": time.perf_counter() - started,
         }
+        if slots >= next_select or update == updates - 1:
+            runs = [selection_run(policy, args, seed) for seed in args.select_seeds]
+            point["select_backlog"] = float(np.mean([r["backlog"] for r in runs]))
+            point["select_stable"] = all(does_not_grow(r["growth"]) for r in runs)
+            key = (not point["select_stable"], point["select_backlog"])
+            if best is None or key < best:
+                best, best_state = key, copy.deepcopy(policy.state_dict())
+                point["best"] = True
+            next_select = slots + args.select_every
         log.append(point)
         print(
             f"slots {slots:>7}  backlog {point['mean_backlog']:8.1f}  "
-            f"ev {point['explained_variance']:.2f}  {point['wall_s']:.0f}s",
+            f"ev {point['explained_variance']:.2f}  "
+            f"select {point.get('select_backlog', float('nan')):8.1f} "
+            f"{'stable' if point.get('select_stable') else '      '}  {point['wall_s']:.0f}s"
+            f"{'  *' if point.get('best') else ''}",
             flush=True,
         )
+    assert best_state is not None
+    policy.load_state_dict(best_state)  # the chosen checkpoint
     return policy, log
+
+
+def selection_run(policy: RolePolicy, args: Args, seed: int) -> dict[str, float]:
+    """Mean backlog and growth of the deterministic policy over one selection episode."""
+    env = mabp_gym.parallel_env(
+        args.workload,
+        staleness=args.staleness,
+        load=args.select_load,
+        horizon=args.select_horizon,
+    )
+    rules = {a: Local(policy) for a in env.possible_agents}
+    obs, _ = env.reset(seed=seed)
+    backlog = []
+    while env.agents:
+        obs, *_ = env.step({a: rules[a].scores(obs[a]) for a in env.agents})
+        backlog.append(env.last_outcome.backlog)
+    window = np.asarray(backlog[int(0.2 * len(backlog)) :], dtype=float)
+    rate = env.workload.total_rate
+    return {"backlog": float(window.mean()), "growth": growth(backlog_slope(window), rate)}
 
 
 class Local:
@@ -319,12 +370,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if isinstance(default, list):
             item = {"eval_loads": float, "eval_policies": str}.get(f.name, int)
+            if f.name in ("select_seeds", "eval_seeds"):
+                item = int
             parser.add_argument(flag, nargs="+", type=item, default=default)
         elif f.name == "json":
             parser.add_argument(flag, default=None)
         else:
             parser.add_argument(flag, type=type(default), default=default)
     args = Args(**vars(parser.parse_args(argv)))
+    used = set(args.select_seeds) & set(args.eval_seeds)
+    if used:
+        parser.error(f"--eval-seeds must not include selection seeds, both have {sorted(used)}")
+    if args.agent_reward not in ("own", "global"):
+        parser.error(f"--agent-reward must be 'own' or 'global', got {args.agent_reward!r}")
     torch.set_num_threads(1)
     policy, log = train(args)
     result = {"args": dataclasses.asdict(args), "curve": log, **held_out(policy, args)}

@@ -59,6 +59,7 @@ class Args:
     learning_rate: float = 1e-3  # decays linearly to 0 over the budget
     gamma: float = 0.99
     normalize_reward: bool = True  # VecNormalize(norm_obs=False, norm_reward=True)
+    log_std_init: float = -1.5  # the policy's default
     seed: int = 0
     # Checkpoint choice: the deterministic policy at a fixed load on seeds of its own.
     select_every: int = 16_384
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             gamma=args.gamma,
             seed=args.seed,
             device="cpu",
+            policy_kwargs={"log_std_init": args.log_std_init},
             verbose=0,
         )
         select = Select(args, started)

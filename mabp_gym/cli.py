@@ -375,13 +375,15 @@ def _fmt(value: Any, digits: int = 3) -> str:
 def _print_summary(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'policy':<20} {'load':>5} {'stable':>6} {'slope':>7} {'backlog':>8} "
-        f"{'penalty':>8} {'p95':>7} {'hit':>5} {'churn':>6} {'compl':>6} {'dec us':>7}"
+        f"{'penalty':>8} {'p95':>7} {'p95 all':>7} {'hit':>5} {'churn':>6} {'compl':>6} "
+        f"{'dec us':>7}"
     )
     for row in rows:
         print(
             f"{row['policy']:<20} {row['load']:>5.2f} {_fmt(row['stable']):>6} "
             f"{_fmt(row['slope']):>7} {_fmt(row['mean_backlog'], 1):>8} "
             f"{_fmt(row['penalty'], 4):>8} {_fmt(row['p95_delay'], 1):>7} "
+            f"{_fmt(row.get('p95_delay_all'), 1):>7} "
             f"{_fmt(row['hit_ratio'], 2):>5} {_fmt(row['churn']):>6} "
             f"{_fmt(row['completion_ratio']):>6} {_fmt(row['decision_us_mean'], 0):>7}"
         )

@@ -55,6 +55,8 @@ METRIC_KEYS = (
     "paper_backlog",
     "penalty",
     "p95_delay",
+    "p95_delay_all",
+    "penalty_per_arrival",
     "hit_ratio",
     "churn",
     "completion_ratio",

@@ -119,6 +119,29 @@ def completion_ratio(trace: Trace, start: int) -> float:
     return _ratio(finished, born_in_window)
 
 
+def window_delays(trace: Trace, start: int) -> np.ndarray:
+    """The delay of every request born in the window (slots ``start`` onward), counting the
+    requests still in the network when the run ends at their age so far.
+
+    A request born in slot ``b`` that leaves in slot ``k`` has delay ``k - b``; one that has
+    not left by the last slot ``T - 1`` has been in the network for ``T - b`` slots at the
+    end, a lower bound of its delay. Counting them keeps an unstable run's delays from
+    being set by the run length: completed requests alone are the ones that got through.
+    """
+    horizon = len(trace.arrivals)
+    born = np.asarray(trace.arrivals, dtype=np.int64)
+    finished = np.zeros(horizon, dtype=np.int64)
+    delays: list[int] = []
+    for k in range(start, len(trace.delays)):
+        for delay in trace.delays[k]:
+            if k - delay >= start:
+                finished[k - delay] += 1
+                delays.append(delay)
+    left = np.maximum(born[start:] - finished[start:], 0)
+    ages = np.repeat(horizon - np.arange(start, horizon), left)
+    return np.concatenate([np.asarray(delays, dtype=np.int64), ages])
+
+
 def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
     """Every SPEC 5 metric of one run, after discarding the first ``warmup`` of its slots."""
     if not 0.0 <= warmup < 1.0:
@@ -134,6 +157,7 @@ def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
     completed = float(sum(trace.completed[window]))
     served = float(sum(trace.served[window]))
     delays = [d for slot in trace.delays[window] for d in slot]
+    everyone = window_delays(trace, start)
     compute = sum(trace.penalty_compute[window])
     transmission = sum(trace.penalty_transmission[window])
     memory = sum(trace.penalty_memory[window])
@@ -147,6 +171,8 @@ def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
         "paper_stable": is_stable(paper_slope, paper_backlog),
         "penalty": _ratio(compute + transmission + memory, completed),
         "p95_delay": float(np.percentile(delays, 95)) if delays else float("nan"),
+        "p95_delay_all": float(np.percentile(everyone, 95)) if everyone.size else float("nan"),
+        "penalty_per_arrival": _ratio(compute + transmission + memory, arrivals),
         "hit_ratio": _ratio(sum(trace.hits[window]), served),
         "churn": _ratio(sum(trace.churn[window]), served),
         "completion_ratio": completion_ratio(trace, start),

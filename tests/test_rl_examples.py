@@ -327,12 +327,18 @@ def test_marl_ppo_example__trains_per_role_and_reports_stable_loads_per_stalenes
             "--eval-staleness",
             "0",
             "5",
+            "--select-horizon",
+            "30",
+            "--select-seeds",
+            "100",
             "--json",
             str(path),
         ]
     )
     result = json.loads(path.read_text())
     assert [p["slots"] for p in result["curve"]] == [200, 400]
+    assert all("select_backlog" in p for p in result["curve"])
+    assert sum(bool(p.get("best")) for p in result["curve"]) >= 1
     assert set(result["stable_load"]) == {f"{p}@{s}" for p in ("ppo", "bp", "mabp") for s in (0, 5)}
 
 
