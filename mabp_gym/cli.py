@@ -416,7 +416,7 @@ def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
 
 
 def _eval(args: argparse.Namespace) -> None:
-    from mabp_gym.evaluation import execute, plan, stable_load, summarize_records
+    from mabp_gym.evaluation import execute, occupation_load, plan, stable_load, summarize_records
 
     with user_input():
         loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
@@ -439,6 +439,12 @@ def _eval(args: argparse.Namespace) -> None:
     records = execute(specs, output=args.out, **_run_args(args))
     _print_summary(summarize_records(records))
     print(_stable_load_line(stable_load(records), loads))
+    bound = occupation_load(records)
+    if bound is not None and max(loads) >= bound - 1e-6:
+        print(
+            f"(the occupation bound is load {bound:.3g}: no load at or above it is credited, "
+            "whatever the backlog's slope; paper Thm. 1)"
+        )
 
 
 def _check_run_args(args: argparse.Namespace) -> None:

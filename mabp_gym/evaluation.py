@@ -866,7 +866,9 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def stable_load(
-    records: Iterable[dict[str, Any]], verdict: str = "stable", bound: float | None = None
+    records: Iterable[dict[str, Any]],
+    verdict: str = "stable",
+    bound: float | str | None = "auto",
 ) -> dict[str, float]:
     """Largest grid load per policy such that it and every smaller grid load pass
     ``verdict`` (0.0 when the smallest does not).
@@ -876,16 +878,24 @@ def stable_load(
         verdict: ``"stable"`` (the backlog does not grow, SPEC 9.2; decide it at a long
             horizon, see docs/results.md) or ``"paper"`` (the paper's rule; see
             :func:`paper_load`).
-        bound: the occupation bound as a load (:func:`occupation_load`): a load at or above
-            it (within 1e-6: two LPs) is never stable. There the network is critically
-            loaded or overloaded for every policy (paper Thm. 1); at the bound itself its
-            backlog grows like the square root of time, which a finite run's slope cannot
-            tell from no growth.
+        bound: the occupation bound as a load: a load at or above it (within 1e-6: two
+            LPs) is never stable. There the network is critically loaded or overloaded for
+            every policy (paper Thm. 1); at the bound itself its backlog grows like the
+            square root of time, which a finite run's slope cannot tell from no growth.
+            ``"auto"`` (the default) computes it from the records
+            (:func:`occupation_load`; no bound where it cannot: records of several
+            workloads, the no-memory system, a workload file that moved); ``None`` applies
+            none.
     """
+    records = list(records)
+    if isinstance(bound, str):
+        if bound != "auto":
+            raise ValueError(f"bound must be a load > 0, 'auto' or None, got {bound!r}")
+        bound = occupation_load(records) if records else None
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
     if bound is not None and not (isinstance(bound, (int, float)) and bound > 0):
-        raise ValueError(f"bound must be a load > 0 or None, got {bound!r}")
+        raise ValueError(f"bound must be a load > 0, 'auto' or None, got {bound!r}")
     flag = "stable" if verdict == "stable" else "paper_stable"
     result: dict[str, float] = {}
     by_policy: dict[str, list[dict[str, Any]]] = {}
@@ -908,13 +918,17 @@ def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
     from mabp_gym.capacity import capacity
 
     settings = {
-        (r["workload"], json.dumps(r.get("overrides", {}), sort_keys=True), r.get("memory", True))
+        (
+            r.get("workload"),
+            json.dumps(r.get("overrides", {}), sort_keys=True),
+            r.get("memory", True),
+        )
         for r in records
     }
     if len(settings) != 1:
         return None
     name, overrides, memory = settings.pop()
-    if not memory:
+    if not memory or not isinstance(name, str):
         return None
     try:
         workload = make_workload(name, **json.loads(overrides))

@@ -202,8 +202,11 @@ def test_stable_load__a_load_at_the_occupation_bound_is_never_credited():
     records = [record(load, seed) for load in (0.9, 0.95, 1.0, 1.05) for seed in (0, 1, 2)]
     bound = occupation_load(records)
     assert bound == pytest.approx(1.0, abs=1e-9)
-    assert stable_load(records)["p"] == 1.05  # without the bound a slope test credits it
-    assert stable_load(records, bound=bound)["p"] == 0.95
+    assert stable_load(records, bound=None)["p"] == 1.05  # without the bound a slope test
+    assert stable_load(records, bound=bound)["p"] == 0.95  # credits it
+    assert stable_load(records)["p"] == 0.95  # the default computes the bound
+    with pytest.raises(ValueError, match="'auto' or None"):
+        stable_load(records, bound="exact")
     assert occupation_load([*records, {**records[0], "workload": "rag"}]) is None
     with pytest.raises(ValueError, match="bound must be a load > 0"):
         stable_load(records, bound=-1.0)

@@ -279,3 +279,40 @@ def test_table__long_runs_decide_the_loads_they_cover_in_their_own_column(tmp_pa
     ):
         bad = subprocess.run([*common, *extra], capture_output=True, text=True)
         assert bad.returncode == 2 and message in bad.stderr, bad.stderr
+
+
+def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
+    # MABP's backlog at load 1.0 on mixed rises like a queue at capacity: over a short run its
+    # slope may pass; the stable-load line must not credit the bound (issue 24).
+    result = run_cli(
+        "eval",
+        "--policy",
+        "mabp",
+        "--loads",
+        "0.5,1.0",
+        "--seeds",
+        "0",
+        "--horizon",
+        "300",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "stable load: mabp 0.5" in result.stdout
+    assert "occupation bound is load 1" in result.stdout
+    below = run_cli(
+        "eval",
+        "--policy",
+        "bp",
+        "--loads",
+        "0.3",
+        "--seeds",
+        "0",
+        "--horizon",
+        "60",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
+    assert "occupation bound" not in below.stdout
