@@ -460,10 +460,15 @@ TABLE_COLUMNS = (
     "Paper load",
     "Penalty",
     "P95 delay",
+    "P95 delay (all)",
     "Hit ratio",
     "Churn",
     "Completion",
 )
+UNSTABLE_MARK = " (grows)"
+"""Appended to the delay cells of a policy whose backlog grows at the table's load: its
+completed requests' P95 is then set by the run length (``P95 delay (all)`` counts the
+requests left in the network at their age)."""
 
 
 def table_rows(
@@ -497,17 +502,20 @@ def table_rows(
             _verdict_cell(stable.get(policy, 0.0), lowest, min(grid)),
             _verdict_cell(paper.get(policy, 0.0), lowest, min(grid)),
         ]
+        grows = bool(fixed) and 2 * sum(bool(r["stable"]) for r in fixed) <= len(fixed)
         for key, digits in (
             ("penalty", 4),
             ("p95_delay", 1),
+            ("p95_delay_all", 1),
             ("hit_ratio", 2),
             ("churn", 3),
             ("completion_ratio", 3),
         ):
             values = np.array([r[key] for r in fixed if r.get(key) is not None], dtype=float)
-            cells.append(
-                f"{values.mean():.{digits}f} ± {values.std():.{digits}f}" if values.size else "-"
-            )
+            cell = f"{values.mean():.{digits}f} ± {values.std():.{digits}f}" if values.size else "-"
+            if grows and key.startswith("p95") and values.size:
+                cell += UNSTABLE_MARK
+            cells.append(cell)
         rows.append(cells)
     return rows
 

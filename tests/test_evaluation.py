@@ -260,3 +260,20 @@ def test_run__builds_a_built_in_workload_once_and_rereads_a_file(monkeypatch, tm
     second = run(RunSpec("bp", str(path), 0.5, 0, horizon=20))
     assert (first["workload"], second["workload"]) == ("mixed", "separation")
     assert first["key"] != second["key"]
+
+
+def test_table_rows__mark_the_delays_of_a_policy_that_grows_at_the_table_load():
+    from mabp_gym.cli import TABLE_COLUMNS, UNSTABLE_MARK, table_rows
+
+    records = []
+    for seed in (0, 1, 2):
+        for policy, stable in (("steady", True), ("grows", False)):
+            record = fake(policy, 0.5, seed, 0.0, 10.0, stable=stable)
+            record.update(p95_delay=20.0, p95_delay_all=40.0, paper_stable=stable)
+            records.append(record)
+    rows = {row[0]: row for row in table_rows(records, ["steady", "grows"], [0.5], at=0.5)}
+    delay, delay_all = TABLE_COLUMNS.index("P95 delay"), TABLE_COLUMNS.index("P95 delay (all)")
+    assert rows["steady"][delay] == "20.0 ± 0.0" and rows["steady"][delay_all] == "40.0 ± 0.0"
+    assert rows["grows"][delay] == "20.0 ± 0.0" + UNSTABLE_MARK
+    assert rows["grows"][delay_all] == "40.0 ± 0.0" + UNSTABLE_MARK
+    assert not rows["grows"][TABLE_COLUMNS.index("Penalty")].endswith(UNSTABLE_MARK)
