@@ -372,7 +372,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             item = {"eval_loads": float, "eval_policies": str}.get(f.name, int)
             if f.name in ("select_seeds", "eval_seeds"):
                 item = int
-            parser.add_argument(flag, nargs="+", type=item, default=default)
+            many = "*" if f.name == "eval_policies" else "+"  # none: the learned policy alone
+            parser.add_argument(flag, nargs=many, type=item, default=default)
         elif f.name == "json":
             parser.add_argument(flag, default=None)
         else:

@@ -193,6 +193,9 @@ def _common(parser: argparse.ArgumentParser, *, loads: bool = True) -> None:
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="mabp-gym", description=__doc__.splitlines()[0])
+    from mabp_gym.version import __version__
+
+    parser.add_argument("--version", action="version", version=f"mabp-gym {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     ev = commands.add_parser("eval", help="evaluate policies over loads and seeds")

@@ -316,3 +316,10 @@ def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
         "--no-progress",
     )
     assert "occupation bound" not in below.stdout
+
+
+def test_cli__version_prints_the_package_version(run_cli):
+    from mabp_gym.version import __version__
+
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"mabp-gym {__version__}"
