@@ -965,7 +965,21 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(error.details[0].rstrip() + "\n")
         sys.stderr.write(f"{parser.prog}: {error}\n")
         return 1
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{parser.prog}: {_interrupted(args)}\n")
+        return 130
     return 0
+
+
+def _interrupted(args: argparse.Namespace) -> str:
+    """One line for Ctrl-C: what was kept and how to go on."""
+    out = getattr(args, "out", None)
+    if out:
+        return (
+            f"interrupted; every run that finished is kept in {out}: the same command "
+            "resumes from there"
+        )
+    return "interrupted; no results file was given (--out PATH keeps runs as they finish)"
 
 
 if __name__ == "__main__":

@@ -323,3 +323,18 @@ def test_cli__version_prints_the_package_version(run_cli):
 
     result = run_cli("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"mabp-gym {__version__}"
+
+
+@pytest.mark.parametrize("out", [None, "runs.jsonl"])
+def test_cli__ctrl_c_ends_with_one_line_saying_what_was_kept(monkeypatch, capsys, out):
+    from mabp_gym import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "eval", interrupted)
+    argv = ["eval", "--policy", "bp", *(["--out", out] if out else [])]
+    assert cli.main(argv) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "interrupted" in lines[0]
+    assert ("resumes" in lines[0]) == bool(out) and ("--out PATH" in lines[0]) == (not out)
