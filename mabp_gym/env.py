@@ -115,19 +115,20 @@ def symlog(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.log1p(np.abs(x))
 
 
-def _checked_action(action: Any) -> Any:
+def checked_action(action: Any, what: str = "the action") -> Any:
     """Refuse scores that numpy would silently reinterpret: a masked array (the mask
     would be dropped), complex numbers (the imaginary part would be dropped), strings,
-    booleans or objects. Shape and finiteness are checked by the projection."""
+    booleans or objects. Shape and finiteness are checked by the projection. The single
+    env and the decentralized view (each agent's action, ``what``) share this check."""
     if isinstance(action, np.ma.MaskedArray):
         raise ValueError(
-            "the action is a masked array; pass a plain array of scores (fill "
+            f"{what} is a masked array; pass a plain array of scores (fill "
             "the masked entries, e.g. with -1 for 'do not act')"
         )
     kind = np.asarray(action).dtype.kind
     if kind not in "fiu":
         raise ValueError(
-            f"the action must be real-valued scores (float or int), got dtype "
+            f"{what} must be real-valued scores (float or int), got dtype "
             f"{np.asarray(action).dtype}"
         )
     return action
@@ -355,7 +356,7 @@ class SFMSNEnv(gym.Env):
         self, action: np.ndarray
     ) -> tuple[dict[str, np.ndarray] | np.ndarray, float, bool, bool, dict[str, Any]]:
         # The projection validates the scores (shape, finiteness) before anything changes.
-        scores = _checked_action(action)
+        scores = checked_action(action)
         state = self.sim.state
         if self.reward_kind == "drift_plus_penalty":
             before = _lyapunov(state, self.workload)

@@ -69,7 +69,7 @@ from mabp_gym.encoding import (
     TRANSFER_FEATURES,
     ObservationEncoder,
 )
-from mabp_gym.env import SFMSNEnv
+from mabp_gym.env import SFMSNEnv, checked_action
 from mabp_gym.simulator import SlotOutcome
 from mabp_gym.workload import ROLES, Workload
 
@@ -540,7 +540,8 @@ class SFMSNParallelEnv(ParallelEnv):
             )
         stacked = np.empty((len(self.possible_agents), self._d_local), dtype=np.float64)
         for q, name in enumerate(self.possible_agents):
-            action = np.asarray(actions[name], dtype=np.float64)
+            what = f"action of agent {name!r}"
+            action = np.asarray(checked_action(actions[name], what), dtype=np.float64)
             if action.shape != (self._d_local,):
                 raise ValueError(
                     f"action of agent {name!r} must have shape "

@@ -505,3 +505,31 @@ def test_examples__rllib_trains_one_iteration_with_one_module_per_role():
     finally:
         algo.stop()
     assert {"generator", "retriever", "verifier"} <= set(result["learners"])
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (lambda shape: np.full(shape, "0.5"), "real-valued scores"),
+        (lambda shape: np.ones(shape, dtype=bool), "real-valued scores"),
+        (lambda shape: np.ones(shape) + 1j, "real-valued scores"),
+        (lambda shape: np.ma.masked_all(shape), "masked array"),
+        (lambda shape: np.array([object()] * shape[0]), "real-valued scores"),
+    ],
+    ids=["strings", "booleans", "complex", "masked", "objects"],
+)
+def test_parallel_env__refuses_the_actions_the_single_env_refuses(bad, message):
+    import mabp_gym
+
+    env = mabp_gym.parallel_env("mixed", load=0.5, horizon=10)
+    env.reset(seed=0)
+    single = SFMSNEnv("mixed", load=0.5, horizon=10)
+    single.reset(seed=0)
+    with pytest.raises(ValueError, match=message):
+        single.step(bad(single.action_space.shape))
+    actions = {a: env.action_space(a).sample() for a in env.agents}
+    actions[env.agents[1]] = bad(env.action_space(env.agents[1]).shape)
+    before = env.sim.state.t
+    with pytest.raises(ValueError, match=f"action of agent {env.agents[1]!r}.*{message}"):
+        env.step(actions)
+    assert env.sim.state.t == before  # nothing changed
