@@ -19,7 +19,7 @@ knob is in ``Args``:
    benchmark's grid verdict), loads walked upward from 0.3 in steps of 0.05, each policy
    stopped at its first load that grows.
 
-    python examples/ppo_from_scratch.py --seed 0 --json s0.json    # ~10 minutes on 2 cores
+    python examples/ppo_from_scratch.py --seed 0 --json s0.json    # 6 min training, then the verdict
     python examples/ppo_from_scratch.py --checkpoint s0.best.zip --json e0.json  # eval only
 """
 
@@ -51,7 +51,7 @@ class Args:
     load_low: float = 0.3  # training load interval, drawn per episode
     load_high: float = 0.8
     horizon: int = 600  # training episode length (slots)
-    steps: int = 200_000  # the budget, in env steps
+    steps: int = 400_000  # the budget, in env steps
     n_envs: int = 4
     n_steps: int = 256  # rollout length per env
     batch_size: int = 256

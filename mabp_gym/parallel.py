@@ -74,6 +74,10 @@ from mabp_gym.simulator import SlotOutcome
 from mabp_gym.workload import ROLES, Workload
 
 AGENT_REWARDS = ("own", "global")
+MAX_STALENESS = 10_000
+"""The longest telemetry delay in slots: the buffer holds that many slots of every node's
+published state (about 7.5 kB a slot on ``mixed``, so 75 MB at the limit; 2e5 slots asked
+for 1.5 GB and then failed)."""
 NEIGHBOUR_STATIC_FEATURES = (
     *(f"role_{r}" for r in ROLES),
     "mu",
@@ -206,6 +210,11 @@ class SFMSNParallelEnv(ParallelEnv):
             raise ValueError(f"agent_reward must be one of {AGENT_REWARDS}, got {agent_reward!r}")
         # The single-agent env validates every setting and owns the simulator, so both
         # views seed, step and reward one episode identically.
+        if env_kw.get("obs_mode", "dict") != "dict":
+            raise ValueError(
+                "parallel_env: obs_mode must be 'dict' (every agent observes a Dict of its "
+                f"own arrays; obs_mode='flat' is the single env's), got {env_kw['obs_mode']!r}"
+            )
         self._single = SFMSNEnv(workload, **env_kw)
         self.workload: Workload = self._single.workload
         self.sim = self._single.sim
@@ -763,7 +772,7 @@ def _gather_rows(table: np.ndarray, index: np.ndarray) -> np.ndarray:
 def _link_delays(workload: Workload, staleness: Any) -> np.ndarray:
     """``(E,)`` telemetry delay per link from the ``staleness`` argument."""
     ix = workload.index
-    limit = workload.horizon
+    limit = min(workload.horizon, MAX_STALENESS)
     allowed = (
         "an integer >= 0, a sequence of one integer per link, or a mapping "
         "{(src name, dst name): delay}"
@@ -776,7 +785,11 @@ def _link_delays(workload: Workload, staleness: Any) -> np.ndarray:
                 f"{value!r}; staleness is {allowed}"
             )
         if not 0 <= value <= limit:
-            raise ValueError(f"staleness{where} must be in [0, horizon = {limit}], got {value}")
+            raise ValueError(
+                f"staleness{where} must be in [0, {limit}] (at most the horizon, "
+                f"{workload.horizon}, and {MAX_STALENESS:,} slots: the telemetry buffer keeps "
+                f"that many slots of state), got {value}"
+            )
         return int(value)
 
     if isinstance(staleness, Mapping):

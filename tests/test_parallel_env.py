@@ -533,3 +533,15 @@ def test_parallel_env__refuses_the_actions_the_single_env_refuses(bad, message):
     with pytest.raises(ValueError, match=f"action of agent {env.agents[1]!r}.*{message}"):
         env.step(actions)
     assert env.sim.state.t == before  # nothing changed
+
+
+def test_parallel_env__refuses_flat_observations_and_staleness_past_the_buffer_at_construction():
+    import mabp_gym
+    from mabp_gym.parallel import MAX_STALENESS
+
+    with pytest.raises(ValueError, match="obs_mode must be 'dict'"):
+        mabp_gym.parallel_env("mixed", obs_mode="flat")
+    with pytest.raises(ValueError, match=f"{MAX_STALENESS:,} slots"):
+        mabp_gym.parallel_env("mixed", staleness=MAX_STALENESS + 1, horizon=200_000)
+    env = mabp_gym.parallel_env("mixed", staleness=50, horizon=100)
+    env.reset(seed=0)  # within the bound: works
