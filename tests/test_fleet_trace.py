@@ -39,7 +39,7 @@ def test_parse__reads_the_four_fields_and_skips_blank_lines():
         ),
         (
             GOOD.replace('"input_length": 600', '"input_length": -3'),
-            "input_length must be a positive",
+            "input_length must be an integer number of tokens in \\[1,",
         ),
         (GOOD.replace('"output_length": 5', '"output_length": 2.5'), "output_length must be"),
         (GOOD.replace('"timestamp": 0', '"timestamp": "noon"'), "timestamp must be"),
@@ -131,3 +131,78 @@ def test_trace_from_columns__sorts_and_gives_fresh_blocks_without_hashes():
         trace_from_columns([0.0], [10], [0], name="azure")
     with pytest.raises(ValueError, match="same length"):
         trace_from_columns([0.0, 1.0], [10], [5, 5])
+
+
+def _line(**fields) -> str:
+    record = {"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [0, 1]}
+    record.update(fields)
+    return json.dumps(record)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"timestamp": Infinity, "input_length": 5, "output_length": 5, "hash_ids": [0]}',
+            "Infinity is not a number",
+        ),
+        (
+            '{"timestamp": 1e400, "input_length": 5, "output_length": 5, "hash_ids": [0]}',
+            r"timestamp must be a number of ms in \[0, 1e\+10\]",
+        ),
+        (
+            '{"timestamp": NaN, "input_length": 5, "output_length": 5, "hash_ids": [0]}',
+            "NaN is not a number",
+        ),
+        (_line(timestamp=1e300), r"timestamp must be a number of ms in \[0, 1e\+10\]"),
+        (_line(input_length=10**30), r"input_length .* in \[1, 2,097,152\]"),
+        (_line(output_length=10**12), r"output_length .* in \[1, 262,144\]"),
+        (_line(hash_ids=[0, -1]), "hash_ids must be >= 0"),
+        (_line(input_length=1, hash_ids=list(range(5000))), "5000 hash_ids for 1 input tokens"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply|not valid JSON"),
+    ],
+    ids=[
+        "inf",
+        "1e400",
+        "nan",
+        "1e300",
+        "huge-input",
+        "huge-output",
+        "negative-id",
+        "too-many-ids",
+        "nested",
+    ],
+)
+def test_parse__every_trace_number_is_bounded(text, message):
+    with pytest.raises(ValueError, match=f"t line 1: .*(?:{message})"):
+        parse_mooncake([text], "t")
+
+
+def test_read__names_the_file_for_bad_bytes_gzip_and_non_files(tmp_path):
+    import gzip
+
+    from mabp_gym.fleet.trace import read_mooncake
+
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(_line().encode() + b"\n" + b'{"x": "\xff"}\n')
+    with pytest.raises(ValueError, match="latin.jsonl: not UTF-8"):
+        read_mooncake(latin)
+    whole = gzip.compress(((_line() + "\n") * 50).encode())
+    for name, data in (("cut.jsonl.gz", whole[: len(whole) // 2]), ("plain.jsonl.gz", b"hi")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError, match=f"{name}: not a readable gzip file"):
+            read_mooncake(tmp_path / name)
+    with pytest.raises(ValueError, match="is not a regular file"):
+        read_mooncake(tmp_path)
+    with pytest.raises(ValueError, match="does not exist"):
+        read_mooncake(tmp_path / "missing.jsonl")
+
+
+def test_read__stops_at_the_limit_without_reading_the_rest(tmp_path):
+    from mabp_gym.fleet.trace import read_mooncake
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(_line() + "\n" + _line(timestamp=5) + "\n" + "not json\n")
+    assert len(read_mooncake(path, limit=2)) == 2  # the bad third line is never read
+    with pytest.raises(ValueError, match="line 3"):
+        read_mooncake(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +23,13 @@ import numpy as np
 
 BLOCK_TOKENS = 512
 """Tokens per hashed block in the Mooncake traces (and in the synthetic generators)."""
+
+MAX_TIMESTAMP_MS = 1e10
+"""The latest arrival a trace line may state: 10^10 ms, about 116 days."""
+MAX_INPUT_TOKENS = 2**21
+"""The longest prompt a trace line may state (2,097,152 tokens)."""
+MAX_OUTPUT_TOKENS = 2**18
+"""The longest generation a trace line may state (262,144 tokens)."""
 
 SHIPPED_TRACES = ("conversation", "synthetic")
 """Names of the two Mooncake FAST'25 traces shipped with the package (Apache-2.0)."""
@@ -80,11 +88,19 @@ class Trace:
         )
 
 
+def _no_constants(name: str) -> float:
+    raise ValueError(f"{name} is not a number a trace may hold")
+
+
 def _parse_line(text: str, where: str) -> TraceRequest:
     try:
-        record = json.loads(text)
+        record = json.loads(text, parse_constant=_no_constants)
     except json.JSONDecodeError as error:
         raise ValueError(f"{where}: not valid JSON ({error.msg})") from None
+    except ValueError as error:  # Infinity, -Infinity, NaN
+        raise ValueError(f"{where}: {error}") from None
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply for a trace line") from None
     if not isinstance(record, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
     missing = [
@@ -96,13 +112,23 @@ def _parse_line(text: str, where: str) -> TraceRequest:
             "input_length, output_length and hash_ids"
         )
     stamp = record["timestamp"]
-    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not stamp >= 0:
-        raise ValueError(f"{where}: timestamp must be a non-negative number of ms, got {stamp!r}")
+    if (
+        isinstance(stamp, bool)
+        or not isinstance(stamp, (int, float))
+        or not 0 <= stamp <= MAX_TIMESTAMP_MS
+    ):
+        raise ValueError(
+            f"{where}: timestamp must be a number of ms in [0, {MAX_TIMESTAMP_MS:.0e}], "
+            f"got {stamp!r}"
+        )
     lengths = []
-    for key in ("input_length", "output_length"):
+    for key, limit in (("input_length", MAX_INPUT_TOKENS), ("output_length", MAX_OUTPUT_TOKENS)):
         value = record[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{where}: {key} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise ValueError(
+                f"{where}: {key} must be an integer number of tokens in [1, {limit:,}], "
+                f"got {value!r}"
+            )
         lengths.append(value)
     ids = record["hash_ids"]
     if (
@@ -111,11 +137,22 @@ def _parse_line(text: str, where: str) -> TraceRequest:
         or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
     ):
         raise ValueError(f"{where}: hash_ids must be a non-empty list of integers")
+    if min(ids) < 0:
+        raise ValueError(
+            f"{where}: hash_ids must be >= 0 (negative ids are the simulator's own), got {min(ids)}"
+        )
+    blocks = -(-lengths[0] // BLOCK_TOKENS)
+    if len(ids) > blocks:
+        raise ValueError(
+            f"{where}: {len(ids)} hash_ids for {lengths[0]} input tokens; a block holds "
+            f"{BLOCK_TOKENS} tokens, so at most {blocks}"
+        )
     return TraceRequest(float(stamp), lengths[0], lengths[1], tuple(ids))
 
 
-def parse_mooncake(lines: Iterable[str], name: str = "trace") -> Trace:
-    """Parse Mooncake JSON lines; blank lines are skipped.
+def parse_mooncake(lines: Iterable[str], name: str = "trace", limit: int | None = None) -> Trace:
+    """Parse Mooncake JSON lines; blank lines are skipped. ``limit``: stop after that many
+    requests (the rest of the file is not read).
 
     Raises:
         ValueError: naming the line (1-based) that is malformed or out of time order.
@@ -123,6 +160,8 @@ def parse_mooncake(lines: Iterable[str], name: str = "trace") -> Trace:
     requests: list[TraceRequest] = []
     last = -np.inf
     for number, text in enumerate(lines, start=1):
+        if limit is not None and len(requests) >= limit:
+            break
         if not text.strip():
             continue
         request = _parse_line(text, f"{name} line {number}")
@@ -138,14 +177,31 @@ def parse_mooncake(lines: Iterable[str], name: str = "trace") -> Trace:
     return Trace(name, tuple(requests))
 
 
-def read_mooncake(path: str | Path) -> Trace:
-    """Read a Mooncake JSON-lines trace (``.jsonl`` or ``.jsonl.gz``)."""
+def read_mooncake(path: str | Path, limit: int | None = None) -> Trace:
+    """Read a Mooncake JSON-lines trace (``.jsonl`` or ``.jsonl.gz``), streaming: with
+    ``limit`` only the first that many requests are read.
+
+    Raises:
+        ValueError: the path is missing or not a regular file, the file is not UTF-8 or
+            not a sound gzip stream, or a line is malformed (named by number).
+    """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"trace file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ValueError(f"trace file {str(path)!r} is not a regular file")
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return parse_mooncake(handle, path.name)
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            return parse_mooncake(handle, path.name, limit)
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path.name}: not UTF-8 text (byte {error.start} of a line: {error.reason})"
+        ) from None
+    except (EOFError, OSError, zlib.error) as error:
+        raise ValueError(
+            f"{path.name}: not a readable gzip file ({type(error).__name__}: {error})"
+        ) from None
 
 
 def shipped_trace(name: str) -> Trace:
@@ -158,9 +214,13 @@ def shipped_trace(name: str) -> Trace:
     return Trace(name, trace.requests)
 
 
-def load_trace(spec: str) -> Trace:
-    """A shipped trace by name, else a Mooncake file by path."""
-    return shipped_trace(spec) if spec in SHIPPED_TRACES else read_mooncake(spec)
+def load_trace(spec: str, limit: int | None = None) -> Trace:
+    """A shipped trace by name, else a Mooncake file by path (with ``limit``, its first
+    that many requests, the rest of a file left unread)."""
+    if spec in SHIPPED_TRACES:
+        trace = shipped_trace(spec)
+        return trace if limit is None else trace.head(limit)
+    return read_mooncake(spec, limit)
 
 
 def trace_from_columns(
