@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import csv
 import json
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -61,6 +62,13 @@ def user_input() -> Iterator[None]:
     except (ValueError, TypeError) as error:
         text = str(error).strip().splitlines()
         raise UsageError(text[0] if text else type(error).__name__) from error
+
+
+def _no_repeats(values: list[Any], option: str) -> None:
+    """A repeated name or load would count as another independent run."""
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ValueError(f"{option}: {seen[0]!r} is given twice; each must appear once")
 
 
 def _writable(path: str | None, option: str) -> None:
@@ -894,11 +902,22 @@ def _fleet(args: argparse.Namespace) -> None:
     with user_input():
         config = make_config(num_workers=args.workers, **_parse_overrides(args.overrides))
         routers = [r for token in (args.routers or list(ROUTERS)) for r in token.split(",") if r]
+        if not routers:
+            raise ValueError(f"--routers: name at least one router of {sorted(ROUTERS)}")
         for router in routers:
             if router not in ROUTERS:
                 raise ValueError(
                     f"--routers: unknown router {router!r}; choose from {sorted(ROUTERS)}"
                 )
+        _no_repeats(routers, "--routers")
+        for load in args.loads:
+            if not (math.isfinite(load) and load > 0):
+                raise ValueError(f"--loads: each load must be a finite number > 0, got {load}")
+        _no_repeats(args.loads, "--loads")
+        if args.runs < 1:
+            raise ValueError(f"--runs must be a positive integer, got {args.runs}")
+        if args.seed < 0:
+            raise ValueError(f"--seed must be an integer >= 0, got {args.seed}")
         _writable(args.markdown, "--markdown")
         _writable(args.json, "--json")
         if args.requests is not None and args.requests < 2:
@@ -920,7 +939,19 @@ def _fleet(args: argparse.Namespace) -> None:
     if args.markdown:
         Path(args.markdown).write_text(table, encoding="utf-8")
     if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=2), encoding="utf-8")
+        # NaN is not JSON: an undefined figure (no request of a kind) is written as null.
+        Path(args.json).write_text(json.dumps(_finite(records), indent=2), encoding="utf-8")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None`` (JSON's null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _train(args: argparse.Namespace) -> None:

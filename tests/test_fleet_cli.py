@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_fleet_cli__prints_the_spec_11_table_and_writes_records(run_cli, tmp_path):
     out, md = tmp_path / "runs.json", tmp_path / "table.md"
@@ -106,3 +108,59 @@ def test_format_table__a_router_that_drops_work_is_never_marked_best():
     )
     frugal, fair = table.strip().splitlines()[-2:]
     assert "**0.500" not in frugal and "**0.900±0.000**" in fair
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--loads", "-1"], "each load must be a finite number > 0"),
+        (["--loads", "0"], "each load must be a finite number > 0"),
+        (["--loads", "nan"], "each load must be a finite number > 0"),
+        (["--loads", "inf"], "each load must be a finite number > 0"),
+        (["--loads", "0.6", "0.6"], "0.6 is given twice"),
+        (["--runs", "0"], "--runs must be a positive integer"),
+        (["--seed", "-1"], "--seed must be an integer >= 0"),
+        (["--routers", "jsq", "jsq"], "'jsq' is given twice"),
+        (["--routers", ","], "name at least one router"),
+    ],
+    ids=[
+        "negative",
+        "zero",
+        "nan",
+        "inf",
+        "repeated-load",
+        "runs",
+        "seed",
+        "repeated-router",
+        "no-router",
+    ],
+)
+def test_fleet_cli__bad_arguments_are_one_line_exit_2(run_cli, args, message):
+    result = run_cli("fleet", "--trace", "synthetic", "--requests", "20", *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_fleet_cli__json_has_no_nan(run_cli, tmp_path):
+    out = tmp_path / "runs.json"
+    result = run_cli(
+        "fleet",
+        "--trace",
+        "synthetic",
+        "--requests",
+        "20",
+        "--routers",
+        "jsq",
+        "--runs",
+        "1",
+        "--loads",
+        "0.5",
+        "--json",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+
+    def refuse(name):
+        raise AssertionError(f"{name} in the JSON")
+
+    json.loads(out.read_text(), parse_constant=refuse)  # strict JSON: no NaN or Infinity
