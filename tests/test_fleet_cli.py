@@ -164,3 +164,10 @@ def test_fleet_cli__json_has_no_nan(run_cli, tmp_path):
         raise AssertionError(f"{name} in the JSON")
 
     json.loads(out.read_text(), parse_constant=refuse)  # strict JSON: no NaN or Infinity
+
+
+def test_finite__non_finite_floats_become_null_at_any_depth():
+    from mabp_gym.cli import _finite
+
+    value = {"a": float("nan"), "b": [1.0, float("inf"), {"c": -float("inf")}], "d": "x"}
+    assert _finite(value) == {"a": None, "b": [1.0, None, {"c": None}], "d": "x"}
