@@ -91,8 +91,8 @@ def test_fleet_env__rejects_bad_actions_and_arguments():
     env.reset(seed=0)
     with pytest.raises(ValueError, match=r"worker index in \[0, 4\)"):
         env.step(9)
-    with pytest.raises(ValueError, match="unknown fleet setting"):
-        make(workerz=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'workerz'"):
+        make(workerz=2)  # as Python raises for any unknown argument (the env's docs)
     with pytest.raises(ValueError, match="num_requests must be"):
         make(num_requests=1)
 
@@ -106,3 +106,48 @@ def test_fleet_env__stable_baselines3_ppo_learns_a_few_hundred_steps():
     assert model.num_timesteps >= 192
     action, _ = model.predict(env.observation_space.sample(), deterministic=True)
     assert env.action_space.contains(int(action))
+
+
+def test_fleet_env__arguments_are_checked_as_a_user_expects(tmp_path):
+    import json
+
+    import gymnasium as gym
+    import numpy as np
+    import pytest
+
+    from mabp_gym.fleet import shipped_trace
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'workerz'"):
+        gym.make("mabp_gym/Fleet-v0", workerz=4)
+    with pytest.raises(ValueError, match="load must be a number > 0"):
+        gym.make("mabp_gym/Fleet-v0", load=(0.2, 0.9))
+    with pytest.raises(ValueError, match="trace must be a shipped trace name"):
+        gym.make("mabp_gym/Fleet-v0", trace=3)
+    # numpy counts are counts; a Trace object is a trace.
+    env = gym.make(
+        "mabp_gym/Fleet-v0",
+        num_requests=np.int64(30),
+        num_workers=np.int64(3),
+        trace=shipped_trace("synthetic"),
+    )
+    env.reset(seed=0)
+    assert env.unwrapped.config.num_workers == 3 and len(env.unwrapped.trace) == 30
+    with pytest.raises(ValueError, match="worker index"):
+        env.step(True)
+    env.step(np.int64(1))
+    # A trace file is read afresh: a rewritten file is replayed as it is now.
+    path = tmp_path / "t.jsonl"
+
+    def write(tokens: int) -> None:
+        lines = [
+            {"timestamp": 100 * k, "input_length": tokens, "output_length": 4, "hash_ids": [k]}
+            for k in range(5)
+        ]
+        path.write_text("\n".join(json.dumps(x) for x in lines))
+
+    write(600)
+    first = gym.make("mabp_gym/Fleet-v0", trace=str(path), num_requests=None)
+    write(900)
+    second = gym.make("mabp_gym/Fleet-v0", trace=str(path), num_requests=None)
+    assert first.unwrapped.trace.requests[0].input_length == 600
+    assert second.unwrapped.trace.requests[0].input_length == 900

@@ -3,22 +3,46 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import fields
 from typing import Any
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from mabp_gym.fleet.simulator import FleetSimulator, Request, make_config, scale_to_load
-from mabp_gym.fleet.trace import Trace, load_trace
+from mabp_gym.fleet.simulator import (
+    FleetConfig,
+    FleetSimulator,
+    Request,
+    make_config,
+    scale_to_load,
+)
+from mabp_gym.fleet.trace import SHIPPED_TRACES, Trace, load_trace
 
 WORKER_FEATURES = 6
 REQUEST_FEATURES = 4
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_trace(spec: str) -> Trace:
-    return load_trace(spec)
+def _shipped(name: str) -> Trace:
+    return load_trace(name)
+
+
+def _trace(spec: Any, limit: int | None) -> Trace:
+    """The episode's trace: a :class:`Trace`, a shipped trace's name (parsed once per
+    process) or a Mooncake file, read afresh each time (so a rewritten file is seen) and
+    only up to ``limit`` requests."""
+    if isinstance(spec, Trace):
+        return spec if limit is None else spec.head(limit)
+    if not isinstance(spec, str):
+        raise ValueError(
+            f"trace must be a shipped trace name {SHIPPED_TRACES}, a Mooncake file path or a "
+            f"Trace, got {type(spec).__name__}"
+        )
+    if spec in SHIPPED_TRACES:
+        trace = _shipped(spec)
+        return trace if limit is None else trace.head(limit)
+    return load_trace(spec, limit)
 
 
 class FleetEnv(gymnasium.Env):
@@ -62,21 +86,37 @@ class FleetEnv(gymnasium.Env):
         load: float | None = 0.8,
         **overrides: Any,
     ) -> None:
+        known = {f.name for f in fields(FleetConfig)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            # TypeError, as Python raises for an unknown argument (wrappers rely on it).
+            raise TypeError(
+                f"FleetEnv.__init__() got an unexpected keyword argument {unknown[0]!r}; "
+                f"its arguments: trace, num_requests, load and the FleetConfig fields "
+                f"{sorted(known)}"
+            )
         self.config = make_config(**overrides)
         self._seen: int = 0  # records and drops already scored
         self._dropped: int = 0
-        base = _cached_trace(trace)
         if num_requests is not None:
             if (
-                isinstance(num_requests, bool)
-                or not isinstance(num_requests, int)
+                isinstance(num_requests, (bool, np.bool_))
+                or not isinstance(num_requests, (int, np.integer))
                 or num_requests < 2
             ):
                 raise ValueError(
                     f"num_requests must be an integer >= 2 or None, got {num_requests!r}"
                 )
-            base = base.head(num_requests)
-        self.trace = base if load is None else scale_to_load(base, load, self.config)
+            num_requests = int(num_requests)
+        if load is not None and (
+            isinstance(load, (bool, np.bool_)) or not isinstance(load, (int, float, np.number))
+        ):
+            raise ValueError(
+                f"load must be a number > 0 (the target nominal load) or None (keep the "
+                f"trace's timestamps), got {load!r}"
+            )
+        base = _trace(trace, num_requests)
+        self.trace = base if load is None else scale_to_load(base, float(load), self.config)
         w = self.config.num_workers
         self.action_space = spaces.Discrete(w)
         size = w * WORKER_FEATURES + REQUEST_FEATURES
@@ -139,7 +179,7 @@ class FleetEnv(gymnasium.Env):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self.sim is None or self._request is None:
             raise RuntimeError("call reset() before step() (and again after the episode ends)")
-        if not self.action_space.contains(action):
+        if isinstance(action, (bool, np.bool_)) or not self.action_space.contains(action):
             raise ValueError(
                 f"action must be a worker index in [0, {self.config.num_workers}), got {action!r}"
             )

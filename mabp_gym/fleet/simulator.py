@@ -89,6 +89,9 @@ class FleetConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if isinstance(value, (np.integer, np.floating)):  # numpy numbers are numbers
+                value = value.item()
+                object.__setattr__(self, f.name, value)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"FleetConfig.{f.name} must be a number, got {value!r}")
             if f.type == "int" and not isinstance(value, int):
