@@ -277,3 +277,29 @@ def test_table_rows__mark_the_delays_of_a_policy_that_grows_at_the_table_load():
     assert rows["grows"][delay] == "20.0 ± 0.0" + UNSTABLE_MARK
     assert rows["grows"][delay_all] == "40.0 ± 0.0" + UNSTABLE_MARK
     assert not rows["grows"][TABLE_COLUMNS.index("Penalty")].endswith(UNSTABLE_MARK)
+
+
+def test_run__the_first_decision_is_reported_apart_from_the_mean():
+    import time
+
+    from mabp_gym.agents.backpressure import make_bp
+    from mabp_gym.evaluation import RunSpec, run
+    from mabp_gym.registry import policy_names, register_policy
+
+    def slow_start(workload, **kw):
+        policy = make_bp(workload, **kw)
+        scores = policy.scores
+
+        def first_slow(obs):
+            if policy.t == 0:
+                time.sleep(0.05)  # a compilation, say
+            return scores(obs)
+
+        policy.scores = first_slow
+        return policy
+
+    if "slow-start-bp" not in policy_names():
+        register_policy("slow-start-bp", slow_start)
+    record = run(RunSpec("slow-start-bp", "mixed", 0.3, 0, horizon=40))
+    assert record["decision_us_first"] >= 50_000
+    assert record["decision_us_mean"] < 10_000 and record["decision_us_p95"] < 10_000
