@@ -418,3 +418,16 @@ def test_results_file__kills_at_random_moments_never_lose_or_duplicate_a_record(
     assert all(final.get(key) == line for key, line in seen.items())
     assert sum(not key.startswith("padding") for key in final) == 100
     assert sum(key.startswith("padding") for key in final) == 12_000
+
+
+def test_read_records__a_record_written_before_the_later_metrics_still_reads(tmp_path):
+    import json
+
+    from mabp_gym.evaluation import LATER_METRIC_KEYS, RunSpec, read_records, run
+
+    record = run(RunSpec("bp", "mixed", 0.3, 0, horizon=30))
+    older = {k: v for k, v in record.items() if k not in LATER_METRIC_KEYS}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(older) + "\n")
+    (read,) = read_records(path)
+    assert read["key"] == record["key"] and "p95_delay_all" not in read
