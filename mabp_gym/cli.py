@@ -616,6 +616,11 @@ def _long_runs(
         raise ValueError(
             f"--long-horizon: must be in 1..{shortest} (the shortest --long run), got {horizon}"
         )
+    _check_cut_horizons([horizon], "--long-horizon")
+    from mabp_gym.verdicts import check_record_trace
+
+    for record in records:
+        check_record_trace(record)
     return records, horizon
 
 
@@ -642,15 +647,19 @@ def _search_loads(
 
 
 def _verdicts(args: argparse.Namespace) -> None:
-    from mabp_gym.verdicts import horizon_sensitivity
+    from mabp_gym.verdicts import check_record_trace, horizon_sensitivity
 
     with user_input():
         _writable(args.markdown, "--markdown")
         records = _read_results(args.results)
         seed_sets = [_parse_seeds(token) for token in args.seed_sets]
+        _check_seed_sets(seed_sets, records)
         shortest = min(r["horizon"] for r in records)
         if max(args.horizons) > shortest:
             raise ValueError(f"--horizons: the shortest saved run has {shortest} slots")
+        _check_cut_horizons(args.horizons, "--horizons")
+        for record in records:
+            check_record_trace(record)
     from mabp_gym.evaluation import occupation_load
 
     bound = occupation_load(records)
@@ -695,6 +704,41 @@ def _read_results(paths: list[str]) -> list[dict[str, Any]]:
     if not records:
         raise ValueError("--results: the files hold no records")
     return records
+
+
+def _check_cut_horizons(horizons: list[int], option: str) -> None:
+    """Each horizon must leave enough stored trace points after the warm-up to fit a
+    slope, and none may repeat."""
+    from mabp_gym.verdicts import MIN_TRACE_POINTS, min_horizon
+
+    shortest = min_horizon()
+    for horizon in horizons:
+        if horizon < shortest:
+            raise ValueError(
+                f"{option}: {horizon} slots keep fewer than {MIN_TRACE_POINTS} stored backlog "
+                f"points after the 20% warm-up (one every 5 slots); use {shortest} or more"
+            )
+    _no_repeats(list(horizons), option)
+
+
+def _check_seed_sets(seed_sets: list[list[int]], records: list[dict[str, Any]]) -> None:
+    """Seed sets must be disjoint, and each must hold records."""
+    seen: dict[int, int] = {}
+    for k, seeds in enumerate(seed_sets):
+        for seed in seeds:
+            if seed in seen and seen[seed] != k:
+                raise ValueError(
+                    f"--seed-sets: seed {seed} is in set {seen[seed] + 1} and set {k + 1}; the "
+                    "sets must be disjoint"
+                )
+            seen[seed] = k
+    have = {r["seed"] for r in records}
+    for k, seeds in enumerate(seed_sets):
+        if not have & set(seeds):
+            raise ValueError(
+                f"--seed-sets: set {k + 1} ({seeds[0]}..{seeds[-1]}) has no record in the "
+                "results files"
+            )
 
 
 def _parse_seeds(token: str) -> list[int]:

@@ -338,3 +338,30 @@ def test_cli__ctrl_c_ends_with_one_line_saying_what_was_kept(monkeypatch, capsys
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "interrupted" in lines[0]
     assert ("resumes" in lines[0]) == bool(out) and ("--out PATH" in lines[0]) == (not out)
+
+
+def test_verdicts__meaningless_horizons_seed_sets_and_traces_are_refused(run_cli, tmp_path):
+    out = tmp_path / "v.jsonl"
+    evaluate("bp", "mixed", loads=[0.3], seeds=[0, 1], horizon=200, backend="serial", output=out)
+    base = ["verdicts", "--results", str(out)]
+    cases = [
+        (["--horizons", "0", "200", "--seed-sets", "0"], "keep fewer than 10 stored backlog"),
+        (["--horizons", "-5", "--seed-sets", "0"], "keep fewer than 10 stored backlog"),
+        (["--horizons", "1", "--seed-sets", "0"], "use 61 or more"),
+        (["--horizons", "100", "100", "--seed-sets", "0"], "100 is given twice"),
+        (["--horizons", "100", "--seed-sets", "0,1", "1"], "seed 1 is in set 1 and set 2"),
+        (["--horizons", "100", "--seed-sets", "0", "7:9"], "set 2 (7..8) has no record"),
+    ]
+    for args, message in cases:
+        result = run_cli(*base, *args)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+    ok = run_cli(*base, "--horizons", "61", "200", "--seed-sets", "0", "1")
+    assert ok.returncode == 0, ok.stderr
+    # A record whose saved trace is null is refused by name, not a TypeError later.
+    lines = out.read_text().splitlines()
+    broken = json.loads(lines[0])
+    broken["backlog_trace"] = None
+    out.write_text("\n".join([json.dumps(broken), *lines[1:]]) + "\n")
+    result = run_cli(*base, "--horizons", "100", "--seed-sets", "0", "1")
+    assert result.returncode == 2 and "backlog_trace is NoneType" in result.stderr
+    assert "Traceback" not in result.stderr
