@@ -414,6 +414,10 @@ def _run_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- subcommands -------------------------------------------------------------------------------
+SCREEN_HORIZON = 4000
+"""Below this many slots the growth verdict is a screen (benchmark v2's grid horizon)."""
+
+
 def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
     """``stable load: bp 0.5, sp none of the tested loads (lowest 0.1)``."""
     lowest = min(loads)
@@ -450,6 +454,12 @@ def _eval(args: argparse.Namespace) -> None:
     records = execute(specs, output=args.out, **_run_args(args))
     _print_summary(summarize_records(records))
     print(_stable_load_line(stable_load(records), loads))
+    if args.horizon < SCREEN_HORIZON:
+        print(
+            f"({args.horizon} slots: read 'stable' as a screen; near a boundary queues settle "
+            f"slowly, and the benchmark decides at {SCREEN_HORIZON:,} slots or more: "
+            "--horizon 4000, docs/results.md)"
+        )
     bound = occupation_load(records)
     if bound is not None and max(loads) >= bound - 1e-6:
         print(

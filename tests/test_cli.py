@@ -301,6 +301,7 @@ def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
     assert result.returncode == 0, result.stderr
     assert "stable load: mabp 0.5" in result.stdout
     assert "occupation bound is load 1" in result.stdout
+    assert "300 slots: read 'stable' as a screen" in result.stdout
     below = run_cli(
         "eval",
         "--policy",
@@ -316,6 +317,21 @@ def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
         "--no-progress",
     )
     assert "occupation bound" not in below.stdout
+    decided = run_cli(
+        "eval",
+        "--policy",
+        "bp",
+        "--loads",
+        "0.3",
+        "--seeds",
+        "0",
+        "--horizon",
+        "4000",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
+    assert decided.returncode == 0 and "as a screen" not in decided.stdout
 
 
 def test_cli__version_prints_the_package_version(run_cli):
