@@ -22,5 +22,8 @@ def test_readme__opens_with_the_install_and_test_commands():
     assert first is not None
     lines = first.group(1).strip().splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("pip install torch==2.13.0 && pip install -e")
-    assert "mabp-gym eval" in lines[0] and lines[1] == "python -m pytest"
+    # The main job needs the core only; the tests need the learning stack on torch's CPU build.
+    assert lines[0].startswith("pip install -e . && ") and "mabp-gym eval" in lines[0]
+    assert "torch" not in lines[0]
+    assert lines[1].startswith("pip install torch==2.13.0 && pip install -e")
+    assert lines[1].endswith("&& python -m pytest")
