@@ -383,6 +383,18 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+SUMMARY_LEGEND = (
+    "stable: the backlog's growth (slope / arrival rate, after the 20% warm-up) is under "
+    "1.5% of the arrivals on most seeds; slope: backlog units per slot; backlog: mean units; "
+    "penalty: per completed request (compute + transmission + memory costs); "
+    "p95: P95 delay in slots of the requests that completed; p95 all: of every request born "
+    "after the warm-up, those still queued at their age so far; hit: hit ratio of served "
+    "units; churn: insertions + evictions per served unit; compl: fraction of the requests "
+    "born after the warm-up that completed; dec us: mean decision time per slot, the first "
+    "slot left out (compilation)"
+)
+
+
 def _print_summary(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'policy':<20} {'load':>5} {'stable':>6} {'slope':>7} {'backlog':>8} "
@@ -453,6 +465,7 @@ def _eval(args: argparse.Namespace) -> None:
         )
     records = execute(specs, output=args.out, **_run_args(args))
     _print_summary(summarize_records(records))
+    print(SUMMARY_LEGEND)
     print(_stable_load_line(stable_load(records), loads))
     if args.horizon < SCREEN_HORIZON:
         print(

@@ -302,6 +302,9 @@ def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
     assert "stable load: mabp 0.5" in result.stdout
     assert "occupation bound is load 1" in result.stdout
     assert "300 slots: read 'stable' as a screen" in result.stdout
+    from mabp_gym.cli import SUMMARY_LEGEND
+
+    assert SUMMARY_LEGEND in result.stdout  # every column of the table is defined
     below = run_cli(
         "eval",
         "--policy",
