@@ -1,4 +1,5 @@
-"""Queue-oblivious routing baselines: shortest path (SP) and join-the-shortest-queue (JSQ).
+"""Queue-oblivious baselines: shortest path (SP), join-the-shortest-queue (JSQ) and random
+scores.
 
 Both serve the longest queue first at every node, route a unit only from a node that does
 not serve its commodity (units stay where they can be served), make no transfers and keep
@@ -8,6 +9,7 @@ memory most-recently-used without reading it (:class:`mabp_gym.agents.base.Recen
   toward a server of its commodity, ignoring queues.
 - ``jsq``: each unit joins the eligible next hop with the smallest queue of its commodity;
   what the shortest cannot take (link capacity) goes to the next shortest.
+- ``random``: uniform scores in (-1, 1) every slot (:class:`RandomScores`).
 """
 
 from __future__ import annotations
@@ -71,3 +73,24 @@ class JoinShortestQueue(_QueueObliviousRouting):
     def _route(self, queues: np.ndarray) -> np.ndarray:
         destination = self.pair_backlog(queues)[self.ix.route_dst_pair]
         return 1.0 / (1.0 + destination)
+
+
+class RandomScores(Policy):
+    """``random``: every score uniform in (-1, 1), drawn afresh each slot from a generator
+    seeded by :meth:`reset` (so a run is reproducible). The reference "no rule" policy the
+    learning curves compare with; about half the candidates act each slot, in random order.
+    """
+
+    name = "random"
+
+    def __init__(self, workload: Workload, **kw) -> None:
+        super().__init__(workload, **kw)
+        self._rng = np.random.default_rng(0)
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self._rng = np.random.default_rng(seed)
+
+    def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        self.t += 1
+        return self._rng.uniform(-1.0, 1.0, self.ix.num_scores)

@@ -163,6 +163,7 @@ _BUILT_IN: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("mabp-no-retention", "mabp:MABP", {"retention": False}),
     ("oracle-sur", "oracle:OracleSur", {}),
     ("frame-mabp", "frame_mabp:FrameMABP", {}),
+    ("random", "shortest_path:RandomScores", {}),
 )
 for _name, _entry, _kwargs in _BUILT_IN:
     register_policy(_name, f"{_AGENTS}.{_entry}", **_kwargs)

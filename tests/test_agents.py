@@ -298,3 +298,21 @@ def test_mabp__object_values_are_the_retain_scores_before_sizing():
     assert np.array_equal(
         mabp.route_weights(queues), mabp.scores(encoder.encode(sim.state))[ix.score_slices[1]]
     )
+
+
+def test_random_policy__is_seeded_per_episode_and_scores_in_the_box():
+    workload = make_workload("mixed", load=0.3)
+    sim = Simulator(workload)
+    sim.reset(0)
+    obs = ObservationEncoder(workload).encode(sim.state)
+    policy = make_policy("random", workload)
+    policy.reset(4)
+    first = [policy.scores(obs) for _ in range(3)]
+    policy.reset(4)
+    again = [policy.scores(obs) for _ in range(3)]
+    policy.reset(5)
+    other = policy.scores(obs)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not np.array_equal(first[0], other) and not np.array_equal(first[0], first[1])
+    assert first[0].shape == (workload.index.num_scores,)
+    assert np.all(np.abs(np.concatenate(first)) < 1.0)
