@@ -196,7 +196,10 @@ def work_reuse(p: dict[str, Any]) -> Workload:
 
     One server with ``mu = kappa_w``; a unit needs ``kappa_w`` work on a miss and 1 on a hit;
     one object (size 1) that fits the budget. Capacities: no-memory 1, all-hit ``kappa_w``
-    requests per slot (defaults: 1 and 4), so ``load = 0.9`` is ``0.9 kappa_w``.
+    requests per slot (defaults: 1 and 4), so ``load = 0.9`` is ``0.9 kappa_w``. The closed
+    form holds in the simulator for whole-number ``kappa_w``: units are whole, so at a
+    fractional ``kappa_w`` a slot serves ``floor(kappa_w)`` hits and the exact bound
+    (``occupation_bound(workload, exact=True)``) is ``floor(kappa_w)`` (2 at 2.5).
     """
     kappa = p["kappa_w"]
     p = {**p, "K_w": kappa}
