@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 from _report import emit
+from _trees import ROOT, import_tree, trees
 
-ROOT = Path(__file__).resolve().parent.parent
 NETWORKS = (
     ("mixed x1", "mixed", {"copies": 1}, 0.85),
     ("mixed x2", "mixed", {"copies": 2}, 0.85),
@@ -123,39 +123,10 @@ def _table_time(policy: str, horizon: int) -> dict[str, float]:
     return {"us_per_slot": (time.perf_counter() - started) / (len(TABLE_LOADS) * horizon) * 1e6}
 
 
-def _import_tree(tree: Path) -> None:
-    """Import ``mabp_gym`` and its ``agents`` / ``training`` subpackages from ``tree`` only.
-
-    An editable install's finder resolves any ``mabp_gym.*`` module a tree lacks to the
-    installed checkout (and maps ``mabp_gym.agents`` / ``mabp_gym.training`` onto its
-    top-level folders): without removing it, a baseline tree would run the current tree's
-    encoder and policies over its own core. A tree whose ``agents/`` installs as
-    ``mabp_gym.agents`` gets that mapping here, from its own folders.
-    """
-    import importlib.util
-
-    sys.meta_path[:] = [f for f in sys.meta_path if "Editable" not in repr(f)]
-    import mabp_gym
-
-    for name in ("agents", "training"):
-        folder = tree / name
-        init = folder / "__init__.py"
-        if not init.exists() or f"mabp_gym.{name}" not in init.read_text():
-            continue  # an older tree imports them as the top-level package
-        spec = importlib.util.spec_from_file_location(
-            f"mabp_gym.{name}", folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        setattr(mabp_gym, name, module)
-        spec.loader.exec_module(module)
-
-
 def serve() -> None:
     """Answer measurement requests, one JSON line in and one out, in this process's tree."""
     tree = Path(os.environ["PYTHONPATH"]).resolve()
-    _import_tree(tree)
+    import_tree(tree)
     import mabp_gym
 
     make_policy, encoder = _tree_api()
@@ -265,76 +236,48 @@ def main() -> None:
     medians: dict[str, dict] = {name: {"cases": {}, "table": {}} for name in names}
     with tempfile.TemporaryDirectory(prefix="bench_scaling_") as tmp:
         tmpdir = Path(tmp)
-        trees = {"current": ROOT}
-        if args.baseline:
-            trees["baseline"] = tmpdir / "baseline"
-            subprocess.run(
-                [
-                    "git",
-                    "-C",
-                    str(ROOT),
-                    "worktree",
-                    "add",
-                    "--detach",
-                    str(trees["baseline"]),
-                    args.baseline,
-                ],
-                check=True,
-                capture_output=True,
-            )
-        workers = {name: Worker(tree) for name, tree in trees.items()}
-        try:
-            for label, name, overrides, load in NETWORKS:
-                if args.only and args.only not in label:
-                    continue
-                path = tmpdir / f"{label.replace(' ', '_')}.json"
-                save_workload(make_workload(name, **overrides), path)
-                for policy in POLICIES:
-                    result = _measure(
-                        workers,
-                        args.repeats,
-                        kind="slots",
-                        path=str(path),
-                        load=load,
-                        policy_name=policy,
-                        slots=args.slots,
-                        seed=args.seed,
-                    )
-                    for tree, row in result.items():
-                        medians[tree]["cases"][f"{label}|{policy}"] = row
-            result = _measure(workers, args.repeats, kind="env", slots=args.slots, seed=args.seed)
-            for tree, row in result.items():
-                medians[tree]["env_step"] = row
-            if args.table:
-                from mabp_gym.cli import TABLE_POLICIES
-
-                for policy in TABLE_POLICIES:
-                    result = _measure(
-                        workers,
-                        args.repeats,
-                        kind="table",
-                        policy=policy,
-                        horizon=args.table_horizon,
-                    )
-                    for tree, row in result.items():
-                        medians[tree]["table"][policy] = row["us_per_slot"]
-        finally:
-            for worker in workers.values():
-                worker.close()
-            if args.baseline:
-                subprocess.run(
-                    [
-                        "git",
-                        "-C",
-                        str(ROOT),
-                        "worktree",
-                        "remove",
-                        "--force",
-                        str(trees["baseline"]),
-                    ],
-                    check=False,
-                    capture_output=True,
+        with trees(args.baseline, tmpdir) as checkouts:
+            workers = {name: Worker(tree) for name, tree in checkouts.items()}
+            try:
+                for label, name, overrides, load in NETWORKS:
+                    if args.only and args.only not in label:
+                        continue
+                    path = tmpdir / f"{label.replace(' ', '_')}.json"
+                    save_workload(make_workload(name, **overrides), path)
+                    for policy in POLICIES:
+                        result = _measure(
+                            workers,
+                            args.repeats,
+                            kind="slots",
+                            path=str(path),
+                            load=load,
+                            policy_name=policy,
+                            slots=args.slots,
+                            seed=args.seed,
+                        )
+                        for tree, row in result.items():
+                            medians[tree]["cases"][f"{label}|{policy}"] = row
+                result = _measure(
+                    workers, args.repeats, kind="env", slots=args.slots, seed=args.seed
                 )
+                for tree, row in result.items():
+                    medians[tree]["env_step"] = row
+                if args.table:
+                    from mabp_gym.cli import TABLE_POLICIES
+
+                    for policy in TABLE_POLICIES:
+                        result = _measure(
+                            workers,
+                            args.repeats,
+                            kind="table",
+                            policy=policy,
+                            horizon=args.table_horizon,
+                        )
+                        for tree, row in result.items():
+                            medians[tree]["table"][policy] = row["us_per_slot"]
+            finally:
+                for worker in workers.values():
+                    worker.close()
     _print(medians, args)
     emit(
         {

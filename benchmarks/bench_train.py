@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 from _report import emit
+from _trees import import_tree, trees
 
-ROOT = Path(__file__).resolve().parent.parent
 N_ENVS = 4
 
 
@@ -124,10 +124,8 @@ def _measure_in(tree: Path, device: str, steps: int) -> float:
 
 
 def _worker(device: str, steps: int) -> None:
-    from bench_scaling import _import_tree
-
     tree = Path(os.environ["PYTHONPATH"]).resolve()
-    _import_tree(tree)
+    import_tree(tree)
     from mabp_gym import sb3
 
     source = Path(sb3.__file__).resolve()
@@ -153,49 +151,15 @@ def main() -> None:
     from mabp_gym.agents.gnn import resolve_device
 
     devices = ["cpu"] + (["cuda"] if resolve_device("auto") == "cuda" else [])
-    trees = {"current": ROOT}
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.baseline:
-            trees["baseline"] = Path(tmp) / "baseline"
-            subprocess.run(
-                [
-                    "git",
-                    "-C",
-                    str(ROOT),
-                    "worktree",
-                    "add",
-                    "--detach",
-                    "-f",
-                    str(trees["baseline"]),
-                    args.baseline,
-                ],
-                check=True,
-                capture_output=True,
-            )
-        try:
-            ppo: dict[str, dict[str, list[float]]] = {d: {t: [] for t in trees} for d in devices}
-            for device in devices:
-                for repeat in range(args.repeats):
-                    order = list(trees) if repeat % 2 == 0 else list(reversed(trees))
-                    for name in order:
-                        rate = _measure_in(trees[name], device, args.ppo_steps)
-                        ppo[device][name].append(rate)
-                        print(f"  {device} {name:<8} {rate:8.1f} PPO env steps/s", flush=True)
-        finally:
-            if args.baseline:
-                subprocess.run(
-                    [
-                        "git",
-                        "-C",
-                        str(ROOT),
-                        "worktree",
-                        "remove",
-                        "--force",
-                        str(trees["baseline"]),
-                    ],
-                    check=False,
-                    capture_output=True,
-                )
+    with tempfile.TemporaryDirectory() as tmp, trees(args.baseline, Path(tmp)) as checkouts:
+        ppo: dict[str, dict[str, list[float]]] = {d: {t: [] for t in checkouts} for d in devices}
+        for device in devices:
+            for repeat in range(args.repeats):
+                order = list(checkouts) if repeat % 2 == 0 else list(reversed(checkouts))
+                for name in order:
+                    rate = _measure_in(checkouts[name], device, args.ppo_steps)
+                    ppo[device][name].append(rate)
+                    print(f"  {device} {name:<8} {rate:8.1f} PPO env steps/s", flush=True)
     rows = []
     for device in devices:
         row = {
