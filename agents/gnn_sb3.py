@@ -177,6 +177,33 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
 
     per_kind_log_std = True
 
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        action_space: spaces.Box,
+        lr_schedule: Any,
+        *,
+        extractor: type[BaseFeaturesExtractor],
+        extractor_kwargs: dict[str, Any],
+        score_bias: float,
+        **kwargs: Any,
+    ) -> None:
+        # ortho_init off: pretrained weights stay as they are, fresh ones set their scores.
+        kwargs.setdefault("ortho_init", False)
+        kwargs.setdefault("log_std_init", -1.5)
+        if not np.isfinite(score_bias):
+            raise ValueError(f"score_bias must be a finite number, got {score_bias!r}")
+        self.score_bias = float(score_bias)
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            features_extractor_class=extractor,
+            features_extractor_kwargs=extractor_kwargs,
+            share_features_extractor=True,
+            **kwargs,
+        )
+
     def _build_mlp_extractor(self) -> None:
         actions = int(self.action_space.shape[0])  # type: ignore[index]
         self.mlp_extractor = _Split(
@@ -307,26 +334,21 @@ class GNNActorCriticPolicy(_MaskedGraphPolicy):
         readout: int | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("ortho_init", False)  # keep pretrained weights as they are
-        kwargs.setdefault("log_std_init", -1.5)
-        if not np.isfinite(score_bias):
-            raise ValueError(f"score_bias must be a finite number, got {score_bias!r}")
         _check_positive(hidden=hidden, layers=layers, readout=readout)
         self.shape_free = bool(shape_free)
         self.per_kind_log_std = self.shape_free
-        self.score_bias = float(score_bias)
         super().__init__(
             observation_space,
             action_space,
             lr_schedule,
-            features_extractor_class=GNNExtractor,
-            features_extractor_kwargs={
+            extractor=GNNExtractor,
+            extractor_kwargs={
                 "hidden": int(hidden),
                 "layers": int(layers),
                 "shape_free": self.shape_free,
                 "readout": None if readout is None else int(readout),
             },
-            share_features_extractor=True,
+            score_bias=score_bias,
             **kwargs,
         )
 
@@ -395,23 +417,18 @@ class GraphActorCriticPolicy(_MaskedGraphPolicy):
         score_bias: float = 0.5,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("ortho_init", False)  # the network sets its own initial scores
-        kwargs.setdefault("log_std_init", -1.5)
-        if not np.isfinite(score_bias):
-            raise ValueError(f"score_bias must be a finite number, got {score_bias!r}")
         _check_positive(hidden=hidden, layers=layers)
-        self.score_bias = float(score_bias)
         super().__init__(
             observation_space,
             action_space,
             lr_schedule,
-            features_extractor_class=CandidateExtractor,
-            features_extractor_kwargs={
+            extractor=CandidateExtractor,
+            extractor_kwargs={
                 "hidden": int(hidden),
                 "layers": int(layers),
-                "score_bias": self.score_bias,
+                "score_bias": float(score_bias),
             },
-            share_features_extractor=True,
+            score_bias=score_bias,
             **kwargs,
         )
 
