@@ -97,36 +97,12 @@ def _ratio(numerator: float, denominator: float) -> float:
     return float(numerator / denominator) if denominator else float("nan")
 
 
-def completion_ratio(trace: Trace, start: int) -> float:
-    """Of the requests that arrived in the window (slots ``start`` onward), the fraction
-    that completed by the end of the run; NaN when none arrived.
-
-    Only requests born in the window count, in the numerator as in the denominator, so the
-    ratio is a fraction in ``[0, 1]``: completions of requests born during the warm-up
-    (which made the old completed/arrived ratio exceed 1) are left out. A request born in
-    slot ``t0`` that leaves in slot ``t`` has delay ``t - t0``; slot ``k`` of the trace is
-    slot ``k`` of the run. Requests still in the network when the run ends count as not
-    completed, so a stable run scores slightly below 1 (by about the mean delay over the
-    window length).
-    """
-    born_in_window = sum(trace.arrivals[start:])
-    finished = sum(
-        1
-        for k in range(start, len(trace.delays))
-        for delay in trace.delays[k]
-        if k - delay >= start
-    )
-    return _ratio(finished, born_in_window)
-
-
-def window_delays(trace: Trace, start: int) -> np.ndarray:
-    """The delay of every request born in the window (slots ``start`` onward), counting the
-    requests still in the network when the run ends at their age so far.
+def _born_in_window(trace: Trace, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """The requests born in the window (slots ``start`` onward): the delays of those that
+    left, and the age at the end of those still in the network.
 
     A request born in slot ``b`` that leaves in slot ``k`` has delay ``k - b``; one that has
-    not left by the last slot ``T - 1`` has been in the network for ``T - b`` slots at the
-    end, a lower bound of its delay. Counting them keeps an unstable run's delays from
-    being set by the run length: completed requests alone are the ones that got through.
+    not left by the last slot ``T - 1`` has been in the network ``T - b`` slots at the end.
     """
     horizon = len(trace.arrivals)
     born = np.asarray(trace.arrivals, dtype=np.int64)
@@ -139,7 +115,31 @@ def window_delays(trace: Trace, start: int) -> np.ndarray:
                 delays.append(delay)
     left = np.maximum(born[start:] - finished[start:], 0)
     ages = np.repeat(horizon - np.arange(start, horizon), left)
-    return np.concatenate([np.asarray(delays, dtype=np.int64), ages])
+    return np.asarray(delays, dtype=np.int64), ages
+
+
+def completion_ratio(trace: Trace, start: int) -> float:
+    """Of the requests that arrived in the window (slots ``start`` onward), the fraction
+    that completed by the end of the run; NaN when none arrived.
+
+    Only requests born in the window count, in the numerator as in the denominator, so the
+    ratio is a fraction in ``[0, 1]``: completions of requests born during the warm-up
+    (which made the old completed/arrived ratio exceed 1) are left out. Requests still in
+    the network when the run ends count as not completed, so a stable run scores slightly
+    below 1 (by about the mean delay over the window length).
+    """
+    finished, _ = _born_in_window(trace, start)
+    return _ratio(finished.size, sum(trace.arrivals[start:]))
+
+
+def window_delays(trace: Trace, start: int) -> np.ndarray:
+    """The delay of every request born in the window, counting the requests still in the
+    network when the run ends at their age so far (a lower bound of their delay).
+
+    Counting them keeps an unstable run's delays from being set by the run length:
+    completed requests alone are the ones that got through.
+    """
+    return np.concatenate(_born_in_window(trace, start))
 
 
 def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
@@ -157,7 +157,8 @@ def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
     completed = float(sum(trace.completed[window]))
     served = float(sum(trace.served[window]))
     delays = [d for slot in trace.delays[window] for d in slot]
-    everyone = window_delays(trace, start)
+    finished, ages = _born_in_window(trace, start)  # one pass for both metrics below
+    everyone = np.concatenate([finished, ages])
     compute = sum(trace.penalty_compute[window])
     transmission = sum(trace.penalty_transmission[window])
     memory = sum(trace.penalty_memory[window])
@@ -175,7 +176,7 @@ def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
         "penalty_per_arrival": _ratio(compute + transmission + memory, arrivals),
         "hit_ratio": _ratio(sum(trace.hits[window]), served),
         "churn": _ratio(sum(trace.churn[window]), served),
-        "completion_ratio": completion_ratio(trace, start),
+        "completion_ratio": _ratio(finished.size, sum(trace.arrivals[window])),
         "work_per_request": _ratio(sum(trace.work[window]), completed),
         "compute_cost": _ratio(compute, completed),
         "transmission_cost": _ratio(transmission, completed),
