@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.fileformat import file_digest, workload_digest_of
-from mabp_gym.metrics import Trace, is_stable, summarize
+from mabp_gym.metrics import TRACE_STRIDE, Trace, growth_verdict, is_stable, summarize
 from mabp_gym.registry import checkpoint_path, make_policy, policy_names
 from mabp_gym.rollout import episode
 from mabp_gym.simulator import Simulator
@@ -73,10 +73,10 @@ LATER_METRIC_KEYS = ("p95_delay_all", "penalty_per_arrival")
 """Metrics added after results files were first written: a record without them is still a
 record (its summaries show them as missing)."""
 VERDICTS = ("stable", "paper")
-"""``stable``: the backlog does not grow (SPEC 9.2, per seed, majority over seeds);
+"""``stable``: the backlog does not grow (SPEC 9.2, verdict v3: growth pooled over the
+seeds below the limit with 95% confidence, and falling as the run lengthens);
 ``paper``: the paper's short-horizon rule on seed means (slope < 0.035, backlog < 120)."""
 BACKENDS = ("serial", "process", "ray")
-TRACE_STRIDE = 5  # the stored backlog trace keeps every 5th slot
 KEY_VERSION = 2  # bumped whenever what the run key covers changes
 RECORD_FIELDS = {
     "key": str,
@@ -852,9 +852,12 @@ def evaluate(
 def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and standard deviation over seeds per (policy, load), with both verdicts.
 
-    ``stable``: more than half of the seeds' runs do not grow (``stable_seeds`` counts
-    them); ``paper_stable``: the seed-mean slope and backlog of the paper's window pass its
-    rule.
+    ``stable``: verdict v3 (:func:`mabp_gym.metrics.growth_verdict`): the growth pooled
+    over the seeds is below the limit with 95% confidence and, where it is significantly
+    positive, falls as the run lengthens (``growth_mean``, ``growth_half_width``,
+    ``growth_half`` and ``trend`` say why); ``stable_seeds`` counts the runs that do not
+    grow on their own. ``paper_stable``: the seed-mean slope and backlog of the paper's
+    window pass its rule.
     """
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for record in records:
@@ -867,7 +870,7 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
             row[key] = float(values.mean()) if values.size else None
             row[f"{key}_std"] = float(values.std()) if values.size else None
         row["stable_seeds"] = sum(bool(m["stable"]) for m in members)
-        row["stable"] = 2 * row["stable_seeds"] > len(members)
+        row.update(growth_verdict(members))
         slope = row["paper_slope"] if row["paper_slope"] is not None else row["slope"]
         backlog = row["paper_backlog"] if row["paper_backlog"] is not None else row["mean_backlog"]
         row["paper_stable"] = is_stable(slope, backlog)

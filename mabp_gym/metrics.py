@@ -18,7 +18,9 @@ Two stability verdicts per run (SPEC 9.2), each named for what it measures:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +31,14 @@ STABLE_BACKLOG = 120.0  # units (the paper's rule)
 PAPER_HORIZON = 600  # slots the paper's rule looks at
 PAPER_WARMUP = 0.2
 GROWTH_LIMIT = 0.015  # fraction of arrivals left behind; see docs/results.md for the choice
+TRACE_STRIDE = 5  # a record's stored backlog trace keeps every 5th slot
+TREND_RATIO = 0.5
+"""Verdict v3's trend check: a significantly positive growth must at least halve when the
+run doubles (fall to this fraction of its value at half the horizon). A queue that settles
+by the window's start leaves a slope of noise; one still settling within the window gives
+about half; a queue at capacity keeps more (``1 / sqrt(2) = 0.71`` for a driftless random
+walk; 0.54-0.55 measured for MABP at `mixed`'s bound, load 1.0, at 4,000 and 8,000 slots),
+a growing queue all of it."""
 
 
 @dataclass
@@ -181,4 +191,156 @@ def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
         "compute_cost": _ratio(compute, completed),
         "transmission_cost": _ratio(transmission, completed),
         "memory_cost": _ratio(memory, completed),
+    }
+
+
+# -- growth of saved runs cut at a shorter horizon, pooled over seeds (SPEC 9.2, v3) ------
+MIN_TRACE_POINTS = 10
+"""Stored backlog points a cut must keep after its warm-up to fit a slope: fewer give a
+slope of 0 or noise (a two-point window reads every policy stable)."""
+
+
+def min_horizon(warmup: float = PAPER_WARMUP) -> int:
+    """The shortest cut that keeps :data:`MIN_TRACE_POINTS` stored points after ``warmup``
+    (61 slots at the default warm-up: points every ``TRACE_STRIDE`` = 5 slots)."""
+    horizon = 1
+    while _points(horizon, warmup) < MIN_TRACE_POINTS:
+        horizon += 1
+    return horizon
+
+
+def _points(horizon: int, warmup: float) -> int:
+    start = int(horizon * warmup)
+    return len(range(-(-start // TRACE_STRIDE) * TRACE_STRIDE, horizon, TRACE_STRIDE))
+
+
+def check_record_trace(record: dict[str, Any]) -> None:
+    """Refuse a record whose saved backlog trace cannot be cut (missing, null, not a list of
+    numbers), naming the run."""
+    trace = record.get("backlog_trace")
+    if not isinstance(trace, list) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in trace
+    ):
+        raise ValueError(
+            f"run {record.get('policy')!r} at load {record.get('load')} seed "
+            f"{record.get('seed')}: its backlog_trace is {type(trace).__name__}, not a list "
+            "of numbers; it cannot be cut at a shorter horizon"
+        )
+
+
+def growth_at(record: dict[str, Any], horizon: int, warmup: float = PAPER_WARMUP) -> float:
+    """Growth (slope / arrival rate) of a saved run cut at ``horizon`` slots.
+
+    The slope is fitted to the stored trace (every ``TRACE_STRIDE``-th slot) and divided by
+    the configured arrival rate, so it differs from the run's own ``growth`` (every slot,
+    measured arrivals) by sampling noise only.
+
+    Raises:
+        ValueError: the run is shorter than ``horizon``.
+    """
+    if horizon > record["horizon"]:
+        raise ValueError(f"horizon {horizon} is longer than the run ({record['horizon']} slots)")
+    if horizon < min_horizon(warmup):
+        raise ValueError(
+            f"horizon {horizon} keeps fewer than {MIN_TRACE_POINTS} stored backlog points after "
+            f"the warm-up; cut at {min_horizon(warmup)} slots or more"
+        )
+    check_record_trace(record)
+    trace = np.asarray(record["backlog_trace"], dtype=np.float64)
+    slots = np.arange(len(trace)) * TRACE_STRIDE
+    keep = (slots >= int(horizon * warmup)) & (slots < horizon)
+    slope = backlog_slope(trace[keep]) / TRACE_STRIDE
+    return growth(slope, record["arrival_rate"])
+
+
+_T_975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)  # Student t, 97.5%, 1-30 degrees of freedom
+
+
+def t_975(dof: int) -> float:
+    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom (1.96 past 30)."""
+    if dof < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
+    return _T_975[dof - 1] if dof <= len(_T_975) else 1.96
+
+
+def pooled(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and 95% confidence half-width (Student t) of per-seed values; the half-width
+    is 0 for a single value (no spread to estimate: the verdict is the point estimate)."""
+    array = np.asarray(values, dtype=np.float64)
+    if not array.size:
+        raise ValueError("no values to pool")
+    if array.size == 1:
+        return float(array[0]), 0.0
+    half = t_975(array.size - 1) * float(array.std(ddof=1)) / np.sqrt(array.size)
+    return float(array.mean()), half
+
+
+def growth_verdict(members: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Verdict v3 of one policy at one load from its runs (one per seed).
+
+    * **Pooled growth**: the mean of the runs' growth fractions with its 95% confidence
+      half-width; the load passes only when the upper end is below ``GROWTH_LIMIT``.
+    * **Trend**: cut every run at half its horizon (from its saved trace); where the pooled
+      growth at the full horizon is significantly above 0, it must have fallen to at most
+      ``TREND_RATIO`` of the half-horizon value. A queue at capacity, whose growth falls
+      more slowly than the run lengthens, is not credited. ``None`` when the runs
+      keep no trace or are too short to halve; it is never failed on one run alone (no
+      spread to tell growth from noise): then the pooled rule alone decides.
+
+    Returns:
+        ``{"growth_mean", "growth_half_width", "growth_half", "trend", "stable"}``.
+    """
+    if not members:
+        raise ValueError("no runs to judge")
+    mean, half_width = pooled([m["growth"] for m in members])
+    halves: list[float] = []
+    for member in members:
+        horizon = int(member.get("horizon") or 0)
+        if not isinstance(member.get("backlog_trace"), list) or horizon // 2 < min_horizon():
+            halves = []
+            break
+        halves.append(growth_at(member, horizon // 2))
+    half_mean = float(np.mean(halves)) if halves else None
+    trend: bool | None = None
+    # Significance needs a spread: with one run the trend is not judged.
+    if half_mean is not None and len(members) > 1:
+        grows = mean - half_width > 0.0
+        trend = not (grows and mean > TREND_RATIO * max(half_mean, 0.0))
+    return {
+        "growth_mean": mean,
+        "growth_half_width": half_width,
+        "growth_half": half_mean,
+        "trend": trend,
+        "stable": bool(mean + half_width < GROWTH_LIMIT and trend is not False),
     }

@@ -14,73 +14,33 @@ from typing import Any
 
 import numpy as np
 
-from mabp_gym.evaluation import TRACE_STRIDE, stable_load
-from mabp_gym.metrics import PAPER_WARMUP, backlog_slope, does_not_grow, growth
-
-MIN_TRACE_POINTS = 10
-"""Stored backlog points a cut must keep after its warm-up to fit a slope: fewer give a
-slope of 0 or noise (a two-point window reads every policy stable)."""
-
-
-def min_horizon(warmup: float = PAPER_WARMUP) -> int:
-    """The shortest cut that keeps :data:`MIN_TRACE_POINTS` stored points after ``warmup``
-    (61 slots at the default warm-up: points every ``TRACE_STRIDE`` = 5 slots)."""
-    horizon = 1
-    while _points(horizon, warmup) < MIN_TRACE_POINTS:
-        horizon += 1
-    return horizon
-
-
-def _points(horizon: int, warmup: float) -> int:
-    start = int(horizon * warmup)
-    return len(range(-(-start // TRACE_STRIDE) * TRACE_STRIDE, horizon, TRACE_STRIDE))
-
-
-def check_record_trace(record: dict[str, Any]) -> None:
-    """Refuse a record whose saved backlog trace cannot be cut (missing, null, not a list of
-    numbers), naming the run."""
-    trace = record.get("backlog_trace")
-    if not isinstance(trace, list) or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) for x in trace
-    ):
-        raise ValueError(
-            f"run {record.get('policy')!r} at load {record.get('load')} seed "
-            f"{record.get('seed')}: its backlog_trace is {type(trace).__name__}, not a list "
-            "of numbers; it cannot be cut at a shorter horizon"
-        )
-
-
-def growth_at(record: dict[str, Any], horizon: int, warmup: float = PAPER_WARMUP) -> float:
-    """Growth (slope / arrival rate) of a saved run cut at ``horizon`` slots.
-
-    The slope is fitted to the stored trace (every ``TRACE_STRIDE``-th slot) and divided by
-    the configured arrival rate, so it differs from the run's own ``growth`` (every slot,
-    measured arrivals) by sampling noise only.
-
-    Raises:
-        ValueError: the run is shorter than ``horizon``.
-    """
-    if horizon > record["horizon"]:
-        raise ValueError(f"horizon {horizon} is longer than the run ({record['horizon']} slots)")
-    if horizon < min_horizon(warmup):
-        raise ValueError(
-            f"horizon {horizon} keeps fewer than {MIN_TRACE_POINTS} stored backlog points after "
-            f"the warm-up; cut at {min_horizon(warmup)} slots or more"
-        )
-    check_record_trace(record)
-    trace = np.asarray(record["backlog_trace"], dtype=np.float64)
-    slots = np.arange(len(trace)) * TRACE_STRIDE
-    keep = (slots >= int(horizon * warmup)) & (slots < horizon)
-    slope = backlog_slope(trace[keep]) / TRACE_STRIDE
-    return growth(slope, record["arrival_rate"])
+from mabp_gym.evaluation import stable_load
+from mabp_gym.metrics import (  # noqa: F401  (the cut's helpers live with the metrics)
+    MIN_TRACE_POINTS,
+    TRACE_STRIDE,
+    check_record_trace,
+    does_not_grow,
+    growth_at,
+    min_horizon,
+)
 
 
 def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]:
-    """The records as if every run had stopped after ``horizon`` slots (growth verdict)."""
+    """The records as if every run had stopped after ``horizon`` slots (growth verdict;
+    the trace is cut too, so that verdict v3's trend check halves the cut)."""
     result = []
     for record in records:
         fraction = growth_at(record, horizon)
-        result.append({**record, "growth": fraction, "stable": does_not_grow(fraction)})
+        kept = record["backlog_trace"][: -(-horizon // TRACE_STRIDE)]
+        result.append(
+            {
+                **record,
+                "growth": fraction,
+                "stable": does_not_grow(fraction),
+                "horizon": horizon,
+                "backlog_trace": kept,
+            }
+        )
     return result
 
 

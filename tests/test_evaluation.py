@@ -68,24 +68,30 @@ def test_paper_load__needs_every_smaller_grid_load_to_pass_on_seed_means():
     assert stable_load(records) == {"a": 0.3, "b": 0.2, "c": 0.1}
 
 
-def test_stable_load__majority_of_seeds_and_every_smaller_load():
-    runs = [
-        (0.1, [True, True, True]),
-        (0.2, [True, False, True]),  # 2 of 3: stable
-        (0.3, [False, False, True]),
-        (0.4, [True, True, True]),
-    ]  # 0.3 breaks the chain
+def test_stable_load__pooled_growth_below_the_limit_with_confidence_at_every_smaller_load():
+    def runs(policy, load, growths):
+        return [
+            {**fake(policy, load, seed, 0.0, 10), "growth": g, "stable": g < 0.015}
+            for seed, g in enumerate(growths)
+        ]
+
     records = [
-        fake("a", load, seed, 0.0, 10, stable=flag)
-        for load, flags in runs
-        for seed, flag in enumerate(flags)
+        *runs("a", 0.1, [0.0, 0.001, -0.001]),
+        *runs("a", 0.2, [0.004, 0.006, 0.005]),  # upper end 0.0075: stable
+        # Every run passes on its own, but the pooled upper end is 0.020: not shown stable.
+        *runs("a", 0.3, [0.0, 0.012, 0.001]),
+        *runs("a", 0.4, [0.0, 0.0, 0.0]),  # 0.3 breaks the chain
     ]
     assert stable_load(records) == {"a": 0.2}
     (row,) = [r for r in summarize_records(records) if r["load"] == 0.3]
-    assert row["stable_seeds"] == 1 and row["stable"] is False
-    # A tie is not a majority.
-    tie = [fake("b", 0.1, 0, 0.0, 10, stable=True), fake("b", 0.1, 1, 0.0, 10, stable=False)]
-    assert stable_load(tie) == {"b": 0.0}
+    assert row["stable_seeds"] == 3 and row["stable"] is False
+    assert row["growth_mean"] == pytest.approx(13 / 3000)
+    assert row["growth_mean"] + row["growth_half_width"] > 0.015
+    # No trace saved: the pooled rule alone decides.
+    assert row["trend"] is None
+    # A single run is judged on its point estimate.
+    assert stable_load(runs("b", 0.1, [0.014])) == {"b": 0.1}
+    assert stable_load(runs("b", 0.1, [0.015])) == {"b": 0.0}
     with pytest.raises(ValueError, match="verdict"):
         stable_load(records, verdict="slope")
 
