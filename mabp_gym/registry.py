@@ -174,6 +174,12 @@ register_policy(
     needs="learn",
     checkpoint="learn_mabp_{workload}.pt",
 )
+register_policy(
+    "residual-mabp",
+    f"{_AGENTS}.residual_mabp:ResidualMABP.from_checkpoint",
+    needs="learn",
+    checkpoint="residual_mabp_{workload}.pt",
+)
 
 POLICIES: tuple[str, ...] = policy_names()
 """The built-in policies (Table I's, the MABP ablations, frame-MABP)."""

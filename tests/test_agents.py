@@ -12,7 +12,7 @@ from mabp_gym.agents.mabp import MABP, Primitives
 from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.metrics import Trace, summarize
 
-SCRIPTED = [p for p in POLICIES if p not in ("gnn", "learn-mabp")]
+SCRIPTED = [p for p in POLICIES if p not in ("gnn", "learn-mabp", "residual-mabp")]
 
 
 def run(

@@ -33,7 +33,7 @@ def test_registry__builtin_names_resolve_without_importing_agents_first():
 
 def test_registry__lists_every_builtin_once_in_table_order():
     assert POLICIES[:5] == ("sp", "jsq", "bp", "cost-bp", "greedycache-bp")
-    assert len(set(POLICIES)) == len(POLICIES) == 14  # with random scores
+    assert len(set(POLICIES)) == len(POLICIES) == 15  # with random scores and residual-mabp
     assert set(POLICIES) <= set(policy_names())
 
 

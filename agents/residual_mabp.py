@@ -1,0 +1,173 @@
+"""Residual-MABP: MABP's scores plus a learned correction that starts at zero.
+
+The correction is linear in a few features of each candidate that the env's observation
+holds (:data:`FEATURES`), one weight per feature and candidate kind, added to MABP's own
+score of that candidate before the shared projection. With every weight 0 the policy *is*
+MABP: the same scores, hence the same controls, slot for slot (tested). What the weights
+can express is the part of frame-MABP's plan that one slot sees: ranking hits of a
+resident object above misses (batches form behind one miss instead of the miss of a long
+queue evicting an object whose batch was still coming), by queue length, and keeping held
+objects with demand.
+
+The weights are learned against the simulator by the cross-entropy method on training
+seeds near the bound (:mod:`mabp_gym.training.residual_mabp`); the shipped checkpoint names
+its seeds, loads and budget in env steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.agents.base import Policy
+from mabp_gym.agents.mabp import MABP
+from mabp_gym.workload import Workload
+
+FEATURES: tuple[str, ...] = (
+    "service.hit",
+    "service.hit_log_queue",
+    "service.miss_log_queue",
+    "service.log_successor_pressure",
+    "route.dst_compatible_memory",
+    "route.log_queue",
+    "retain.held",
+    "retain.log_demand",
+)
+"""The correction's features, one weight each; ``log`` is ``log(1 + x)``."""
+
+KIND = "residual-mabp"
+
+
+class ResidualMABP(Policy):
+    """MABP plus ``weights . features`` per candidate.
+
+    Args:
+        workload: the network.
+        weights: one per :data:`FEATURES` (default: all 0, exactly MABP).
+        nu, memory: as for every policy.
+        **mabp_kw: passed to the composed :class:`mabp_gym.agents.mabp.MABP`.
+    """
+
+    name = "residual-mabp"
+    memory_aware = True
+
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        weights: Any = None,
+        nu: float = 5.0,
+        memory: bool = True,
+        **mabp_kw: Any,
+    ) -> None:
+        super().__init__(workload, nu=nu, memory=memory)
+        self.weights = check_weights(weights)
+        self.mabp = MABP(workload, nu=nu, memory=memory, **mabp_kw)
+
+    @classmethod
+    def from_checkpoint(
+        cls, workload: Workload, checkpoint: str | Path | None = None, **kw: Any
+    ) -> ResidualMABP:
+        """The policy with the weights of a checkpoint (default: the shipped one for the
+        workload). ``weights=`` instead of a checkpoint builds it without a file."""
+        if "weights" in kw:
+            if checkpoint:
+                raise ValueError("give residual-mabp a checkpoint or weights, not both")
+            return cls(workload, **kw)
+        weights, _ = load(checkpoint, workload)
+        return cls(workload, weights=weights, **kw)
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.mabp.reset(seed)
+
+    def _fill(self, obs: dict[str, np.ndarray], queues: np.ndarray, out: np.ndarray) -> None:
+        out[:] = self.mabp.scores(obs)
+        w = self.weights
+        if not w.any():
+            return
+        service = np.asarray(obs["service"], dtype=np.float64)
+        hit = service[:, 2]
+        log_queue = np.log1p(service[:, 4])
+        delta = (
+            w[0] * hit
+            + w[1] * hit * log_queue
+            + w[2] * (1.0 - hit) * log_queue
+            + w[3] * np.log1p(np.maximum(service[:, 3], 0.0))
+        )
+        scores = out[self.slices[0]]
+        # An empty queue keeps MABP's "nothing to serve" score.
+        out[self.slices[0]] = np.where(service[:, 4] > 0, scores + delta, scores)
+        route = np.asarray(obs["route"], dtype=np.float64)
+        if route.size:
+            out[self.slices[1]] += w[4] * route[:, 2] + w[5] * np.log1p(route[:, 3])
+        retain = np.asarray(obs["retain"], dtype=np.float64)
+        if retain.size:
+            out[self.slices[3]] += w[6] * retain[:, 0] + w[7] * np.log1p(retain[:, 2])
+
+
+def check_weights(weights: Any) -> np.ndarray:
+    """The weights as a float vector of length ``len(FEATURES)`` (``None``: zeros).
+
+    Raises:
+        ValueError: wrong length, or a value that is not a finite number.
+    """
+    if weights is None:
+        return np.zeros(len(FEATURES))
+    try:
+        array = np.asarray(weights, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"residual-mabp weights must be {len(FEATURES)} numbers ({', '.join(FEATURES)}), "
+            f"got {weights!r}"
+        ) from error
+    if array.size != len(FEATURES) or not np.isfinite(array).all():
+        raise ValueError(
+            f"residual-mabp weights must be {len(FEATURES)} finite numbers "
+            f"({', '.join(FEATURES)}), got {weights!r}"
+        )
+    return array
+
+
+def save(path: str | Path, weights: Any, workload: Workload, **meta: Any) -> None:
+    """Write the weights as a :mod:`~mabp_gym.agents.checkpoint_file` checkpoint."""
+    import torch
+
+    from mabp_gym.agents import checkpoint_file
+
+    tensors = {"weights": torch.as_tensor(check_weights(weights))}
+    info = {
+        "features": list(FEATURES),
+        "workload_identity": checkpoint_file.workload_identity(workload),
+    }
+    checkpoint_file.save(path, KIND, tensors, {**info, **meta})
+
+
+def load(checkpoint: str | Path | None, workload: Workload) -> tuple[np.ndarray, dict[str, Any]]:
+    """The weights and meta of a checkpoint (default: the shipped one for ``workload``).
+
+    Raises:
+        ValueError: no such file, another kind of checkpoint, other features, or a
+            checkpoint made for another workload (the differing parameters named).
+    """
+    from mabp_gym.agents import checkpoint_file
+
+    if checkpoint:
+        path = Path(checkpoint)
+    else:
+        path = checkpoint_file.default_checkpoint(KIND, workload.name)
+    if not path.exists():
+        raise ValueError(
+            f"no residual-mabp checkpoint at {path}; train one with "
+            f"`mabp-gym train residual-mabp --workload {workload.name}`"
+        )
+    tensors, meta = checkpoint_file.load(path, KIND)
+    if meta.get("features") != list(FEATURES):
+        raise ValueError(
+            f"{path}: a residual-mabp checkpoint of features {meta.get('features')}, "
+            f"this version reads {list(FEATURES)}"
+        )
+    checkpoint_file.check_workload(meta, workload, path)
+    return check_weights(tensors["weights"].numpy()), meta

@@ -1,0 +1,114 @@
+"""Residual-MABP (issue 24 point 5): zero correction is MABP exactly, the checkpoint round
+trip and its refusals, the training entry point, and the shipped checkpoints' verdict."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from mabp_gym import Simulator, make_workload  # noqa: E402
+from mabp_gym.agents import make_policy  # noqa: E402
+from mabp_gym.agents.residual_mabp import FEATURES, ResidualMABP, load, save  # noqa: E402
+from mabp_gym.encoding import ObservationEncoder  # noqa: E402
+from mabp_gym.workloads import WORKLOADS  # noqa: E402
+
+
+def controls(policy, workload, seed: int, slots: int):
+    """The scores and the executed controls of ``slots`` slots, in order."""
+    sim = Simulator(workload, check_invariants=True)
+    sim.reset(seed)
+    encoder = ObservationEncoder(workload)
+    policy.reset(seed)
+    out = []
+    for _ in range(slots):
+        scores = policy.scores(encoder.encode(sim.state))
+        control, _ = sim.step_scores(scores)
+        out.append((scores, control))
+    return out
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_zero_correction_is_mabp_slot_for_slot(name):
+    workload = make_workload(name, load=0.9)
+    mabp = controls(make_policy("mabp", workload), workload, seed=3, slots=120)
+    residual = controls(
+        make_policy("residual-mabp", workload, weights=[0.0] * len(FEATURES)), workload, 3, 120
+    )
+    for (s_a, c_a), (s_b, c_b) in zip(mabp, residual, strict=True):
+        np.testing.assert_array_equal(s_a, s_b)
+        for field in ("transfers", "route", "service", "start", "retain"):
+            np.testing.assert_array_equal(getattr(c_a, field), getattr(c_b, field))
+
+
+def test_a_correction_changes_the_scores_of_the_candidates_it_reads():
+    workload = make_workload("mixed", load=0.9)
+    weights = np.zeros(len(FEATURES))
+    weights[FEATURES.index("service.hit")] = 5.0
+    zero, hit = ResidualMABP(workload), ResidualMABP(workload, weights=weights)
+    sim = Simulator(workload)
+    sim.reset(0)
+    encoder = ObservationEncoder(workload)
+    for _ in range(50):  # queues and a resident object
+        sim.step_scores(zero.scores(encoder.encode(sim.state)))
+    obs = encoder.encode(sim.state)
+    zero.reset(0), hit.reset(0)
+    delta = hit.scores(obs) - zero.scores(obs)
+    service = delta[workload.index.score_slices[0]]
+    bonus = (obs["service"][:, 2] > 0.5) & (obs["service"][:, 4] > 0)
+    assert bonus.any()
+    np.testing.assert_allclose(service[bonus], 5.0)
+    np.testing.assert_allclose(service[~bonus], 0.0)
+    assert not delta[workload.index.score_slices[0].stop :].any()
+
+
+@pytest.mark.parametrize(
+    "weights", [[1.0], [np.nan] * len(FEATURES), ["a"] * len(FEATURES), [[1.0, 2.0]]]
+)
+def test_bad_weights_are_refused_with_the_features_named(weights):
+    with pytest.raises(ValueError, match="service.hit"):
+        ResidualMABP(make_workload("mixed"), weights=weights)
+
+
+def test_checkpoint_round_trip_and_refusals(tmp_path):
+    mixed = make_workload("mixed")
+    weights = np.arange(len(FEATURES), dtype=np.float64) / 10
+    path = tmp_path / "residual.pt"
+    save(path, weights, mixed, env_steps=123)
+    loaded, meta = load(path, mixed)
+    np.testing.assert_array_equal(loaded, weights)
+    assert meta["env_steps"] == 123 and meta["features"] == list(FEATURES)
+    policy = make_policy("residual-mabp", mixed, checkpoint=str(path))
+    np.testing.assert_array_equal(policy.weights, weights)
+    with pytest.raises(ValueError, match="made for workload 'mixed'"):
+        load(path, make_workload("mixed", K=5))
+    with pytest.raises(ValueError, match="no residual-mabp checkpoint"):
+        load(tmp_path / "missing.pt", mixed)
+    with pytest.raises(ValueError, match="not both"):
+        make_policy("residual-mabp", mixed, checkpoint=str(path), weights=weights)
+
+
+def test_training_entry_point_searches_saves_and_refuses_evaluation_seeds(tmp_path):
+    from mabp_gym.training import residual_mabp as learner
+
+    args = learner.parse(
+        [
+            "--slots", "150", "--rounds", "1", "--population", "3", "--elite", "2",
+            "--train-seeds", "20", "--out", str(tmp_path), "--no-progress",
+        ]
+    )  # fmt: skip
+    report = learner.train(args)
+    assert report["env_steps"] == (1 + 1 * 3) * 1 * 150
+    weights, meta = load(report["checkpoint"], make_workload("mixed"))
+    assert weights.shape == (len(FEATURES),) and meta["command"].startswith("mabp-gym train")
+    # The search keeps the best candidate, and the mean (zero: MABP) is one of them.
+    assert report["train"]["p95_delay_all"] <= report["mabp_train"]["p95_delay_all"]
+    for argv, message in (
+        (["--train-seeds", "9000"], "evaluation seeds"),
+        (["--elite", "5", "--population", "4"], "--elite"),
+        (["--init-std", "0"], "--init-std"),
+        (["--rounds", "0"], "--rounds"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            learner.parse([*argv, "--out", str(tmp_path)])
