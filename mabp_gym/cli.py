@@ -1,16 +1,16 @@
 """The ``mabp-gym`` command line.
 
-Subcommands: ``train gnn`` / ``train learn-mabp`` (the learned schedulers; ``--help`` after
-the learner lists their options), ``eval`` (policies over a grid of loads and seeds), ``table`` (the
-paper's Table I layout, Markdown and CSV), ``sweep`` (load, beta, K, nu or skew sweeps of
-paper VI-A), ``plot`` (PNG figures from saved results), ``capacity`` (a workload's
-no-memory and all-hit capacities), ``simulate`` (the core under the fixed queue-length
-score rule), ``verdicts`` (stable load per seed set and horizon from saved runs) and
-``fleet`` (serving-fleet mode: routers over a replayed trace, SPEC 11). ``--help`` on each.
-Bad arguments (checked, output paths included, before any work starts) exit with status 2
-and a one-line reason; an internal error keeps its traceback (status 1); a sweep whose runs
-fail keeps the finished ones and exits with status 1 and a summary. Results go to the
-JSON-lines / CSV / Markdown files named on the command line.
+Subcommands: ``train gnn`` / ``train learn-mabp`` / ``train residual-mabp`` (the learned
+schedulers; ``--help`` after the learner lists their options), ``eval`` (policies over a
+grid of loads and seeds), ``table`` (the paper's Table I layout, Markdown and CSV),
+``sweep`` (load, beta, K, nu or skew sweeps of paper VI-A), ``plot`` (PNG figures from saved
+results), ``capacity`` (a workload's no-memory and all-hit capacities), ``simulate`` (the
+core under the fixed queue-length score rule), ``verdicts`` (stable load per seed set and
+horizon from saved runs) and ``fleet`` (serving-fleet mode: routers over a replayed trace,
+SPEC 11). ``--help`` on each. Bad arguments (checked, output paths included, before any work
+starts) exit with status 2 and a one-line reason; an internal error keeps its traceback
+(status 1); a sweep whose runs fail keeps the finished ones and exits with status 1 and a
+summary. Results go to the JSON-lines / CSV / Markdown files named on the command line.
 """
 
 from __future__ import annotations
@@ -312,13 +312,41 @@ def _build_parser() -> argparse.ArgumentParser:
         "workload's family (mixed, rag, moe, agentic)",
     )
 
+    bench = commands.add_parser(
+        "bench",
+        help="benchmark v3's task suite and its leaderboard (docs/benchmark.md)",
+        description="Run the tasks with headroom on the evaluation seeds (skipping runs "
+        "already in --out) and print the leaderboard; --from-results only prints it.",
+    )
+    bench.add_argument("--tasks", nargs="+", default=None, help="task names (default: all)")
+    bench.add_argument(
+        "--policies", nargs="+", default=None, help="policies (default: the suite's seven)"
+    )
+    bench.add_argument(
+        "--seeds",
+        default="9000:9010",
+        help="evaluation seeds, a:b or comma-separated, within 9000-9999 (default 9000:9010)",
+    )
+    bench.add_argument("--horizon", type=int, default=4000, help="slots per run (4000)")
+    bench.add_argument("--out", metavar="PATH", help="JSON-lines results (resumable)")
+    bench.add_argument(
+        "--from-results", action="store_true", help="print the board from --out, run nothing"
+    )
+    bench.add_argument("--markdown", metavar="PATH", help="also write the board as Markdown")
+    bench.add_argument("--json", metavar="PATH", help="also write the board's rows as JSON")
+    bench.add_argument("--list", action="store_true", help="list the tasks and exit")
+    bench.add_argument("--workers", type=int, default=None, help="processes (all cores)")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     train = commands.add_parser(
         "train",
-        help="train a learned scheduler (gnn, learn-mabp)",
+        help="train a learned scheduler (gnn, learn-mabp, residual-mabp)",
         description="Train a learned scheduler. `mabp-gym train gnn --help` and "
         "`mabp-gym train learn-mabp --help` list each learner's options.",
     )
-    train.add_argument("learner", choices=("gnn", "learn-mabp"), help="the learner to train")
+    train.add_argument(
+        "learner", choices=("gnn", "learn-mabp", "residual-mabp"), help="the learner to train"
+    )
     train.add_argument(
         "rest",
         nargs=argparse.REMAINDER,
@@ -764,7 +792,7 @@ def _check_seed_sets(seed_sets: list[list[int]], records: list[dict[str, Any]]) 
             )
 
 
-def _parse_seeds(token: str) -> list[int]:
+def _parse_seeds(token: str, option: str = "--seed-sets") -> list[int]:
     try:
         if ":" in token:
             start, stop = (int(x) for x in token.split(":"))
@@ -772,9 +800,9 @@ def _parse_seeds(token: str) -> list[int]:
         else:
             seeds = [int(x) for x in token.split(",") if x]
     except ValueError:
-        raise ValueError(f"--seed-sets: {token!r} is not 'a:b' or comma-separated seeds") from None
+        raise ValueError(f"{option}: {token!r} is not 'a:b' or comma-separated seeds") from None
     if not seeds:
-        raise ValueError(f"--seed-sets: {token!r} holds no seed")
+        raise ValueError(f"{option}: {token!r} holds no seed")
     return seeds
 
 
@@ -1025,6 +1053,8 @@ def _train(args: argparse.Namespace) -> None:
     require("learn", "mabp-gym train")
     if args.learner == "gnn":
         from mabp_gym.training import gnn as learner
+    elif args.learner == "residual-mabp":
+        from mabp_gym.training import residual_mabp as learner
     else:
         from mabp_gym.training import learn_mabp as learner
     with user_input():
@@ -1032,8 +1062,65 @@ def _train(args: argparse.Namespace) -> None:
     learner.report(learner.train(options))
 
 
+def _bench(args: argparse.Namespace) -> None:
+    from mabp_gym import bench
+
+    if args.list:
+        for task in bench.TASKS:
+            extra = ", ".join(f"{k}={v}" for k, v in task.overrides)
+            print(
+                f"{task.name}: {task.workload}{f' ({extra})' if extra else ''} at load "
+                f"{task.load:g}; {task.why}"
+            )
+        return
+    from mabp_gym.evaluation import execute, read_records
+
+    with user_input():
+        tasks = bench.tasks_named(args.tasks)
+        policies = list(bench.POLICIES) if args.policies is None else _policies(args.policies)
+        seeds = bench.check_seeds(_parse_seeds(args.seeds, "--seeds"))
+        if args.horizon < SCREEN_HORIZON:
+            raise ValueError(
+                f"--horizon must be at least {SCREEN_HORIZON} for the benchmark, got {args.horizon}"
+            )
+        _writable(args.markdown, "--markdown")
+        _writable(args.json, "--json")
+        if args.from_results:
+            if args.out is None or not Path(args.out).is_file():
+                raise ValueError("--from-results needs --out naming an existing results file")
+            records = read_records(args.out)
+            skipped: list[tuple[str, str, str]] = []
+        else:
+            _writable(args.out, "--out")
+            if args.workers is not None and args.workers < 1:
+                raise ValueError(f"--workers must be a positive integer, got {args.workers}")
+            specs, skipped = bench.plan_bench(tasks, policies, seeds, args.horizon)
+    if not args.from_results:
+        records = execute(
+            specs, output=args.out, workers=args.workers, progress=not args.no_progress
+        )
+    wanted = set(policies)
+    records = [
+        r
+        for r in records
+        if r["policy"] in wanted and r["seed"] in seeds and r["horizon"] == args.horizon
+    ]
+    rows = bench.leaderboard(records, tasks)
+    if not rows:
+        raise SystemExit(f"mabp-gym bench: no runs of these tasks and policies in {args.out}")
+    text = bench.markdown(rows, skipped, tasks)
+    print(text, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(_finite({"rows": rows, "standings": bench.standings(rows)}), indent=2)
+        )
+
+
 COMMANDS = {
     "train": _train,
+    "bench": _bench,
     "eval": _eval,
     "table": _table,
     "verdicts": _verdicts,

@@ -1,0 +1,119 @@
+"""Benchmark v3's task suite and leaderboard (issue 24 point 4): tasks, seeds, scores, and
+``mabp-gym bench`` from a run and from saved results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mabp_gym import bench
+
+
+def record(policy: str, task: bench.Task, seed: int, delay: float, growth: float = 0.0):
+    return {
+        "policy": policy,
+        "workload": task.workload,
+        "load": task.load,
+        "overrides": dict(task.overrides),
+        "seed": seed,
+        "horizon": 4000,
+        "growth": growth,
+        "stable": growth < 0.015,
+        "p95_delay_all": delay,
+        "mean_backlog": delay,
+        "penalty_per_arrival": 0.1,
+    }
+
+
+def test_tasks_and_seeds_are_checked_by_name():
+    assert [t.name for t in bench.tasks_named(None)] == list(bench.TASK_NAMES)
+    assert [t.name for t in bench.tasks_named(["rag-0.90", "mixed-0.90"])] == [
+        "mixed-0.90",
+        "rag-0.90",
+    ]  # the suite's order
+    with pytest.raises(ValueError, match="unknown task 'nope'; choose from mixed-0.90"):
+        bench.tasks_named(["nope"])
+    with pytest.raises(ValueError, match="not evaluation seeds"):
+        bench.check_seeds([0, 9000])
+    with pytest.raises(ValueError, match="at least one seed"):
+        bench.check_seeds([])
+
+
+def test_scores_are_relative_to_mabp_and_zero_where_the_backlog_grows():
+    task, other = bench.TASKS[0], bench.TASKS[5]
+    records = [
+        *(record("mabp", task, s, 200.0 + s) for s in range(3)),
+        *(record("frame-mabp", task, s, 100.0 + s / 2) for s in range(3)),
+        *(record("bp", task, s, 900.0, growth=0.3) for s in range(3)),
+        *(record("mabp", other, s, 300.0) for s in range(3)),
+        *(record("frame-mabp", other, s, 150.0) for s in range(3)),
+    ]
+    rows = bench.leaderboard(records, [task, other])
+    by = {(r["task"], r["policy"]): r for r in rows}
+    assert [r["policy"] for r in rows if r["task"] == task.name] == ["bp", "mabp", "frame-mabp"]
+    assert by[(task.name, "frame-mabp")]["score"] == pytest.approx(201.0 / 100.5)
+    assert by[(task.name, "mabp")]["score"] == 1.0
+    assert by[(task.name, "bp")]["score"] == 0.0 and by[(task.name, "bp")]["stable"] is False
+    assert by[(other.name, "frame-mabp")]["score"] == 2.0
+    # The workload's own records give the bound (mixed and its tight variant: 1.0).
+    assert by[(other.name, "mabp")]["bound"] == pytest.approx(1.0)
+    standings = bench.standings(rows)
+    assert [s["policy"] for s in standings] == ["frame-mabp", "mabp", "bp"]
+    assert standings[0]["score"] == pytest.approx((201.0 / 100.5 * 2.0) ** 0.5)
+    assert standings[-1]["score"] is None and standings[-1]["stable"] == 0
+    text = bench.markdown(rows, [], [task, other])
+    assert "| frame-mabp | 2 of 2 | 2.00 |" in text
+    assert "| bp | 3 | 900.0 ± 0.0 | 900.0 | 0.1000 | no | 0.00 |" in text
+
+
+def test_learned_policies_without_a_checkpoint_for_a_task_are_left_out_and_said_so():
+    pytest.importorskip("torch")
+    tasks = bench.tasks_named(["rag-0.90", "mixed-tight-0.80"])
+    specs, skipped = bench.plan_bench(tasks, ["mabp", "gnn"], [9000], horizon=4000)
+    assert {(s.workload, s.policy) for s in specs} == {("rag", "mabp"), ("mixed", "mabp")}
+    assert [(task, policy) for task, policy, _ in skipped] == [
+        ("rag-0.90", "gnn"),
+        ("mixed-tight-0.80", "gnn"),
+    ]
+    assert "no shipped checkpoint for rag" in skipped[0][2]
+    assert "made without beta=0.125" in skipped[1][2]
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", "bench", *argv], capture_output=True, text=True
+    )
+
+
+def test_cli__runs_the_suite_resumes_and_prints_the_board_from_saved_results(tmp_path):
+    out, board = tmp_path / "bench.jsonl", tmp_path / "board.json"
+    common = ["--tasks", "mixed-0.90", "--policies", "bp", "mabp", "--seeds", "9000:9002"]
+    first = cli(*common, "--out", str(out), "--no-progress", "--json", str(board))
+    assert first.returncode == 0, first.stderr
+    assert len(out.read_text().splitlines()) == 4
+    assert "**mixed-0.90** (mixed at load 0.9, bound 1.00;" in first.stdout
+    rows = json.loads(board.read_text())["rows"]
+    assert {r["policy"] for r in rows} == {"bp", "mabp"}
+    again = cli(*common, "--out", str(out), "--from-results")
+    assert again.returncode == 0 and again.stdout == first.stdout
+    assert len(out.read_text().splitlines()) == 4  # nothing ran again
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seeds", "0:3"], "not evaluation seeds"),
+        (["--horizon", "600"], "--horizon must be at least 4000"),
+        (["--tasks", "nope"], "unknown task 'nope'"),
+        (["--policies", "nope"], "unknown policy 'nope'"),
+        (["--seeds", "a:b"], "--seeds: 'a:b' is not"),
+        (["--from-results"], "--from-results needs --out"),
+    ],
+)
+def test_cli__bad_arguments_exit_2_with_one_line(argv, message):
+    result = cli(*argv)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
