@@ -253,45 +253,13 @@ def growth_at(record: dict[str, Any], horizon: int, warmup: float = PAPER_WARMUP
     return growth(slope, record["arrival_rate"])
 
 
-_T_975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)  # Student t, 97.5%, 1-30 degrees of freedom
-
-
 def t_975(dof: int) -> float:
-    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom (1.96 past 30)."""
+    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom."""
     if dof < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
-    return _T_975[dof - 1] if dof <= len(_T_975) else 1.96
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, dof))
 
 
 def pooled(values: Sequence[float]) -> tuple[float, float]:
