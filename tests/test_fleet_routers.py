@@ -90,30 +90,42 @@ def test_affinity__longest_cached_prefix_wins_whatever_the_load():
 
 
 # -- SGLang cache_aware --------------------------------------------------------------------------
-def sglang_with_tree(preset: str, worker: int, ids) -> SGLangCacheAware:
-    router = fresh(f"sglang-{preset}")
-    router.index.insert(worker, ids, now=99.0)
+def sglang_with_tree(name: str, worker: int, ids, now: float = 99.0) -> SGLangCacheAware:
+    router = fresh(name)
+    router.index.insert(worker, ids, now=now)
     return router
 
 
 def test_sglang__imbalance_sends_to_least_loaded_despite_a_full_match():
-    router = sglang_with_tree("rust", 0, PROMPT)
     tel = fleet(in_flight=[40, 5, 6])  # 40 - 5 > 32 and 40 > 1.1 * 5
-    assert router.choose(request(), tel) == 1
-    router = sglang_with_tree("python", 0, PROMPT)  # abs threshold 64: not imbalanced
-    assert router.choose(request(), tel) == 0
+    assert sglang_with_tree("sglang-lib-default", 0, PROMPT).choose(request(), tel) == 1
+    # The deployed defaults: abs threshold 64, not imbalanced -> the full match wins.
+    assert sglang_with_tree("sglang", 0, PROMPT).choose(request(), tel) == 0
+    tel = fleet(in_flight=[80, 10, 12])  # 70 > 64 and 80 > 1.5 * 10
+    assert sglang_with_tree("sglang", 0, PROMPT).choose(request(), tel) == 1
 
 
 def test_sglang__cache_threshold_separates_the_presets():
     tel = fleet(in_flight=[3, 2, 2])
-    # match 2 of 4 blocks = 0.5: not > 0.5 (Rust) -> least loaded; > 0.3 (Python) -> worker 0
-    assert sglang_with_tree("rust", 0, PROMPT[:2]).choose(request(), tel) in (1, 2)
-    assert sglang_with_tree("python", 0, PROMPT[:2]).choose(request(), tel) == 0
-    assert sglang_with_tree("rust", 0, PROMPT[:3]).choose(request(), tel) == 0
+    # match 2 of 4 blocks = 0.5: not > 0.5 (library default) -> least loaded; > 0.3 -> 0
+    assert sglang_with_tree("sglang-lib-default", 0, PROMPT[:2]).choose(request(), tel) in (1, 2)
+    assert sglang_with_tree("sglang", 0, PROMPT[:2]).choose(request(), tel) == 0
+    assert sglang_with_tree("sglang-lib-default", 0, PROMPT[:3]).choose(request(), tel) == 0
+
+
+def test_sglang__a_tie_at_the_deepest_node_goes_to_its_first_tenant_not_the_least_loaded():
+    # Workers 2 and 0 both match 3 blocks; 2 inserted the deepest block first. Worker 0 has
+    # fewer requests in flight, which the old rule (ties to the least loaded) would pick.
+    for seed in range(10):
+        router = fresh("sglang", seed=seed)
+        router.index.insert(2, PROMPT[:3], now=10.0)
+        router.index.insert(0, PROMPT[:3], now=20.0)
+        assert router.choose(request(), fleet(in_flight=[1, 5, 4])) == 2
+    assert router.index.first_tenant([0, 2], PROMPT[2]) == 2
 
 
 def test_sglang__inserts_the_prompt_and_evicts_down_to_the_tree_size():
-    router = fresh("sglang-rust")
+    router = fresh("sglang-lib-default")
     tel = fleet(in_flight=[0, 0, 0], now=1.0)
     worker = router.choose(request(ids=tuple(range(100, 120))), tel)
     assert len(router.index.tables[worker]) == 20
@@ -121,35 +133,82 @@ def test_sglang__inserts_the_prompt_and_evicts_down_to_the_tree_size():
     late = fleet(in_flight=[0, 0, 0], now=31.0)
     router.choose(request(ids=(999,)), late)
     assert len(router.index.tables[worker]) <= 4 + 1
+    assert set(router.index.born[worker]) == set(router.index.tables[worker])
 
 
 # -- Dynamo --------------------------------------------------------------------------------------
+def routed(router, tel, req, rid: int) -> int:
+    req.rid = rid
+    return router.choose(req, tel)
+
+
 def test_dynamo__lowest_prefill_plus_decode_blocks_at_temperature_zero():
-    # costs: w0 (4-4)+10 = 10, w1 (4-0)+5 = 9, w2 (4-2)+8 = 10
-    tel = fleet(active_blocks=[10, 5, 8], caches={0: PROMPT, 2: PROMPT[:2]})
+    # Nothing routed yet: prefill blocks = uncached tokens / 512, decode blocks = the
+    # request's own 4 blocks. w0 (4-4)+4 = 4, w1 (4-0)+4 = 8, w2 (4-2)+4 = 6.
+    tel = fleet(caches={0: PROMPT, 2: PROMPT[:2]})
     router = fresh("dynamo-t0")
-    assert list(router.costs(request(), tel)) == [10, 9, 10]
-    assert choices("dynamo-t0", tel, request()) == {1}
+    assert list(router.costs(request(), tel)) == [4, 8, 6]
+    assert choices("dynamo-t0", tel, request()) == {0}
+
+
+def test_dynamo__pending_prefill_of_what_it_routed_counts_until_the_first_token():
+    tel = fleet(caches={0: PROMPT})
+    router = fresh("dynamo-t0")
+    assert routed(router, tel, request(), rid=1) == 0  # cost 0 + 4 on w0
+    # A second, different 4-block prompt: w0 now carries 0 pending tokens (all cached) and
+    # 4 active blocks; w1, w2 nothing. w0: 4 + (4 + 4) = 12; w1, w2: 4 + 4 = 8.
+    other = request(ids=(20, 21, 22, 23))
+    assert list(router.costs(other, tel)) == [12, 8, 8]
+    assert routed(router, tel, other, rid=2) in (1, 2)
+    worker = router.streams.where[2]
+    # Its 2,048 uncached tokens are pending on that worker until its first token returns.
+    assert router.streams.pending_tokens[worker] == 2048
+    third = request(ids=(30, 31))
+    cost = router.costs(third, tel)
+    assert cost[worker] == (2048 + 1024) / 512 + (4 + 2)
+    tel._sim.first_token_log.append(2)  # the first token streams back
+    assert router.costs(third, tel)[worker] == 1024 / 512 + (4 + 2)
+    tel._sim.end_log.extend([1, 2])  # both streams end: nothing active is left
+    assert list(router.costs(third, tel)) == [4, 4, 4]
+    assert router.streams.where == {} and not router.streams.pending_tokens.any()
+
+
+def test_dynamo__shared_prompt_blocks_count_once():
+    tel = fleet()
+    router = fresh("dynamo-t0")
+    routed(router, tel, request(), rid=1)
+    worker = router.streams.where[1]
+    tel._sim.first_token_log.append(1)
+    # The same prompt again: its blocks are already active there (de-duplicated).
+    assert router.costs(request(), tel)[worker] == 4 + 4
 
 
 def test_dynamo__temperature_samples_exp_of_normalized_cost():
-    tel = fleet(active_blocks=[10, 5, 8], caches={0: PROMPT, 2: PROMPT[:2]})
+    tel = fleet(caches={0: PROMPT, 2: PROMPT[:2]})
     router = fresh("dynamo-t0.5", seed=7)
-    picks = np.bincount([router.choose(request(), tel) for _ in range(6000)], minlength=3)
-    # normalized costs (1, 0, 1): p(w1) = 1 / (1 + 2 exp(-2)) = 0.787
-    assert picks[1] / 6000 == pytest.approx(1 / (1 + 2 * np.exp(-2)), abs=0.02)
+    # Costs (4, 8, 6) before anything is routed; keep the router's state empty.
+    cost = router.costs(request(), tel)
+    assert list(cost) == [4, 8, 6]
+    picks = np.bincount(
+        [fresh("dynamo-t0.5", seed=s).choose(request(), tel) for s in range(3000)], minlength=3
+    )
+    # normalized (0, 1, 0.5): p(w0) = 1 / (1 + exp(-2) + exp(-1))
+    assert picks[0] / 3000 == pytest.approx(1 / (1 + np.exp(-2) + np.exp(-1)), abs=0.03)
 
 
 def test_dynamo_approx__predicts_the_cache_from_its_routing_with_a_ttl():
     router = fresh("dynamo-t0-approx")
     # The engines' caches are ignored: worker 0 holds the prompt but the router never sent it.
-    tel = fleet(active_blocks=[0, 0, 0], caches={0: PROMPT}, now=0.0)
-    first = router.choose(request(), tel)
-    assert list(router.costs(request(), tel)) == [4 - 4 * (w == first) for w in range(3)]
-    later = fleet(active_blocks=[0, 0, 0], now=119.0)
+    tel = fleet(caches={0: PROMPT}, now=0.0)
+    first = routed(router, tel, request(), rid=1)
+    tel._sim.end_log.append(1)
+    assert list(router.costs(request(), tel)) == [4 + 4 * (w != first) for w in range(3)]
+    later = fleet(now=119.0)
     assert router.choose(request(), later) == first  # still within the 120 s time-to-live
-    expired = fleet(active_blocks=[0, 0, 0], now=240.0)
-    assert list(router.costs(request(), expired)) == [4, 4, 4]
+    expired = fleet(now=240.0)
+    fresh_router = router
+    fresh_router.streams = type(router.streams)(3)
+    assert list(fresh_router.costs(request(), expired)) == [8, 8, 8]
 
 
 # -- llm-d ----------------------------------------------------------------------------------------
@@ -167,6 +226,27 @@ def test_llmd__weighted_prefix_queue_and_kv_scorers():
     assert LLMD.load_aware_scorer(np.array([0, 64, 500])) == pytest.approx([0.5, 0.25, 0.0])
 
 
+def test_llmd__the_prefix_scorer_reads_the_first_4096_tokens_only():
+    long = tuple(range(40, 52))  # 12 blocks of 512 tokens: only the first 8 are hashed
+    router = fresh("llm-d")
+    router.index.insert(0, long[:8], now=0.0)
+    tel = fleet(cache_blocks=100)
+    # 8 of 8 hashed blocks match on w0: prefix score 1, not 8 / 12.
+    assert router.scores(request(ids=long), tel)[0] == pytest.approx(3 * 1.0 + 2 + 2)
+    router.choose(request(ids=long), tel)
+    assert all(len(t) <= 8 for t in router.index.tables)
+
+
+def test_llmd__the_index_holds_the_engines_block_count_per_server_by_default():
+    router = fresh("llm-d")
+    tel = fleet(in_flight=[0, 0, 0], cache_blocks=5)
+    for k in range(4):
+        router.choose(request(ids=(100 + 2 * k, 101 + 2 * k)), tel)
+    assert max(len(t) for t in router.index.tables) <= 5
+    with pytest.raises(ValueError, match="lru_blocks_per_server"):
+        LLMD(lru_blocks_per_server=0)
+
+
 # -- vLLM production-stack ---------------------------------------------------------------------
 def test_vllm_prefixaware__random_among_the_longest_matches():
     tel = fleet()
@@ -180,36 +260,68 @@ def test_vllm_prefixaware__random_among_the_longest_matches():
     assert picks == {0, 2}
 
 
-def test_vllm_loadaware__match_minus_relative_load():
-    router = fresh("vllm-loadaware")
-    router.index.insert(0, PROMPT, 0.0)
+def test_vllm_loadaware__engine_match_minus_relative_load_ties_to_the_first_worker():
+    # The match comes from the engines' own caches, not a router-side trie.
+    tel = fleet(in_flight=[8, 0, 4], caches={0: PROMPT})
     # mean load 4: w0 1 - (8 - 4)/4 = 0; w1 0 - (0 - 4)/4 = 1; w2 0 - 0 = 0
-    assert router.choose(request(), fleet(in_flight=[8, 0, 4])) == 1
+    assert fresh("vllm-loadaware").choose(request(), tel) == 1
+    # mean 2: w0 1 - 1/2 = 0.5; w1 0 + 1/2 = 0.5: a tie goes to the first worker, always.
+    tel = fleet(in_flight=[3, 1, 2], caches={0: PROMPT})
+    assert choices("vllm-loadaware", tel, request()) == {0}
+
+
+def test_vllm_loadaware__no_prefix_anywhere_falls_back_to_the_lowest_request_rate():
     router = fresh("vllm-loadaware")
-    router.index.insert(0, PROMPT, 0.0)
-    # mean 2: w0 1 - 1/2 = 0.5; w1 0 + 1/2 = 0.5 - tie broken at random; w2 0 - (2-2)/2 = 0
-    assert router.choose(request(), fleet(in_flight=[3, 1, 2])) in (0, 1)
+    # Route three requests that no engine has cached: each goes to the lowest QPS so far.
+    tel = fleet(in_flight=[0, 0, 0], now=0.0)
+    picks = [router.choose(request(ids=(200 + k,)), tel) for k in range(3)]
+    assert sorted(picks) == [0, 1, 2]
+    # Worker 2 is loaded (in flight) but has the lowest rate over the window: it wins.
+    router.rate.record(0, 1.0)
+    router.rate.record(1, 1.0)
+    tel = fleet(in_flight=[0, 0, 9], now=2.0)
+    assert router.choose(request(ids=(300,)), tel) == 2
+    # Past the 60 s window the old requests no longer count.
+    assert router.rate.qps(100.0).tolist() == [0.0, 0.0, 0.0]
 
 
 # -- AIBrix ---------------------------------------------------------------------------------------
-def test_aibrix__load_gate_keeps_only_the_least_loaded():
-    router = fresh("aibrix", num_workers=4)
-    router.index.insert(0, PROMPT, 0.0)
-    # max 20 > 2 * (mean 5.5 + 1) and 20 - 0 >= 8: only worker 1 (load 0) is eligible.
-    assert router.choose(request(), fleet(4, in_flight=[20, 0, 1, 1])) == 1
+def aibrix_with(worker_prefixes, now: float = 0.0, num_workers: int = 4):
+    router = fresh("aibrix", num_workers=num_workers)
+    tel = fleet(num_workers, now=now)
+    router.choose(request(ids=(999,)), tel)  # builds the index for this block size
+    for worker, ids in worker_prefixes:
+        router.index.insert(worker, ids, now)
+    return router
+
+
+def test_aibrix__the_load_gate_opens_above_a_gap_of_8_only():
+    # Gap exactly 8: not imbalanced; the full match on w0 (load 9 <= mean 7 + std 3.46) wins.
+    router = aibrix_with([(0, PROMPT)])
+    assert router.choose(request(), fleet(4, in_flight=[9, 1, 9, 9])) == 0
+    # Gap 9: only the least-loaded worker is eligible. The removed extra condition
+    # (max > 2 * (mean + 1): 10 > 17.5 is false) would have left w0 eligible.
+    router = aibrix_with([(0, PROMPT)])
+    assert router.choose(request(), fleet(4, in_flight=[10, 1, 10, 10])) == 1
 
 
 def test_aibrix__best_match_under_mean_plus_std_else_next():
-    router = fresh("aibrix", num_workers=4)
-    router.index.insert(0, PROMPT, 0.0)
-    router.index.insert(3, PROMPT[:2], 0.0)
+    router = aibrix_with([(0, PROMPT), (3, PROMPT[:2])])
     # loads (3, 2, 2, 3): mean 2.5, std 0.5; w0 (100%, load 3 <= 3) fits.
     assert router.choose(request(), fleet(4, in_flight=[3, 2, 2, 3])) == 0
-    router = fresh("aibrix", num_workers=4)
-    router.index.insert(0, PROMPT, 0.0)
-    router.index.insert(3, PROMPT[:2], 0.0)
+    router = aibrix_with([(0, PROMPT), (3, PROMPT[:2])])
     # loads (6, 2, 2, 2): mean 3, std 1.73: w0 over the bound; next by match is w3 (50%).
     assert router.choose(request(), fleet(4, in_flight=[6, 2, 2, 2])) == 3
+
+
+def test_aibrix__one_global_index_with_a_20_minute_ttl_and_390_blocks():
+    router = aibrix_with([(0, PROMPT)])
+    assert router.index.capacity == 200_000 * 4 // (4 * 512) == 390
+    assert router.index.matches(PROMPT, 4, now=1199.0).tolist() == [4, 0, 0, 0]
+    assert router.index.matches(PROMPT, 4, now=1201.0).tolist() == [0, 0, 0, 0]
+    for k in range(400):
+        router.index.insert(1, (5000 + k,), now=1.0)
+    assert len(router.index.table) == 390 and PROMPT[0] not in router.index.table
 
 
 # -- MABP-Route ----------------------------------------------------------------------------------
@@ -237,13 +349,25 @@ def test_mabp_route__damps_a_worker_near_its_batch_limit():
     assert full[0] > full[1]
 
 
+# -- oracle-ttft -----------------------------------------------------------------------------------
+def test_oracle_ttft__earliest_first_token_on_the_exact_backlog_and_cache():
+    # Prefill of the 4-block prompt: 0.005 + 2048 * 8e-5 = 0.1688 s; cached on w2: 0.005 s.
+    tel = fleet(caches={2: PROMPT}, backlog=[0.1, 0.0, 0.2])
+    # w0 0.1 + 0.1688, w1 0 + 0.1688, w2 0.2 + 0.005: w1 (0.1688) beats w2 (0.205).
+    assert choices("oracle-ttft", tel, request()) == {1}
+    tel = fleet(caches={2: PROMPT}, backlog=[0.1, 0.0, 0.1])
+    assert choices("oracle-ttft", tel, request()) == {2}
+    tel = fleet(in_flight=[3, 1, 2])
+    assert choices("oracle-ttft", tel, request()) == {1}  # equal costs: fewest in flight
+
+
 # -- contract ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(ROUTERS))
 def test_router__returns_a_valid_worker_and_production_rules_cite_their_source(name):
     router = fresh(name, num_workers=5)
     tel = fleet(5, in_flight=[1, 2, 3, 4, 5])
     assert 0 <= router.choose(request(), tel) < 5
-    if name not in ("jsq", "bp", "affinity", "mabp-route"):
+    if name not in ("jsq", "bp", "affinity", "mabp-route", "oracle-ttft"):
         doc = type(router).__doc__ or ""
         assert ".rs" in doc or ".go" in doc or ".py" in doc or ".md" in doc
 

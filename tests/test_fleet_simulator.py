@@ -157,7 +157,7 @@ def test_replay__prefix_aware_routing_raises_the_hit_ratio_over_jsq():
     config = FleetConfig(num_workers=4, cache_blocks=30)
     trace = scale_to_load(prefix_tree_trace(800, seed=4), 0.7, config)
     jsq = replay(trace, JSQ(), config, seed=0)
-    for name in ("dynamo-t0", "sglang-python", "mabp-route"):
+    for name in ("dynamo-t0", "sglang", "mabp-route"):
         assert (
             replay(trace, make_router(name), config, seed=0)["kv_hit_ratio"]
             > jsq["kv_hit_ratio"] + 0.05

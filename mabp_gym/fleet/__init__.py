@@ -6,7 +6,13 @@ routes a trace; ``evaluate_fleet`` runs the Table II analogue.
 
 from __future__ import annotations
 
-from mabp_gym.fleet.routers import PRODUCTION_ROUTERS, ROUTERS, make_router
+from mabp_gym.fleet.routers import (
+    ABLATION_ROUTERS,
+    PRODUCTION_ROUTERS,
+    REFERENCE_ROUTERS,
+    ROUTERS,
+    make_router,
+)
 from mabp_gym.fleet.simulator import (
     METRICS,
     FleetConfig,
@@ -34,9 +40,11 @@ from mabp_gym.fleet.trace import (
 )
 
 __all__ = [
+    "ABLATION_ROUTERS",
     "BLOCK_TOKENS",
     "METRICS",
     "PRODUCTION_ROUTERS",
+    "REFERENCE_ROUTERS",
     "ROUTERS",
     "SHIPPED_TRACES",
     "FleetConfig",

@@ -250,6 +250,18 @@ class Telemetry:
         # (W,) int64"""
         return np.array([leading_hits(c, hash_ids) for c in self._sim.caches], dtype=np.int64)
 
+    @property
+    def first_tokens(self) -> list[int]:
+        """Request ids whose first token has streamed back through the router, in time
+        order (read from a cursor of your own; never write)."""
+        return self._sim.first_token_log
+
+    @property
+    def ended(self) -> list[int]:
+        """Request ids whose stream has ended (completed, or dropped by the worker), in
+        time order (read from a cursor of your own; never write)."""
+        return self._sim.end_log
+
     def tool_cached(self, tool_key: int) -> np.ndarray:
         """Whether each worker holds the tool state ``tool_key``.  # (W,) bool"""
         return np.array([tool_key in t for t in self._sim.tools], dtype=bool)
@@ -324,6 +336,10 @@ class FleetSimulator:
         self.arrived = 0
         self.last_time = 0.0
         self.choose_ns: list[int] = []
+        # What a router sees come back through it, in time order: the first token of each
+        # request (rid) and the end of its stream (completion or drop).
+        self.first_token_log: list[int] = []
+        self.end_log: list[int] = []
 
     # -- the event loop ------------------------------------------------------------------------
     def _push(self, when: float, kind: int, payload: Any) -> None:
@@ -350,7 +366,10 @@ class FleetSimulator:
                 when, kind, _, payload = heapq.heappop(events)
                 self.now = when
                 if kind == 0:
-                    self._complete(*payload)
+                    if isinstance(payload, int):  # a first token streams back
+                        self.first_token_log.append(payload)
+                    else:
+                        self._complete(*payload)
                     continue
                 request = payload
             elif t_trace < math.inf:
@@ -384,6 +403,7 @@ class FleetSimulator:
         request.worker = w
         if self.waiting_count[w] >= self.config.max_waiting:
             self.dropped += 1
+            self.end_log.append(request.rid)
             return
         self.in_flight[w] += 1
         self.active_blocks[w] += self.config.blocks(request.input_length + request.output_length)
@@ -419,6 +439,7 @@ class FleetSimulator:
         self.gpu_seconds += prefill + request.output_length * step / batch
         first = end + step
         done = end + request.output_length * step
+        self._push(first, 0, request.rid)
         self._push(done, 0, (request, w, first - request.arrival, step))
 
     def _complete(self, request: Request, w: int, ttft: float, step: float) -> None:
@@ -431,6 +452,7 @@ class FleetSimulator:
         self.records.append(
             (ttft, self.now - request.arrival, step, request.downstream, request.rid)
         )
+        self.end_log.append(request.rid)
         self.last_time = max(self.last_time, self.now)
         if request.tool_key >= 0 and not request.downstream:
             tools = self.tools[w]
@@ -472,6 +494,7 @@ class FleetSimulator:
             self.waiting_count[w] -= 1
             if self.now - request.arrival > self.config.timeout_s:
                 self.dropped += 1
+                self.end_log.append(request.rid)
                 self.in_flight[w] -= 1
                 self.active_blocks[w] -= self.config.blocks(
                     request.input_length + request.output_length
