@@ -325,28 +325,58 @@ def test_aibrix__one_global_index_with_a_20_minute_ttl_and_390_blocks():
 
 
 # -- MABP-Route ----------------------------------------------------------------------------------
-def test_mabp_route__reuse_wins_unless_the_cached_worker_is_backlogged():
+def mabp_route(exact: bool = False, num_workers: int = 3) -> MABPRoute:
+    router = MABPRoute(exact=exact)
+    router.reset(num_workers, np.random.default_rng(0))
+    return router
+
+
+def test_mabp_route__reuse_wins_unless_its_estimated_backlog_says_otherwise():
     tel = fleet(caches={2: PROMPT})
     assert choices("mabp-route", tel, request()) == {2}
-    # Full prefill 0.1688 s, so a 1 s backlog outweighs the 0.1638 s that reuse saves.
+    # Full prefill 0.1688 s, so 1 s of prefill the router sent w2 outweighs the 0.1638 s that
+    # reuse saves. The engine's own backlog (0 here) is not what the router reads.
+    router = mabp_route()
+    router.backlog[:] = [0.0, 0.0, 1.0]
+    router.stamp = tel.now
+    assert router.choose(request(), tel) in (0, 1)
+    # The exact reference reads the engine instead.
     tel = fleet(caches={2: PROMPT}, backlog=[0.0, 0.0, 1.0])
-    assert choices("mabp-route", tel, request()) == {0, 1}
+    assert choices("mabp-route-exact", tel, request()) == {0, 1}
+    assert choices("mabp-route", tel, request()) == {2}
 
 
-def test_mabp_route__tool_state_breaks_an_otherwise_equal_choice():
-    tel = fleet(tools={1: [77]})
-    assert choices("mabp-route", tel, request(tool=77)) == {1}
+def test_mabp_route__its_backlog_estimate_is_what_it_sent_drained_at_one_second_a_second():
+    router = mabp_route()
+    tel = fleet(now=10.0)
+    worker = router.choose(request(), tel)  # nothing cached: 0.1688 s of prefill
+    assert router.backlog[worker] == pytest.approx(0.005 + 2048 * 8e-5)
+    later = fleet(now=10.1)
+    cost = router.costs(request(), later)
+    assert router.backlog[worker] == pytest.approx(0.005 + 2048 * 8e-5 - 0.1)
+    assert cost[worker] > cost[(worker + 1) % 3]
+    assert not router._estimated_backlog(11.0).any()  # all served by now, at best
+
+
+def test_mabp_route__tool_state_from_where_it_sent_that_state_before():
+    router = mabp_route()
+    router.tools[1][77] = None
+    tel = fleet()
+    assert router.choose(request(tool=77), tel) == 1
+    assert 77 in router.tools[1]
     assert choices("mabp-route", tel, request(tool=-1)) == {0, 1, 2}
+    # The exact reference reads the engines' tool caches.
+    assert choices("mabp-route-exact", fleet(tools={2: [77]}), request(tool=77)) == {2}
 
 
 def test_mabp_route__damps_a_worker_near_its_batch_limit():
-    router = MABPRoute()
-    router.reset(3, np.random.default_rng(0))
-    # Reuse saves 0.1688 - 0.005 s; damping costs (running / 32)^2 * 0.1688 s.
-    half = router.costs(request(), fleet(running=[16, 0, 0], caches={0: PROMPT}))
+    # Reuse saves 0.1688 - 0.005 s; damping costs (in flight / 32)^2 * 0.1688 s.
+    half = mabp_route().costs(request(), fleet(in_flight=[16, 0, 0], caches={0: PROMPT}))
     assert half[0] < half[1]
-    full = router.costs(request(), fleet(running=[32, 0, 0], caches={0: PROMPT}))
+    full = mabp_route().costs(request(), fleet(in_flight=[32, 0, 0], caches={0: PROMPT}))
     assert full[0] > full[1]
+    exact = mabp_route(exact=True).costs(request(), fleet(running=[32, 0, 0], caches={0: PROMPT}))
+    assert exact[0] > exact[1]
 
 
 # -- oracle-ttft -----------------------------------------------------------------------------------
@@ -367,7 +397,7 @@ def test_router__returns_a_valid_worker_and_production_rules_cite_their_source(n
     router = fresh(name, num_workers=5)
     tel = fleet(5, in_flight=[1, 2, 3, 4, 5])
     assert 0 <= router.choose(request(), tel) < 5
-    if name not in ("jsq", "bp", "affinity", "mabp-route", "oracle-ttft"):
+    if name not in ("jsq", "bp", "affinity", "mabp-route", "mabp-route-exact", "oracle-ttft"):
         doc = type(router).__doc__ or ""
         assert ".rs" in doc or ".go" in doc or ".py" in doc or ".md" in doc
 

@@ -155,8 +155,8 @@ def format_table(
         lines = [
             f"Load {load:g} ({runs} runs, mean ± 95% half-width; bold: best point "
             f"estimate among routers dropping at most {100 * MAX_DROP_FOR_BEST:g}%; "
-            "oracle-ttft, an upper reference on the exact engine state, and the "
-            "sglang-lib-default ablation are not ranked)",
+            "the references on the exact engine state (oracle-ttft, mabp-route-exact) and "
+            "the sglang-lib-default ablation are not ranked)",
             "",
         ]
         if layout == "metrics":
