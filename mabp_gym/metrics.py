@@ -33,8 +33,8 @@ PAPER_WARMUP = 0.2
 GROWTH_LIMIT = 0.015  # fraction of arrivals left behind; see docs/results.md for the choice
 TRACE_STRIDE = 5  # a record's stored backlog trace keeps every 5th slot
 TREND_RATIO = 0.5
-"""Verdict v3's trend check: a significantly positive growth must at least halve when the
-run doubles (fall to this fraction of its value at half the horizon). A queue that settles
+"""Verdict v3's trend check: the growth must at least halve when the run doubles (fall to
+this fraction of its value at half the horizon), or not significantly fail to. A queue that settles
 by the window's start leaves a slope of noise; one still settling within the window gives
 about half; a queue at capacity keeps more (``1 / sqrt(2) = 0.71`` for a driftless random
 walk; 0.54-0.55 measured for MABP at `mixed`'s bound, load 1.0, at 4,000 and 8,000 slots),
@@ -279,36 +279,40 @@ def growth_verdict(members: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
     * **Pooled growth**: the mean of the runs' growth fractions with its 95% confidence
       half-width; the load passes only when the upper end is below ``GROWTH_LIMIT``.
-    * **Trend**: cut every run at half its horizon (from its saved trace); where the pooled
-      growth at the full horizon is significantly above 0, it must have fallen to at most
-      ``TREND_RATIO`` of the half-horizon value. A queue at capacity, whose growth falls
-      more slowly than the run lengthens, is not credited. ``None`` when the runs
-      keep no trace or are too short to halve; it is never failed on one run alone (no
-      spread to tell growth from noise): then the pooled rule alone decides.
+    * **Trend**: cut every run at its full and at half its horizon (from its saved trace)
+      and pair the two growths seed by seed: ``d = g(H) - TREND_RATIO * g(H / 2)``. The load
+      fails when ``d``'s mean is significantly above 0 (the lower end of its 95% interval
+      above 0): the growth did not halve when the run doubled, as for a queue at capacity.
+      A settled queue's two growths are both noise, and the test stays quiet; so does one
+      still settling, whose growth halves. ``None`` when the runs keep no trace, are too
+      short to halve, or are one run (no spread to tell growth from noise): then the
+      pooled rule alone decides.
 
     Returns:
-        ``{"growth_mean", "growth_half_width", "growth_half", "trend", "stable"}``.
+        ``{"growth_mean", "growth_half_width", "growth_half", "trend_excess", "trend",
+        "stable"}`` (``trend_excess``: the mean of ``d``).
     """
     if not members:
         raise ValueError("no runs to judge")
     mean, half_width = pooled([m["growth"] for m in members])
-    halves: list[float] = []
+    pairs: list[tuple[float, float]] = []
     for member in members:
         horizon = int(member.get("horizon") or 0)
         if not isinstance(member.get("backlog_trace"), list) or horizon // 2 < min_horizon():
-            halves = []
+            pairs = []
             break
-        halves.append(growth_at(member, horizon // 2))
-    half_mean = float(np.mean(halves)) if halves else None
+        pairs.append((growth_at(member, horizon), growth_at(member, horizon // 2)))
+    half_mean = float(np.mean([half for _, half in pairs])) if pairs else None
     trend: bool | None = None
-    # Significance needs a spread: with one run the trend is not judged.
-    if half_mean is not None and len(members) > 1:
-        grows = mean - half_width > 0.0
-        trend = not (grows and mean > TREND_RATIO * max(half_mean, 0.0))
+    excess: float | None = None
+    if len(pairs) > 1:
+        excess, spread = pooled([full - TREND_RATIO * half for full, half in pairs])
+        trend = not excess - spread > 0.0
     return {
         "growth_mean": mean,
         "growth_half_width": half_width,
         "growth_half": half_mean,
+        "trend_excess": excess,
         "trend": trend,
         "stable": bool(mean + half_width < GROWTH_LIMIT and trend is not False),
     }
