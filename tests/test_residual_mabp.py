@@ -112,3 +112,26 @@ def test_training_entry_point_searches_saves_and_refuses_evaluation_seeds(tmp_pa
     ):
         with pytest.raises(ValueError, match=message):
             learner.parse([*argv, "--out", str(tmp_path)])
+
+
+def test_example_evaluation_table_runs_on_a_checkpoint(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "residual_mabp_mixed.pt"
+    save(path, np.eye(len(FEATURES))[0] * 4.0, make_workload("mixed"))
+    result = subprocess.run(
+        [
+            sys.executable, "examples/residual_mabp_eval.py", "--checkpoints", str(path),
+            "--loads", "0.9", "--seeds", "9000", "--horizon", "300",
+            "--out", str(tmp_path / "r.jsonl"),
+        ],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    lines = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in lines[2:]] == [
+        "| mabp",
+        "| frame-mabp",
+        f"| residual-mabp ({tmp_path.name})",
+    ]
+    assert "| 1.00x |" in lines[2]
