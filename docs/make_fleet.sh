@@ -13,5 +13,5 @@ python -c "from mabp_gym.fleet import agentic_session_trace, write_mooncake
 write_mooncake(agentic_session_trace(3000, sessions=150, seed=0), 'results/agentic.jsonl.gz')"
 mabp-gym fleet --trace results/agentic.jsonl.gz --workers 4 --loads 0.6 0.9 --runs 10 \
   --layout routers --routers jsq bp affinity sglang dynamo-t0 llm-d vllm-loadaware \
-  aibrix mabp-route --set agentic_fraction=1 --set tool_depth=2 \
+  aibrix mabp-route mabp-route-exact oracle-ttft --set agentic_fraction=1 --set tool_depth=2 \
   --markdown results/fleet_agentic.md --json results/fleet_agentic.json
