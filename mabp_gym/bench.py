@@ -219,19 +219,16 @@ def _score(row: dict[str, Any], reference: dict[str, Any] | None) -> float | Non
 
 
 def standings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per policy over the tasks it ran: tasks stable, and the geometric mean of its
-    scores (``None`` when its backlog grows on any of them), best first."""
+    """Per policy over the tasks it ran: how many it is stable on, and the geometric mean
+    of its scores over those (``None`` where it is stable on none, or MABP did not run),
+    best first: most tasks stable, then the higher mean score."""
     by_policy: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_policy.setdefault(row["policy"], []).append(row)
     result: list[dict[str, Any]] = []
     for policy, mine in by_policy.items():
-        scores = [r["score"] for r in mine if r["score"] is not None]
-        geo = (
-            float(np.exp(np.mean(np.log(scores))))
-            if scores and all(s > 0 for s in scores)
-            else None
-        )
+        scores = [r["score"] for r in mine if r["score"]]
+        geo = float(np.exp(np.mean(np.log(scores)))) if scores else None
         result.append(
             {
                 "policy": policy,
@@ -251,11 +248,11 @@ def markdown(
 ) -> str:
     """The leaderboard: the standings, then one table per task, then what was left out."""
     lines = [
-        "| Policy | Tasks stable | Score (geo-mean vs MABP) |",
+        "| Policy | Tasks stable | Score where stable (geo-mean vs MABP) |",
         "| --- | --- | --- |",
     ]
     for entry in standings(rows):
-        score = "not stable on every task" if entry["score"] is None else f"{entry['score']:.2f}"
+        score = "-" if entry["score"] is None else f"{entry['score']:.2f}"
         lines.append(f"| {entry['policy']} | {entry['stable']} of {entry['tasks']} | {score} |")
     for task in tasks:
         mine = [r for r in rows if r["task"] == task.name]

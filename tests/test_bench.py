@@ -64,8 +64,12 @@ def test_scores_are_relative_to_mabp_and_zero_where_the_backlog_grows():
     assert [s["policy"] for s in standings] == ["frame-mabp", "mabp", "bp"]
     assert standings[0]["score"] == pytest.approx((201.0 / 100.5 * 2.0) ** 0.5)
     assert standings[-1]["score"] is None and standings[-1]["stable"] == 0
+    # A policy stable on some tasks only: ranked after those stable on more, its score
+    # the mean over the tasks where it is stable.
+    partial = bench.standings([*rows, {**by[(other.name, "frame-mabp")], "policy": "p"}])
+    assert [s["policy"] for s in partial][:3] == ["frame-mabp", "mabp", "p"]
     text = bench.markdown(rows, [], [task, other])
-    assert "| frame-mabp | 2 of 2 | 2.00 |" in text
+    assert "| frame-mabp | 2 of 2 | 2.00 |" in text and "| bp | 0 of 1 | - |" in text
     assert "| bp | 3 | 900.0 ± 0.0 | 900.0 | 0.1000 | no | 0.00 |" in text
 
 
