@@ -210,6 +210,14 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--policy", nargs="+", default=["mabp"], help="policy name(s)")
     _common(ev)
     ev.add_argument("--out", metavar="PATH", help="JSON-lines results (resumable)")
+    ev.add_argument(
+        "--until-decided",
+        type=int,
+        default=None,
+        metavar="MAX_SLOTS",
+        help="rerun every (policy, load) whose verdict the runs cannot decide (the pooled "
+        "growth's 95%% interval contains the limit) at twice the horizon, up to MAX_SLOTS",
+    )
 
     table = commands.add_parser("table", help="the paper's Table I for any policies")
     table.add_argument("--policies", nargs="+", default=list(TABLE_POLICIES))
@@ -473,7 +481,14 @@ def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
 
 
 def _eval(args: argparse.Namespace) -> None:
-    from mabp_gym.evaluation import execute, occupation_load, plan, stable_load, summarize_records
+    from mabp_gym.evaluation import (
+        execute,
+        occupation_load,
+        plan,
+        stable_load,
+        summarize_records,
+        undecided,
+    )
 
     with user_input():
         loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
@@ -485,6 +500,11 @@ def _eval(args: argparse.Namespace) -> None:
         )
         _writable(args.out, "--out")
         _check_run_args(args)
+        if args.until_decided is not None and args.until_decided < args.horizon:
+            raise ValueError(
+                f"--until-decided must be at least --horizon ({args.horizon}), got "
+                f"{args.until_decided}"
+            )
         specs = plan(
             _policies(args.policy),
             args.workload,
@@ -493,11 +513,28 @@ def _eval(args: argparse.Namespace) -> None:
             **_grid_args(args),
             **overrides,
         )
-    records = execute(specs, output=args.out, **_run_args(args))
+    if args.until_decided is None:
+        records = execute(specs, output=args.out, **_run_args(args))
+    else:
+        from mabp_gym.evaluation import decide_horizons
+
+        records, used = decide_horizons(
+            specs,
+            args.until_decided,
+            lambda batch: execute(batch, output=args.out, **_run_args(args)),
+        )
+        longer = {cell: h for cell, h in used.items() if h > args.horizon}
+        for (policy, load), horizon in sorted(longer.items()):
+            print(f"{policy} at load {load:g}: decided at {horizon:,} slots")
+        for policy, load in undecided(records):
+            print(
+                f"{policy} at load {load:g}: still undecided at {used[(policy, load)]:,} "
+                "slots (the interval contains the limit): not credited"
+            )
     _print_summary(summarize_records(records))
     print(SUMMARY_LEGEND)
     print(_stable_load_line(stable_load(records), loads))
-    if args.horizon < SCREEN_HORIZON:
+    if args.horizon < SCREEN_HORIZON and args.until_decided is None:
         print(
             f"({args.horizon} slots: read 'stable' as a screen; near a boundary queues settle "
             f"slowly, and the benchmark decides at {SCREEN_HORIZON:,} slots or more: "

@@ -924,6 +924,86 @@ def stable_load(
     return result
 
 
+FALLING = 0.9
+""":func:`undecided`: growth at the full horizon below this fraction of the half-horizon
+growth counts as still falling."""
+
+
+def undecided(records: Iterable[dict[str, Any]]) -> list[tuple[str, float]]:
+    """The ``(policy, load)`` cells whose verdict v3 the runs cannot decide yet: not shown
+    stable, below the occupation bound, and either the trend check passes (no evidence that
+    the growth fails to halve: early in a run a settling queue rises like a growing one),
+    or the growth is still falling (under ``FALLING`` times its half-horizon value: a queue
+    settling over several thousand slots, which one horizon cannot tell from a queue at
+    capacity), or, without a trace to cut, the pooled growth's 95% interval contains the
+    limit. A cell whose growth neither halves nor falls is decided: it grows.
+    :func:`decide_horizons` reruns the undecided cells longer."""
+    from mabp_gym.metrics import GROWTH_LIMIT
+
+    records = list(records)
+    bound = occupation_load(records)
+    cells = []
+    for row in summarize_records(records):
+        if row["stable"] or (bound is not None and row["load"] >= bound - 1e-6):
+            continue
+        mean, half = row["growth_mean"], row["growth_half_width"]
+        if row["growth_half"] is None:
+            still = mean < GROWTH_LIMIT <= mean + half
+        else:
+            falling = row["growth_half"] > 0 and mean < FALLING * row["growth_half"]
+            still = row["trend"] is True or falling
+        if still:
+            cells.append((row["policy"], row["load"]))
+    return cells
+
+
+def decide_horizons(
+    specs: Sequence[RunSpec],
+    max_horizon: int,
+    run: Callable[[list[RunSpec]], list[dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], dict[tuple[str, float], int]]:
+    """Run ``specs``, then rerun every undecided cell (:func:`undecided`) on the same seeds
+    at twice the horizon, until each is decided or the next horizon would pass
+    ``max_horizon`` (verdict v3's horizon chosen per policy and load by the trend check).
+
+    Args:
+        specs: the grid (one horizon).
+        max_horizon: the longest horizon to try.
+        run: executes specs and returns their records (:func:`execute` with its options).
+
+    Returns:
+        The records of every cell at its deciding horizon (the longest it ran), and that
+        horizon per cell.
+
+    Raises:
+        ValueError: ``max_horizon`` below the grid's horizon.
+    """
+    horizon = max(spec.horizon for spec in specs)
+    if not isinstance(max_horizon, int) or max_horizon < horizon:
+        raise ValueError(
+            f"max_horizon must be an integer >= the grid's {horizon}, got {max_horizon!r}"
+        )
+    from dataclasses import replace
+
+    records = run(list(specs))
+    used = {(spec.policy, float(spec.load)): spec.horizon for spec in specs}
+    while 2 * horizon <= max_horizon:
+        open_cells = set(undecided(records))
+        if not open_cells:
+            break
+        horizon *= 2
+        longer = [
+            replace(spec, horizon=horizon)
+            for spec in specs
+            if (spec.policy, float(spec.load)) in open_cells
+        ]
+        fresh = run(longer)
+        records = [r for r in records if (r["policy"], float(r["load"])) not in open_cells]
+        records += fresh
+        used.update({cell: horizon for cell in open_cells})
+    return records, used
+
+
 def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
     """The occupation bound (:func:`mabp_gym.capacity`, ``"occ"``) of the records' workload
     as a load (bound / ``lambda_ref``); ``None`` when they mix workloads or settings, or the

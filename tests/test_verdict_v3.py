@@ -33,6 +33,10 @@ def run_of(backlog: np.ndarray, seed: int, horizon: int) -> dict:
         "growth": fraction,
         "stable": fraction < GROWTH_LIMIT,
         "backlog_trace": backlog[::TRACE_STRIDE].tolist(),
+        "slope": 0.0,
+        "mean_backlog": float(window.mean()),
+        "paper_slope": 0.0,
+        "paper_backlog": 0.0,
     }
 
 
@@ -110,3 +114,51 @@ def test_mabp_at_the_bound_of_mixed_is_not_credited_even_without_the_bound_rule(
     assert stable_load(records, bound=None) == {"mabp": 0.9}
     (row,) = [r for r in summarize_records(records) if r["load"] == 1.0]
     assert row["stable"] is False
+
+
+def test_undecided__settling_queues_are_rerun_growing_and_stable_ones_are_not():
+    from mabp_gym.evaluation import undecided
+
+    # Settling with a relaxation time near the run length: its growth (0.006) still falls
+    # but not to half, which one horizon cannot tell from a queue at capacity: rerun.
+    settling = runs(lambda t: 400.0 * (1 - np.exp(-t / 3000.0)), horizon=4000)
+    rising = runs(lambda t: 0.5 * t)  # growth constant: decided, it grows
+    flat = runs(lambda t: 50.0 + 0.0 * t)  # stable: decided
+    for group, name in ((settling, "s"), (rising, "r"), (flat, "f")):
+        for record in group:
+            record["policy"] = name
+    assert growth_verdict(settling)["stable"] is False
+    assert undecided([*settling, *rising, *flat]) == [("s", 0.5)]
+
+
+def test_decide_horizons__reruns_only_the_undecided_cells_longer():
+    from mabp_gym.evaluation import decide_horizons, execute, plan
+
+    specs = plan(["mabp", "bp"], "mixed", [0.85], [0, 1], horizon=600)
+    calls = []
+
+    def run(batch):
+        calls.append(sorted({(s.policy, s.horizon) for s in batch}))
+        return execute(batch, progress=False, workers=1)
+
+    records, used = decide_horizons(specs, 9600, run)
+    # BP grows at 0.85 (decided at once); MABP's queues settle: rerun until stable.
+    assert used[("bp", 0.85)] == 600 and used[("mabp", 0.85)] > 600
+    assert calls[0] == [("bp", 600), ("mabp", 600)]
+    assert all(policy == "mabp" for call in calls[1:] for policy, _ in call)
+    assert stable_load(records) == {"bp": 0.0, "mabp": 0.85}
+    assert {r["horizon"] for r in records if r["policy"] == "mabp"} == {used[("mabp", 0.85)]}
+    with pytest.raises(ValueError, match="max_horizon"):
+        decide_horizons(specs, 300, run)
+
+
+def test_cli__until_decided_below_the_horizon_exits_2():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", "eval", "--until-decided", "100"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "--until-decided must be at least" in result.stderr
