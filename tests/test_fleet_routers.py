@@ -1,4 +1,5 @@
-"""Each fleet router's rule, checked on a fleet state built by hand (../shared/routers.md)."""
+"""Each fleet router's rule, checked on a fleet state built by hand (the rules of the upstream
+files each router's docstring cites, as docs/fleet.md tabulates them)."""
 
 from __future__ import annotations
 

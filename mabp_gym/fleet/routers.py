@@ -242,7 +242,7 @@ class PrefixAffinity(_RouterBase):
         return int(best[_argmin_random(load, self.rng)])
 
 
-# -- production rules (../shared/routers.md) ---------------------------------------------------
+# -- production rules (each read from the upstream file its docstring cites) --------------------
 CHARS_PER_TOKEN = 4
 """Characters per token where an upstream index counts characters (SGLang's tree, AIBrix's
 blocks) and ours counts blocks of tokens."""
