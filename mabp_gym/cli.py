@@ -389,6 +389,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="nominal loads to scale the trace to (0.6 0.9)",
     )
     fleet.add_argument("--runs", type=int, default=10, help="independent runs (10)")
+    fleet.add_argument(
+        "--engine",
+        choices=("simple", "step"),
+        default="simple",
+        help="worker model: simple (FIFO prefill, decode fixed at admission) or step "
+        "(continuous batching, chunked prefill, shared KV, preemption; docs/fleet.md)",
+    )
     fleet.add_argument("--requests", type=int, default=None, help="use the first N requests")
     fleet.add_argument("--seed", type=int, default=0, help="seed of the first run (0)")
     fleet.add_argument(
@@ -1066,9 +1073,13 @@ def _fleet(args: argparse.Namespace) -> None:
         config,
         seed=args.seed,
         progress=lambda line: print(line, file=sys.stderr),
+        engine=args.engine,
     )
     table = format_table(records, routers, args.layout)
-    print(f"trace {trace.name}: {len(trace)} requests, {config.num_workers} workers")
+    print(
+        f"trace {trace.name}: {len(trace)} requests, {config.num_workers} workers, "
+        f"{args.engine} engine"
+    )
     print(table)
     if args.markdown:
         Path(args.markdown).write_text(table, encoding="utf-8")

@@ -17,6 +17,7 @@ LABELS = {
     "throughput": "Throughput (req/s)",
     "slo_goodput": "SLO goodput (req/s)",
     "p95_ttft_s": "P95 TTFT (s)",
+    "p95_tpot_s": "P95 TPOT (s)",
     "p95_e2e_s": "P95 E2E latency (s)",
     "gpu_s_per_request": "GPU seconds/request",
     "kv_hit_ratio": "KV hit ratio (tokens)",
@@ -38,8 +39,10 @@ def evaluate_fleet(
     *,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    engine: str = "simple",
 ) -> list[dict[str, Any]]:
-    """One record per (router, load, run): the run's metrics.
+    """One record per (router, load, run): the run's metrics (``engine``: the worker
+    model, :data:`mabp_gym.fleet.simulator.ENGINES`).
 
     Run ``k`` uses seed ``seed + k`` for every router, so routers face the same agentic
     requests (common random numbers); runs differ in which requests are agentic, in the
@@ -54,7 +57,7 @@ def evaluate_fleet(
         scaled = scale_to_load(trace, load, config)
         for name in routers:
             for run in range(runs):
-                metrics = replay(scaled, make_router(name), config, seed=seed + run)
+                metrics = replay(scaled, make_router(name), config, seed=seed + run, engine=engine)
                 records.append(
                     {
                         "trace": trace.name,
@@ -62,6 +65,7 @@ def evaluate_fleet(
                         "load": load,
                         "run": run,
                         "workers": config.num_workers,
+                        "engine": engine,
                         **metrics,
                     }
                 )
@@ -79,7 +83,8 @@ def half_width(values: Sequence[float]) -> float:
 
 
 def summarize(records: Sequence[dict[str, Any]]) -> dict[tuple[float, str], dict[str, Any]]:
-    """(load, router) -> {metric: (mean, half-width)}, plus ``runs``."""
+    """(load, router) -> {metric: (mean, half-width)}, plus ``runs``. A metric a record
+    lacks (records written before it existed: ``p95_tpot_s``) counts as NaN, shown "-"."""
     groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
     for record in records:
         groups.setdefault((record["load"], record["router"]), []).append(record)
@@ -87,7 +92,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[tuple[float, str], dict
     for key, rows in groups.items():
         summary: dict[str, Any] = {"runs": len(rows)}
         for metric in METRICS:
-            values = [r[metric] for r in rows]
+            values = [r.get(metric, math.nan) for r in rows]
             summary[metric] = (float(np.mean(values)), half_width(values))
         out[key] = summary
     return out
@@ -106,6 +111,7 @@ SHORT = {
     "throughput": "Thr. (req/s)",
     "slo_goodput": "Goodput (req/s)",
     "p95_ttft_s": "P95 TTFT (s)",
+    "p95_tpot_s": "P95 TPOT (s)",
     "p95_e2e_s": "P95 E2E (s)",
     "gpu_s_per_request": "GPU s/req",
     "kv_hit_ratio": "KV hit",

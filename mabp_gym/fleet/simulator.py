@@ -33,7 +33,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mabp_gym.fleet.engine import DEFAULT_PROFILE, PROFILES, StepEngine
+from mabp_gym.fleet.engine import Sequence as EngineSequence
 from mabp_gym.fleet.trace import Trace
+
+ENGINES = ("simple", "step")
+"""The worker engine models: ``simple`` (the first model, kept for comparison) and ``step``."""
 
 
 @dataclass(frozen=True)
@@ -281,6 +286,7 @@ METRICS = (
     "throughput",
     "slo_goodput",
     "p95_ttft_s",
+    "p95_tpot_s",
     "p95_e2e_s",
     "gpu_s_per_request",
     "kv_hit_ratio",
@@ -298,10 +304,27 @@ class FleetSimulator:
         trace: the requests (timestamps in ms).
         config: fleet constants.
         seed: draws which requests are agentic and the downstream jobs.
+        engine: ``"simple"`` (one FIFO prefill server a worker, decode time fixed at
+            admission; the module docstring) or ``"step"`` (vLLM-style continuous batching
+            with chunked prefill, shared KV memory and preemption:
+            :mod:`mabp_gym.fleet.engine`).
+        profile: the step engine's step-time profile (:data:`mabp_gym.fleet.engine.PROFILES`).
     """
 
-    def __init__(self, trace: Trace, config: FleetConfig | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        config: FleetConfig | None = None,
+        seed: int = 0,
+        engine: str = "simple",
+        profile: str = DEFAULT_PROFILE,
+    ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
         self.config = config or FleetConfig()
+        self.engine = engine
         cfg = self.config
         self.trace = trace
         self.rng = np.random.default_rng(seed)
@@ -312,7 +335,14 @@ class FleetSimulator:
         self.active_blocks = np.zeros(w, dtype=np.int64)
         self.running_blocks = np.zeros(w, dtype=np.int64)
         self.prefill_free = np.zeros(w, dtype=np.float64)
-        self.caches: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(w)]
+        self.caches: list[Any] = [OrderedDict() for _ in range(w)]
+        self.engines: list[StepEngine] = []
+        if engine == "step":
+            self.engines = [
+                StepEngine(cfg.cache_blocks, cfg.block_tokens, cfg.max_running, PROFILES[profile])
+                for _ in range(w)
+            ]
+            self.caches = [e.kv for e in self.engines]  # KV events read the shared memory
         self.tools: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(w)]
         self.queues: list[deque[Request]] = [deque() for _ in range(w)]
         self.telemetry = Telemetry(self)
@@ -368,6 +398,8 @@ class FleetSimulator:
                 if kind == 0:
                     if isinstance(payload, int):  # a first token streams back
                         self.first_token_log.append(payload)
+                    elif len(payload) == 1:  # a step of the step engine ends
+                        self._end_step(payload[0])
                     else:
                         self._complete(*payload)
                     continue
@@ -401,6 +433,9 @@ class FleetSimulator:
             )
         self._pending = None
         request.worker = w
+        if self.engines:
+            self._dispatch_step(request, w)
+            return
         if self.waiting_count[w] >= self.config.max_waiting:
             self.dropped += 1
             self.end_log.append(request.rid)
@@ -449,8 +484,14 @@ class FleetSimulator:
         blocks = cfg.blocks(request.input_length + request.output_length)
         self.running_blocks[w] -= blocks
         self.active_blocks[w] -= blocks
+        self._finished(request, w, ttft, step)
+        self._admit_waiting(w)
+
+    def _finished(self, request: Request, w: int, ttft: float, tpot: float) -> None:
+        """Record a completed request and run its tool step (both engines)."""
+        cfg = self.config
         self.records.append(
-            (ttft, self.now - request.arrival, step, request.downstream, request.rid)
+            (ttft, self.now - request.arrival, tpot, request.downstream, request.rid)
         )
         self.end_log.append(request.rid)
         self.last_time = max(self.last_time, self.now)
@@ -466,7 +507,84 @@ class FleetSimulator:
             p = cfg.p_downstream_hit if hit else cfg.p_downstream_miss
             if self.rng.random() < p:
                 self._spawn(request)
-        self._admit_waiting(w)
+
+    # -- the step engine -----------------------------------------------------------------------
+    def _dispatch_step(self, request: Request, w: int) -> None:
+        cfg = self.config
+        engine = self.engines[w]
+        if len(engine.waiting) >= cfg.max_waiting:
+            self.dropped += 1
+            self.end_log.append(request.rid)
+            return
+        self.in_flight[w] += 1
+        self.active_blocks[w] += cfg.blocks(request.input_length + request.output_length)
+        engine.waiting.append(EngineSequence(request))
+        if not engine.busy:
+            self._begin_step(w)
+        else:
+            self._sync_step_telemetry(w)
+
+    def _drop_waiting(self, w: int, seq: EngineSequence) -> None:
+        request = seq.request
+        self.dropped += 1
+        self.end_log.append(request.rid)
+        self.in_flight[w] -= 1
+        self.active_blocks[w] -= self.config.blocks(request.input_length + request.output_length)
+
+    def _begin_step(self, w: int) -> None:
+        cfg = self.config
+        engine = self.engines[w]
+        # Requests that waited past the timeout before their first admission are dropped.
+        kept: deque[EngineSequence] = deque()
+        for seq in engine.waiting:
+            never_ran = seq.first < 0 and seq.generated == 0
+            if never_ran and self.now - seq.request.arrival > cfg.timeout_s:
+                self._drop_waiting(w, seq)
+            else:
+                kept.append(seq)
+        engine.waiting = kept
+        while True:
+            duration, admitted = engine.form_batch()
+            if engine.batch or not engine.waiting or engine.running:
+                break
+            # Nothing runs and the first waiting request does not fit the whole memory.
+            self._drop_waiting(w, engine.waiting.popleft())
+        for seq, hit in admitted:
+            if seq.first < 0 and seq.generated == 0:  # first admission (not a recompute)
+                self.prompt_tokens += seq.request.input_length
+                self.cached_tokens += hit
+        engine.busy = bool(engine.batch)
+        if engine.busy:
+            self.gpu_seconds += duration
+            self._push(self.now + duration, 0, (w,))
+        self._sync_step_telemetry(w)
+
+    def _end_step(self, w: int) -> None:
+        engine = self.engines[w]
+        firsts, done = engine.finish_step()
+        for seq in firsts:
+            seq.first = self.now
+            self.first_token_log.append(seq.request.rid)
+        for seq in done:
+            request = seq.request
+            self.in_flight[w] -= 1
+            self.active_blocks[w] -= self.config.blocks(
+                request.input_length + request.output_length
+            )
+            out = request.output_length
+            tpot = (self.now - seq.first) / (out - 1) if out > 1 else 0.0
+            self._finished(request, w, seq.first - request.arrival, tpot)
+        self._begin_step(w)
+
+    def _sync_step_telemetry(self, w: int) -> None:
+        engine = self.engines[w]
+        self.running[w] = len(engine.running)
+        self.waiting_count[w] = len(engine.waiting)
+        self.running_blocks[w] = len(engine.kv.refs)
+        # The exact prefill backlog in seconds, for BP and the exact-state references.
+        self.prefill_free[w] = self.now + (
+            engine.pending_prefill_tokens() * engine.profile.prefill_s_per_token
+        )
 
     def _spawn(self, parent: Request) -> None:
         cfg = self.config
@@ -515,15 +633,17 @@ class FleetSimulator:
             tpot = main[:, 2]
             good = (main[:, 0] <= cfg.slo_ttft_s) & (tpot <= cfg.slo_tpot_s)
             p95_ttft = float(np.percentile(main[:, 0], 95))
+            p95_tpot = float(np.percentile(tpot, 95))
             p95_e2e = float(np.percentile(main[:, 1], 95))
         else:
             good = np.zeros(0, dtype=bool)
-            p95_ttft = p95_e2e = math.nan
+            p95_ttft = p95_e2e = p95_tpot = math.nan
         total = self.arrived
         values = {
             "throughput": len(main) / span,
             "slo_goodput": float(good.sum()) / span,
             "p95_ttft_s": p95_ttft,
+            "p95_tpot_s": p95_tpot,
             "p95_e2e_s": p95_e2e,
             # Per *completed* trace request: a router that drops work must not look frugal.
             "gpu_s_per_request": self.gpu_seconds / max(len(main), 1),
@@ -538,14 +658,18 @@ class FleetSimulator:
 
 
 def replay(
-    trace: Trace, router: Router, config: FleetConfig | None = None, seed: int = 0
+    trace: Trace,
+    router: Router,
+    config: FleetConfig | None = None,
+    seed: int = 0,
+    engine: str = "simple",
 ) -> dict[str, float]:
     """Route every request of ``trace`` with ``router``; the run's metrics.
 
     The router is reset with a generator seeded from ``seed``; its decision time is measured
     with ``time.perf_counter_ns`` around each ``choose`` call.
     """
-    sim = FleetSimulator(trace, config, seed)
+    sim = FleetSimulator(trace, config, seed, engine=engine)
     router.reset(sim.config.num_workers, np.random.default_rng([seed, 1]))
     telemetry = sim.telemetry
     clock = time.perf_counter_ns
