@@ -7,6 +7,7 @@ most 10 s per router on one core. Prints a table and a JSON line (``--json PATH`
 
     python benchmarks/bench_fleet.py
     python benchmarks/bench_fleet.py --load 0.9 --repeats 1
+    python benchmarks/bench_fleet.py --engine step     # the step-level engine (issue 25)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> None:
         help="scale the trace to this nominal load (default: its own times)",
     )
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--engine", choices=("simple", "step"), default="simple")
     parser.add_argument("--routers", nargs="+", default=list(ROUTERS))
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
@@ -47,7 +49,7 @@ def main() -> None:
         times, metrics = [], {}
         for seed in range(args.repeats):
             started = time.perf_counter()
-            metrics = replay(trace, make_router(name), config, seed=seed)
+            metrics = replay(trace, make_router(name), config, seed=seed, engine=args.engine)
             times.append(time.perf_counter() - started)
         rows.append(
             {
@@ -59,7 +61,8 @@ def main() -> None:
             }
         )
     print(
-        f"trace conversation: {len(trace)} requests, {args.workers} workers, read in {load_s:.2f} s"
+        f"trace conversation: {len(trace)} requests, {args.workers} workers, {args.engine} "
+        f"engine, read in {load_s:.2f} s"
     )
     print(f"{'router':<18} {'seconds':>8} {'p95 choose (us)':>16} {'KV hit':>7}")
     for row in rows:
@@ -72,6 +75,7 @@ def main() -> None:
             "benchmark": "bench_fleet",
             "requests": len(trace),
             "workers": args.workers,
+            "engine": args.engine,
             "load": args.load,
             "repeats": args.repeats,
             "target_s": TARGET_S,
