@@ -591,6 +591,7 @@ def table_rows(
     them at; they decide the loads they cover in an extra first verdict column
     (:func:`mabp_gym.verdicts.long_run_stable_load`)."""
     from mabp_gym.evaluation import occupation_load, paper_load, stable_load
+    from mabp_gym.metrics import growth_verdict
     from mabp_gym.verdicts import long_run_stable_load
 
     on_grid = [r for r in records if any(abs(r["load"] - x) < 1e-9 for x in grid)]
@@ -606,11 +607,11 @@ def table_rows(
         cells = [policy]
         if longer is not None:
             cells.append(_verdict_cell(longer.get(policy, 0.0), lowest, min(grid)))
-        cells += [
-            _verdict_cell(stable.get(policy, 0.0), lowest, min(grid)),
-            _verdict_cell(paper.get(policy, 0.0), lowest, min(grid)),
-        ]
-        grows = bool(fixed) and 2 * sum(bool(r["stable"]) for r in fixed) <= len(fixed)
+        for verdict in (stable, paper):
+            value, gap = _capped_at_gap(verdict.get(policy, 0.0), set(ran), grid)
+            cell = _verdict_cell(value, lowest, min(grid))
+            cells.append(cell if gap is None else f"{cell} (partial: {gap:g} not run)")
+        grows = bool(fixed) and not growth_verdict(fixed)["stable"]
         for key, digits in (
             ("penalty", 4),
             ("p95_delay", 1),
@@ -626,6 +627,18 @@ def table_rows(
             cells.append(cell)
         rows.append(cells)
     return rows
+
+
+def _capped_at_gap(value: float, ran: set[float], grid: list[float]) -> tuple[float, float | None]:
+    """A stable load credited over an incomplete grid: the first grid load at or below it
+    that has no runs caps it at the grid load before (a partial results file must not
+    credit loads it never tested); ``(value, the missing load or None)``."""
+    done = {round(load, 9) for load in ran}
+    below = [x for x in sorted(grid) if x <= value + 1e-9]
+    for k, load in enumerate(below):
+        if round(load, 9) not in done:
+            return (below[k - 1] if k else 0.0), load
+    return value, None
 
 
 def _table(args: argparse.Namespace) -> None:

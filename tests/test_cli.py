@@ -384,3 +384,19 @@ def test_verdicts__meaningless_horizons_seed_sets_and_traces_are_refused(run_cli
     result = run_cli(*base, "--horizons", "100", "--seed-sets", "0", "1")
     assert result.returncode == 2 and "backlog_trace is NoneType" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_table_rows__a_partial_grid_is_marked_and_not_credited():
+    from test_evaluation import fake
+
+    from mabp_gym.cli import table_rows
+
+    # Runs at 0.1, 0.2 and 0.4, all stable; 0.3 was never run.
+    records = [fake("a", load, seed, 0.0, 10) for load in (0.1, 0.2, 0.4) for seed in (0, 1)]
+    for record in records:
+        record.update(workload=None, p95_delay_all=10.0, penalty_per_arrival=1.0)
+    (row,) = table_rows(records, ["a"], [0.1, 0.2, 0.3, 0.4], at=0.2)
+    assert row[1] == "0.20 (partial: 0.3 not run)"
+    # A complete grid is credited as before.
+    (row,) = table_rows(records, ["a"], [0.1, 0.2, 0.4], at=0.2)
+    assert row[1] == "0.40"
