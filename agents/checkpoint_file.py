@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,7 +188,11 @@ def load(
     if path.stat().st_size == 0:
         raise ValueError(f"{path}: the checkpoint file is empty")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # torch warns about a foreign pickle protocol before refusing the file: the
+            # refusal below says it in one line.
+            warnings.simplefilter("ignore", UserWarning)
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         # weights_only refused a global: a file from a pre-2 version or a crafted one.
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""

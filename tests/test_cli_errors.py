@@ -3,6 +3,8 @@ internal errors with their traceback, a sweep's failures summarized, honest word
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,39 @@ def test_cli__eval_says_none_of_the_tested_loads_when_nothing_is_stable(run_cli,
     assert result.returncode == 0, result.stderr
     assert "stable load: sp none of the tested loads (lowest 4)" in result.stdout
     assert "sp 0" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("bad.zip", b"not a zip", "not a zip archive"),
+        ("empty.pt", b"", "the checkpoint file is empty"),
+        ("junk.pt", b"\x80\x04junk", "not a readable checkpoint"),
+    ],
+)
+def test_train_gnn__a_refused_resume_file_is_one_line_and_exit_2(tmp_path, name, content, message):
+    pytest.importorskip("torch")
+    path = tmp_path / name
+    path.write_bytes(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", "train", "gnn", "--resume", str(path),
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_train_gnn__a_zip_that_is_not_an_sb3_archive_is_refused(tmp_path):
+    pytest.importorskip("torch")
+    import zipfile
+
+    path = tmp_path / "other.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("readme.txt", "hello")
+    result = subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", "train", "gnn", "--resume", str(path),
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 2 and "not a Stable-Baselines3 archive" in result.stderr

@@ -434,6 +434,34 @@ def validate(args: GNNArgs) -> None:
         raise ValueError(f"--out {args.out!r} exists and is not a directory")
     if args.resume and not Path(args.resume).is_file():
         raise ValueError(f"--resume: no such file {args.resume!r}")
+    if args.resume:
+        check_resume(Path(args.resume), args.workload)
+
+
+SB3_ARCHIVE_MEMBERS = ("data", "policy.pth")
+"""Members every Stable-Baselines3 archive holds (``PPO.save``)."""
+
+
+def check_resume(path: Path, workload_name: str) -> None:
+    """Refuse a ``--resume`` file before any work: a ``.zip`` must be a Stable-Baselines3
+    archive, anything else a GNN checkpoint of this workload (read and verified).
+
+    Raises:
+        ValueError: naming the file and what is wrong with it.
+    """
+    import zipfile
+
+    if path.suffix == ".zip":
+        if not zipfile.is_zipfile(path):
+            raise ValueError(f"--resume {str(path)!r}: not a zip archive (PPO.save writes one)")
+        with zipfile.ZipFile(path) as archive:
+            missing = [m for m in SB3_ARCHIVE_MEMBERS if m not in archive.namelist()]
+        if missing:
+            raise ValueError(
+                f"--resume {str(path)!r}: not a Stable-Baselines3 archive (no {missing})"
+            )
+        return
+    load_checkpoint(path, make_workload(workload_name))
 
 
 def parse(argv: list[str] | None = None) -> GNNArgs:
