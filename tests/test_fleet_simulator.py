@@ -228,3 +228,34 @@ def test_fleet_core__imports_neither_gymnasium_nor_torch():
             if isinstance(node, ast.ImportFrom) and node.module
         }
         assert not names & {"gymnasium", "torch", "torch_geometric"}, module
+
+
+def test_kv_events_reach_the_router_after_their_delay():
+    from mabp_gym.fleet import FleetConfig, FleetSimulator, Trace, TraceRequest
+
+    trace = Trace(
+        "hand",
+        (TraceRequest(0.0, 1024, 5, (1, 2)), TraceRequest(100.0, 1024, 5, (3, 4))),
+    )
+    cfg = FleetConfig(num_workers=1, agentic_fraction=0.0, kv_event_delay_s=0.05)
+    sim = FleetSimulator(trace, cfg)
+    sim.next_request()
+    sim.dispatch(0)  # admitted at t = 0: blocks 1, 2 enter the cache
+    tel = sim.telemetry
+    assert tel.cached_blocks((1, 2)).tolist() == [0]  # the event is not 50 ms old yet
+    assert tel.cached_blocks((1, 2), exact=True).tolist() == [2]
+    sim.now = 0.06
+    assert tel.cached_blocks((1, 2)).tolist() == [2]
+    # An eviction is also seen late: with a two-block cache the next admission evicts.
+    small = FleetConfig(num_workers=1, agentic_fraction=0.0, cache_blocks=2)
+    sim = FleetSimulator(trace, small)
+    for _ in range(2):
+        sim.next_request()
+        sim.dispatch(0)
+    # The second request, admitted at t = 0.1 s, evicted blocks 1 and 2 just now.
+    assert sim.telemetry.cached_blocks((1, 2), exact=True).tolist() == [0]
+    assert sim.telemetry.cached_blocks((1, 2)).tolist() == [2]
+    no_delay = FleetSimulator(trace, FleetConfig(num_workers=1, kv_event_delay_s=0.0))
+    no_delay.next_request()
+    no_delay.dispatch(0)
+    assert no_delay.telemetry.cached_blocks((1, 2)).tolist() == [2]

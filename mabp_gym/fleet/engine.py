@@ -110,6 +110,9 @@ class KVCache:
         self.refs: dict[int, int] = {}
         self.idle: OrderedDict[int, None] = OrderedDict()
         self._next_own = OWN_BASE
+        # Membership changes of prompt blocks since the simulator last read them: (block,
+        # whether it was present before), for KV events with a delay.
+        self.journal: list[tuple[int, bool]] = []
 
     def __contains__(self, block: int) -> bool:  # the prefix cache as KV events report it
         return block in self.refs or block in self.idle
@@ -125,10 +128,14 @@ class KVCache:
             return
         if block in self.idle:
             del self.idle[block]
-        elif len(self.refs) + len(self.idle) >= self.capacity:
-            if not self.idle:
-                raise MemoryError("no free KV block")  # callers check free() first
-            self.idle.popitem(last=False)
+        else:
+            if len(self.refs) + len(self.idle) >= self.capacity:
+                if not self.idle:
+                    raise MemoryError("no free KV block")  # callers check free() first
+                evicted, _ = self.idle.popitem(last=False)
+                self.journal.append((evicted, True))
+            if not _own(block):
+                self.journal.append((block, False))
         self.refs[block] = 1
 
     def own_block(self) -> int:

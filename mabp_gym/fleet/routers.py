@@ -601,7 +601,8 @@ class OracleTTFT(_RouterBase):
     def choose(self, request: Request, telemetry: Telemetry) -> int:
         cfg = telemetry.config
         cached = np.minimum(
-            telemetry.cached_blocks(request.hash_ids) * cfg.block_tokens, request.input_length
+            telemetry.cached_blocks(request.hash_ids, exact=True) * cfg.block_tokens,
+            request.input_length,
         )
         cost = telemetry.prefill_backlog_s() + cfg.prefill_s(request.input_length - cached)
         best = np.flatnonzero(cost <= cost.min() + 1e-12)
@@ -674,7 +675,8 @@ class MABPRoute(_RouterBase):
         self.seen += 1
         self.mean_prefill += (full - self.mean_prefill) / self.seen
         cached = np.minimum(
-            telemetry.cached_blocks(request.hash_ids) * cfg.block_tokens, request.input_length
+            telemetry.cached_blocks(request.hash_ids, exact=self.exact) * cfg.block_tokens,
+            request.input_length,
         )
         prefill = cfg.prefill_s(request.input_length - cached)
         self._prefill = prefill

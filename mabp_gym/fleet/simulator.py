@@ -90,6 +90,9 @@ class FleetConfig:
     """Prompt tokens the tool result adds to the downstream job."""
     downstream_output: int = 64
     """Output tokens of a downstream job."""
+    kv_event_delay_s: float = 0.05
+    """Age of the KV events a router sees: ``Telemetry.cached_blocks`` reports each engine's
+    prefix cache as it was this long ago (0: exact and instantaneous)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -250,10 +253,30 @@ class Telemetry:
         """Seconds of admitted prefill work left on each worker.  # (W,) float64"""
         return np.maximum(self.prefill_free - self._sim.now, 0.0)
 
-    def cached_blocks(self, hash_ids: Sequence[int]) -> np.ndarray:
-        """Leading blocks of ``hash_ids`` in each engine's prefix cache (KV events, exact).
-        # (W,) int64"""
-        return np.array([leading_hits(c, hash_ids) for c in self._sim.caches], dtype=np.int64)
+    def cached_blocks(self, hash_ids: Sequence[int], exact: bool = False) -> np.ndarray:
+        """Leading blocks of ``hash_ids`` in each engine's prefix cache as its KV events
+        have told the router: as it was ``config.kv_event_delay_s`` ago (``exact``: now;
+        for the labelled references only).  # (W,) int64"""
+        sim = self._sim
+        delay = self.config.kv_event_delay_s
+        if exact or delay <= 0:
+            return np.array([leading_hits(c, hash_ids) for c in sim.caches], dtype=np.int64)
+        then = sim.now - delay
+        counts = np.zeros(self.num_workers, dtype=np.int64)
+        for w, (cache, journal) in enumerate(zip(sim.caches, sim.journals, strict=True)):
+            while journal and journal[0][0] <= then:
+                journal.popleft()  # older than the delay: the router has seen it
+            before: dict[int, bool] = {}
+            for _, block, was_present in journal:
+                before.setdefault(block, was_present)
+            count = 0
+            for block in hash_ids:
+                present = before.get(block, block in cache)
+                if not present:
+                    break
+                count += 1
+            counts[w] = count
+        return counts
 
     @property
     def first_tokens(self) -> list[int]:
@@ -344,6 +367,9 @@ class FleetSimulator:
             ]
             self.caches = [e.kv for e in self.engines]  # KV events read the shared memory
         self.tools: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(w)]
+        # Per worker, the prefix cache's recent membership changes: (time, block, whether
+        # it was present before), so that KV events can be read with a delay.
+        self.journals: list[deque[tuple[float, int, bool]]] = [deque() for _ in range(w)]
         self.queues: list[deque[Request]] = [deque() for _ in range(w)]
         self.telemetry = Telemetry(self)
         self.now = 0.0
@@ -453,13 +479,17 @@ class FleetSimulator:
         cache = self.caches[w]
         ids = request.hash_ids
         hits = leading_hits(cache, ids)
+        journal = self.journals[w]
         for block in reversed(ids):
             if block in cache:
                 cache.move_to_end(block)
             else:
                 cache[block] = None
+                journal.append((self.now, block, False))
         while len(cache) > cfg.cache_blocks:
-            cache.popitem(last=False)
+            evicted, _ = cache.popitem(last=False)
+            journal.append((self.now, evicted, True))
+        self._prune_journal(w)
         cached = min(hits * cfg.block_tokens, request.input_length)
         self.prompt_tokens += request.input_length
         self.cached_tokens += cached
@@ -549,6 +579,11 @@ class FleetSimulator:
                 break
             # Nothing runs and the first waiting request does not fit the whole memory.
             self._drop_waiting(w, engine.waiting.popleft())
+        journal = self.journals[w]
+        for block, was_present in engine.kv.journal:
+            journal.append((self.now, block, was_present))
+        engine.kv.journal.clear()
+        self._prune_journal(w)
         for seq, hit in admitted:
             if seq.first < 0 and seq.generated == 0:  # first admission (not a recompute)
                 self.prompt_tokens += seq.request.input_length
@@ -585,6 +620,12 @@ class FleetSimulator:
         self.prefill_free[w] = self.now + (
             engine.pending_prefill_tokens() * engine.profile.prefill_s_per_token
         )
+
+    def _prune_journal(self, w: int) -> None:
+        """Forget cache changes older than the KV-event delay (routers have seen them)."""
+        journal, then = self.journals[w], self.now - self.config.kv_event_delay_s
+        while journal and journal[0][0] <= then:
+            journal.popleft()
 
     def _spawn(self, parent: Request) -> None:
         cfg = self.config
