@@ -945,6 +945,12 @@ def _plot(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
+    if not made:
+        sys.stderr.write(
+            "mabp-gym plot: error: no figure can be drawn from these results (each needs "
+            "the runs named above)\n"
+        )
+        raise SystemExit(2)
 
 
 def _capacity(args: argparse.Namespace) -> dict[str, Any]:

@@ -400,3 +400,22 @@ def test_table_rows__a_partial_grid_is_marked_and_not_credited():
     # A complete grid is credited as before.
     (row,) = table_rows(records, ["a"], [0.1, 0.2, 0.4], at=0.2)
     assert row[1] == "0.40"
+
+
+def test_cli__plot_draws_a_users_own_workload_and_exits_2_when_it_can_draw_nothing(
+    run_cli, tmp_path
+):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "wr.jsonl"
+    common = ["--workload", "work_reuse", "--seeds", "0", "--horizon", "120", "--no-progress"]
+    assert (
+        run_cli("eval", "--policy", "bp", "--loads", "0.5", "--out", str(out), *common).returncode
+        == 0
+    )
+    nothing = run_cli("plot", "--results", str(out), "--out-dir", str(tmp_path / "a"))
+    assert nothing.returncode == 2 and "no figure can be drawn" in nothing.stderr
+    assert "needs mabp on work_reuse at two or more loads" in nothing.stdout
+    run_cli("eval", "--policy", "mabp", "--loads", "0.5", "0.9", "--out", str(out), *common)
+    drawn = run_cli("plot", "--results", str(out), "--out-dir", str(tmp_path / "b"))
+    assert drawn.returncode == 0, drawn.stderr
+    assert (tmp_path / "b" / "fig2_backlog_traces.png").stat().st_size > 0
