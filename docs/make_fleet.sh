@@ -6,12 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p results
 for trace in conversation synthetic; do
-  mabp-gym fleet --trace "$trace" --workers 4 --loads 0.6 0.9 --runs 10 --layout routers \
+  mabp-gym fleet --trace "$trace" --fleet-size 4 --loads 0.6 0.9 --runs 10 --layout routers \
     --markdown "results/fleet_$trace.md" --json "results/fleet_$trace.json"
 done
 python -c "from mabp_gym.fleet import agentic_session_trace, write_mooncake
 write_mooncake(agentic_session_trace(3000, sessions=150, seed=0), 'results/agentic.jsonl.gz')"
-mabp-gym fleet --trace results/agentic.jsonl.gz --workers 4 --loads 0.6 0.9 --runs 10 \
+mabp-gym fleet --trace results/agentic.jsonl.gz --fleet-size 4 --loads 0.6 0.9 --runs 10 \
   --layout routers --routers jsq bp affinity sglang dynamo-t0 llm-d vllm-loadaware \
   aibrix mabp-route mabp-route-exact oracle-ttft --set agentic_fraction=1 --set tool_depth=2 \
   --markdown results/fleet_agentic.md --json results/fleet_agentic.json

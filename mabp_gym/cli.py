@@ -207,7 +207,14 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     ev = commands.add_parser("eval", help="evaluate policies over loads and seeds")
-    ev.add_argument("--policy", nargs="+", default=["mabp"], help="policy name(s)")
+    ev.add_argument(
+        "--policies",
+        "--policy",
+        dest="policy",
+        nargs="+",
+        default=["mabp"],
+        help="policy name(s) (--policy is the older spelling)",
+    )
     _common(ev)
     ev.add_argument("--out", metavar="PATH", help="JSON-lines results (resumable)")
     ev.add_argument(
@@ -220,7 +227,14 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     table = commands.add_parser("table", help="the paper's Table I for any policies")
-    table.add_argument("--policies", nargs="+", default=list(TABLE_POLICIES))
+    table.add_argument(
+        "--policies",
+        "--policy",
+        dest="policies",
+        nargs="+",
+        default=list(TABLE_POLICIES),
+        help="policies, one row each (default: Table I's)",
+    )
     _common(table)
     table.add_argument(
         "--at",
@@ -285,7 +299,9 @@ def _build_parser() -> argparse.ArgumentParser:
     sweep = commands.add_parser("sweep", help="load, beta, K, nu or skew sweep (paper VI-A)")
     sweep.add_argument("--param", required=True, choices=SWEEPS)
     sweep.add_argument("--values", nargs="+", required=True, help="values of the parameter")
-    sweep.add_argument("--policies", nargs="+", default=["cost-bp", "mabp"])
+    sweep.add_argument(
+        "--policies", "--policy", dest="policies", nargs="+", default=["cost-bp", "mabp"]
+    )
     _common(sweep, loads=False)
     sweep.add_argument(
         "--at", type=float, default=0.85, help="load for the beta, K, nu and skew sweeps (0.85)"
@@ -377,7 +393,15 @@ def _build_parser() -> argparse.ArgumentParser:
         default="synthetic",
         help="shipped trace (conversation, synthetic) or a Mooncake JSONL file",
     )
-    fleet.add_argument("--workers", type=int, default=4, help="workers in the fleet (4)")
+    fleet.add_argument(
+        "--fleet-size",
+        "--workers",
+        dest="workers",
+        type=int,
+        default=4,
+        help="LLM workers (GPUs) in the fleet (4); --workers is the older spelling, which "
+        "elsewhere means processes",
+    )
     fleet.add_argument(
         "--routers", nargs="+", default=None, help="router names (default: all); see docs/fleet.md"
     )

@@ -419,3 +419,16 @@ def test_cli__plot_draws_a_users_own_workload_and_exits_2_when_it_can_draw_nothi
     drawn = run_cli("plot", "--results", str(out), "--out-dir", str(tmp_path / "b"))
     assert drawn.returncode == 0, drawn.stderr
     assert (tmp_path / "b" / "fig2_backlog_traces.png").stat().st_size > 0
+
+
+def test_cli__one_name_per_concept_with_the_old_spellings_kept():
+    from mabp_gym.cli import _build_parser
+
+    parser = _build_parser()
+    for flag in ("--policies", "--policy"):
+        assert parser.parse_args(["eval", flag, "bp", "mabp"]).policy == ["bp", "mabp"]
+        assert parser.parse_args(["table", flag, "bp"]).policies == ["bp"]
+        sweep = ["sweep", flag, "bp", "--param", "K", "--values", "1", "--out", "x.jsonl"]
+        assert parser.parse_args(sweep).policies == ["bp"]
+    for flag in ("--fleet-size", "--workers"):
+        assert parser.parse_args(["fleet", flag, "8"]).workers == 8
