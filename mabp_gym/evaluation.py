@@ -630,6 +630,11 @@ def _execute(
 ) -> list[dict[str, Any]]:
     todo = [spec for key, spec in wanted.items() if key not in done]
     failures: list[tuple[RunSpec, str]] = []
+    if progress and len(wanted) > 1:
+        # The size up front; the progress bar then shows the rate and an ETA.
+        kept = f", {len(wanted) - len(todo)} already in {results.path}" if results else ""
+        slots = sum(spec.horizon for spec in todo)
+        sys.stderr.write(f"{len(todo)} runs to do ({slots:,} slots{kept})\n")
     bar = _progress(len(todo), progress)
     try:
         for spec, record, error in _dispatch(todo, backend, workers, address):
