@@ -432,3 +432,12 @@ def test_cli__one_name_per_concept_with_the_old_spellings_kept():
         assert parser.parse_args(sweep).policies == ["bp"]
     for flag in ("--fleet-size", "--workers"):
         assert parser.parse_args(["fleet", flag, "8"]).workers == 8
+
+
+def test_cli__a_run_states_its_size_before_it_starts(run_cli, tmp_path):
+    out = tmp_path / "size.jsonl"
+    args = ["eval", "--policies", "bp", "--loads", "0.3", "0.5", "--seeds", "0", "--horizon"]
+    first = run_cli(*args, "100", "--out", str(out))
+    assert first.returncode == 0 and "2 runs to do (200 slots, 0 already in" in first.stderr
+    again = run_cli(*args, "100", "--seeds", "0", "1", "--out", str(out))
+    assert "2 runs to do (200 slots, 2 already in" in again.stderr
