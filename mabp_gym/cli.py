@@ -20,6 +20,7 @@ import contextlib
 import csv
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -435,6 +436,11 @@ def _build_parser() -> argparse.ArgumentParser:
         choices=("metrics", "routers"),
         default="metrics",
         help="rows are metrics (the paper's Table II) or routers",
+    )
+    fleet.add_argument(
+        "--out",
+        metavar="PATH",
+        help="JSON-lines records, appended as each run ends; rerunning skips the runs there",
     )
     fleet.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     fleet.add_argument("--json", metavar="PATH", help="also write the per-run records as JSON")
@@ -1079,6 +1085,37 @@ def _simulate(args: argparse.Namespace) -> None:
         Path(args.json).write_text(json.dumps(records, indent=2, default=str), encoding="utf-8")
 
 
+def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
+    """The fleet records already in ``--out`` by key (a truncated last line is dropped, and
+    the file is ended with a newline so that the next record starts a line of its own)."""
+    if path is None or not Path(path).is_file():
+        return {}
+    with open(path, "rb+") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell():
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+    done = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # an interrupted write: that run is made again
+            if isinstance(record, dict) and isinstance(record.get("key"), str):
+                # JSON has no NaN: an undefined figure was written as null.
+                done[record["key"]] = {k: math.nan if v is None else v for k, v in record.items()}
+    return done
+
+
+def _append_record(path: str, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(_finite(record)) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def _fleet(args: argparse.Namespace) -> None:
     from mabp_gym.fleet import ROUTERS, load_trace, make_config
     from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
@@ -1104,6 +1141,8 @@ def _fleet(args: argparse.Namespace) -> None:
             raise ValueError(f"--seed must be an integer >= 0, got {args.seed}")
         _writable(args.markdown, "--markdown")
         _writable(args.json, "--json")
+        _writable(args.out, "--out")
+        done = _fleet_records(args.out)
         if args.requests is not None and args.requests < 2:
             raise ValueError(f"--requests must be >= 2, got {args.requests}")
         # A bad line is named in the error; with --requests the rest is never read.
@@ -1117,6 +1156,8 @@ def _fleet(args: argparse.Namespace) -> None:
         seed=args.seed,
         progress=lambda line: print(line, file=sys.stderr),
         engine=args.engine,
+        done=done,
+        on_record=None if args.out is None else lambda record: _append_record(args.out, record),
     )
     table = format_table(records, routers, args.layout)
     print(

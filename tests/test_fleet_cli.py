@@ -171,3 +171,24 @@ def test_finite__non_finite_floats_become_null_at_any_depth():
 
     value = {"a": float("nan"), "b": [1.0, float("inf"), {"c": -float("inf")}], "d": "x"}
     assert _finite(value) == {"a": None, "b": [1.0, None, {"c": None}], "d": "x"}
+
+
+def test_fleet_cli__streams_records_to_out_and_a_rerun_resumes(run_cli, tmp_path):
+    out = tmp_path / "fleet.jsonl"
+    common = ["fleet", "--trace", "synthetic", "--requests", "60", "--fleet-size", "2"]
+    common += ["--loads", "0.5", "--routers", "jsq", "bp", "--out", str(out)]
+    first = run_cli(*common, "--runs", "2")
+    assert first.returncode == 0, first.stderr
+    lines = out.read_text().splitlines()
+    assert len(lines) == 4 and all(json.loads(line)["key"] for line in lines)
+    # An interrupted write leaves a truncated line: that run is made again, the rest kept.
+    out.write_text("\n".join(lines[:3]) + "\n" + lines[3][:20])
+    again = run_cli(*common, "--runs", "3")
+    assert again.returncode == 0, again.stderr
+    assert "jsq: 3 runs (2 from the results file)" in again.stderr
+    assert "bp: 3 runs (1 from the results file)" in again.stderr
+    keys = [json.loads(line)["key"] for line in out.read_text().splitlines()[4:]]
+    assert len(keys) == 3 and len(set(keys)) == 3
+    # Another engine is another run.
+    step = run_cli(*common, "--runs", "1", "--engine", "step")
+    assert "jsq: 1 runs" in step.stderr and "from the results file" not in step.stderr

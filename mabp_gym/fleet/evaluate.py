@@ -40,9 +40,16 @@ def evaluate_fleet(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     engine: str = "simple",
+    done: dict[str, dict[str, Any]] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One record per (router, load, run): the run's metrics (``engine``: the worker
     model, :data:`mabp_gym.fleet.simulator.ENGINES`).
+
+    ``done`` maps run keys (:func:`run_key`, also each record's ``"key"``) to records
+    already made, which are reused instead of run again; ``on_record`` gets each new record
+    as soon as it is made (the CLI appends it to its results file, so an interrupted sweep
+    resumes where it stopped).
 
     Run ``k`` uses seed ``seed + k`` for every router, so routers face the same agentic
     requests (common random numbers); runs differ in which requests are agentic, in the
@@ -53,25 +60,62 @@ def evaluate_fleet(
     for name in routers:
         make_router(name)  # fail before any work on an unknown name
     records = []
+    digest = trace_digest(trace)
+    done = done or {}
     for load in loads:
         scaled = scale_to_load(trace, load, config)
         for name in routers:
+            reused = 0
             for run in range(runs):
+                key = run_key(digest, name, load, seed + run, config, engine)
+                if key in done:
+                    records.append(done[key])
+                    reused += 1
+                    continue
                 metrics = replay(scaled, make_router(name), config, seed=seed + run, engine=engine)
-                records.append(
-                    {
-                        "trace": trace.name,
-                        "router": name,
-                        "load": load,
-                        "run": run,
-                        "workers": config.num_workers,
-                        "engine": engine,
-                        **metrics,
-                    }
-                )
+                record = {
+                    "trace": trace.name,
+                    "router": name,
+                    "load": load,
+                    "run": run,
+                    "workers": config.num_workers,
+                    "engine": engine,
+                    **metrics,
+                    "key": key,
+                }
+                records.append(record)
+                if on_record is not None:
+                    on_record(record)
             if progress:
-                progress(f"{trace.name} load {load:g} {name}: {runs} runs")
+                kept = f" ({reused} from the results file)" if reused else ""
+                progress(f"{trace.name} load {load:g} {name}: {runs} runs{kept}")
     return records
+
+
+def trace_digest(trace: Trace) -> str:
+    """A digest of the trace's requests (a rewritten file with the same name differs)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for r in trace.requests:
+        digest.update(repr((r.timestamp, r.input_length, r.output_length, r.hash_ids)).encode())
+    return digest.hexdigest()[:16]
+
+
+def run_key(
+    digest: str, router: str, load: float, seed: int, config: FleetConfig, engine: str
+) -> str:
+    """What determines a fleet run's record: the trace's content, the router, the load,
+    the seed, every fleet constant and the engine."""
+    import dataclasses
+    import hashlib
+    import json
+
+    payload = json.dumps(
+        [digest, router, float(load).hex(), seed, dataclasses.asdict(config), engine],
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
 def half_width(values: Sequence[float]) -> float:
