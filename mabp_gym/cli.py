@@ -609,6 +609,21 @@ completed requests' P95 is then set by the run length (``P95 delay (all)`` count
 requests left in the network at their age)."""
 
 
+TABLE_LEGEND = (
+    "Stable load: the largest grid load at which it and every smaller grid load pass verdict "
+    "v3 (growth pooled over the seeds under 1.5% of the arrivals with 95% confidence, not "
+    "failing to halve when the run doubles), below the occupation bound; '<x': not even the "
+    "lowest load run, x; '(partial: y not run)': capped before a load missing from the grid. "
+    "Paper load: the paper's rule (slots 120-600: slope < 0.035 and mean backlog < 120). The "
+    "other columns at the --at load, mean +- std over seeds: penalty per completed request; "
+    "P95 delay (slots) of completed requests and, '(all)', of every request born after the "
+    "warm-up, still-queued ones at their age; '(grows)': the policy is not stable at that "
+    "load, so its delays are set by the run length; hit ratio of served units; churn: "
+    "insertions + evictions per served unit; completion: fraction of the window's requests "
+    "completed."
+)
+
+
 def table_rows(
     records: list[dict[str, Any]],
     policies: list[str],
@@ -725,6 +740,7 @@ def _table(args: argparse.Namespace) -> None:
     markdown += ["| " + " | ".join(row) + " |" for row in rows]
     text = "\n".join(markdown)
     print(text)
+    print(TABLE_LEGEND)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n", encoding="utf-8")
     if args.csv:
@@ -1085,6 +1101,17 @@ def _simulate(args: argparse.Namespace) -> None:
         Path(args.json).write_text(json.dumps(records, indent=2, default=str), encoding="utf-8")
 
 
+FLEET_LEGEND = (
+    "Thr.: completed trace requests per second; Goodput: those within both SLOs (TTFT and "
+    "TPOT, FleetConfig.slo_ttft_s / slo_tpot_s) per second; P95 TTFT: time to first token; "
+    "P95 TPOT: time per output token after the first; P95 E2E: arrival to last token; GPU "
+    "s/req: GPU busy seconds per completed request; KV hit: prompt tokens found in the prefix "
+    "cache; Jobs/req: downstream tool jobs per completed request; Drops: share of arrivals "
+    "dropped (queue full or timeout); P95 sched.: the router's decision time (Python). "
+    "Mean +- 95% Student-t half-width over the runs."
+)
+
+
 def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
     """The fleet records already in ``--out`` by key (a truncated last line is dropped, and
     the file is ended with a newline so that the next record starts a line of its own)."""
@@ -1165,6 +1192,7 @@ def _fleet(args: argparse.Namespace) -> None:
         f"{args.engine} engine"
     )
     print(table)
+    print(FLEET_LEGEND)
     if args.markdown:
         Path(args.markdown).write_text(table, encoding="utf-8")
     if args.json:

@@ -441,3 +441,18 @@ def test_cli__a_run_states_its_size_before_it_starts(run_cli, tmp_path):
     assert first.returncode == 0 and "2 runs to do (200 slots, 0 already in" in first.stderr
     again = run_cli(*args, "100", "--seeds", "0", "1", "--out", str(out))
     assert "2 runs to do (200 slots, 2 already in" in again.stderr
+
+
+def test_cli__table_and_fleet_print_a_column_legend(run_cli, tmp_path):
+    from mabp_gym.cli import FLEET_LEGEND, TABLE_LEGEND
+
+    table = run_cli(
+        "table", "--policies", "bp", "--loads", "0.3", "--seeds", "0", "--horizon", "100",
+        "--at", "0.3", "--out", str(tmp_path / "t.jsonl"), "--no-progress",
+    )  # fmt: skip
+    assert table.returncode == 0 and TABLE_LEGEND in table.stdout
+    fleet = run_cli(
+        "fleet", "--trace", "synthetic", "--requests", "40", "--fleet-size", "2", "--loads",
+        "0.5", "--runs", "1", "--routers", "jsq",
+    )  # fmt: skip
+    assert fleet.returncode == 0 and FLEET_LEGEND in fleet.stdout
