@@ -25,10 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from mabp_gym.fleet.simulator import Request
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,9 @@ class Sequence:
 
     __slots__ = ("request", "target", "computed", "generated", "blocks", "first", "fresh")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Any) -> None:
+        """``request``: a :class:`mabp_gym.fleet.simulator.Request` (not imported: the
+        simulator imports this module)."""
         self.request = request
         self.target = request.input_length  # tokens whose KV must exist before decoding
         self.computed = 0
