@@ -802,6 +802,13 @@ def _search_loads(
     return records
 
 
+VERDICTS_LEGEND = (
+    "Each cell: the stable load (verdict v3) on each seed set, separated by '/', of the runs "
+    "cut at H slots; bold where the sets disagree; '<x': not even the lowest load run on that "
+    "set, x."
+)
+
+
 def _verdicts(args: argparse.Namespace) -> None:
     from mabp_gym.verdicts import check_record_trace, horizon_sensitivity
 
@@ -836,6 +843,7 @@ def _verdicts(args: argparse.Namespace) -> None:
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)
+    print(VERDICTS_LEGEND)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n", encoding="utf-8")
 

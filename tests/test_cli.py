@@ -240,6 +240,9 @@ def test_verdicts__prints_stable_loads_per_seed_set_and_rejects_long_horizons(tm
     )
     assert ok.returncode == 0, ok.stderr
     assert "| bp | 0.30 / 0.30 | 0.30 / 0.30 |" in ok.stdout
+    from mabp_gym.cli import VERDICTS_LEGEND
+
+    assert VERDICTS_LEGEND in ok.stdout
     bad = subprocess.run(
         [
             sys.executable,

@@ -206,3 +206,56 @@ def test_read__stops_at_the_limit_without_reading_the_rest(tmp_path):
     assert len(read_mooncake(path, limit=2)) == 2  # the bad third line is never read
     with pytest.raises(ValueError, match="line 3"):
         read_mooncake(path)
+
+
+# -- mutated lines (issue 26): the reader never crashes and never accepts nonsense -----------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+MUTABLE = '{"timestamp": 10, "input_length": 1024, "output_length": 8, "hash_ids": [1, 2]}'
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+    st.lists(st.integers(min_value=-5, max_value=10**6), max_size=6),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    field=st.sampled_from(["timestamp", "input_length", "output_length", "hash_ids", "extra"]),
+    value=_values,
+)
+def test_parse__a_mutated_field_is_refused_by_name_or_read_within_bounds(field, value):
+    import json as _json
+
+    from mabp_gym.fleet.trace import MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, MAX_TIMESTAMP_MS
+
+    line = _json.loads(MUTABLE)
+    line[field] = value
+    try:
+        text = _json.dumps(line)
+    except ValueError:
+        return  # not representable as JSON text at all
+    try:
+        (request,) = parse_mooncake([text], name="t").requests
+    except ValueError as error:
+        assert "t line 1" in str(error)
+        return
+    assert 0 <= request.timestamp <= MAX_TIMESTAMP_MS
+    assert 1 <= request.input_length <= MAX_INPUT_TOKENS
+    assert 1 <= request.output_length <= MAX_OUTPUT_TOKENS
+    assert all(isinstance(b, int) and b >= 0 for b in request.hash_ids)
+    assert len(request.hash_ids) <= -(-request.input_length // 512)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cut=st.integers(min_value=0, max_value=len(MUTABLE)), junk=st.text(max_size=8))
+def test_parse__a_truncated_or_garbled_line_is_refused_by_name(cut, junk):
+    text = MUTABLE[:cut] + junk
+    try:
+        parse_mooncake([text], name="t")
+    except ValueError as error:  # a blank line leaves no request: the trace is named
+        assert "t line 1" in str(error) or str(error) == "t: no requests"
