@@ -66,3 +66,23 @@ def command_line(learner: str, args: Any) -> str:
 
 def from_namespace(cls: type, namespace: argparse.Namespace) -> Any:
     return cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)})
+
+
+def parse_into(
+    cls: type, prog: str, description: str | None, validate: Any, argv: list[str] | None
+) -> Any:
+    """Parse ``argv`` into the dataclass ``cls`` (one ``--field`` option each) and run the
+    learner's ``validate`` on it: the ``parse`` of every training entry point."""
+    parser = OneLineParser(prog=prog, description=description)
+    add_dataclass_arguments(parser, cls)
+    args = from_namespace(cls, parser.parse_args(argv))
+    validate(args)
+    return args
+
+
+def check_out_dir(out: str) -> None:
+    """Refuse an ``--out`` that exists and is not a directory."""
+    from pathlib import Path
+
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"--out {out!r} exists and is not a directory")

@@ -31,12 +31,7 @@ from mabp_gym.agents.gnn import (
 )
 from mabp_gym.encoding import ObservationEncoder
 from mabp_gym.pyg import to_pyg
-from mabp_gym.training.arguments import (
-    OneLineParser,
-    add_dataclass_arguments,
-    command_line,
-    from_namespace,
-)
+from mabp_gym.training.arguments import check_out_dir, command_line, parse_into
 from mabp_gym.training.common import rollout, seed_everything
 from mabp_gym.workloads import make_workload
 
@@ -430,8 +425,7 @@ def validate(args: GNNArgs) -> None:
     for name in ("imitation_loads", "select_loads", "eval_loads"):
         for load in getattr(args, name):
             make_workload(args.workload, load=load, horizon=10)
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out!r} exists and is not a directory")
+    check_out_dir(args.out)
     if args.resume and not Path(args.resume).is_file():
         raise ValueError(f"--resume: no such file {args.resume!r}")
     if args.resume:
@@ -466,11 +460,7 @@ def check_resume(path: Path, workload_name: str) -> None:
 
 def parse(argv: list[str] | None = None) -> GNNArgs:
     """The arguments of ``mabp-gym train gnn``, validated."""
-    parser = OneLineParser(prog="mabp-gym train gnn", description=__doc__)
-    add_dataclass_arguments(parser, GNNArgs)
-    args = from_namespace(GNNArgs, parser.parse_args(argv))
-    validate(args)
-    return args
+    return parse_into(GNNArgs, "mabp-gym train gnn", __doc__, validate, argv)
 
 
 def report(result: dict[str, Any]) -> None:

@@ -21,12 +21,7 @@ import torch
 from mabp_gym.agents import make_policy
 from mabp_gym.agents.gnn import resolve_device
 from mabp_gym.agents.learn_mabp import PrimitiveEstimate
-from mabp_gym.training.arguments import (
-    OneLineParser,
-    add_dataclass_arguments,
-    command_line,
-    from_namespace,
-)
+from mabp_gym.training.arguments import check_out_dir, command_line, parse_into
 from mabp_gym.training.common import rollout, seed_everything
 from mabp_gym.workloads import make_workload
 
@@ -149,17 +144,12 @@ def validate(args: LearnMABPArgs) -> None:
     for name in ("explore_loads", "eval_loads"):
         for load in getattr(args, name):
             make_workload(args.workload, load=load, horizon=10)
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out!r} exists and is not a directory")
+    check_out_dir(args.out)
 
 
 def parse(argv: list[str] | None = None) -> LearnMABPArgs:
     """The arguments of ``mabp-gym train learn-mabp``, validated."""
-    parser = OneLineParser(prog="mabp-gym train learn-mabp", description=__doc__)
-    add_dataclass_arguments(parser, LearnMABPArgs)
-    args = from_namespace(LearnMABPArgs, parser.parse_args(argv))
-    validate(args)
-    return args
+    return parse_into(LearnMABPArgs, "mabp-gym train learn-mabp", __doc__, validate, argv)
 
 
 def report(result: dict[str, Any]) -> None:

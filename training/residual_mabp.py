@@ -24,12 +24,7 @@ from mabp_gym.agents.residual_mabp import FEATURES, ResidualMABP, save
 from mabp_gym.metrics import GROWTH_LIMIT, Trace, summarize
 from mabp_gym.rollout import episode
 from mabp_gym.simulator import Simulator
-from mabp_gym.training.arguments import (
-    OneLineParser,
-    add_dataclass_arguments,
-    command_line,
-    from_namespace,
-)
+from mabp_gym.training.arguments import check_out_dir, command_line, parse_into
 from mabp_gym.workloads import make_workload
 
 EVALUATION_SEEDS = range(9000, 10000)
@@ -178,17 +173,12 @@ def validate(args: ResidualArgs) -> None:
         )
     for load in args.loads:
         make_workload(args.workload, load=load, horizon=10)
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out!r} exists and is not a directory")
+    check_out_dir(args.out)
 
 
 def parse(argv: list[str] | None = None) -> ResidualArgs:
     """The arguments of ``mabp-gym train residual-mabp``, validated."""
-    parser = OneLineParser(prog="mabp-gym train residual-mabp", description=__doc__)
-    add_dataclass_arguments(parser, ResidualArgs)
-    args = from_namespace(ResidualArgs, parser.parse_args(argv))
-    validate(args)
-    return args
+    return parse_into(ResidualArgs, "mabp-gym train residual-mabp", __doc__, validate, argv)
 
 
 def report(result: dict[str, Any]) -> None:
