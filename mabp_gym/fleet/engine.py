@@ -266,9 +266,9 @@ class StepEngine:
     def finish_step(self) -> tuple[list[Sequence], list[Sequence]]:
         """Apply the step just run; ``(sequences with a first token, finished sequences)``."""
         firsts, done = [], []
+        # Preemption only takes sequences not yet scheduled in the step (or the one being
+        # scheduled, which then stays out of it), so every batch entry is still running.
         for seq, chunk in self.batch:
-            if seq not in self.running:  # preempted after it was scheduled
-                continue
             if chunk:
                 seq.computed += chunk
                 if seq.computed < seq.target:
