@@ -266,6 +266,9 @@ class Telemetry:
         for w, (cache, journal) in enumerate(zip(sim.caches, sim.journals, strict=True)):
             while journal and journal[0][0] <= then:
                 journal.popleft()  # older than the delay: the router has seen it
+            if not journal:  # nothing changed within the delay: the cache as it is
+                counts[w] = leading_hits(cache, hash_ids)
+                continue
             before: dict[int, bool] = {}
             for _, block, was_present in journal:
                 before.setdefault(block, was_present)
