@@ -1,10 +1,15 @@
 """``env.step`` per second on ``mixed`` (load 0.85) with observation encoding.
 
-Single env and ``gymnasium.make_vec`` with 8 sync envs, random score actions drawn up
-front (so the policy costs nothing) and a queue-length-like action. Prints a table and a
-JSON line (``--json PATH`` also writes it). Target (issue 3): single env >= 2,000 steps/s.
+One env, Gymnasium's sync vector env (``vectorization_mode="sync"``) and the batched
+vector env that ``gymnasium.make_vec`` builds by default (``mabp_gym.vector_env``), at 8
+and 16 envs, random score actions drawn up front (so the policy costs nothing). The cases
+take turns within each repeat, so that the machine's drift hits them alike; the table
+gives the median over repeats and the ratios within each repeat. Prints a table and a
+JSON line (``--json PATH`` also writes it). Targets: single env >= 2,000 steps/s (issue 3);
+default ``make_vec`` x8 at least 0.9x one env (issue 23); batched x16 at least 3x sync x16
+(issue 27).
 
-    python benchmarks/bench_env.py --steps 3000
+    python benchmarks/bench_env.py --steps 4800 --repeats 5
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from _report import emit
 
 import mabp_gym  # noqa: F401  (registers the ids)
 
+ENV_ID = "mabp_gym/Mixed-v0"
+
 
 def single(steps: int, seed: int) -> float:
-    env = gym.make("mabp_gym/Mixed-v0", load=0.85)
+    env = gym.make(ENV_ID, load=0.85)
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     actions = rng.uniform(-1, 1, (steps, env.action_space.shape[0])).astype(np.float32)
@@ -33,14 +40,13 @@ def single(steps: int, seed: int) -> float:
     return steps / (time.perf_counter() - started)
 
 
-def vector(steps: int, seed: int, num_envs: int = 8) -> float:
-    envs = gym.make_vec(
-        "mabp_gym/Mixed-v0", num_envs=num_envs, vectorization_mode="sync", load=0.85
-    )
+def vector(steps: int, seed: int, num_envs: int, mode: str) -> float:
+    envs = gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode=mode, load=0.85)
     envs.reset(seed=seed)
-    envs.action_space.seed(seed)
     rounds = max(1, steps // num_envs)
-    actions = [envs.action_space.sample() for _ in range(rounds)]
+    rng = np.random.default_rng(seed)
+    actions = rng.uniform(-1, 1, (rounds, *envs.action_space.shape)).astype(np.float32)
+    envs.step(actions[0])  # compiles the batched kernel on a cold cache
     started = time.perf_counter()
     for action in actions:
         envs.step(action)
@@ -49,29 +55,41 @@ def vector(steps: int, seed: int, num_envs: int = 8) -> float:
     return rounds * num_envs / elapsed
 
 
+CASES = {
+    "single env": lambda steps, seed: single(steps, seed),
+    "sync x8": lambda steps, seed: vector(steps, seed, 8, "sync"),
+    "make_vec x8 (batched)": lambda steps, seed: vector(steps, seed, 8, "vector_entry_point"),
+    "sync x16": lambda steps, seed: vector(steps, seed, 16, "sync"),
+    "make_vec x16 (batched)": lambda steps, seed: vector(steps, seed, 16, "vector_entry_point"),
+}
+RATIOS = {
+    "sync x8 / single": ("sync x8", "single env"),
+    "batched x8 / single": ("make_vec x8 (batched)", "single env"),
+    "batched x16 / sync x16": ("make_vec x16 (batched)", "sync x16"),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4800, help="env steps per case and repeat")
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
-    rows = [
-        {
-            "case": "single env",
-            "steps_per_s": statistics.median(
-                single(args.steps, seed) for seed in range(args.repeats)
-            ),
-        },
-        {
-            "case": "make_vec sync x8 (env steps)",
-            "steps_per_s": statistics.median(
-                vector(args.steps, seed) for seed in range(args.repeats)
-            ),
-        },
-    ]
-    print(f"{'case':<30} {'steps/s':>9}")
+    runs: dict[str, list[float]] = {case: [] for case in CASES}
+    for seed in range(args.repeats):
+        for case, run in CASES.items():
+            runs[case].append(run(args.steps, seed))
+    rows = [{"case": case, "steps_per_s": statistics.median(v)} for case, v in runs.items()]
+    ratios = {
+        name: [a / b for a, b in zip(runs[top], runs[bottom], strict=True)]
+        for name, (top, bottom) in RATIOS.items()
+    }
+    print(f"{'case':<26} {'env steps/s':>12}")
     for row in rows:
-        print(f"{row['case']:<30} {row['steps_per_s']:>9.0f}")
+        print(f"{row['case']:<26} {row['steps_per_s']:>12.0f}")
+    for name, values in ratios.items():
+        low, high = min(values), max(values)
+        print(f"{name:<26} {statistics.median(values):>11.2f}x  ({low:.2f}-{high:.2f})")
     result = {
         "benchmark": "bench_env",
         "workload": "mixed",
@@ -79,6 +97,8 @@ def main() -> None:
         "steps": args.steps,
         "repeats": args.repeats,
         "rows": rows,
+        "ratios": {name: statistics.median(values) for name, values in ratios.items()},
+        "ratio_runs": ratios,
     }
     emit(result, args.json)
 

@@ -68,6 +68,7 @@ def _register() -> None:
             gymnasium.register(
                 id=env_id,
                 entry_point=entry,
+                vector_entry_point="mabp_gym.vector_env:SFMSNVectorEnv",
                 max_episode_steps=horizon,
                 kwargs={"workload": workload},
             )

@@ -104,7 +104,7 @@ def test_load_interval__bad_intervals_are_refused(load, match):
         gym.make("mabp_gym/SFMSN-v0", load=load)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "async", "vector_entry_point"])
 def test_vector_env__declares_its_autoreset_mode(mode):
     envs = gym.make_vec(
         "mabp_gym/SFMSN-v0",
@@ -128,6 +128,7 @@ def test_vector_env__same_step_autoreset_is_supported():
     envs = gym.make_vec(
         "mabp_gym/SFMSN-v0",
         num_envs=2,
+        vectorization_mode="sync",  # the default, the batched env, autoresets on the next step
         horizon=3,
         max_episode_steps=3,
         vector_kwargs={"autoreset_mode": mode},

@@ -1,0 +1,187 @@
+"""The batched vector env: N single envs' observations, rewards and truncations, step by
+step, through autoresets, on every built-in workload; and its bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import mabp_gym
+from mabp_gym import slotcore
+from mabp_gym.vector_env import SFMSNVectorEnv
+
+compiled_only = pytest.mark.skipif(not slotcore.AVAILABLE, reason="needs numba")
+
+
+def _singles(n: int, seed: int, **kwargs):
+    envs = [gym.make("mabp_gym/SFMSN-v0", **kwargs) for _ in range(n)]
+    return envs, [env.reset(seed=seed + i) for i, env in enumerate(envs)]
+
+
+def _same(batched, single, i: int, where: str) -> None:
+    if isinstance(single, dict):
+        for key, value in single.items():
+            assert np.array_equal(batched[key][i], value), f"{where}: {key}"
+    else:
+        assert np.array_equal(batched[i], single), where
+
+
+def _compare(vec: SFMSNVectorEnv, steps: int, seed: int = 3, **kwargs) -> None:
+    """``vec`` against ``num_envs`` single envs made with ``kwargs``, random scores."""
+    n = vec.num_envs
+    singles, first = _singles(n, seed, **kwargs)
+    obs, info = vec.reset(seed=seed)
+    for i, (single_obs, single_info) in enumerate(first):
+        _same(obs, single_obs, i, "reset")
+        if "load" in single_info:
+            assert info["load"][i] == single_info["load"]
+    rng = np.random.default_rng(seed)
+    pending = [False] * n
+    for step in range(steps):
+        actions = rng.uniform(-1, 1, vec.action_space.shape).astype(np.float32)
+        obs, rewards, terminated, truncated, _ = vec.step(actions)
+        assert not terminated.any()
+        for i, env in enumerate(singles):
+            if pending[i]:  # NEXT_STEP: this step resets env i
+                single_obs, _ = env.reset()
+                reward, done = 0.0, False
+            else:
+                single_obs, reward, _, done, _ = env.step(actions[i])
+            pending[i] = done
+            _same(obs, single_obs, i, f"step {step}, env {i}")
+            assert rewards[i] == reward, f"step {step}, env {i}"
+            assert truncated[i] == done, f"step {step}, env {i}"
+
+
+@compiled_only
+@pytest.mark.parametrize("workload", sorted(mabp_gym.WORKLOADS))
+def test_batched__equals_single_envs_through_autoresets(workload):
+    kwargs = {"workload": workload, "load": 0.85, "horizon": 30, "max_episode_steps": 30}
+    vec = SFMSNVectorEnv(3, **kwargs)
+    assert vec.compiled
+    _compare(vec, 70, **kwargs)
+
+
+@compiled_only
+def test_batched__flat_observation_drift_reward_and_load_interval():
+    kwargs = {
+        "workload": "rag",
+        "load": (0.5, 1.2),
+        "obs_mode": "flat",
+        "reward": "drift_plus_penalty",
+        "horizon": 25,
+        "max_episode_steps": 25,
+    }
+    _compare(SFMSNVectorEnv(4, **kwargs), 60, **kwargs)
+
+
+@compiled_only
+def test_batched__generation_drawn_in_the_kernel_and_growing_buffers():
+    # gen_prob strictly between 0 and 1: the outcome kernel draws from each env's
+    # generator itself; load 1.6 grows the queues past the first pool and unit rows.
+    kwargs = {"workload": "mixed", "load": 1.6, "gen_prob": 0.5, "horizon": 300}
+    vec = SFMSNVectorEnv(2, max_episode_steps=300, **kwargs)
+    _compare(vec, 300, max_episode_steps=300, **kwargs)
+    assert vec._fifo[0].shape[1] > 64  # the pool grew
+
+
+@compiled_only
+def test_batched__max_episode_steps_below_the_horizon_truncates():
+    vec = SFMSNVectorEnv(2, workload="boundary", max_episode_steps=4)
+    vec.reset(seed=0)
+    truncated = [vec.step(vec.action_space.sample())[3] for _ in range(6)]
+    assert truncated[3].all() and not truncated[4].any() and not truncated[0].any()
+
+
+def test_batched__diagnostics_step_each_env_and_stack_their_info():
+    kwargs = {"workload": "mixed", "diagnostics": True, "horizon": 20, "max_episode_steps": 20}
+    vec = SFMSNVectorEnv(2, **kwargs)
+    assert not vec.compiled
+    _compare(vec, 25, **kwargs)
+    vec.reset(seed=0)
+    info = vec.step(vec.action_space.sample())[4]
+    assert info["backlog"].shape == (2,) and info["_backlog"].all()
+
+
+def test_make_vec__builds_the_batched_env_by_default():
+    envs = gym.make_vec("mabp_gym/Rag-v0", num_envs=3, load=0.7)
+    assert isinstance(envs.unwrapped, SFMSNVectorEnv)
+    assert envs.unwrapped.max_episode_steps == 600  # the id's, passed on by gymnasium
+    obs, _ = envs.reset(seed=0)
+    assert obs["queues"].shape[0] == 3 and envs.observation_space.contains(obs)
+    sync = gym.make_vec("mabp_gym/Rag-v0", num_envs=3, vectorization_mode="sync", load=0.7)
+    assert not isinstance(sync.unwrapped, SFMSNVectorEnv)
+    assert envs.metadata["autoreset_mode"] == sync.metadata["autoreset_mode"]
+
+
+def test_batched__bad_input_is_refused_and_changes_nothing():
+    vec = SFMSNVectorEnv(2, workload="mixed")
+    with pytest.raises(RuntimeError, match="reset"):
+        vec.step(vec.action_space.sample())
+    obs, _ = vec.reset(seed=0)
+    width = vec.single_action_space.shape[0]
+    with pytest.raises(ValueError, match=rf"shape \(2, {width}\)"):
+        vec.step(np.zeros(width))
+    bad = np.zeros((2, width))
+    bad[1, 5] = np.nan
+    with pytest.raises(ValueError, match=r"env\(s\) \[1\]"):
+        vec.step(bad)
+    with pytest.raises(ValueError, match="real-valued"):
+        vec.step(np.zeros((2, width), dtype=complex))
+    # Nothing moved: the next good step is the first step of the episode.
+    assert all(env.sim.state.t == 0 for env in vec.envs)
+    with pytest.raises(ValueError, match="list of 2 seeds"):
+        vec.reset(seed=[1, 2, 3])
+    for kwargs, match in [
+        ({"num_envs": 0}, "at least 1"),
+        ({"num_envs": 2.5}, "positive integer"),
+        ({"num_envs": 2, "max_episode_steps": 0}, "max_episode_steps"),
+        ({"num_envs": 2, "render_mode": "ansi"}, "does not render"),
+        ({"num_envs": 2, "autoreset_mode": "SameStep"}, "next step only"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            SFMSNVectorEnv(**kwargs)
+    with pytest.raises(TypeError, match="'lod'"):  # as the single env refuses it
+        SFMSNVectorEnv(2, lod=0.5)
+
+
+def test_batched__seed_list_and_continued_streams():
+    kwargs = {"workload": "agentic", "horizon": 10, "max_episode_steps": 10}
+    vec = SFMSNVectorEnv(2, **kwargs)
+    obs, _ = vec.reset(seed=[7, 11])
+    singles = [gym.make("mabp_gym/SFMSN-v0", **kwargs) for _ in range(2)]
+    for i, (env, seed) in enumerate(zip(singles, [7, 11], strict=True)):
+        _same(obs, env.reset(seed=seed)[0], i, "seed list")
+    # reset() without a seed continues each env's stream, as a single env's does.
+    obs, _ = vec.reset()
+    for i, env in enumerate(singles):
+        _same(obs, env.reset()[0], i, "continued")
+
+
+def test_batched__pure_python_path_gives_the_same_steps():
+    # MABP_GYM_PURE=1: no numba, each env steps on its own; the same numbers.
+    code = (
+        "import numpy as np\n"
+        "from mabp_gym.vector_env import SFMSNVectorEnv\n"
+        "vec = SFMSNVectorEnv(2, workload='rag', horizon=8, max_episode_steps=8)\n"
+        "vec.reset(seed=5)\n"
+        "rng = np.random.default_rng(0)\n"
+        "out = []\n"
+        "for _ in range(10):\n"
+        "    out.extend(vec.step(rng.uniform(-1, 1, vec.action_space.shape))[1].tolist())\n"
+        "print(vec.compiled, repr(out))\n"
+    )
+    runs = []
+    for pure in ("1", "0"):
+        env = {**os.environ, "MABP_GYM_PURE": pure}
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        runs.append(done.stdout.split(" ", 1))
+    assert runs[0][0] == "False"
+    assert runs[0][1] == runs[1][1]
