@@ -48,7 +48,7 @@ class Args:
     total_timesteps: int = 20_000
     """environment steps over all envs"""
     num_envs: int = 4
-    """vector envs (gymnasium.make_vec, sync)"""
+    """vector envs (gymnasium.make_vec: the batched vector env)"""
     num_steps: int = 128
     """rollout length per env"""
     learning_rate: float = 3e-4
@@ -154,8 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         horizon=args.horizon,
         max_episode_steps=args.horizon,
         obs_mode="flat",
-        vectorization_mode="sync",
-    )
+    )  # the batched vector env (mabp_gym.vector_env): one compiled call steps every env
     layout = envs.envs[0].unwrapped.flat_layout
     assert layout["action_mask"][0].stop == envs.single_observation_space.shape[0]
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # the env's own returns
