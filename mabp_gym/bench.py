@@ -284,7 +284,7 @@ def markdown(
         "P95 delay (all): of the requests born after the warm-up, counting those still in "
         "the network at their age (± a 95% half-width over seeds). Stable: verdict v3 at the "
         "task's load (the growth pooled over seeds below 0.015 of the arrivals with 95% "
-        "confidence, and not significantly failing to halve when the run doubles). Score: "
+        "confidence and, where significantly above zero, halving when the run doubles). Score: "
         "MABP's P95 delay (all) over the policy's, 0 where it is not stable; where MABP "
         "itself is not, its delay grows with the run length and the score with it.",
     ]

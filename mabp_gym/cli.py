@@ -458,8 +458,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 SUMMARY_LEGEND = (
     "stable: the backlog's growth (slope / arrival rate, after the 20% warm-up), pooled over "
-    "the seeds, is under 1.5% of the arrivals with 95% confidence and does not significantly "
-    "fail to halve when the run doubles (verdict v3; few seeds give wide intervals); slope: "
+    "the seeds, is under 1.5% of the arrivals with 95% confidence and, where significantly "
+    "above zero, halves when the run doubles (verdict v3; few seeds give wide intervals); slope: "
     "backlog units per slot; backlog: mean units; "
     "penalty: per completed request (compute + transmission + memory costs); "
     "p95: P95 delay in slots of the requests that completed; p95 all: of every request born "
@@ -611,8 +611,8 @@ requests left in the network at their age)."""
 
 TABLE_LEGEND = (
     "Stable load: the largest grid load at which it and every smaller grid load pass verdict "
-    "v3 (growth pooled over the seeds under 1.5% of the arrivals with 95% confidence, not "
-    "failing to halve when the run doubles), below the occupation bound; '<x': not even the "
+    "v3 (growth pooled over the seeds under 1.5% of the arrivals with 95% confidence and, "
+    "where significantly above zero, halving when the run doubles), below the occupation bound; '<x': not even the "
     "lowest load run, x; '(partial: y not run)': capped before a load missing from the grid. "
     "Paper load: the paper's rule (slots 120-600: slope < 0.035 and mean backlog < 120). The "
     "other columns at the --at load, mean +- std over seeds: penalty per completed request; "

@@ -282,9 +282,12 @@ def growth_verdict(members: Sequence[dict[str, Any]]) -> dict[str, Any]:
     * **Trend**: cut every run at its full and at half its horizon (from its saved trace)
       and pair the two growths seed by seed: ``d = g(H) - TREND_RATIO * g(H / 2)``. The load
       fails when ``d``'s mean is significantly above 0 (the lower end of its 95% interval
-      above 0): the growth did not halve when the run doubled, as for a queue at capacity.
-      A settled queue's two growths are both noise, and the test stays quiet; so does one
-      still settling, whose growth halves. ``None`` when the runs keep no trace, are too
+      above 0) while the growth itself is significantly above 0: the growth did not halve
+      when the run doubled, as for a queue at capacity. A settled queue's two growths are
+      both noise, and the test stays quiet; so does one still settling, whose growth
+      halves. Without the second condition a growth indistinguishable from zero failed
+      whenever its half-horizon value came out negative by chance (about one load in 40,
+      which a walk up a grid of loads meets often). ``None`` when the runs keep no trace, are too
       short to halve, or are one run (no spread to tell growth from noise): then the
       pooled rule alone decides.
 
@@ -307,7 +310,7 @@ def growth_verdict(members: Sequence[dict[str, Any]]) -> dict[str, Any]:
     excess: float | None = None
     if len(pairs) > 1:
         excess, spread = pooled([full - TREND_RATIO * half for full, half in pairs])
-        trend = not excess - spread > 0.0
+        trend = not (excess - spread > 0.0 and mean - half_width > 0.0)
     return {
         "growth_mean": mean,
         "growth_half_width": half_width,

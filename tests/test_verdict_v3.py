@@ -12,6 +12,7 @@ from mabp_gym.metrics import (
     TRACE_STRIDE,
     backlog_slope,
     growth,
+    growth_at,
     growth_verdict,
     pooled,
     t_975,
@@ -69,6 +70,20 @@ def test_a_queue_at_capacity_is_not_credited_although_every_run_passes_the_limit
     assert verdict["growth_mean"] + verdict["growth_half_width"] < GROWTH_LIMIT
     assert verdict["growth_mean"] > 0.5 * verdict["growth_half"]
     assert verdict["trend"] is False and verdict["stable"] is False
+
+
+def test_a_queue_that_drains_then_settles_is_credited():
+    # Growth negative at both horizons, more so at half: d = g(H) - g(H/2) / 2 is
+    # significantly positive, which failed it before the trend test also asked for a
+    # growth significantly above zero (Table I under v3: residual-MABP at 0.75 and
+    # Cost-BP at 0.30, growths 0.0005 +- 0.0008 and 0.0002 +- 0.0003, failed so).
+    members = runs(lambda t: np.where(t < 2000, 60 - 0.01 * t, 40.0))
+    pairs = [(growth_at(m, 4000), growth_at(m, 2000)) for m in members]
+    excess, spread = pooled([full - 0.5 * half for full, half in pairs])
+    assert excess - spread > 0  # the paired excess alone would fail it
+    verdict = growth_verdict(members)
+    assert verdict["growth_mean"] < 0
+    assert verdict["trend"] is True and verdict["stable"] is True
 
 
 def test_a_slow_linear_rise_under_the_limit_is_not_credited():
