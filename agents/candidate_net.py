@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from mabp_gym.encoding import symlog
+
 KINDS = ("service", "route", "transfer", "retain")
 """The candidate kinds in the action's layout."""
 
@@ -40,11 +42,6 @@ STRUCTURE = {
 }
 """Each kind's index array (row 0: the node or link a candidate belongs to) and which
 table its coefficients come from."""
-
-
-def symlog(x: torch.Tensor) -> torch.Tensor:
-    """``sign(x) log(1 + |x|)``: queue counts span orders of magnitude."""
-    return torch.sign(x) * torch.log1p(torch.abs(x))
 
 
 def _static(obs: dict[str, torch.Tensor], key: str) -> torch.Tensor:

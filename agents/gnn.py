@@ -20,15 +20,11 @@ from torch_geometric.nn import GINEConv
 
 from mabp_gym.agents import checkpoint_file
 from mabp_gym.agents.base import Policy
+from mabp_gym.encoding import symlog
 from mabp_gym.pyg import to_pyg
 from mabp_gym.workload import Workload
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
-
-
-def symlog(x: torch.Tensor) -> torch.Tensor:
-    """``sign(x) log(1 + |x|)``: queues span orders of magnitude."""
-    return torch.sign(x) * torch.log1p(torch.abs(x))
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:

@@ -8,7 +8,7 @@ the agents and the training code encode states with it directly.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,6 +30,15 @@ SERVICE_FEATURES = ("work", "penalty", "hit", "successor_pressure", "queue")
 ROUTE_FEATURES = ("differential", "cost", "dst_compatible_memory", "queue")
 TRANSFER_FEATURES = ("src_holds", "size", "dst_free_budget")
 RETAIN_FEATURES = ("held", "size", "demand")
+
+
+def symlog(x: Any) -> Any:
+    """``sign(x) log(1 + |x|)`` of a numpy array or a torch tensor: queue counts span
+    orders of magnitude. The one definition the flat observation and the learned
+    policies' encoders share."""
+    if isinstance(x, np.ndarray):
+        return np.sign(x) * np.log1p(np.abs(x))
+    return x.sign() * x.abs().log1p()
 
 
 class ArraySpec(NamedTuple):

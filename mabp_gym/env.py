@@ -11,6 +11,7 @@ from gymnasium import spaces
 from mabp_gym.encoding import (
     ArraySpec,
     ObservationEncoder,
+    symlog,
 )
 from mabp_gym.extras import has_extra, require
 from mabp_gym.simulator import Simulator, SlotOutcome
@@ -108,11 +109,6 @@ class SlimInfo(dict):
                 f"control and mask ({', '.join(DIAGNOSTIC_KEYS)})"
             )
         raise KeyError(key)
-
-
-def symlog(x: np.ndarray) -> np.ndarray:
-    """``sign(x) log(1 + |x|)``: queue counts span orders of magnitude."""
-    return np.sign(x) * np.log1p(np.abs(x))
 
 
 def checked_action(action: Any, what: str = "the action") -> Any:

@@ -38,14 +38,10 @@ from torch import nn
 from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
 
 from mabp_gym.agents.gnn_sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy
+from mabp_gym.encoding import symlog
 from mabp_gym.pyg import to_pyg
 
 __all__ = ["GNNActorCriticPolicy", "GraphActorCriticPolicy", "GraphFeaturesExtractor", "symlog"]
-
-
-def symlog(x: torch.Tensor) -> torch.Tensor:
-    """``sign(x) log(1 + |x|)``: queue counts span orders of magnitude."""
-    return torch.sign(x) * torch.log1p(torch.abs(x))
 
 
 class GraphFeaturesExtractor(BaseFeaturesExtractor):

@@ -26,8 +26,8 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from mabp_gym import slotcore, transition_core
-from mabp_gym.encoding import SERVICE_FEATURES
-from mabp_gym.env import FLAT_KEYS, SFMSNEnv, checked_action, symlog
+from mabp_gym.encoding import SERVICE_FEATURES, symlog
+from mabp_gym.env import FLAT_KEYS, SFMSNEnv, checked_action
 from mabp_gym.transition_core import CompiledTransition, RunFifo
 
 _AUTORESET = getattr(gym.vector, "AutoresetMode", None)
