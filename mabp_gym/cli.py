@@ -271,9 +271,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     table.add_argument(
         "--long-horizon",
-        type=int,
         metavar="H",
-        help="cut the --long runs at H slots (default: the shortest of them)",
+        help="cut the --long runs at H slots (default: the shortest of them); 'longest': "
+        "each load's runs of its own longest horizon (what eval --until-decided leaves)",
     )
 
     verdicts = commands.add_parser(
@@ -630,7 +630,7 @@ def table_rows(
     policies: list[str],
     grid: list[float],
     at: float,
-    long: tuple[list[dict[str, Any]], int] | None = None,
+    long: tuple[list[dict[str, Any]], int | None] | None = None,
 ) -> list[list[str]]:
     """Paper Table I rows: both verdicts over ``grid`` (SPEC 9.2), the other metrics as
     mean +- std over seeds at load ``at``. ``long``: longer runs and the horizon to cut
@@ -651,10 +651,13 @@ def table_rows(
         ran = [r["load"] for r in on_grid if r["policy"] == policy]
         lowest = min(ran) if ran else float("nan")
         cells = [policy]
-        if longer is not None:
-            cells.append(_verdict_cell(longer.get(policy, 0.0), lowest, min(grid)))
-        for verdict in (stable, paper):
-            value, gap = _capped_at_gap(verdict.get(policy, 0.0), set(ran), grid)
+        verdicts = [stable, paper] if longer is None else [longer, stable, paper]
+        covered = set(ran)
+        if long is not None:
+            covered |= {r["load"] for r in long[0] if r["policy"] == policy}
+        for verdict in verdicts:
+            # A load never run caps every column (the long runs' too): no credit unseen.
+            value, gap = _capped_at_gap(verdict.get(policy, 0.0), covered, grid)
             cell = _verdict_cell(value, lowest, min(grid))
             cells.append(cell if gap is None else f"{cell} (partial: {gap:g} not run)")
         grows = bool(fixed) and not growth_verdict(fixed)["stable"]
@@ -731,7 +734,9 @@ def _table(args: argparse.Namespace) -> None:
     rows = table_rows(records, policies, loads, args.at, long)
     columns = list(TABLE_COLUMNS)
     if long is not None:
-        columns.insert(1, f"Stable load ({long[1]:,} slots)")
+        top = max(r["horizon"] for r in long[0])
+        label = f"{long[1]:,} slots" if long[1] is not None else f"decided, up to {top:,} slots"
+        columns.insert(1, f"Stable load ({label})")
         short = min((r["horizon"] for r in records), default=args.horizon)
         columns[2] = f"Stable load ({short:,} slots)"
     markdown = [
@@ -753,7 +758,7 @@ def _table(args: argparse.Namespace) -> None:
 
 def _long_runs(
     args: argparse.Namespace, policies: list[str]
-) -> tuple[list[dict[str, Any]], int] | None:
+) -> tuple[list[dict[str, Any]], int | None] | None:
     """The ``--long`` records of ``policies`` and the horizon to cut them at, checked."""
     if not args.long:
         if args.long_horizon is not None:
@@ -768,7 +773,13 @@ def _long_runs(
             f"--long: the runs are of {sorted(workloads)}, the table of {args.workload!r}"
         )
     shortest = min(r["horizon"] for r in records)
-    horizon = shortest if args.long_horizon is None else args.long_horizon
+    if args.long_horizon == "longest":
+        from mabp_gym.verdicts import check_record_trace
+
+        for record in records:
+            check_record_trace(record)
+        return records, None
+    horizon = shortest if args.long_horizon is None else _long_horizon(args.long_horizon)
     if not 0 < horizon <= shortest:
         raise ValueError(
             f"--long-horizon: must be in 1..{shortest} (the shortest --long run), got {horizon}"
@@ -779,6 +790,15 @@ def _long_runs(
     for record in records:
         check_record_trace(record)
     return records, horizon
+
+
+def _long_horizon(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"--long-horizon: must be a whole number of slots or 'longest', got {text!r}"
+        ) from None
 
 
 def _search_loads(

@@ -44,22 +44,35 @@ def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]
     return result
 
 
+def longest(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of each (policy, load), the runs of its longest horizon: the horizon at which
+    ``mabp-gym eval --until-decided`` decided it."""
+    records = list(records)
+    top: dict[tuple[str, float], int] = {}
+    for r in records:
+        cell = (r["policy"], round(float(r["load"]), 9))
+        top[cell] = max(top.get(cell, 0), int(r["horizon"]))
+    return [r for r in records if r["horizon"] == top[(r["policy"], round(float(r["load"]), 9))]]
+
+
 def long_run_stable_load(
     records: Iterable[dict[str, Any]],
     long_records: Iterable[dict[str, Any]],
-    horizon: int,
+    horizon: int | None,
     bound: float | None = None,
 ) -> dict[str, float]:
     """Stable load per policy where the longest runs decide each load they cover.
 
-    ``long_records`` (cut at ``horizon``) decide the loads they were run at, typically the
-    loads around each policy's boundary; ``records`` (a whole grid at a shorter horizon)
-    decide the others. ``bound``: see :func:`mabp_gym.evaluation.stable_load`.
+    ``long_records`` (cut at ``horizon``; ``None``: each load's runs of its own longest
+    horizon, as ``--until-decided`` leaves them) decide the loads they were run at,
+    typically the loads around each policy's boundary; ``records`` (a whole grid at a
+    shorter horizon) decide the others. ``bound``: see
+    :func:`mabp_gym.evaluation.stable_load`.
 
     Raises:
         ValueError: a long run is shorter than ``horizon``.
     """
-    longer = cut(long_records, horizon)
+    longer = longest(long_records) if horizon is None else cut(long_records, horizon)
     covered = {(r["policy"], round(float(r["load"]), 9)) for r in longer}
     merged = [r for r in records if (r["policy"], round(float(r["load"]), 9)) not in covered]
     return stable_load(merged + longer, bound=bound)

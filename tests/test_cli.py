@@ -276,12 +276,70 @@ def test_table__long_runs_decide_the_loads_they_cover_in_their_own_column(tmp_pa
     header = ok.stdout.splitlines()[0]
     assert header.startswith("| Policy | Stable load (400 slots) | Stable load (300 slots) |")
     assert "| bp | 0.30 | 0.30 | 0.30 |" in ok.stdout
+    # 'longest': each load's own longest runs (what eval --until-decided leaves); a load
+    # the grid lacks caps this column as it caps the others.
+    evaluate("bp", "mixed", loads=[0.6], seeds=[0], horizon=300, backend="serial", output=long)
+    each = subprocess.run([*common, "--long-horizon", "longest"], capture_output=True, text=True)
+    assert each.returncode == 0, each.stderr
+    assert "| Policy | Stable load (decided, up to 500 slots) |" in each.stdout
     for extra, message in (
-        (["--long-horizon", "600"], "must be in 1..500"),
+        (["--long-horizon", "600"], "must be in 1..300"),
+        (["--long-horizon", "soon"], "a whole number of slots or 'longest'"),
         (["--workload", "rag"], "the runs are of ['mixed'], the table of 'rag'"),
     ):
         bad = subprocess.run([*common, *extra], capture_output=True, text=True)
         assert bad.returncode == 2 and message in bad.stderr, bad.stderr
+
+
+def test_table__a_load_never_run_caps_the_long_column_too(tmp_path):
+    # MABP is stable at 0.2 and 0.3 on mixed; the grid's 0.25 was run by neither file, so
+    # no column may credit 0.3 (the long column did before: Oracle-Sur's Table I row).
+    short, long = tmp_path / "t.jsonl", tmp_path / "long.jsonl"
+    for path, horizon in ((short, 600), (long, 800)):
+        evaluate(
+            "mabp",
+            "mixed",
+            loads=[0.2, 0.3],
+            seeds=[0, 1, 2],
+            horizon=horizon,
+            backend="serial",
+            output=path,
+        )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mabp_gym.cli",
+            "table",
+            "--policies",
+            "mabp",
+            "--loads",
+            "0.2",
+            "0.25",
+            "0.3",
+            "--seeds",
+            "0",
+            "1",
+            "2",
+            "--horizon",
+            "600",
+            "--at",
+            "0.3",
+            "--out",
+            str(short),
+            "--from-results",
+            "--long",
+            str(long),
+            "--long-horizon",
+            "longest",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| mabp |"))
+    cells = row.split(" | ")
+    assert cells[1] == cells[2] == "0.20 (partial: 0.25 not run)", row
 
 
 def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
