@@ -9,13 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from mabp_gym import make_workload
-from mabp_gym.agents import checkpoint_file, make_policy
-from mabp_gym.agents.gnn import GNNScheduler, load_checkpoint, observation_dims, save_checkpoint
-from mabp_gym.agents.learn_mabp import PrimitiveEstimate
-from mabp_gym.encoding import ObservationEncoder
+LEARNING = "needs the learning stack: pip install torch==2.13.0 && pip install -e '.[dev]'"
+torch = pytest.importorskip("torch", reason=LEARNING)
+
+from mabp_gym import make_workload  # noqa: E402
+from mabp_gym.agents import checkpoint_file, make_policy  # noqa: E402
+from mabp_gym.agents.gnn import GNNScheduler, load_checkpoint, observation_dims, save_checkpoint  # noqa: E402
+from mabp_gym.agents.learn_mabp import PrimitiveEstimate  # noqa: E402
+from mabp_gym.encoding import ObservationEncoder  # noqa: E402
 
 SHIPPED = Path(checkpoint_file.CHECKPOINT_DIR)
 

@@ -6,15 +6,17 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 
-import mabp_gym  # noqa: F401  (registers the ids)
-from mabp_gym import Simulator, make_workload
-from mabp_gym.agents import make_policy
-from mabp_gym.agents.gnn import GNNScheduler, load_checkpoint, observation_dims, resolve_device
-from mabp_gym.agents.learn_mabp import LearnMABP, PrimitiveEstimate
-from mabp_gym.agents.mabp import MABP
-from mabp_gym.encoding import ObservationEncoder
+LEARNING = "needs the learning stack: pip install torch==2.13.0 && pip install -e '.[dev]'"
+torch = pytest.importorskip("torch", reason=LEARNING)
+
+import mabp_gym  # noqa: E402, F401  (registers the ids)
+from mabp_gym import Simulator, make_workload  # noqa: E402
+from mabp_gym.agents import make_policy  # noqa: E402
+from mabp_gym.agents.gnn import GNNScheduler, load_checkpoint, observation_dims, resolve_device  # noqa: E402
+from mabp_gym.agents.learn_mabp import LearnMABP, PrimitiveEstimate  # noqa: E402
+from mabp_gym.agents.mabp import MABP  # noqa: E402
+from mabp_gym.encoding import ObservationEncoder  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

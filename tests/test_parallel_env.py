@@ -10,14 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pettingzoo.test import parallel_api_test, parallel_seed_test
 
-import mabp_gym
-from mabp_gym.agents import make_policy
-from mabp_gym.agents.decentralized import local_policies, make_local_policy
-from mabp_gym.ego import ego_graph, ego_pyg
-from mabp_gym.env import SFMSNEnv
-from mabp_gym.parallel import parallel_env
+pytest.importorskip("pettingzoo", reason="the decentralized view needs PettingZoo (extra marl)")
+from pettingzoo.test import parallel_api_test, parallel_seed_test  # noqa: E402
+
+import mabp_gym  # noqa: E402
+from mabp_gym.agents import make_policy  # noqa: E402
+from mabp_gym.agents.decentralized import local_policies, make_local_policy  # noqa: E402
+from mabp_gym.ego import ego_graph, ego_pyg  # noqa: E402
+from mabp_gym.env import SFMSNEnv  # noqa: E402
+from mabp_gym.parallel import parallel_env  # noqa: E402
 
 MULTIHOP = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 

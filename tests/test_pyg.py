@@ -8,9 +8,12 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 
-from mabp_gym import to_pyg
+LEARNING = "needs the learning stack: pip install torch==2.13.0 && pip install -e '.[dev]'"
+torch = pytest.importorskip("torch", reason=LEARNING)
+pytest.importorskip("torch_geometric", reason=LEARNING)
+
+from mabp_gym import to_pyg  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -7,13 +7,16 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
-from stable_baselines3 import PPO
-from stable_baselines3.common.vec_env import DummyVecEnv
 
-import mabp_gym  # noqa: F401
-from mabp_gym.projection import project
-from mabp_gym.sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy
+LEARNING = "needs the learning stack: pip install torch==2.13.0 && pip install -e '.[dev]'"
+torch = pytest.importorskip("torch", reason=LEARNING)
+pytest.importorskip("stable_baselines3", reason=LEARNING)
+from stable_baselines3 import PPO  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
+
+import mabp_gym  # noqa: E402, F401
+from mabp_gym.projection import project  # noqa: E402
+from mabp_gym.sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy  # noqa: E402
 
 MULTIHOP = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 SHAPES = ["mixed", "rag", "agentic", MULTIHOP]
