@@ -34,6 +34,39 @@ AVAILABLE = njit is not None
 _EPS = 1e-9  # mabp_gym.control.EPS (not imported: keeps this module free of cycles)
 
 
+def _descending(block, wanted):  # pragma: no cover
+    """``wanted`` (ascending indices) in descending ``block`` value, ties in index order:
+    ``wanted[np.argsort(-block[wanted], kind="mergesort")]`` as a bottom-up merge sort.
+    numba's own stable argsort cost 1.4 s of a cold start to compile; this one a tenth."""
+    n = wanted.shape[0]
+    order = wanted.copy()
+    spare = np.empty_like(order)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if block[order[j]] > block[order[i]]:  # only a strictly larger one passes
+                    spare[k] = order[j]
+                    j += 1
+                else:
+                    spare[k] = order[i]
+                    i += 1
+                k += 1
+            # Element by element: a slice assignment compiles a shape check with its
+            # error message (1.5 s).
+            for rest in range(i, mid):
+                spare[k] = order[rest]
+                k += 1
+            for rest in range(j, hi):
+                spare[k] = order[rest]
+                k += 1
+        order, spare = spare, order
+        width *= 2
+    return order
+
+
 def _project_kernel(
     scores,
     memory,
@@ -88,7 +121,7 @@ def _project_kernel(
         block = scores[offset : offset + n_transfer]
         wanted = np.flatnonzero(block > 0)
         if wanted.size > 0:
-            order = wanted[np.argsort(-block[wanted], kind="mergesort")]
+            order = _descending(block, wanted)
             used = memory_used.copy()
             bandwidth = link_bandwidth.copy()
             for k in order:
@@ -144,7 +177,7 @@ def _project_kernel(
         live[a] = block[a] > 0 and queue_len[action_pair[a]] > 0
     wanted = np.flatnonzero(live)
     if wanted.size > 0:
-        order = wanted[np.argsort(-block[wanted], kind="mergesort")]
+        order = _descending(block, wanted)
         for a in order:
             i = action_node[a]
             if left[i] <= _EPS:
@@ -175,7 +208,7 @@ def _project_kernel(
             live[r] = block[r] > 0 and queue_len[route_src_pair[r]] > 0
         wanted = np.flatnonzero(live)
         if wanted.size > 0:
-            order = wanted[np.argsort(-block[wanted], kind="mergesort")]
+            order = _descending(block, wanted)
             capacity = link_capacity.copy()
             for r in order:
                 p = route_src_pair[r]
@@ -189,6 +222,7 @@ def _project_kernel(
 
 
 if AVAILABLE:
+    _descending = njit(cache=True)(_descending)
     _project_compiled = njit(cache=True)(_project_kernel)
 
 
