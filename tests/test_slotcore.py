@@ -152,3 +152,13 @@ def test_slotcore__without_numba_the_reference_path_gives_the_same_run():
     with_numba = run("")
     assert without[0] == "False" and with_numba[0] == "True"
     assert without[1] == with_numba[1]
+
+
+@pytest.mark.skipif(not slotcore.AVAILABLE, reason="needs numba")
+def test_descending__is_numpys_stable_argsort_of_the_negated_scores():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        block = np.round(rng.uniform(-1, 1, int(rng.integers(1, 70))), 1)  # many ties
+        wanted = np.flatnonzero(block > 0)
+        expected = wanted[np.argsort(-block[wanted], kind="mergesort")]
+        assert np.array_equal(slotcore._descending(block, wanted), expected)
