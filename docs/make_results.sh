@@ -1,28 +1,39 @@
 #!/usr/bin/env bash
-# Regenerates every number and figure of docs/results.md (benchmark v2, SPEC 9).
+# Regenerates every number and figure of docs/results.md (benchmark v3; v2's verdict study).
 # Results stream to results/*.jsonl; rerunning skips the runs already there, and
 # `mabp-gym table --from-results` re-tabulates without running anything.
 # Cost on 2 cores: Table I about 1.5 hours (Oracle-Sur and the GNN dominate), the seed-set
 # check about 1 hour, the rest about 10 minutes (benchmarks/RESULTS.md has the figures).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-POLICIES="sp jsq bp cost-bp greedycache-bp gnn learn-mabp mabp frame-mabp oracle-sur mabp-no-transition mabp-no-reuse mabp-no-retention"
+POLICIES="sp jsq bp cost-bp greedycache-bp gnn learn-mabp mabp frame-mabp residual-mabp oracle-sur mabp-no-transition mabp-no-reuse mabp-no-retention"
 SEEDS_A="100 101 102 103 104"
 
-# Table I: both verdicts from the same 4,000-slot runs (the paper load reads their first
-# 600 slots), loads 0.05-1.0 in steps of 0.05, each policy stopped at its first growing
-# load; fixed-load metrics at 0.85.
+# Table I under verdict v3: both verdicts from the same 4,000-slot runs (the paper load
+# reads their first 600 slots), loads 0.05-1.0 in steps of 0.05, each policy stopped at its
+# first growing load; fixed-load metrics at 0.85. About 15 minutes on one worker here.
 mabp-gym table --search --policies $POLICIES --loads 0.05:1.0:0.05 --seeds $SEEDS_A \
-  --horizon 4000 --at 0.85 --out results/table1.jsonl \
-  --markdown docs/table1.md --csv docs/table1.csv --no-progress
-
-# Oracle-Sur's row below 0.85 (it is slow: about an hour on 2 cores).
+  --horizon 4000 --at 0.85 --out results/table1_v3.jsonl --no-progress
+# Oracle-Sur's row below 0.85.
 mabp-gym eval --policy oracle-sur --loads 0.05:0.8:0.05 --seeds $SEEDS_A --horizon 4000 \
-  --out results/table1.jsonl --no-progress
-mabp-gym table --from-results --search --policies $POLICIES --loads 0.05:1.0:0.05 \
-  --seeds $SEEDS_A --horizon 4000 --at 0.85 --out results/table1.jsonl \
+  --out results/table1_v3.jsonl --no-progress
+# The cells the 4,000-slot runs cannot decide, rerun at twice the horizon up to 16,000
+# slots (per-policy horizons, verdict v3): each policy's first failing loads.
+cp results/table1_v3.jsonl results/table1_v3_long.jsonl
+LONG_ARGS="--seeds $SEEDS_A --horizon 4000 --until-decided 16000 --out results/table1_v3_long.jsonl --no-progress"
+mabp-gym eval --policy sp --loads 0.2 $LONG_ARGS
+mabp-gym eval --policy jsq --loads 0.4 $LONG_ARGS
+mabp-gym eval --policy bp cost-bp --loads 0.45 $LONG_ARGS
+mabp-gym eval --policy greedycache-bp --loads 0.5 0.55 0.6 0.65 $LONG_ARGS
+mabp-gym eval --policy mabp-no-retention --loads 0.75 0.8 $LONG_ARGS
+mabp-gym eval --policy gnn --loads 0.95 $LONG_ARGS
+mabp-gym table --from-results --policies $POLICIES --loads 0.05:1.0:0.05 --seeds $SEEDS_A \
+  --horizon 4000 --at 0.85 --out results/table1_v3.jsonl \
+  --long results/table1_v3_long.jsonl --long-horizon longest \
   --markdown docs/table1.md --csv docs/table1.csv --no-progress
 
+# Benchmark v2's verdict study (docs/results.md section 2; not rerun under v3): the stable
+# load on more seed sets and horizons, from the same Table I runs.
 # The stable load on two more disjoint seed sets, at the loads around each boundary, and
 # its sensitivity to the horizon (cuts of the same runs).
 mabp-gym eval --policy sp --loads 0.15:0.3:0.05 --seeds 105 106 107 108 109 110 111 112 113 114 \
@@ -38,7 +49,7 @@ mabp-gym eval --policy mabp-no-retention --loads 0.65:0.75:0.05 \
 mabp-gym eval --policy gnn learn-mabp mabp frame-mabp oracle-sur mabp-no-transition mabp-no-reuse \
   --loads 0.85:1.0:0.05 --seeds 105 106 107 108 109 110 111 112 113 114 \
   --horizon 4000 --out results/seedsets.jsonl --no-progress
-mabp-gym verdicts --results results/table1.jsonl results/seedsets.jsonl \
+mabp-gym verdicts --results results/table1_v3.jsonl results/seedsets.jsonl \
   --horizons 600 1000 2000 3000 4000 --seed-sets 100:105 105:110 110:115 \
   --markdown docs/verdicts.md
 
@@ -94,11 +105,11 @@ mabp-gym verdicts --results results/long12k.jsonl results/long12k_oracle.jsonl \
   --horizons 4000 8000 12000 \
   --seed-sets 100:105 105:110 110:115 --markdown docs/verdicts_12k.md
 mabp-gym table --from-results --search --policies $POLICIES --loads 0.05:1.0:0.05 \
-  --seeds $SEEDS_A --horizon 4000 --at 0.85 --out results/table1.jsonl \
+  --seeds $SEEDS_A --horizon 4000 --at 0.85 --out results/table1_v3.jsonl \
   --long results/long12k.jsonl results/long12k_oracle.jsonl results/long12k_greedy.jsonl \
   results/long12k_ablations.jsonl results/greedy16k.jsonl results/noret16k.jsonl \
   --long-horizon 12000 \
-  --markdown docs/table1.md --csv docs/table1.csv --no-progress
+  --markdown results/table1_v2_12k.md --csv results/table1_v2_12k.csv --no-progress
 mabp-gym verdicts --results results/noret16k.jsonl --horizons 4000 8000 12000 16000 \
   --seed-sets 100:105 105:110 110:115 --markdown docs/verdicts_noretention16k.md
 mabp-gym verdicts --results results/seedsets8k.jsonl results/noret8k.jsonl \
@@ -128,7 +139,7 @@ for workload in rag moe agentic; do
   mabp-gym eval --policy mabp --workload "$workload" --loads 0.5 0.85 \
     --out "results/$workload.jsonl" --no-progress
 done
-mabp-gym plot --results results/table1.jsonl results/nu.jsonl results/k.jsonl \
+mabp-gym plot --results results/table1_v3.jsonl results/nu.jsonl results/k.jsonl \
   results/beta.jsonl results/skew.jsonl results/rag.jsonl results/moe.jsonl \
   results/agentic.jsonl --out-dir docs/figures
 mabp-gym capacity --workload mixed --reference occ --figure docs/figures/fig2b_occupation.png
