@@ -54,6 +54,9 @@ ENV_IDS = {
 """Registered id of each workload; ``mabp_gym/SFMSN-v0`` takes ``workload=`` (default mixed)."""
 
 FLEET_ENV_ID = "mabp_gym/Fleet-v0"
+FLEET_ROUTER_ENV_ID = "mabp_gym/Fleet-v1"
+"""Registered id of fleet mode for learned routers (``mabp_gym.fleet.env.FleetRouterEnv``:
+per-request reward credited to its routing step, router-side bounded observation)."""
 """Registered id of serving-fleet mode (``mabp_gym.fleet.env.FleetEnv``)."""
 
 
@@ -75,6 +78,8 @@ def _register() -> None:
     if FLEET_ENV_ID not in gymnasium.registry:
         # Serving-fleet mode (SPEC 11): one step routes one request of a replayed trace.
         gymnasium.register(id=FLEET_ENV_ID, entry_point="mabp_gym.fleet.env:FleetEnv")
+    if FLEET_ROUTER_ENV_ID not in gymnasium.registry:
+        gymnasium.register(id=FLEET_ROUTER_ENV_ID, entry_point="mabp_gym.fleet.env:FleetRouterEnv")
 
 
 class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -142,6 +147,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ENV_IDS",
     "FLEET_ENV_ID",
+    "FLEET_ROUTER_ENV_ID",
     "WORKLOADS",
     "Action",
     "Commodity",

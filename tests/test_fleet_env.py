@@ -151,3 +151,68 @@ def test_fleet_env__arguments_are_checked_as_a_user_expects(tmp_path):
     second = gym.make("mabp_gym/Fleet-v0", trace=str(path), num_requests=None)
     assert first.unwrapped.trace.requests[0].input_length == 600
     assert second.unwrapped.trace.requests[0].input_length == 900
+
+
+# -- Fleet-v1: each request's reward credited to its routing step ------------------------
+def make_v1(**kwargs):
+    return gymnasium.make(mabp_gym.FLEET_ROUTER_ENV_ID, **{**KWARGS, **kwargs})
+
+
+@pytest.mark.parametrize("engine", ["simple", "step"])
+def test_fleet_v1__passes_check_env_and_stays_in_the_unit_box(engine):
+    env = make_v1(engine=engine, trace="conversation")
+    check_env(env.unwrapped, skip_render_check=True)
+    observations, _, _ = rollout(env, 3)
+    assert observations.min() >= 0.0 and observations.max() <= 1.0
+    assert env.observation_space.shape == (4 * 5 + 4,)
+
+
+@pytest.mark.parametrize("engine", ["simple", "step"])
+def test_fleet_v1__every_request_is_credited_once_to_the_step_that_routed_it(engine):
+    env = make_v1(engine=engine, num_workers=2, max_waiting=3)
+    obs, _ = env.reset(seed=0)
+    credited: dict[int, float] = {}
+    routed_rid, total, done, step = {}, 0.0, False, 0
+    while not done:
+        routed_rid[step] = env.unwrapped._request.rid
+        obs, reward, done, _, info = env.step(0)  # one worker: long queues and drops
+        assert info["step"] == step
+        for at, value in info["credit"]:
+            assert at <= step and at not in credited and -1.0 <= value <= 0.0
+            credited[at] = value
+        assert reward == pytest.approx(sum(v for _, v in info["credit"]))
+        total += reward
+        step += 1
+    sim = env.unwrapped.sim
+    assert sorted(credited) == list(range(step))  # every routing step, once
+    assert sum(v == -1.0 for v in credited.values()) >= sim.dropped > 0
+    assert total == pytest.approx(sum(credited.values()))
+    # A credit is the TTFT of the request routed at that step: check one against the records.
+    ttft = {rid: t for t, _, _, _, rid in sim.records}
+    slo = env.unwrapped.config.slo_ttft_s
+    some = next(at for at, v in credited.items() if v > -1.0 and routed_rid[at] in ttft)
+    expected = -min(ttft[routed_rid[some]] / slo, 4.0) / 4.0
+    assert credited[some] == pytest.approx(expected)
+
+
+def test_fleet_v1__reads_no_exact_engine_state(monkeypatch):
+    from mabp_gym.fleet.simulator import Telemetry
+
+    def oracle_only(*args, **kwargs):
+        raise AssertionError("Fleet-v1 read the exact engine state")
+
+    monkeypatch.setattr(Telemetry, "prefill_backlog_s", oracle_only)
+    monkeypatch.setattr(Telemetry, "kv_used_fraction", oracle_only)
+    original = Telemetry.cached_blocks
+
+    def delayed_only(self, hash_ids, exact=False):
+        assert not exact, "Fleet-v1 read the caches without the KV-event delay"
+        return original(self, hash_ids, exact)
+
+    monkeypatch.setattr(Telemetry, "cached_blocks", delayed_only)
+    rollout(make_v1(engine="step"), 1)
+
+
+def test_fleet_v1__refuses_an_unknown_engine():
+    with pytest.raises(ValueError, match="engine must be one of"):
+        make_v1(engine="vidur")

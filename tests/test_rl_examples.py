@@ -260,6 +260,31 @@ def test_ppo_from_scratch_example__chooses_on_held_out_growth_and_evaluates_on_o
     assert failed.returncode == 2 and "must not include selection seeds" in failed.stderr
 
 
+def test_ppo_router_example__trains_on_fleet_v1_and_compares_on_the_held_out_half(tmp_path):
+    path = tmp_path / "router.json"
+    out = _run(
+        [
+            "examples/ppo_router.py",
+            "--steps",
+            "600",
+            "--window",
+            "150",
+            "--episodes",
+            "2",
+            "--eval-runs",
+            "1",
+            "--baselines",
+            "mabp-route",
+            "--json",
+            str(path),
+        ]
+    ).stdout
+    assert "update   1" in out and "held-out: conversation[6015:]" in out
+    rows = json.loads(path.read_text())["held_out"]
+    assert set(rows) == {"ppo-router", "mabp-route"}
+    assert all(len(row["slo_goodput"]) == 1 and row["slo_goodput"][0] > 0 for row in rows.values())
+
+
 def test_cleanrl_example__runs_ppo_on_make_vec():
     out = _run(
         [

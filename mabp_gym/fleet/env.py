@@ -11,6 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from mabp_gym.fleet.simulator import (
+    ENGINES,
     FleetConfig,
     FleetSimulator,
     Request,
@@ -70,8 +71,9 @@ class FleetEnv(gymnasium.Env):
     ## Arguments
     ``trace``: a shipped trace name (``synthetic``, ``conversation``) or a Mooncake file path;
     ``num_requests``: its first requests used (default 400); ``load``: target nominal load
-    (default 0.8, ``None`` keeps the timestamps); any ``FleetConfig`` field as a keyword
-    (e.g. ``num_workers=4``).
+    (default 0.8, ``None`` keeps the timestamps); ``engine``: the worker model
+    (``"simple"``, default, or ``"step"``: continuous batching); any ``FleetConfig`` field
+    as a keyword (e.g. ``num_workers=4``).
 
     ## Version History
     * v0: initial version.
@@ -84,8 +86,12 @@ class FleetEnv(gymnasium.Env):
         trace: str = "synthetic",
         num_requests: int | None = 400,
         load: float | None = 0.8,
+        engine: str = "simple",
         **overrides: Any,
     ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        self.engine = engine
         known = {f.name for f in fields(FleetConfig)}
         unknown = sorted(set(overrides) - known)
         if unknown:
@@ -170,7 +176,7 @@ class FleetEnv(gymnasium.Env):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         run_seed = int(self.np_random.integers(2**31))
-        self.sim = FleetSimulator(self.trace, self.config, run_seed)
+        self.sim = FleetSimulator(self.trace, self.config, run_seed, engine=self.engine)
         self._seen = 0
         self._dropped = 0
         self._request = self.sim.next_request()
@@ -194,3 +200,97 @@ class FleetEnv(gymnasium.Env):
         else:
             obs = self._observe()
         return obs, float(good - dropped), terminated, False, info
+
+
+TTFT_CAP = 4.0
+"""Fleet-v1's reward saturates at this many TTFT SLOs (and a drop costs as much)."""
+
+
+class FleetRouterEnv(FleetEnv):
+    """Fleet-v1: :class:`FleetEnv` for learned routers, with each request's reward credited
+    to the routing decision that caused it and an observation a router really has.
+
+    ## Observation Space
+    ``Box(0, 1, (num_workers * 5 + 4,), float32)``: per worker (row-major) the router-side
+    features of :data:`mabp_gym.fleet.features.WORKER_FEATURES` (its own estimate of the
+    prefill ahead, the request's uncached prefill, the cached fraction of its prompt by
+    delayed KV events, requests in flight, the tool state's last worker), then the
+    request's :data:`~mabp_gym.fleet.features.REQUEST_FEATURES`; all in ``[0, 1]``. No
+    exact engine state (backlog, waiting queue, cache) is in it.
+
+    ## Rewards
+    Every routed request earns ``-min(TTFT / slo_ttft, 4) / 4`` when its first token streams
+    back (0 for an instant first token, -1 at four SLOs or more) and -1 when it is dropped.
+    A step's reward is the sum of those that resolved during it, and ``info["credit"]``
+    lists them as ``(routing step, reward)`` pairs: a learner that assigns each to its
+    routing step (``examples/ppo_router.py`` does) credits the decision that caused it. By
+    the last step of an episode every request has resolved, so the credits of an episode
+    sum to its return.
+
+    ## Arguments, Episode End
+    As :class:`FleetEnv`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from mabp_gym.fleet.features import REQUEST_FEATURES, WORKER_FEATURES
+
+        size = self.config.num_workers * len(WORKER_FEATURES) + len(REQUEST_FEATURES)
+        self._obs_size = size
+        self.observation_space = spaces.Box(0.0, 1.0, (size,), np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        from mabp_gym.fleet.features import RouterFeatures
+
+        self._features = RouterFeatures(self.config.num_workers)
+        self._step = 0
+        self._routed: dict[int, tuple[int, float]] = {}  # rid -> (routing step, arrival)
+        self._cursors = [0, 0]  # first tokens, ended streams already credited
+        return super().reset(seed=seed, options=options)
+
+    def _observe(self) -> np.ndarray:
+        assert self.sim is not None and self._request is not None
+        workers, own = self._features.observe(self._request, self.sim.telemetry)
+        return np.concatenate([workers.ravel(), own]).astype(np.float32)
+
+    def _credits(self) -> list[tuple[int, float]]:
+        """``(routing step, reward)`` of every request that resolved since the last call."""
+        sim, slo = self.sim, self.config.slo_ttft_s
+        assert sim is not None
+        credits = []
+        firsts, ends = self._cursors
+        for rid, when in zip(
+            sim.first_token_log[firsts:], sim.first_token_times[firsts:], strict=True
+        ):
+            step, arrival = self._routed.pop(rid)
+            credits.append((step, -min((when - arrival) / slo, TTFT_CAP) / TTFT_CAP))
+        for rid in sim.end_log[ends:]:
+            if rid in self._routed:  # ended without a first token: dropped
+                credits.append((self._routed.pop(rid)[0], -1.0))
+        self._cursors = [len(sim.first_token_log), len(sim.end_log)]
+        return credits
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.sim is None or self._request is None:
+            raise RuntimeError("call reset() before step() (and again after the episode ends)")
+        if isinstance(action, (bool, np.bool_)) or not self.action_space.contains(action):
+            raise ValueError(
+                f"action must be a worker index in [0, {self.config.num_workers}), got {action!r}"
+            )
+        request, worker = self._request, int(action)
+        self._features.routed(request, worker, self.config.tool_capacity)
+        self._routed[request.rid] = (self._step, request.arrival)
+        self.sim.dispatch(worker)
+        self._request = self.sim.next_request()
+        terminated = self._request is None
+        credits = self._credits()
+        info: dict[str, Any] = {"credit": credits, "step": self._step}
+        self._step += 1
+        if terminated:
+            info["metrics"] = self.sim.metrics()
+            obs = np.zeros(self._obs_size, dtype=np.float32)
+        else:
+            obs = self._observe()
+        return obs, float(sum(r for _, r in credits)), terminated, False, info

@@ -398,6 +398,7 @@ class FleetSimulator:
         # What a router sees come back through it, in time order: the first token of each
         # request (rid) and the end of its stream (completion or drop).
         self.first_token_log: list[int] = []
+        self.first_token_times: list[float] = []  # when each of first_token_log streamed
         self.end_log: list[int] = []
 
     # -- the event loop ------------------------------------------------------------------------
@@ -427,6 +428,7 @@ class FleetSimulator:
                 if kind == 0:
                     if isinstance(payload, int):  # a first token streams back
                         self.first_token_log.append(payload)
+                        self.first_token_times.append(when)
                     elif len(payload) == 1:  # a step of the step engine ends
                         self._end_step(payload[0])
                     else:
@@ -603,6 +605,7 @@ class FleetSimulator:
         for seq in firsts:
             seq.first = self.now
             self.first_token_log.append(seq.request.rid)
+            self.first_token_times.append(self.now)
         for seq in done:
             request = seq.request
             self.in_flight[w] -= 1
