@@ -547,3 +547,56 @@ def test_parallel_env__refuses_flat_observations_and_staleness_past_the_buffer_a
         mabp_gym.parallel_env("mixed", staleness=MAX_STALENESS + 1, horizon=200_000)
     env = mabp_gym.parallel_env("mixed", staleness=50, horizon=100)
     env.reset(seed=0)  # within the bound: works
+
+
+# -- bad actions, generated (issue 26): refused with a ValueError naming the agent, or
+# accepted, and never a half-applied step ----------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ENV = parallel_env("mixed", horizon=50)
+_ENV.reset(seed=0)
+_LOCAL = _ENV.action_space(_ENV.possible_agents[0]).shape[0]
+_BAD = st.one_of(
+    st.just(np.full(_LOCAL, np.nan)),
+    st.just(np.full(_LOCAL, np.inf)),
+    st.just(np.zeros(_LOCAL + 1)),
+    st.just(np.zeros((1, _LOCAL))),
+    st.just(np.zeros(_LOCAL, dtype=complex)),
+    st.just(np.array(["x"] * _LOCAL)),
+    st.just(np.ma.masked_array(np.zeros(_LOCAL), mask=[True] * _LOCAL)),
+    st.just(None),
+    st.just("go"),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.integers(min_value=0, max_value=len(_ENV.possible_agents) - 1),
+    bad=_BAD,
+    drop=st.booleans(),
+    extra=st.booleans(),
+)
+def test_parallel_env__generated_bad_actions_are_refused_and_change_nothing(
+    which, bad, drop, extra
+):
+    env = _ENV
+    if not env.agents:
+        env.reset(seed=0)
+    actions = {a: np.full(_LOCAL, -1.0) for a in env.agents}
+    name = env.agents[which]
+    actions[name] = bad
+    if drop:
+        del actions[env.agents[(which + 1) % len(env.agents)]]
+    if extra:
+        actions["not_an_agent"] = np.zeros(_LOCAL)
+    before_t = env.sim.state.t
+    before_queues = env.sim.state.queue_len.copy()
+    with pytest.raises(ValueError) as refused:
+        env.step(actions)
+    message = str(refused.value)
+    assert "agent" in message
+    assert env.sim.state.t == before_t
+    assert np.array_equal(env.sim.state.queue_len, before_queues)
+    # The next good step goes through.
+    env.step({a: np.full(_LOCAL, -1.0) for a in env.agents})
