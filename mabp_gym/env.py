@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -20,6 +21,13 @@ from mabp_gym.workload import Workload
 from mabp_gym.workloads import is_workload_file, make_workload, workload_params
 
 REWARDS = ("backlog", "drift_plus_penalty")
+"""The built-in rewards; ``reward=`` also takes a :data:`RewardFn`."""
+RewardFn = Callable[[SlotOutcome, np.ndarray, np.ndarray, float], float]
+"""A reward of your own: ``fn(outcome, before, after, nu) -> float``, called after every
+slot with the slot's :class:`~mabp_gym.simulator.SlotOutcome`, the backlog per admissible
+pair (units in service included, ``(P,)`` int64) before and after the slot, and the env's
+``nu``; the env divides the value by ``reward_scale``. ``backlog`` is
+``lambda o, b, a, nu: -(o.backlog + nu * o.penalty)``."""
 OBS_MODES = ("dict", "flat")
 FLAT_KEYS = (
     "node_features",
@@ -180,7 +188,11 @@ class SFMSNEnv(gym.Env):
     ## Rewards
     ``reward="backlog"`` (default): ``-(||Q(t+1)||_1 + nu h(t)) / reward_scale``;
     ``reward="drift_plus_penalty"``: ``-(L(Q(t+1)) - L(Q(t)) + nu h(t)) / reward_scale``
-    with ``L(Q) = sum Q^2 / 2``. ``h(t)`` is the slot's penalty (SPEC 1 step 9).
+    with ``L(Q) = sum Q^2 / 2``. ``h(t)`` is the slot's penalty (SPEC 1 step 9). Or a
+    function of your own (:data:`RewardFn`): ``reward=fn`` with ``fn(outcome, before,
+    after, nu) -> float`` (the slot's outcome and the backlog per pair before and after
+    it), divided by ``reward_scale``; a value that is not a finite number raises
+    ``ValueError``.
 
     ## Episode End
     Never terminates; truncates after ``horizon`` slots (the registered ids set
@@ -237,7 +249,7 @@ class SFMSNEnv(gym.Env):
         *,
         nu: float = 5.0,
         memory: bool = True,
-        reward: str = "backlog",
+        reward: str | RewardFn = "backlog",
         reward_scale: float = 100.0,
         check_invariants: bool = False,
         render_mode: str | None = None,
@@ -267,8 +279,16 @@ class SFMSNEnv(gym.Env):
             self.workload = make_workload(workload, **workload_overrides)
         else:
             raise ValueError(f"workload must be a workload name or a Workload, got {workload!r}")
-        if not isinstance(reward, str) or reward not in REWARDS:
-            raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+        if callable(reward):
+            self._reward_fn: RewardFn | None = reward
+            reward = "custom"
+        elif not isinstance(reward, str) or reward not in REWARDS:
+            raise ValueError(
+                f"reward must be one of {REWARDS} or a function (outcome, before, after, nu) "
+                f"-> float, got {reward!r}"
+            )
+        else:
+            self._reward_fn = None
         check_number(nu, "nu", low=0.0)
         check_number(reward_scale, "reward_scale", low=0.0, low_open=True)
         for name, flag in (
@@ -356,11 +376,15 @@ class SFMSNEnv(gym.Env):
         state = self.sim.state
         if self.reward_kind == "drift_plus_penalty":
             before = _lyapunov(state, self.workload)
+        elif self._reward_fn is not None:
+            pairs = state.backlog_pairs(self.workload)
         control, outcome = self.sim.step_scores(scores)
         self._last = outcome
         cost = self.nu * outcome.penalty
         if self.reward_kind == "backlog":
             reward = -(outcome.backlog + cost) / self.reward_scale
+        elif self._reward_fn is not None:
+            reward = self._custom_reward(outcome, pairs) / self.reward_scale
         else:
             reward = -(_lyapunov(self.sim.state, self.workload) - before + cost) / self.reward_scale
         obs = self._encoder.encode(self.sim.state)
@@ -387,6 +411,22 @@ class SFMSNEnv(gym.Env):
             "action_mask": obs["action_mask"].astype(bool),
         }
         return self._observe(obs), float(reward), False, bool(truncated), info
+
+    def _custom_reward(self, outcome: SlotOutcome, before: np.ndarray) -> float:
+        assert self._reward_fn is not None
+        after = self.sim.state.backlog_pairs(self.workload)
+        value = self._reward_fn(outcome, before, after, self.nu)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+            raise ValueError(
+                f"the reward function {getattr(self._reward_fn, '__name__', self._reward_fn)!r} "
+                f"must return a number, got {value!r}"
+            )
+        if not np.isfinite(value):
+            raise ValueError(
+                f"the reward function {getattr(self._reward_fn, '__name__', self._reward_fn)!r} "
+                f"returned {value!r} at slot {outcome.t}: rewards must be finite"
+            )
+        return float(value)
 
     def _control_info(self, control) -> dict[str, np.ndarray]:
         # Fixed shapes, so that vector envs can stack infos: executed transfers become a

@@ -215,6 +215,12 @@ class SFMSNParallelEnv(ParallelEnv):
                 "parallel_env: obs_mode must be 'dict' (every agent observes a Dict of its "
                 f"own arrays; obs_mode='flat' is the single env's), got {env_kw['obs_mode']!r}"
             )
+        if callable(env_kw.get("reward")):
+            raise ValueError(
+                "parallel_env: reward must be 'backlog' or 'drift_plus_penalty' (each agent's "
+                "share of it is defined per node); a reward function of your own is the "
+                "single env's"
+            )
         self._single = SFMSNEnv(workload, **env_kw)
         self.workload: Workload = self._single.workload
         self.sim = self._single.sim

@@ -289,7 +289,10 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._generates = first.memory and not workload.fixed_memory
         core = CompiledTransition.shared(workload)
         self.compiled = (
-            slotcore.AVAILABLE and not first.diagnostics and not first.sim.check_invariants
+            slotcore.AVAILABLE
+            and not first.diagnostics
+            and not first.sim.check_invariants
+            and first._reward_fn is None  # a reward of your own: each env steps on its own
         )
         """Whether steps run the compiled batch (else each env steps on its own)."""
         self._elapsed = np.zeros(self.num_envs, dtype=np.int64)

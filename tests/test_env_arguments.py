@@ -57,3 +57,56 @@ def test_env__actions_numpy_would_reinterpret_are_refused(action, message):
         env.step(action)
     assert env.unwrapped.sim.state.t == before  # nothing happened
     env.step(np.ones(384, dtype=np.float32))  # the env is still usable
+
+
+# -- a reward of your own (issue 27: injectable, as Jumanji's) ---------------------------
+def test_reward_function__reproduces_the_builtins_and_is_checked():
+    def backlog(outcome, before, after, nu):
+        return -(outcome.backlog + nu * outcome.penalty)
+
+    def drift(outcome, before, after, nu):
+        lyapunov = 0.5 * float(after @ after) - 0.5 * float(before @ before)
+        return -(lyapunov + nu * outcome.penalty)
+
+    rng = np.random.default_rng(0)
+    for builtin, own in (("backlog", backlog), ("drift_plus_penalty", drift)):
+        a = gym.make("mabp_gym/Rag-v0", reward=builtin)
+        b = gym.make("mabp_gym/Rag-v0", reward=own)
+        a.reset(seed=1)
+        b.reset(seed=1)
+        for _ in range(30):
+            action = rng.uniform(-1, 1, a.action_space.shape)
+            assert a.step(action)[1] == pytest.approx(b.step(action)[1], rel=1e-12)
+    env = gym.make("mabp_gym/Rag-v0", reward=lambda o, b, a, nu: float("nan"))
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="rewards must be finite"):
+        env.step(env.action_space.sample())
+    env = gym.make("mabp_gym/Rag-v0", reward=lambda o, b, a, nu: "high")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="must return a number"):
+        env.step(env.action_space.sample())
+    with pytest.raises(ValueError, match="or a function"):
+        gym.make("mabp_gym/Rag-v0", reward=3)
+
+
+def test_reward_function__vector_env_steps_each_env_on_its_own():
+    from mabp_gym.vector_env import SFMSNVectorEnv
+
+    def served(outcome, before, after, nu):
+        return float(outcome.served)
+
+    vec = SFMSNVectorEnv(2, workload="rag", reward=served)
+    assert not vec.compiled
+    vec.reset(seed=0)
+    single = gym.make("mabp_gym/Rag-v0", reward=served)
+    single.reset(seed=0)
+    action = np.full((2, vec.single_action_space.shape[0]), 0.5)
+    assert vec.step(action)[1][0] == single.step(action[0])[1]
+
+
+def test_reward_function__the_parallel_view_refuses_it():
+    pytest.importorskip("pettingzoo", reason="the decentralized view needs PettingZoo (extra marl)")
+    from mabp_gym.parallel import parallel_env
+
+    with pytest.raises(ValueError, match="single env's"):
+        parallel_env("rag", reward=lambda o, b, a, nu: 0.0)
