@@ -90,7 +90,8 @@ def main() -> None:
         label = name if name == "current" else args.baseline
         print(f"{label:<12} {row[0]:>11.2f} {row[1]:>12.2f} {step:>13.1f}")
     for key, values in ratios.items():
-        print(f"ratio {key:<10} {statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})")
+        middle, low, high = statistics.median(values), min(values), max(values)
+        print(f"ratio {key:<10} {middle:.2f}x ({low:.2f}-{high:.2f})")
     emit(
         {
             "benchmark": "bench_cold",

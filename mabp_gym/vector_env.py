@@ -60,13 +60,26 @@ _OUT_ROWS = 64  # rows per env of the served-unit outputs, doubled when a slot n
 def _step_all(
     first, active, scores, rngs, rates, flags, statics, state, fifo, out, obs
 ):  # pragma: no cover
-    """One slot of every active env from ``first`` on, in the single env's order: the
-    projection, steps (1)-(5) of the transition, the env's draws from its own generator
-    (numba draws exactly as numpy), steps (6)-(8), and the observation of every env.
+    """One slot of every active env from ``first`` on (:func:`_slot`), then the
+    observation of every env (:func:`_observe`).
 
     Returns ``(env, code)``: ``(N, 0)`` when every env is done, or the first env whose
     served-unit rows (-1) or pool rows (-2) could run short, with nothing of it changed
     (the caller grows them and calls again from that env)."""
+    for i in range(first, scores.shape[0]):
+        if active[i]:
+            code = _slot(i, scores, rngs[i], rates[i], flags, statics, state, fifo, out)
+            if code < 0:
+                return i, code
+    for i in range(scores.shape[0]):
+        _observe(i, flags[0], statics, state, out, obs)
+    return scores.shape[0], 0
+
+
+def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no cover
+    """Env ``i``'s slot in the single env's order: the projection, steps (1)-(5) of the
+    transition, its draws from its own generator (numba draws exactly as numpy), steps
+    (6)-(8). Returns 0, or -1 / -2 (rows short, nothing changed)."""
     memory, generates, in_kernel, retain_at = flags
     sizes, proj_a, proj_b, serve_statics, finish_statics, enc_statics, pressure = statics
     holder, owner, memory_used, s_action, s_residual, s_hit, s_birth, queue_len = state
@@ -74,143 +87,160 @@ def _step_all(
     transfers, n_transfers, hit, route, service, start, scratch, hit_t, done, spent = out[:10]
     counts, sums, affected, unit_succ, unit_floats, delays, generated, evicted = out[10:18]
     queue_flat, hit_e, t = out[18:]
-    nodes, queues, resident, service_o, route_o, transfer_o, retain_o, mask = obs
     n_pairs, n_nodes = head.shape[1], holder.shape[1]
     flat_size = holder.shape[1] * holder.shape[2]
-    for i in range(first, scores.shape[0]):
-        if not active[i]:
-            continue
-        st = (
-            holder[i],
-            owner[i],
-            memory_used[i],
-            s_action[i],
-            s_residual[i],
-            s_hit[i],
-            s_birth[i],
-            queue_len[i],
-        )
-        fifo_i = (pool[i], head[i], tail[i], meta[i])
-        hit[i, :] = 0
-        route[i, :] = 0
-        service[i, :] = 0
-        start[i, :] = -1
-        n_transfers[i] = _project(
-            scores[i],
-            memory,
-            *sizes,
-            holder[i].reshape(flat_size),
-            memory_used[i],
-            *proj_a,
-            s_action[i],
-            s_residual[i],
-            queue_len[i],
-            *proj_b,
-            scratch[i],
-            transfers[i],
-            hit[i],
-            route[i],
-            service[i],
-            start[i],
-        )
-        # Rows the slot may take: one per unit served, routed or arriving in a new run.
-        bound = n_nodes + service[i].sum()
-        if bound > done.shape[1]:
-            return i, -1
-        if meta[i, 1] < bound + route[i].sum() + n_pairs:
-            return i, -2
-        served = _serve(
-            transfers[i, : n_transfers[i]],
-            hit_t[i],
-            route[i],
-            service[i],
-            start[i],
+    st = (
+        holder[i],
+        owner[i],
+        memory_used[i],
+        s_action[i],
+        s_residual[i],
+        s_hit[i],
+        s_birth[i],
+        queue_len[i],
+    )
+    fifo_i = (pool[i], head[i], tail[i], meta[i])
+    hit[i, :] = 0
+    route[i, :] = 0
+    service[i, :] = 0
+    start[i, :] = -1
+    n_transfers[i] = _project(
+        scores[i],
+        memory,
+        *sizes,
+        holder[i].reshape(flat_size),
+        memory_used[i],
+        *proj_a,
+        s_action[i],
+        s_residual[i],
+        queue_len[i],
+        *proj_b,
+        scratch[i],
+        transfers[i],
+        hit[i],
+        route[i],
+        service[i],
+        start[i],
+    )
+    # Rows the slot may take: one per unit served, routed or arriving in a new run.
+    bound = n_nodes + service[i].sum()
+    if bound > done.shape[1]:
+        return -1
+    if meta[i, 1] < bound + route[i].sum() + n_pairs:
+        return -2
+    served = _serve(
+        transfers[i, : n_transfers[i]],
+        hit_t[i],
+        route[i],
+        service[i],
+        start[i],
+        *st,
+        *fifo_i,
+        *serve_statics,
+        done[i],
+        spent[i],
+        counts[i],
+        sums[i],
+    )
+    _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out)
+    return 0
+
+
+def _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no cover
+    """Env ``i``'s draws (its ``served`` units' successor uniforms, then the arrivals, or
+    the kernel draws generations and arrivals itself) and steps (6)-(8)."""
+    memory, generates, in_kernel, retain_at = flags
+    finish_statics = statics[4]
+    holder, owner, memory_used = state[0], state[1], state[2]
+    queue_len = state[7]
+    pool, head, tail, meta = fifo
+    done, counts, sums = out[8], out[10], out[11]
+    affected, unit_succ, unit_floats, delays, generated, evicted = out[12:18]
+    t = out[20]
+    st = (holder[i], owner[i], memory_used[i], queue_len[i])
+    fifo_i = (pool[i], head[i], tail[i], meta[i])
+    uniforms = np.empty(served)
+    for k in range(served):
+        uniforms[k] = rng.random()
+    rest = (
+        affected[i],
+        done[i],
+        unit_succ[i],
+        unit_floats[i],
+        delays[i],
+        generated[i],
+        evicted[i],
+        counts[i],
+        sums[i],
+    )
+    retain = scores[i, retain_at:]
+    if in_kernel:  # generation draws: the kernel draws them and the arrivals
+        _outcome(
+            rng,
+            t[i],
+            served,
+            uniforms,
+            uniforms[:0],
+            generates,
+            retain,
             *st,
             *fifo_i,
-            *serve_statics,
-            done[i],
-            spent[i],
-            counts[i],
-            sums[i],
+            *finish_statics,
+            *rest,
         )
-        rng = rngs[i]
-        uniforms = np.empty(served)
-        for k in range(served):
-            uniforms[k] = rng.random()
-        rest = (
-            affected[i],
-            done[i],
-            unit_succ[i],
-            unit_floats[i],
-            delays[i],
-            generated[i],
-            evicted[i],
-            counts[i],
-            sums[i],
+    else:
+        arrivals = np.empty(rng.poisson(rate))
+        for k in range(arrivals.shape[0]):
+            arrivals[k] = rng.random()
+        _outcome(
+            None,
+            t[i],
+            served,
+            uniforms,
+            arrivals,
+            generates,
+            retain,
+            *st,
+            *fifo_i,
+            *finish_statics,
+            *rest,
         )
-        retain = scores[i, retain_at:]
-        if in_kernel:  # generation draws: the kernel draws them and the arrivals
-            _outcome(
-                rng,
-                t[i],
-                served,
-                uniforms,
-                uniforms[:0],
-                generates,
-                retain,
-                *st[:3],
-                st[7],
-                *fifo_i,
-                *finish_statics,
-                *rest,
-            )
-        else:
-            arrivals = np.empty(rng.poisson(rates[i]))
-            for k in range(arrivals.shape[0]):
-                arrivals[k] = rng.random()
-            _outcome(
-                None,
-                t[i],
-                served,
-                uniforms,
-                arrivals,
-                generates,
-                retain,
-                *st[:3],
-                st[7],
-                *fifo_i,
-                *finish_statics,
-                *rest,
-            )
-        t[i] += 1
-    for i in range(scores.shape[0]):
-        _encode(
-            queue_len[i],
-            s_action[i],
-            s_residual[i],
-            holder[i].reshape(flat_size),
-            memory_used[i],
-            memory,
-            *enc_statics,
-            queue_flat[i],
-            hit_e[i],
-            nodes[i],
-            queues[i],
-            resident[i],
-            service_o[i],
-            route_o[i],
-            transfer_o[i],
-            retain_o[i],
-            mask[i],
-        )
-        probs, positions = pressure
-        if positions.shape[1] < 8:  # numpy adds fewer than 8 terms one by one from zero
-            for a in range(positions.shape[0]):
-                total = np.float32(0.0)
-                for w in range(positions.shape[1]):
-                    total += probs[hit_e[i, a], a, w] * queue_flat[i, positions[a, w]]
-                service_o[i, a, _PRESSURE] = total
-    return scores.shape[0], 0
+    t[i] += 1
+
+
+def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
+    """Env ``i``'s observation into row ``i`` of the batch."""
+    enc_statics, pressure = statics[5], statics[6]
+    holder, owner, memory_used, s_action, s_residual, s_hit, s_birth, queue_len = state
+    queue_flat, hit_e = out[18], out[19]
+    nodes, queues, resident, service_o, route_o, transfer_o, retain_o, mask = obs
+    flat_size = holder.shape[1] * holder.shape[2]
+    _encode(
+        queue_len[i],
+        s_action[i],
+        s_residual[i],
+        holder[i].reshape(flat_size),
+        memory_used[i],
+        memory,
+        *enc_statics,
+        queue_flat[i],
+        hit_e[i],
+        nodes[i],
+        queues[i],
+        resident[i],
+        service_o[i],
+        route_o[i],
+        transfer_o[i],
+        retain_o[i],
+        mask[i],
+    )
+    probs, positions = pressure
+    if positions.shape[1] < 8:  # numpy adds fewer than 8 terms one by one from zero
+        for a in range(positions.shape[0]):
+            total = np.float32(0.0)
+            for w in range(positions.shape[1]):
+                total += probs[hit_e[i, a], a, w] * queue_flat[i, positions[a, w]]
+            service_o[i, a, _PRESSURE] = total
 
 
 if slotcore.AVAILABLE:
@@ -220,6 +250,9 @@ if slotcore.AVAILABLE:
     _encode = slotcore.encode_compiled
     _serve = transition_core._serve_kernel
     _outcome = transition_core._outcome_kernel
+    _outcomes = slotcore.njit(cache=True)(_outcomes)
+    _slot = slotcore.njit(cache=True)(_slot)
+    _observe = slotcore.njit(cache=True)(_observe)
     _step_all = slotcore.njit(cache=True)(_step_all)
 
 
