@@ -154,7 +154,9 @@ def test_slotcore__without_numba_the_reference_path_gives_the_same_run():
     assert without[1] == with_numba[1]
 
 
-@pytest.mark.skipif(not slotcore.AVAILABLE, reason="needs numba")
+@pytest.mark.skipif(
+    not slotcore.AVAILABLE, reason="needs the compiled core (numba, MABP_GYM_PURE unset)"
+)
 def test_descending__is_numpys_stable_argsort_of_the_negated_scores():
     rng = np.random.default_rng(0)
     for _ in range(2000):

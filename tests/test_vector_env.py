@@ -15,7 +15,9 @@ import mabp_gym
 from mabp_gym import slotcore
 from mabp_gym.vector_env import SFMSNVectorEnv
 
-compiled_only = pytest.mark.skipif(not slotcore.AVAILABLE, reason="needs numba")
+compiled_only = pytest.mark.skipif(
+    not slotcore.AVAILABLE, reason="needs the compiled core (numba, MABP_GYM_PURE unset)"
+)
 
 
 def _singles(n: int, seed: int, **kwargs):
