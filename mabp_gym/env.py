@@ -218,7 +218,10 @@ class SFMSNEnv(gym.Env):
     ``edge_features``, every ``*_index``) are left out. ``env.unwrapped.flat_layout``
     maps each key to its ``(slice, shape)`` in the vector.
 
-    Vector envs: ``gymnasium.make_vec`` (sync or async) declares
+    Vector envs: ``gymnasium.make_vec(id, num_envs)`` builds the batched vector env
+    (:class:`mabp_gym.vector_env.SFMSNVectorEnv`: every env's slot in one compiled call,
+    the same observations and rewards as single envs, ``NEXT_STEP`` autoreset);
+    ``vectorization_mode="sync"`` or ``"async"`` give Gymnasium's own, which declare
     ``metadata["autoreset_mode"]`` (``NEXT_STEP`` by default; ``SAME_STEP`` via
     ``vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}``).
 
