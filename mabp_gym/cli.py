@@ -537,10 +537,11 @@ def _eval(args: argparse.Namespace) -> None:
         )
         _writable(args.out, "--out")
         _check_run_args(args)
-        if args.until_decided is not None and args.until_decided < args.horizon:
+        if args.until_decided is not None and args.until_decided < 2 * args.horizon:
+            # Undecided cells rerun at twice the horizon: below that nothing would rerun.
             raise ValueError(
-                f"--until-decided must be at least --horizon ({args.horizon}), got "
-                f"{args.until_decided}"
+                f"--until-decided must be at least twice --horizon ({2 * args.horizon}: the "
+                f"first rerun doubles it), got {args.until_decided}"
             )
         specs = plan(
             _policies(args.policy),
@@ -736,7 +737,7 @@ def _table(args: argparse.Namespace) -> None:
     if long is not None:
         top = max(r["horizon"] for r in long[0])
         label = f"{long[1]:,} slots" if long[1] is not None else f"decided, up to {top:,} slots"
-        columns.insert(1, f"Stable load ({label})")
+        columns.insert(1, f"Stable load (--long runs, {label})")
         short = min((r["horizon"] for r in records), default=args.horizon)
         columns[2] = f"Stable load ({short:,} slots)"
     markdown = [

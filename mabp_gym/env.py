@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -191,8 +194,9 @@ class SFMSNEnv(gym.Env):
     with ``L(Q) = sum Q^2 / 2``. ``h(t)`` is the slot's penalty (SPEC 1 step 9). Or a
     function of your own (:data:`RewardFn`): ``reward=fn`` with ``fn(outcome, before,
     after, nu) -> float`` (the slot's outcome and the backlog per pair before and after
-    it), divided by ``reward_scale``; a value that is not a finite number raises
-    ``ValueError``.
+    it), divided by ``reward_scale``; a value that is not a finite real number raises
+    ``ValueError``. The function runs after the slot: if it raises, the slot has happened
+    (reset the env before stepping on).
 
     ## Episode End
     Never terminates; truncates after ``horizon`` slots (the registered ids set
@@ -283,6 +287,7 @@ class SFMSNEnv(gym.Env):
         else:
             raise ValueError(f"workload must be a workload name or a Workload, got {workload!r}")
         if callable(reward):
+            _check_reward_signature(reward)
             self._reward_fn: RewardFn | None = reward
             reward = "custom"
         elif not isinstance(reward, str) or reward not in REWARDS:
@@ -419,17 +424,21 @@ class SFMSNEnv(gym.Env):
         assert self._reward_fn is not None
         after = self.sim.state.backlog_pairs(self.workload)
         value = self._reward_fn(outcome, before, after, self.nu)
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        name = getattr(self._reward_fn, "__name__", self._reward_fn)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
             raise ValueError(
-                f"the reward function {getattr(self._reward_fn, '__name__', self._reward_fn)!r} "
-                f"must return a number, got {value!r}"
+                f"the reward function {name!r} must return a real number, got {value!r}"
             )
-        if not np.isfinite(value):
+        try:
+            number = float(value)
+        except (OverflowError, TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
             raise ValueError(
-                f"the reward function {getattr(self._reward_fn, '__name__', self._reward_fn)!r} "
-                f"returned {value!r} at slot {outcome.t}: rewards must be finite"
+                f"the reward function {name!r} returned {value!r} at slot {outcome.t}: rewards "
+                "must be finite floats"
             )
-        return float(value)
+        return number
 
     def _control_info(self, control) -> dict[str, np.ndarray]:
         # Fixed shapes, so that vector envs can stack infos: executed transfers become a
@@ -449,6 +458,21 @@ class SFMSNEnv(gym.Env):
 
             return render_rgb(self.workload, self.sim.state)
         return None
+
+
+def _check_reward_signature(fn: Callable[..., Any]) -> None:
+    """Refuse, at construction, a reward function that cannot take the four arguments."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: its call will tell
+        return
+    try:
+        signature.bind(None, None, None, None)
+    except TypeError:
+        raise ValueError(
+            f"reward function {getattr(fn, '__name__', fn)!r} must take (outcome, before, "
+            f"after, nu), got the signature {signature}"
+        ) from None
 
 
 def _lyapunov(state, workload: Workload) -> float:

@@ -303,6 +303,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 "the batched vector env does not render; use "
                 "gymnasium.make_vec(..., vectorization_mode='sync') to render each env"
             )
+        if not isinstance(copy, (bool, np.bool_)):
+            raise ValueError(f"copy must be True or False, got {copy!r}")
         self.num_envs = int(num_envs)
         self.copy = bool(copy)
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
@@ -488,15 +490,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         seed: int | list[int | None] | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
-        if seed is None or isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seeds = [None if seed is None else int(seed) + i for i in range(self.num_envs)]
-        elif isinstance(seed, (list, tuple)) and len(seed) == self.num_envs:
-            seeds = list(seed)
-        else:
-            raise ValueError(
-                f"seed must be None, an integer or a list of {self.num_envs} seeds "
-                f"(one per env), got {seed!r}"
-            )
+        self._require_open()
+        seeds = self._seeds(seed)
         if options:
             raise ValueError(f"options are not supported, got {sorted(options)}")
         infos: dict[str, Any] = {}
@@ -504,6 +499,30 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             infos = self._reset_env(i, env_seed, infos)
         self._reset_once = True
         return self._observation(), infos
+
+    def _require_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("the vector env is closed: make a new one")
+
+    def _seeds(self, seed: Any) -> list[int | None]:
+        """One seed (or None) per env: ``seed + i`` for an integer, or a sequence of them."""
+
+        def whole(value: Any) -> bool:
+            return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+        if seed is None or whole(seed):
+            return [None if seed is None else int(seed) + i for i in range(self.num_envs)]
+        if isinstance(seed, (list, tuple, np.ndarray)) and len(seed) == self.num_envs:
+            bad = [i for i, s in enumerate(seed) if s is not None and not whole(s)]
+            if not bad:
+                return [None if s is None else int(s) for s in seed]
+            raise ValueError(
+                f"seed of env(s) {bad} must be an integer or None, got {[seed[i] for i in bad]!r}"
+            )
+        raise ValueError(
+            f"seed must be None, an integer or a sequence of {self.num_envs} seeds "
+            f"(one per env), got {seed!r}"
+        )
 
     def _reset_env(self, i: int, seed: int | None, infos: dict[str, Any]) -> dict[str, Any]:
         obs, info = self.envs[i].reset(seed=seed)
@@ -523,6 +542,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 self._obs[key][i] = value
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        self._require_open()
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
         checked_action(actions, "the actions")

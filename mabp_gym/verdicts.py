@@ -44,6 +44,17 @@ def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]
     return result
 
 
+def _longest_per_seed(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One run per (policy, load, seed): its longest (an ``--until-decided`` file holds the
+    same seed at several horizons, and counting each would shrink the interval)."""
+    best: dict[tuple[str, float, int], dict[str, Any]] = {}
+    for r in records:
+        key = (r["policy"], round(float(r["load"]), 9), int(r["seed"]))
+        if key not in best or r["horizon"] > best[key]["horizon"]:
+            best[key] = r
+    return list(best.values())
+
+
 def longest(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Of each (policy, load), the runs of its longest horizon: the horizon at which
     ``mabp-gym eval --until-decided`` decided it."""
@@ -72,7 +83,8 @@ def long_run_stable_load(
     Raises:
         ValueError: a long run is shorter than ``horizon``.
     """
-    longer = longest(long_records) if horizon is None else cut(long_records, horizon)
+    once = _longest_per_seed(long_records)
+    longer = longest(once) if horizon is None else cut(once, horizon)
     covered = {(r["policy"], round(float(r["load"]), 9)) for r in longer}
     merged = [r for r in records if (r["policy"], round(float(r["load"]), 9)) not in covered]
     return stable_load(merged + longer, bound=bound)

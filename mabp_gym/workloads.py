@@ -604,6 +604,12 @@ def multihop(p: dict[str, Any]) -> Workload:
     of its parameters alone: the same ``seed`` gives the same graph.
     """
     n, m, classes = p["nodes"], p["attach"], p["classes"]
+    if n * classes > MAX_PAIRS:
+        raise ValueError(
+            f"nodes * classes must be at most {MAX_PAIRS:,} (the queues and the load scale's LP "
+            f"grow with it: 1,000 nodes x 16 classes took 30 s to build), got {n} x {classes} "
+            f"= {n * classes:,}"
+        )
     if n < m + 2:
         raise ValueError(f"nodes must be >= attach + 2 = {m + 2} (a hub and a relay), got {n}")
     rng = np.random.default_rng(p["seed"])
@@ -660,6 +666,8 @@ def multihop(p: dict[str, Any]) -> Workload:
 
 
 MAX_NODES = 5_000
+MAX_PAIRS = 10_000
+"""The largest ``nodes * classes`` of a generated network (its queues number about that)."""
 """The largest generated network (``multihop``'s ``nodes``): memory is linear in its size (sparse
 LP, index arrays), the load scale's LP solve superlinear (tests/test_generated_workloads.py
 builds it within a memory cap)."""

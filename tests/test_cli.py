@@ -274,14 +274,16 @@ def test_table__long_runs_decide_the_loads_they_cover_in_their_own_column(tmp_pa
     ok = subprocess.run([*common, "--long-horizon", "400"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     header = ok.stdout.splitlines()[0]
-    assert header.startswith("| Policy | Stable load (400 slots) | Stable load (300 slots) |")
+    assert header.startswith(
+        "| Policy | Stable load (--long runs, 400 slots) | Stable load (300 slots) |"
+    )
     assert "| bp | 0.30 | 0.30 | 0.30 |" in ok.stdout
     # 'longest': each load's own longest runs (what eval --until-decided leaves); a load
     # the grid lacks caps this column as it caps the others.
     evaluate("bp", "mixed", loads=[0.6], seeds=[0], horizon=300, backend="serial", output=long)
     each = subprocess.run([*common, "--long-horizon", "longest"], capture_output=True, text=True)
     assert each.returncode == 0, each.stderr
-    assert "| Policy | Stable load (decided, up to 500 slots) |" in each.stdout
+    assert "| Policy | Stable load (--long runs, decided, up to 500 slots) |" in each.stdout
     for extra, message in (
         (["--long-horizon", "600"], "must be in 1..300"),
         (["--long-horizon", "soon"], "a whole number of slots or 'longest'"),
@@ -517,3 +519,17 @@ def test_cli__table_and_fleet_print_a_column_legend(run_cli, tmp_path):
         "0.5", "--runs", "1", "--routers", "jsq",
     )  # fmt: skip
     assert fleet.returncode == 0 and FLEET_LEGEND in fleet.stdout
+
+
+def test_table__an_until_decided_file_counts_each_seed_once(tmp_path):
+    # The same seeds at 300 and 600 slots in one --long file: cut at 300, each seed counts
+    # once (its longest run, cut), not twice.
+    from mabp_gym.verdicts import long_run_stable_load
+
+    short = evaluate("bp", "mixed", loads=[0.3], seeds=[0, 1], horizon=300, backend="serial")
+    long = evaluate("bp", "mixed", loads=[0.3], seeds=[0, 1], horizon=600, backend="serial")
+    from mabp_gym.verdicts import _longest_per_seed
+
+    assert len(_longest_per_seed(short + long)) == 2
+    assert {r["horizon"] for r in _longest_per_seed(short + long)} == {600}
+    assert long_run_stable_load(short, short + long, 300) == long_run_stable_load(short, long, 300)

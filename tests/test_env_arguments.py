@@ -83,7 +83,7 @@ def test_reward_function__reproduces_the_builtins_and_is_checked():
         env.step(env.action_space.sample())
     env = gym.make("mabp_gym/Rag-v0", reward=lambda o, b, a, nu: "high")
     env.reset(seed=0)
-    with pytest.raises(ValueError, match="must return a number"):
+    with pytest.raises(ValueError, match="must return a real number"):
         env.step(env.action_space.sample())
     with pytest.raises(ValueError, match="or a function"):
         gym.make("mabp_gym/Rag-v0", reward=3)
@@ -110,3 +110,22 @@ def test_reward_function__the_parallel_view_refuses_it():
 
     with pytest.raises(ValueError, match="single env's"):
         parallel_env("rag", reward=lambda o, b, a, nu: 0.0)
+
+
+def test_reward_function__signature_and_every_kind_of_bad_value_are_refused_clearly():
+    from fractions import Fraction
+
+    with pytest.raises(ValueError, match=r"must take \(outcome, before, after, nu\)"):
+        gym.make("mabp_gym/Rag-v0", reward=lambda o, b, a: 0.0)
+    for value, match in (
+        (np.complex128(1), "real number"),
+        (np.timedelta64(1, "s"), "reward function"),  # numpy counts it an integer
+        (10**400, "finite floats"),
+    ):
+        env = gym.make("mabp_gym/Rag-v0", reward=lambda o, b, a, nu, v=value: v)
+        env.reset(seed=0)
+        with pytest.raises(ValueError, match=match):
+            env.step(env.action_space.sample())
+    env = gym.make("mabp_gym/Rag-v0", reward=lambda o, b, a, nu: Fraction(1, 2))
+    env.reset(seed=0)
+    assert env.step(env.action_space.sample())[1] == pytest.approx(0.5 / 100)

@@ -216,3 +216,15 @@ def test_fleet_v1__reads_no_exact_engine_state(monkeypatch):
 def test_fleet_v1__refuses_an_unknown_engine():
     with pytest.raises(ValueError, match="engine must be one of"):
         make_v1(engine="vidur")
+
+
+def test_fleet_env__edge_arguments_are_refused_naming_them():
+    with pytest.raises(ValueError, match="max_waiting must be > 0"):
+        make(max_waiting=0)
+    with pytest.raises(ValueError, match="num_requests must be at most the trace's"):
+        make(num_requests=10**7)
+    with pytest.raises(ValueError, match=r"num_requests\)"):
+        make(num_requests=2)
+    env = make_v1()
+    with pytest.raises(ValueError, match="options are not supported"):
+        env.reset(options={"x": 1})

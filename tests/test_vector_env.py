@@ -137,7 +137,7 @@ def test_batched__bad_input_is_refused_and_changes_nothing():
         vec.step(np.zeros((2, width), dtype=complex))
     # Nothing moved: the next good step is the first step of the episode.
     assert all(env.sim.state.t == 0 for env in vec.envs)
-    with pytest.raises(ValueError, match="list of 2 seeds"):
+    with pytest.raises(ValueError, match="sequence of 2 seeds"):
         vec.reset(seed=[1, 2, 3])
     for kwargs, match in [
         ({"num_envs": 0}, "at least 1"),
@@ -187,3 +187,18 @@ def test_batched__pure_python_path_gives_the_same_steps():
         runs.append(done.stdout.split(" ", 1))
     assert runs[0][0] == "False"
     assert runs[0][1] == runs[1][1]
+
+
+def test_batched__closed_env_refuses_to_step_and_seeds_are_checked_per_env():
+    vec = SFMSNVectorEnv(2, workload="rag")
+    vec.reset(seed=[np.int64(3), None])  # numpy integers and None are seeds
+    vec.reset(seed=np.array([3, 4]))
+    with pytest.raises(ValueError, match=r"env\(s\) \[1\]"):
+        vec.reset(seed=[3, 4.5])
+    vec.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        vec.step(np.zeros(vec.action_space.shape))
+    with pytest.raises(RuntimeError, match="closed"):
+        vec.reset()
+    with pytest.raises(ValueError, match="copy must be True or False"):
+        SFMSNVectorEnv(2, copy="no")

@@ -167,13 +167,15 @@ def test_decide_horizons__reruns_only_the_undecided_cells_longer():
         decide_horizons(specs, 300, run)
 
 
-def test_cli__until_decided_below_the_horizon_exits_2():
+def test_cli__until_decided_below_twice_the_horizon_exits_2():
     import subprocess
     import sys
 
-    result = subprocess.run(
-        [sys.executable, "-m", "mabp_gym.cli", "eval", "--until-decided", "100"],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 2 and "--until-decided must be at least" in result.stderr
+    for value in ("100", "1199"):  # the default horizon is 600: 1,200 is the first rerun
+        result = subprocess.run(
+            [sys.executable, "-m", "mabp_gym.cli", "eval", "--until-decided", value],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 2, result.stderr
+        assert "--until-decided must be at least twice --horizon (1200" in result.stderr

@@ -122,7 +122,17 @@ class FleetEnv(gymnasium.Env):
                 f"trace's timestamps), got {load!r}"
             )
         base = _trace(trace, num_requests)
-        self.trace = base if load is None else scale_to_load(base, float(load), self.config)
+        if num_requests is not None and num_requests > len(base):
+            raise ValueError(
+                f"num_requests must be at most the trace's {len(base)} requests (None: all of "
+                f"them), got {num_requests}"
+            )
+        try:
+            self.trace = base if load is None else scale_to_load(base, float(load), self.config)
+        except ValueError as error:
+            raise ValueError(
+                f"load={load!r} over the first {len(base)} requests (num_requests): {error}"
+            ) from None
         w = self.config.num_workers
         self.action_space = spaces.Discrete(w)
         size = w * WORKER_FEATURES + REQUEST_FEATURES
@@ -175,6 +185,8 @@ class FleetEnv(gymnasium.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
+        if options:
+            raise ValueError(f"options are not supported, got {sorted(options)}")
         run_seed = int(self.np_random.integers(2**31))
         self.sim = FleetSimulator(self.trace, self.config, run_seed, engine=self.engine)
         self._seen = 0

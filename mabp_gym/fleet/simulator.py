@@ -111,6 +111,7 @@ class FleetConfig:
             "cache_blocks",
             "block_tokens",
             "max_running",
+            "max_waiting",  # 0 would drop every request that cannot start at once
             "timeout_s",
             "prefill_s_per_token",
             "decode_base_s",
