@@ -170,7 +170,7 @@ def test_replay__prefix_aware_routing_raises_the_hit_ratio_over_jsq():
     workers=st.integers(1, 3),
     max_running=st.integers(1, 3),
     cache_blocks=st.integers(1, 6),
-    max_waiting=st.integers(0, 3),
+    max_waiting=st.integers(1, 3),  # 0 is refused (it would drop every waiting request)
 )
 def test_simulator__conserves_requests_and_bounds_caches_for_any_routing(
     data, workers, max_running, cache_blocks, max_waiting
