@@ -773,12 +773,12 @@ def _long_runs(
         raise ValueError(
             f"--long: the runs are of {sorted(workloads)}, the table of {args.workload!r}"
         )
+    from mabp_gym.verdicts import check_record_trace
+
+    for record in records:
+        check_record_trace(record)
     shortest = min(r["horizon"] for r in records)
     if args.long_horizon == "longest":
-        from mabp_gym.verdicts import check_record_trace
-
-        for record in records:
-            check_record_trace(record)
         return records, None
     horizon = shortest if args.long_horizon is None else _long_horizon(args.long_horizon)
     if not 0 < horizon <= shortest:
@@ -786,10 +786,6 @@ def _long_runs(
             f"--long-horizon: must be in 1..{shortest} (the shortest --long run), got {horizon}"
         )
     _check_cut_horizons([horizon], "--long-horizon")
-    from mabp_gym.verdicts import check_record_trace
-
-    for record in records:
-        check_record_trace(record)
     return records, horizon
 
 

@@ -45,18 +45,19 @@ def _mean(records: list[Record], key: str) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def _mean_v3(records: list[Record], key: str, older: str) -> float:
+    """The mean of benchmark v3's ``key``, or of ``older`` where the records predate it."""
+    return _mean(records, key if all(r.get(key) is not None for r in records) else older)
+
+
 def _delay(records: list[Record]) -> float:
-    """Mean P95 delay counting the requests still queued at their age (benchmark v3), or
-    over completed requests where the records predate it."""
-    key = "p95_delay_all" if all(r.get("p95_delay_all") is not None for r in records) else None
-    return _mean(records, key or "p95_delay")
+    """Mean P95 delay counting the requests still queued at their age."""
+    return _mean_v3(records, "p95_delay_all", "p95_delay")
 
 
 def _per_arrival(records: list[Record]) -> float:
-    """Mean penalty per arrived request (benchmark v3), or per completed one where the
-    records predate it."""
-    key = "penalty_per_arrival"
-    return _mean(records, key if all(r.get(key) is not None for r in records) else "penalty")
+    """Mean penalty per arrived request."""
+    return _mean_v3(records, "penalty_per_arrival", "penalty")
 
 
 def _grows(records: list[Record]) -> bool:

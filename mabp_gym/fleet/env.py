@@ -181,6 +181,24 @@ class FleetEnv(gymnasium.Env):
         self._dropped = self.sim.dropped
         return good, dropped
 
+    def _checked_worker(self, action: Any) -> int:
+        """The worker ``action`` names, or an error saying what is allowed."""
+        if self.sim is None or self._request is None:
+            raise RuntimeError("call reset() before step() (and again after the episode ends)")
+        if isinstance(action, (bool, np.bool_)) or not self.action_space.contains(action):
+            raise ValueError(
+                f"action must be a worker index in [0, {self.config.num_workers}), got {action!r}"
+            )
+        return int(action)
+
+    def _after_step(self, terminated: bool, info: dict[str, Any]) -> np.ndarray:
+        """The next observation (zeros once the episode ended, with its metrics in info)."""
+        assert self.sim is not None
+        if terminated:
+            info["metrics"] = self.sim.metrics()
+            return np.zeros(self._obs_size, dtype=np.float32)
+        return self._observe()
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -195,22 +213,14 @@ class FleetEnv(gymnasium.Env):
         return self._observe(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self.sim is None or self._request is None:
-            raise RuntimeError("call reset() before step() (and again after the episode ends)")
-        if isinstance(action, (bool, np.bool_)) or not self.action_space.contains(action):
-            raise ValueError(
-                f"action must be a worker index in [0, {self.config.num_workers}), got {action!r}"
-            )
-        self.sim.dispatch(int(action))
+        worker = self._checked_worker(action)
+        assert self.sim is not None
+        self.sim.dispatch(worker)
         self._request = self.sim.next_request()
         terminated = self._request is None
         good, dropped = self._score()
         info: dict[str, Any] = {"good": good, "dropped": dropped}
-        if terminated:
-            info["metrics"] = self.sim.metrics()
-            obs = np.zeros(self._obs_size, dtype=np.float32)
-        else:
-            obs = self._observe()
+        obs = self._after_step(terminated, info)
         return obs, float(good - dropped), terminated, False, info
 
 
@@ -285,13 +295,9 @@ class FleetRouterEnv(FleetEnv):
         return credits
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self.sim is None or self._request is None:
-            raise RuntimeError("call reset() before step() (and again after the episode ends)")
-        if isinstance(action, (bool, np.bool_)) or not self.action_space.contains(action):
-            raise ValueError(
-                f"action must be a worker index in [0, {self.config.num_workers}), got {action!r}"
-            )
-        request, worker = self._request, int(action)
+        worker = self._checked_worker(action)
+        request = self._request
+        assert self.sim is not None and request is not None
         self._features.routed(request, worker, self.config.tool_capacity)
         self._routed[request.rid] = (self._step, request.arrival)
         self.sim.dispatch(worker)
@@ -300,9 +306,5 @@ class FleetRouterEnv(FleetEnv):
         credits = self._credits()
         info: dict[str, Any] = {"credit": credits, "step": self._step}
         self._step += 1
-        if terminated:
-            info["metrics"] = self.sim.metrics()
-            obs = np.zeros(self._obs_size, dtype=np.float32)
-        else:
-            obs = self._observe()
+        obs = self._after_step(terminated, info)
         return obs, float(sum(r for _, r in credits)), terminated, False, info
