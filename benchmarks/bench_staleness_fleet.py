@@ -20,6 +20,7 @@ from _report import emit
 
 from mabp_gym.fleet import make_config, make_router, replay, scale_to_load, shipped_trace
 from mabp_gym.fleet.evaluate import half_width
+from mabp_gym.fleet.routers import ROUTERS as ROUTERS_ALL
 
 ROUTERS = ("dynamo-t0", "vllm-loadaware", "llm-d", "mabp-route", "oracle-ttft")
 DELAYS_S = (0.0, 0.05, 0.1, 0.5)
@@ -28,6 +29,9 @@ DELAYS_S = (0.0, 0.05, 0.1, 0.5)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument(
+        "--routers", nargs="+", default=list(ROUTERS), choices=sorted(ROUTERS_ALL), metavar="NAME"
+    )
     args = parser.parse_args()
     rows = []
     print(f"{'engine':<7} {'delay ms':>8} {'router':<15} {'goodput':>15} {'KV hit':>7}")
@@ -35,7 +39,7 @@ def main() -> None:
         for delay in DELAYS_S:
             config = make_config(num_workers=4, kv_event_delay_s=delay, scrape_interval_s=delay)
             trace = scale_to_load(shipped_trace("conversation"), load, config)
-            for name in ROUTERS:
+            for name in args.routers:
                 results = [
                     replay(trace, make_router(name), config, seed=s, engine=engine)
                     for s in range(runs)

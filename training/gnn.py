@@ -117,7 +117,7 @@ def imitation_loss(
 ) -> torch.Tensor:
     """MSE to the teacher's scores squashed the same way as the model's (softsign), with
     candidates that cannot act this slot weighted down."""
-    scores, _ = model(to_pyg(batch))
+    scores, _ = model.forward_graph(to_pyg(batch))
     weight = 0.1 + 0.9 * batch["action_mask"].float()
     return (weight * (scores - torch.nn.functional.softsign(target)) ** 2).mean()
 
