@@ -32,13 +32,19 @@ def main() -> None:
     parser.add_argument(
         "--routers", nargs="+", default=list(ROUTERS), choices=sorted(ROUTERS_ALL), metavar="NAME"
     )
+    parser.add_argument(
+        "--spread-bursts", action="store_true", help="spread the trace's equal timestamps"
+    )
     args = parser.parse_args()
+    base = shipped_trace("conversation")
+    if args.spread_bursts:
+        base = base.spread_bursts()
     rows = []
     print(f"{'engine':<7} {'delay ms':>8} {'router':<15} {'goodput':>15} {'KV hit':>7}")
     for engine, load, runs in (("simple", 0.9, 5), ("step", 0.7, 3)):
         for delay in DELAYS_S:
             config = make_config(num_workers=4, kv_event_delay_s=delay, scrape_interval_s=delay)
-            trace = scale_to_load(shipped_trace("conversation"), load, config)
+            trace = scale_to_load(base, load, config)
             for name in args.routers:
                 results = [
                     replay(trace, make_router(name), config, seed=s, engine=engine)
