@@ -2,7 +2,7 @@
 per candidate, the same telemetry as MABP and the same projection as every policy.
 
 :class:`GNNScheduler` is a plain ``nn.Module`` over the batched graph of
-:func:`mabp_gym.pyg.to_pyg` (graphs batched by index offsets, never
+:func:`mabp_gym.envs.pyg.to_pyg` (graphs batched by index offsets, never
 ``Batch.from_data_list``). :class:`GNNPolicy` wraps a trained checkpoint as a
 :class:`~mabp_gym.agents.base.Policy`, so the evaluation harness runs it like any scripted agent;
 its ``scores_batch`` scores a whole vector of observations in one forward pass.
@@ -20,9 +20,9 @@ from torch_geometric.nn import GINEConv
 
 from mabp_gym.agents import checkpoint_file
 from mabp_gym.agents.base import Policy
-from mabp_gym.encoding import symlog
-from mabp_gym.pyg import to_pyg
-from mabp_gym.workload import Workload
+from mabp_gym.core.encoding import symlog
+from mabp_gym.core.workload import Workload
+from mabp_gym.envs.pyg import to_pyg
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 
@@ -75,7 +75,7 @@ class GNNScheduler(nn.Module):
         readout: width of the read-outs' hidden layer (default: ``hidden``).
 
     Shapes:
-        input: a batched ``Data`` from :func:`mabp_gym.pyg.to_pyg` with ``B`` graphs;
+        input: a batched ``Data`` from :func:`mabp_gym.envs.pyg.to_pyg` with ``B`` graphs;
         output: scores ``(B, D)`` in ``(-1, 1)`` (softsign: monotone, so the projection
         sees the raw order, and SB3's clipping of actions to the Box never ties them) and a
         graph embedding ``(B, 2 * hidden)`` for a value head.

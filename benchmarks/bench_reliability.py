@@ -19,8 +19,8 @@ from _report import emit
 from mabp_gym import make_workload
 from mabp_gym.agents.checkpoint_file import default_checkpoint
 from mabp_gym.agents.gnn import load_checkpoint
-from mabp_gym.cli import TABLE_POLICIES
-from mabp_gym.evaluation import METRIC_KEYS, _repair, evaluate, plan
+from mabp_gym.cli.commands import TABLE_POLICIES
+from mabp_gym.harness.evaluation import METRIC_KEYS, _repair, evaluate, plan
 
 
 def _padding(count: int) -> bytes:

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mabp_gym.evaluation import evaluate, stable_load, summarize_records
+from mabp_gym.harness.evaluation import evaluate, stable_load, summarize_records
 
 
 def main() -> None:

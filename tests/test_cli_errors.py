@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import mabp_gym
-from mabp_gym import cli, evaluation
+from mabp_gym.cli import commands as cli
+from mabp_gym.harness import evaluation
 
 EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 

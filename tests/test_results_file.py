@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 import mabp_gym
-from mabp_gym import evaluation, read_records
-from mabp_gym.evaluation import (
+from mabp_gym import read_records
+from mabp_gym.harness import evaluation
+from mabp_gym.harness.evaluation import (
     METRIC_KEYS,
     ResultsFileBusyError,
     RunsFailedError,
@@ -331,7 +332,7 @@ def test_execute__killing_the_parent_leaves_no_orphaned_workers(tmp_path):
 # -- kills at random moments -------------------------------------------------------------------
 SWEEP = textwrap.dedent("""
     import sys
-    from mabp_gym.evaluation import evaluate
+    from mabp_gym.harness.evaluation import evaluate
     evaluate(["sp", "bp"], "work_reuse", loads=[0.3, 0.6], seeds=range(25), horizon=30,
              backend="serial", output=sys.argv[1])
 """)
@@ -423,7 +424,7 @@ def test_results_file__kills_at_random_moments_never_lose_or_duplicate_a_record(
 def test_read_records__a_record_written_before_the_later_metrics_still_reads(tmp_path):
     import json
 
-    from mabp_gym.evaluation import LATER_METRIC_KEYS, RunSpec, read_records, run
+    from mabp_gym.harness.evaluation import LATER_METRIC_KEYS, RunSpec, read_records, run
 
     record = run(RunSpec("bp", "mixed", 0.3, 0, horizon=30))
     older = {k: v for k, v in record.items() if k not in LATER_METRIC_KEYS}
