@@ -4,7 +4,7 @@ Networks: ``mixed`` with 1, 2, 4 and 8 copies (load 0.85) and random ``multihop`
 of 50, 100 and 200 nodes (load 0.3). A slot is what ``env.step`` does with a policy in
 front of it: encode the observation, score (the *decision*, timed apart), project and
 execute. Two more rows time ``SFMSNEnv.step`` itself with mabp on ``mixed`` at 0.85 and
-the harness's ``evaluation.run`` per policy of Table I (``--table``).
+the harness's ``runs.run`` per policy of Table I (``--table``).
 
 With ``--baseline REF`` the same measurements also run on a ``git worktree`` of ``REF``:
 one measuring process per tree, the two taking turns case by case (which goes first
@@ -112,7 +112,7 @@ def _env_step_times(slots: int, seed: int) -> dict[str, float]:
 
 
 def _table_time(policy: str, horizon: int) -> dict[str, float]:
-    from mabp_gym.harness.evaluation import RunSpec, run
+    from mabp_gym.harness.runs import RunSpec, run
 
     # Untimed, a short run first: compiles the policy's kernels (a fresh worktree has no
     # numba cache) without touching the timed runs' workloads (another horizon).
@@ -215,7 +215,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--baseline", metavar="REF", help="git ref to compare against")
     parser.add_argument(
-        "--table", action="store_true", help="also time evaluation.run per Table I policy (slow)"
+        "--table", action="store_true", help="also time runs.run per Table I policy (slow)"
     )
     parser.add_argument("--table-horizon", type=int, default=600)
     parser.add_argument(
@@ -331,9 +331,7 @@ def _print(medians: dict, args: argparse.Namespace) -> None:
         )
     print(line)
     if current["table"]:
-        print(
-            f"evaluation.run per slot on mixed (loads {TABLE_LOADS}, horizon {args.table_horizon}):"
-        )
+        print(f"runs.run per slot on mixed (loads {TABLE_LOADS}, horizon {args.table_horizon}):")
         for policy, us in current["table"].items():
             line = f"  {policy:<20} {us:>8.0f} us/slot"
             if base:

@@ -169,7 +169,8 @@ def held_out_verdict(model: PPO, args: Args) -> dict[str, Any]:
     The harness builds policies by registered name, so the model is registered for this
     process as ``ppo-scratch`` (a scores policy of its means)."""
     from mabp_gym.agents.base import Policy
-    from mabp_gym.harness.evaluation import evaluate, stable_load, summarize_records
+    from mabp_gym.harness.evaluation import evaluate
+    from mabp_gym.harness.summaries import stable_load, summarize_records
     from mabp_gym.registry import policy_names, register_policy
 
     class Means(Policy):

@@ -31,13 +31,9 @@ from mabp_gym.core.simulator import InvariantError, Simulator, SlotOutcome
 from mabp_gym.core.state import SimState
 from mabp_gym.core.workload import Action, Commodity, Link, Node, Signature, Workload
 from mabp_gym.core.workloads import WORKLOADS, make_workload, workload_params
-from mabp_gym.harness.evaluation import (
-    evaluate,
-    paper_load,
-    read_records,
-    stable_load,
-    summarize_records,
-)
+from mabp_gym.harness.evaluation import evaluate
+from mabp_gym.harness.results_file import read_records
+from mabp_gym.harness.summaries import paper_load, stable_load, summarize_records
 from mabp_gym.registry import make_policy, policy_names, register_policy
 from mabp_gym.version import __version__ as __version__
 

@@ -1,7 +1,7 @@
 """The one episode loop: a :class:`~mabp_gym.policy.Policy` on the simulator core.
 
 :func:`episode` yields every slot (observation, decision, outcome, decision time); the
-evaluation harness (:func:`mabp_gym.harness.evaluation.run`), the training code
+evaluation harness (:func:`mabp_gym.harness.runs.run`), the training code
 (:mod:`mabp_gym.training.common`) and the CLI's ``simulate`` all run it, so a slot means
 the same thing everywhere. :func:`rollout` collects the :class:`~mabp_gym.core.metrics.Trace`
 of a score rule.

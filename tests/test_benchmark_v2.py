@@ -182,7 +182,7 @@ def test_verdicts__a_set_run_only_near_its_boundary_agrees_with_lower_stable_loa
 def test_stable_load__a_load_at_the_occupation_bound_is_never_credited():
     """At the bound the network is critically loaded (Thm. 1): a finite run's slope can pass
     there, the verdict must not."""
-    from mabp_gym.harness.evaluation import occupation_load, stable_load
+    from mabp_gym.harness.summaries import occupation_load, stable_load
 
     def record(load: float, seed: int) -> dict:
         return {

@@ -12,7 +12,7 @@ from mabp_gym.agents import POLICIES, make_policy
 from mabp_gym.agents.frame_mabp import FrameMABP
 from mabp_gym.core.encoding import ObservationEncoder
 from mabp_gym.core.workload import Action, Commodity, Node, Signature, Workload
-from mabp_gym.harness.evaluation import RunSpec, run
+from mabp_gym.harness.runs import RunSpec, run
 
 
 @pytest.mark.parametrize("name", ["mixed", "boundary", "rag"])

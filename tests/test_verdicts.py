@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mabp_gym.harness.evaluation import TRACE_STRIDE
+from mabp_gym.core.metrics import TRACE_STRIDE
 from mabp_gym.harness.verdicts import cut, growth_at, horizon_sensitivity, long_run_stable_load
 
 

@@ -160,7 +160,8 @@ def fit_imitation(
 
 
 def quick_stable_load(checkpoint: Path, args: GNNArgs, loads: list[float]) -> float:
-    from mabp_gym.harness.evaluation import evaluate, stable_load
+    from mabp_gym.harness.evaluation import evaluate
+    from mabp_gym.harness.summaries import stable_load
 
     records = evaluate(
         "gnn",
@@ -254,7 +255,8 @@ def train(args: GNNArgs) -> dict[str, Any]:
         },
     )
 
-    from mabp_gym.harness.evaluation import evaluate, stable_load
+    from mabp_gym.harness.evaluation import evaluate
+    from mabp_gym.harness.summaries import stable_load
 
     records = evaluate(
         "gnn",

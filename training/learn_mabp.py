@@ -101,7 +101,8 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
         args=dataclasses.asdict(args),
     )
 
-    from mabp_gym.harness.evaluation import evaluate, stable_load
+    from mabp_gym.harness.evaluation import evaluate
+    from mabp_gym.harness.summaries import stable_load
 
     reference = evaluate(
         "mabp",

@@ -75,7 +75,7 @@ def _no_repeats(values: list[Any], option: str) -> None:
 def _writable(path: str | None, option: str) -> None:
     """Check an output file option before any work starts."""
     if path is not None:
-        from mabp_gym.harness.evaluation import check_output_path
+        from mabp_gym.harness.results_file import check_output_path
 
         check_output_path(path, option)
 
@@ -518,10 +518,10 @@ def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
 
 
 def _eval(args: argparse.Namespace) -> None:
-    from mabp_gym.harness.evaluation import (
-        execute,
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+    from mabp_gym.harness.summaries import (
         occupation_load,
-        plan,
         stable_load,
         summarize_records,
         undecided,
@@ -554,7 +554,7 @@ def _eval(args: argparse.Namespace) -> None:
     if args.until_decided is None:
         records = execute(specs, output=args.out, **_run_args(args))
     else:
-        from mabp_gym.harness.evaluation import decide_horizons
+        from mabp_gym.harness.summaries import decide_horizons
 
         records, used = decide_horizons(
             specs,
@@ -638,7 +638,7 @@ def table_rows(
     them at; they decide the loads they cover in an extra first verdict column
     (:func:`mabp_gym.harness.verdicts.long_run_stable_load`)."""
     from mabp_gym.core.metrics import growth_verdict
-    from mabp_gym.harness.evaluation import occupation_load, paper_load, stable_load
+    from mabp_gym.harness.summaries import occupation_load, paper_load, stable_load
     from mabp_gym.harness.verdicts import long_run_stable_load
 
     on_grid = [r for r in records if any(abs(r["load"] - x) < 1e-9 for x in grid)]
@@ -692,7 +692,8 @@ def _capped_at_gap(value: float, ran: set[float], grid: list[float]) -> tuple[fl
 
 
 def _table(args: argparse.Namespace) -> None:
-    from mabp_gym.harness.evaluation import execute, plan
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
 
     with user_input():
         loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
@@ -707,7 +708,7 @@ def _table(args: argparse.Namespace) -> None:
         _writable(args.csv, "--csv")
         long = _long_runs(args, policies)
         if args.from_results:
-            from mabp_gym.harness.evaluation import read_records
+            from mabp_gym.harness.results_file import read_records
 
             if not Path(args.out).is_file():
                 raise ValueError(f"--from-results: no results file {args.out!r}")
@@ -802,7 +803,9 @@ def _search_loads(
     policies: list[str], args: argparse.Namespace, loads: list[float], grid: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Run the loads in ascending order; a policy stops at its first load that grows."""
-    from mabp_gym.harness.evaluation import execute, plan, summarize_records
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+    from mabp_gym.harness.summaries import summarize_records
 
     records: list[dict[str, Any]] = []
     active = list(policies)
@@ -841,7 +844,7 @@ def _verdicts(args: argparse.Namespace) -> None:
         _check_cut_horizons(args.horizons, "--horizons")
         for record in records:
             check_record_trace(record)
-    from mabp_gym.harness.evaluation import occupation_load
+    from mabp_gym.harness.summaries import occupation_load
 
     bound = occupation_load(records)
     if bound is not None:
@@ -876,7 +879,7 @@ def _verdict_cell(load: float, lowest: float, start: float = 0.05) -> str:
 
 def _read_results(paths: list[str]) -> list[dict[str, Any]]:
     """The records of ``--results`` files; a missing file or no record at all is an error."""
-    from mabp_gym.harness.evaluation import read_records
+    from mabp_gym.harness.results_file import read_records
 
     records: list[dict[str, Any]] = []
     for path in paths:
@@ -938,7 +941,9 @@ def _parse_seeds(token: str, option: str = "--seed-sets") -> list[int]:
 
 
 def _sweep(args: argparse.Namespace) -> None:
-    from mabp_gym.harness.evaluation import execute, plan, summarize_records
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+    from mabp_gym.harness.summaries import summarize_records
 
     with user_input():
         values = _parse_grid(args.values, "--values")
@@ -1261,7 +1266,8 @@ def _bench(args: argparse.Namespace) -> None:
                 f"{task.load:g}; {task.why}"
             )
         return
-    from mabp_gym.harness.evaluation import execute, read_records
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.results_file import read_records
 
     with user_input():
         tasks = bench.tasks_named(args.tasks)
@@ -1322,7 +1328,8 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mabp-gym`` console script."""
-    from mabp_gym.harness.evaluation import ResultsFileBusyError, RunsFailedError
+    from mabp_gym.harness.evaluation import RunsFailedError
+    from mabp_gym.harness.results_file import ResultsFileBusyError
 
     parser = _build_parser()
     args = parser.parse_args(argv)

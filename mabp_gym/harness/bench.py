@@ -25,7 +25,8 @@ import numpy as np
 
 from mabp_gym.core.metrics import growth_verdict, pooled
 from mabp_gym.extras import MissingExtraError
-from mabp_gym.harness.evaluation import RunSpec, occupation_load, plan
+from mabp_gym.harness.runs import RunSpec, plan
+from mabp_gym.harness.summaries import occupation_load
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Decentralized runs: one episode of a local rule on every agent of the PettingZoo view.
 
 :func:`run_decentralized` is the harness of the decentralized view (SPEC 10): the same
-metrics as :func:`mabp_gym.harness.evaluation.run`, keyed the same way, with the local rules of
+metrics as :func:`mabp_gym.harness.runs.run`, keyed the same way, with the local rules of
 :mod:`mabp_gym.agents.decentralized` acting on :func:`mabp_gym.parallel_env`.
 """
 

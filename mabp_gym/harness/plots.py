@@ -93,7 +93,8 @@ def _fixed_load(records: list[Record]) -> float | None:
 
 
 def backlog_traces(records: list[Record], out: Path, policy: str) -> str | None:
-    from mabp_gym.harness.evaluation import TRACE_STRIDE, stable_load
+    from mabp_gym.core.metrics import TRACE_STRIDE
+    from mabp_gym.harness.summaries import stable_load
 
     name = _main_workload(records)
     mine = [r for r in _default(records) if r["policy"] == policy and r["workload"] == name]

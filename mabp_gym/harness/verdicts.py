@@ -22,7 +22,7 @@ from mabp_gym.core.metrics import (  # noqa: F401  (the cut's helpers live with 
     growth_at,
     min_horizon,
 )
-from mabp_gym.harness.evaluation import stable_load
+from mabp_gym.harness.summaries import stable_load
 
 
 def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]:
@@ -78,7 +78,7 @@ def long_run_stable_load(
     horizon, as ``--until-decided`` leaves them) decide the loads they were run at,
     typically the loads around each policy's boundary; ``records`` (a whole grid at a
     shorter horizon) decide the others. ``bound``: see
-    :func:`mabp_gym.harness.evaluation.stable_load`.
+    :func:`mabp_gym.harness.summaries.stable_load`.
 
     Raises:
         ValueError: a long run is shorter than ``horizon``.
@@ -96,7 +96,7 @@ def seed_set_stable_loads(
     bound: float | None = None,
 ) -> list[dict[str, float]]:
     """The stable load of every policy on each set of seeds (``bound``: see
-    :func:`mabp_gym.harness.evaluation.stable_load`)."""
+    :func:`mabp_gym.harness.summaries.stable_load`)."""
     records = list(records)
     return [
         stable_load([r for r in records if r["seed"] in set(seeds)], bound=bound)
