@@ -1,8 +1,11 @@
 """mabp-gym: stateful foundation-model service networks (SFMSN) for scheduling research.
 
-The simulator core (workloads, state, controls, the one-slot transition, the shared
-projection, the capacity LPs, observation encoding, the policy registry and the evaluation
-harness) imports neither gymnasium nor torch; ``docs/architecture.md`` draws the layers.
+The layers are folders: ``core/`` (workloads, state, controls, the one-slot transition,
+the shared projection, the capacity LPs, observation encoding; its compiled kernels in
+``core/kernels/``), the policy seam beside this file (``policy``, ``registry``,
+``rollout``), ``envs/`` (the Gymnasium, PettingZoo, PyG and SB3 adapters), ``harness/``
+(evaluation) and ``cli/``. The core, the seam and the evaluation harness import neither
+gymnasium nor torch; ``docs/architecture.md`` draws the layers.
 
 Importing the package registers the Gymnasium ids without importing gymnasium: at once
 when gymnasium is already imported, otherwise as soon as it is (a one-shot import hook).

@@ -3,7 +3,7 @@ and its batched vector env (:mod:`~mabp_gym.envs.vector_env`), the decentralized
 view (:mod:`~mabp_gym.envs.parallel`), the PyG graph of an observation
 (:mod:`~mabp_gym.envs.pyg`) and the SB3 policy over it (:mod:`~mabp_gym.envs.sb3`).
 
-Each is thin: spaces, reward, conversion; the dynamics are the core's. Nothing here is
-imported by the core or the harness's sweeps; the ids are registered in :mod:`mabp_gym`
-(serving-fleet mode has its own envs in :mod:`mabp_gym.fleet`).
+Each is thin: spaces, reward, conversion; the dynamics are the core's. The core never
+imports them (the harness only for its decentralized runs); the ids are registered in
+:mod:`mabp_gym` (serving-fleet mode has its own envs in :mod:`mabp_gym.fleet`).
 """

@@ -10,5 +10,6 @@ definitions for every policy.
 :mod:`~mabp_gym.harness.decentralized` (the decentralized runs),
 :mod:`~mabp_gym.harness.bench` (``mabp-gym bench``) and the figures
 (:mod:`~mabp_gym.harness.plots`, :mod:`~mabp_gym.harness.plots_occupation`). It imports the
-core and the policy seam, never the CLI.
+core and the policy seam (the decentralized runs also the PettingZoo view and the local
+agents), never training or the CLI.
 """
