@@ -11,7 +11,7 @@ its ``scores_batch`` scores a whole vector of observations in one forward pass.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -59,6 +59,25 @@ def observation_dims(observation_space: Any) -> dict[str, int]:
     }
 
 
+class Candidates(NamedTuple):
+    """Where each candidate reads the embeddings, and its own features (from
+    :func:`mabp_gym.pyg.to_pyg`, global ids over the batch)."""
+
+    service_node: torch.Tensor  # (B*A,) long
+    service_x: torch.Tensor  # (B*A, 5)
+    route_edge: torch.Tensor  # (B*R,) long
+    route_x: torch.Tensor  # (B*R, 4)
+    transfer_edge: torch.Tensor  # (B*T,) long
+    transfer_x: torch.Tensor  # (B*T, 3)
+    retain_node: torch.Tensor  # (B*K,) long
+    retain_x: torch.Tensor  # (B*K, 3)
+
+    @classmethod
+    def of(cls, graph: Any) -> Candidates:
+        """The candidates of a ``Data`` from :func:`mabp_gym.pyg.to_pyg`."""
+        return cls(*(getattr(graph, name) for name in cls._fields))
+
+
 class GNNScheduler(nn.Module):
     """GINE message passing with edge features and per-candidate read-outs.
 
@@ -75,7 +94,9 @@ class GNNScheduler(nn.Module):
         readout: width of the read-outs' hidden layer (default: ``hidden``).
 
     Shapes:
-        input: a batched ``Data`` from :func:`mabp_gym.envs.pyg.to_pyg` with ``B`` graphs;
+        input: node features ``x`` ``(B*N, F)``, ``edge_index`` ``(2, B*E)``, ``edge_attr``
+        ``(B*E, 3)``, the :class:`Candidates` and ``num_graphs`` ``B``, as
+        :func:`mabp_gym.envs.pyg.to_pyg` batches them (:meth:`forward_graph` takes its ``Data``);
         output: scores ``(B, D)`` in ``(-1, 1)`` (softsign: monotone, so the projection
         sees the raw order, and SB3's clipping of actions to the Box never ties them) and a
         graph embedding ``(B, 2 * hidden)`` for a value head.
@@ -100,15 +121,17 @@ class GNNScheduler(nn.Module):
         self.transfer_head = _mlp([3 * hidden + dims["transfer"], width, 1])
         self.retain_head = _mlp([hidden + dims["retain"], width, 1])
 
-    def embed(self, graph) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed(
+        self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Node embeddings ``(B*N, hidden)`` and link embeddings ``(B*E, hidden)``.
 
         The GINE rounds are written out (``nn((1 + eps) h + sum_j relu(h_j + lin(e_ji)))``,
         summed at each link's destination), as PyG's ``GINEConv`` computes them, without
         its per-call dispatch; the convolutions hold the parameters."""
-        h = self.node_in(symlog(graph.x))
-        e = self.edge_in(symlog(graph.edge_attr))
-        src, dst = graph.edge_index
+        h = self.node_in(symlog(x))
+        e = self.edge_in(symlog(edge_attr))
+        src, dst = edge_index
         for gine, norm in zip(self.convs, self.norms, strict=True):
             conv: Any = gine  # GINEConv: its lin, nn and eps
             message = torch.relu(h[src] + conv.lin(e))
@@ -116,10 +139,18 @@ class GNNScheduler(nn.Module):
             h = norm(h + torch.relu(conv.nn(total + (1 + conv.eps) * h)))
         return h, e
 
-    def forward(self, graph) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = graph.num_graphs
-        h, e = self.embed(graph)
-        src, dst = graph.edge_index
+    def forward(
+        self,
+        x: torch.Tensor,
+        edge_index: torch.Tensor,
+        edge_attr: torch.Tensor,
+        candidates: Candidates,
+        num_graphs: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scores ``(B, D)`` and the pooled graph embedding ``(B, 2 * hidden)``."""
+        batch = num_graphs
+        h, e = self.embed(x, edge_index, edge_attr)
+        src, dst = edge_index
         hid = self.hidden
 
         def node_part(head: nn.Sequential) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,20 +173,27 @@ class GNNScheduler(nn.Module):
             )
             return head[2](torch.relu(first)).reshape(batch, -1)
 
+        c = candidates
         heads = (
-            (self.service_head, node_part, graph.service_node, graph.service_x),
-            (self.route_head, link_part, graph.route_edge, graph.route_x),
-            (self.transfer_head, link_part, graph.transfer_edge, graph.transfer_x),
-            (self.retain_head, node_part, graph.retain_node, graph.retain_x),
+            (self.service_head, node_part, c.service_node, c.service_x),
+            (self.route_head, link_part, c.route_edge, c.route_x),
+            (self.transfer_head, link_part, c.transfer_edge, c.transfer_x),
+            (self.retain_head, node_part, c.retain_node, c.retain_x),
         )
         raw = torch.cat([read(head, part(head), where, x) for head, part, where, x in heads], 1)
         h3 = h.view(batch, -1, hid)  # every graph of a batch has the same node count
         pooled = torch.cat([h3.mean(dim=1), h3.amax(dim=1)], dim=-1)
         return nn.functional.softsign(raw), pooled
 
+    def forward_graph(self, graph: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` on a batched ``Data`` from :func:`mabp_gym.pyg.to_pyg`."""
+        return self(
+            graph.x, graph.edge_index, graph.edge_attr, Candidates.of(graph), graph.num_graphs
+        )
+
     def scores(self, obs: dict[str, Any]) -> torch.Tensor:
         """Scores ``(B, D)`` for an observation dict (with or without a batch dimension)."""
-        return self(to_pyg(obs))[0]
+        return self.forward_graph(to_pyg(obs))[0]
 
 
 def shape_of(workload: Workload) -> dict[str, int]:

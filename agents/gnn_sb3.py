@@ -80,7 +80,7 @@ class GNNExtractor(BaseFeaturesExtractor):
         graph = to_pyg(observations)
         if self.node_width is not None:
             graph.x = graph.x[:, : self.node_width]
-        scores, pooled = self.gnn(graph)
+        scores, pooled = self.gnn.forward_graph(graph)
         return torch.cat([scores, pooled], dim=-1)
 
 

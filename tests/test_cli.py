@@ -533,3 +533,21 @@ def test_table__an_until_decided_file_counts_each_seed_once(tmp_path):
     assert len(_longest_per_seed(short + long)) == 2
     assert {r["horizon"] for r in _longest_per_seed(short + long)} == {600}
     assert long_run_stable_load(short, short + long, 300) == long_run_stable_load(short, long, 300)
+
+
+def test_train_arguments__each_option_is_documented_by_the_docstring_under_its_field():
+    import argparse
+    import dataclasses
+
+    from mabp_gym.training.arguments import add_dataclass_arguments, field_docs
+    from mabp_gym.training.gnn import GNNArgs
+    from mabp_gym.training.learn_mabp import LearnMABPArgs
+    from mabp_gym.training.residual_mabp import ResidualArgs
+
+    for cls in (GNNArgs, LearnMABPArgs, ResidualArgs):
+        docs = field_docs(cls)
+        assert set(docs) == {f.name for f in dataclasses.fields(cls)}, cls.__name__
+        assert all(doc and not doc.startswith('"') for doc in docs.values())
+    parser = argparse.ArgumentParser()
+    add_dataclass_arguments(parser, GNNArgs)
+    assert "Message-passing rounds. (default: 3)" in " ".join(parser.format_help().split())

@@ -196,21 +196,17 @@ def test_fleet_v1__every_request_is_credited_once_to_the_step_that_routed_it(eng
 
 
 def test_fleet_v1__reads_no_exact_engine_state(monkeypatch):
-    from mabp_gym.fleet.simulator import Telemetry
+    from mabp_gym.fleet.simulator import ExactState
 
     def oracle_only(*args, **kwargs):
         raise AssertionError("Fleet-v1 read the exact engine state")
 
-    monkeypatch.setattr(Telemetry, "prefill_backlog_s", oracle_only)
-    monkeypatch.setattr(Telemetry, "kv_used_fraction", oracle_only)
-    original = Telemetry.cached_blocks
-
-    def delayed_only(self, hash_ids, exact=False):
-        assert not exact, "Fleet-v1 read the caches without the KV-event delay"
-        return original(self, hash_ids, exact)
-
-    monkeypatch.setattr(Telemetry, "cached_blocks", delayed_only)
+    for method in ("prefill_backlog_s", "kv_used_fraction", "cached_blocks", "tool_cached"):
+        monkeypatch.setattr(ExactState, method, oracle_only)
     rollout(make_v1(engine="step"), 1)
+    # The control: Fleet-v0's observation does read it.
+    with pytest.raises(AssertionError, match="exact engine state"):
+        make(engine="step").reset(seed=0)
 
 
 def test_fleet_v1__refuses_an_unknown_engine():

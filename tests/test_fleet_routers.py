@@ -52,6 +52,7 @@ def fleet(
     for w, keys in (tools or {}).items():
         for key in keys:
             sim.tools[w][key] = None
+    sim._scrape(now)  # the routers' scrapers have read the state as built
     return sim.telemetry
 
 
@@ -75,12 +76,29 @@ def test_jsq__picks_fewest_in_flight_and_breaks_ties_at_random():
     assert choices("jsq", fleet(in_flight=[1, 4, 1]), request()) == {0, 2}
 
 
-def test_bp__least_queue_pressure_then_fewest_active_blocks():
-    # Request prefill 4 * 512 * 8e-5 + 0.005 = 0.1688 s; backlog in those units.
-    tel = fleet(waiting=[0, 0, 0], backlog=[1.0, 0.0, 0.5])
-    assert choices("bp", tel, request()) == {1}
-    tel = fleet(waiting=[0, 1, 0], backlog=[0.0, 0.0, 0.0], active_blocks=[30, 0, 20])
-    assert choices("bp", tel, request()) == {2}
+def test_bp__least_pending_prefill_then_fewest_active_blocks_from_its_own_record():
+    # This request's prefill: 4 * 512 * 8e-5 + 0.005 = 0.1688 s. The router sent w0 a
+    # 4,096-token prompt (0.3327 s) and w2 a 1,024-token one (0.0869 s), none has a first
+    # token yet: w1 has no pressure.
+    router = fresh("bp")
+    router.streams.add(1, 0, (1, 2, 3, 4, 5, 6, 7, 8), 4096)
+    router.streams.add(2, 2, (20, 21), 1024)
+    tel = fleet()
+    assert router.choose(request(), tel) == 1
+    # It reads neither the engines' queues nor their backlog: a huge exact backlog on w1
+    # changes nothing.
+    router = fresh("bp")
+    router.streams.add(1, 0, (1, 2), 1024)
+    assert router.choose(request(), fleet(waiting=[0, 9, 0], backlog=[0, 50, 0])) in (1, 2)
+    # Equal pressure: the fewest unique active prompt blocks (the router's own record).
+    router = fresh("bp")
+    for rid, worker, blocks in ((1, 0, (1, 2, 3)), (2, 1, (4,)), (3, 2, (5, 6))):
+        router.streams.add(rid, worker, blocks, 0)
+    sim_tel = fleet()
+    sim_tel._sim.first_token_log.extend([1, 2, 3])  # all three have streamed a first token
+    assert router.choose(request(), sim_tel) == 1
+    # A first token ends a request's pressure; its blocks stay until its stream ends.
+    assert router.streams.pending_requests.tolist() == [0, 1, 0]  # the one just routed
 
 
 def test_affinity__longest_cached_prefix_wins_whatever_the_load():
@@ -225,6 +243,19 @@ def test_llmd__weighted_prefix_queue_and_kv_scorers():
     assert router.choose(request(), tel) == 1
     assert LLMD.queue_scorer(np.array([2, 2])) == pytest.approx([1, 1])
     assert LLMD.load_aware_scorer(np.array([0, 64, 500])) == pytest.approx([0.5, 0.25, 0.0])
+
+
+def test_llmd__reads_the_queues_and_kv_use_of_the_last_scrape():
+    tel = fleet(waiting=[0, 4, 2], running_blocks=[50, 10, 0], cache_blocks=100)
+    sim = tel._sim
+    sim.waiting_count[:] = [9, 0, 0]  # after the scrape: not seen until the next one
+    sim.running_blocks[:] = [100, 0, 0]
+    before = np.array([2 * 1.0 + 2 * 0.5, 2 * 0.0 + 2 * 0.9, 2 * 0.5 + 2 * 1.0])
+    assert fresh("llm-d").scores(request(), tel) == pytest.approx(before)
+    # The next tick (every 50 ms) reads the state as it is then.
+    sim._scrape(sim.now + 0.05)
+    after = np.array([2 * 0.0 + 2 * 0.0, 2 * 1.0 + 2 * 1.0, 2 * 1.0 + 2 * 1.0])
+    assert fresh("llm-d").scores(request(), tel) == pytest.approx(after)
 
 
 def test_llmd__the_prefix_scorer_reads_the_first_4096_tokens_only():

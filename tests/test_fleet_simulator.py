@@ -243,7 +243,7 @@ def test_kv_events_reach_the_router_after_their_delay():
     sim.dispatch(0)  # admitted at t = 0: blocks 1, 2 enter the cache
     tel = sim.telemetry
     assert tel.cached_blocks((1, 2)).tolist() == [0]  # the event is not 50 ms old yet
-    assert tel.cached_blocks((1, 2), exact=True).tolist() == [2]
+    assert tel.exact.cached_blocks((1, 2)).tolist() == [2]
     sim.now = 0.06
     assert tel.cached_blocks((1, 2)).tolist() == [2]
     # An eviction is also seen late: with a two-block cache the next admission evicts.
@@ -253,9 +253,37 @@ def test_kv_events_reach_the_router_after_their_delay():
         sim.next_request()
         sim.dispatch(0)
     # The second request, admitted at t = 0.1 s, evicted blocks 1 and 2 just now.
-    assert sim.telemetry.cached_blocks((1, 2), exact=True).tolist() == [0]
+    assert sim.telemetry.exact.cached_blocks((1, 2)).tolist() == [0]
     assert sim.telemetry.cached_blocks((1, 2)).tolist() == [2]
     no_delay = FleetSimulator(trace, FleetConfig(num_workers=1, kv_event_delay_s=0.0))
     no_delay.next_request()
     no_delay.dispatch(0)
     assert no_delay.telemetry.cached_blocks((1, 2)).tolist() == [2]
+
+
+def test_scraped_metrics_are_those_of_the_last_scrape_tick():
+    from mabp_gym.fleet import FleetConfig, FleetSimulator, Trace, TraceRequest
+
+    # Arrivals at 0, 10 and 70 ms; long outputs, so nothing completes within the test.
+    trace = Trace(
+        "hand",
+        tuple(TraceRequest(t, 1024, 500, (10 * k + 1,)) for k, t in enumerate((0.0, 10.0, 70.0))),
+    )
+    cfg = FleetConfig(num_workers=1, agentic_fraction=0.0, max_running=1)
+    sim = FleetSimulator(trace, cfg)
+    scraped, exact = sim.telemetry.scraped, sim.telemetry.exact
+    sim.next_request()
+    sim.dispatch(0)  # t = 0: runs at once
+    sim.next_request()  # t = 10 ms: no tick since t = 0
+    assert exact.running.tolist() == [1]
+    assert scraped.running.tolist() == [0] and scraped.taken_at == 0.0
+    sim.dispatch(0)  # waits: the batch limit is 1
+    sim.next_request()  # t = 70 ms: the tick at 50 ms read both
+    assert scraped.taken_at == pytest.approx(0.05)
+    assert (scraped.running.tolist(), scraped.waiting.tolist()) == ([1], [1])
+    assert scraped.kv_used_fraction() == pytest.approx(exact.kv_used_fraction())
+    # Interval 0: the live arrays.
+    live = FleetSimulator(trace, FleetConfig(num_workers=1, scrape_interval_s=0.0))
+    live.next_request()
+    live.dispatch(0)
+    assert live.telemetry.scraped.running.tolist() == [1]

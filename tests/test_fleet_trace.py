@@ -259,3 +259,14 @@ def test_parse__a_truncated_or_garbled_line_is_refused_by_name(cut, junk):
         parse_mooncake([text], name="t")
     except ValueError as error:  # a blank line leaves no request: the trace is named
         assert "t line 1" in str(error) or str(error) == "t: no requests"
+
+
+def test_spread_bursts__spreads_each_run_of_equal_times_up_to_the_next_tick():
+    from mabp_gym.fleet import Trace, TraceRequest
+
+    times = (0.0, 0.0, 0.0, 300.0, 600.0, 600.0)
+    trace = Trace("t", tuple(TraceRequest(t, 10, 1, (k,)) for k, t in enumerate(times)))
+    spread = trace.spread_bursts()
+    assert [r.timestamp for r in spread.requests] == [0.0, 100.0, 200.0, 300.0, 600.0, 600.0]
+    assert [r.hash_ids for r in spread.requests] == [r.hash_ids for r in trace.requests]
+    assert spread.name == "t-spread"

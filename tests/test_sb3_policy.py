@@ -271,7 +271,7 @@ def test_gnn_scheduler__factorized_read_outs_equal_the_mlp_over_concatenated_inp
         obs, *_ = env.step(env.action_space.sample())
         batch.append(obs)
     graph = to_pyg({k: np.stack([o[k] for o in batch]) for k in obs})
-    scores, pooled = model(graph)
+    scores, pooled = model.forward_graph(graph)
     # The reference: PyG's GINEConv, each read-out's MLP over the concatenated input.
     h = model.node_in(symlog(graph.x))
     e = model.edge_in(symlog(graph.edge_attr))

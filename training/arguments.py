@@ -7,8 +7,11 @@ learning stack."""
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import inspect
 import sys
+import textwrap
 from typing import Any, get_type_hints
 
 
@@ -20,10 +23,29 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring: the string right under it in the class body, as CleanRL
+    documents its arguments (Python keeps no such docstring at run time, so the class's
+    source is read)."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    assert isinstance(body, ast.ClassDef)
+    docs = {}
+    for field, after in zip(body.body, body.body[1:], strict=False):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[field.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One ``--field`` option per dataclass field, typed, with the field's doc as help."""
+    """One ``--field`` option per dataclass field, typed, with the field's docstring as help."""
     hints = get_type_hints(cls)
-    docs = getattr(cls, "__field_docs__", {})
+    docs = field_docs(cls)
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
         option = "--" + f.name.replace("_", "-")

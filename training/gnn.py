@@ -41,58 +41,55 @@ class GNNArgs:
     """Arguments of ``mabp-gym train gnn``."""
 
     workload: str = "mixed"
+    """Workload to train on (its shape fixes the checkpoint's)."""
     seed: int = 0
+    """Seeds torch, numpy and every rollout."""
     teacher: str = "mabp"
+    """Policy imitated first: mabp or oracle-sur."""
     imitation_loads: list[float] = field(default_factory=lambda: [0.3, 0.5, 0.6, 0.7, 0.8])
+    """Loads of the teacher's episodes (one episode per load)."""
     imitation_slots: int = 600
+    """Slots per imitation episode."""
     imitation_noise: float = 0.3
+    """Std of the noise on executed scores in every other episode."""
     imitation_epochs: int = 20
+    """Passes over the imitation data."""
     batch_size: int = 64
+    """Graphs per gradient step in imitation."""
     learning_rate: float = 1e-3
+    """Adam learning rate of the imitation phase."""
     hidden: int = 64
+    """Embedding width."""
     layers: int = 3
+    """Message-passing rounds."""
     ppo_steps: int = 8192
+    """PPO environment steps after imitation (0: imitation only)."""
     ppo_load: float = 0.6
+    """Load of the PPO environments."""
     ppo_envs: int = 4
+    """Vectorized environments for PPO."""
     ppo_rollout: int = 256
+    """Steps per environment per PPO update (PPO's n_steps)."""
     ppo_learning_rate: float = 5e-5
+    """PPO learning rate (small: fine-tuning a pretrained policy)."""
     checkpoint_every: int = 4096
+    """Save a resumable checkpoint every this many PPO steps."""
     select_loads: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7])
+    """Held-out loads on which the imitation and PPO models are compared."""
     eval_loads: list[float] = field(default_factory=lambda: [0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    """Loads of the final evaluation."""
     eval_seeds: int = 2
+    """Seeds per load."""
     device: str = "auto"
+    """Auto (cuda if available), cpu or cuda."""
     threads: int = 1
+    """Torch CPU threads (1 is fastest for these small graphs)."""
     out: str = "runs/gnn"
+    """Directory for checkpoints, TensorBoard logs and the report."""
     resume: str | None = None
+    """A checkpoint of this script to continue from."""
     progress: bool = True
-
-    __field_docs__ = {
-        "workload": "workload to train on (its shape fixes the checkpoint's)",
-        "seed": "seeds torch, numpy and every rollout",
-        "teacher": "policy imitated first: mabp or oracle-sur",
-        "imitation_loads": "loads of the teacher's episodes (one episode per load)",
-        "imitation_slots": "slots per imitation episode",
-        "imitation_noise": "std of the noise on executed scores in every other episode",
-        "imitation_epochs": "passes over the imitation data",
-        "batch_size": "graphs per gradient step in imitation",
-        "learning_rate": "Adam learning rate of the imitation phase",
-        "hidden": "embedding width",
-        "layers": "message-passing rounds",
-        "ppo_steps": "PPO environment steps after imitation (0: imitation only)",
-        "ppo_load": "load of the PPO environments",
-        "ppo_envs": "vectorized environments for PPO",
-        "ppo_rollout": "steps per environment per PPO update (PPO's n_steps)",
-        "ppo_learning_rate": "PPO learning rate (small: fine-tuning a pretrained policy)",
-        "checkpoint_every": "save a resumable checkpoint every this many PPO steps",
-        "select_loads": "held-out loads on which the imitation and PPO models are compared",
-        "eval_loads": "loads of the final evaluation",
-        "eval_seeds": "seeds per load",
-        "device": "auto (cuda if available), cpu or cuda",
-        "threads": "torch CPU threads (1 is fastest for these small graphs)",
-        "out": "directory for checkpoints, TensorBoard logs and the report",
-        "resume": "a checkpoint of this script to continue from",
-        "progress": "show progress bars",
-    }
+    """Show progress bars."""
 
 
 def stack(observations: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -120,7 +117,7 @@ def imitation_loss(
 ) -> torch.Tensor:
     """MSE to the teacher's scores squashed the same way as the model's (softsign), with
     candidates that cannot act this slot weighted down."""
-    scores, _ = model(to_pyg(batch))
+    scores, _ = model.forward_graph(to_pyg(batch))
     weight = 0.1 + 0.9 * batch["action_mask"].float()
     return (weight * (scores - torch.nn.functional.softsign(target)) ** 2).mean()
 

@@ -31,28 +31,25 @@ class LearnMABPArgs:
     """Arguments of ``mabp-gym train learn-mabp``."""
 
     workload: str = "mixed"
+    """Workload to learn (its shape fixes the checkpoint's)."""
     seed: int = 0
+    """Seeds numpy, torch and every rollout."""
     explore_loads: list[float] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.9])
+    """Loads of the logged episodes (one episode per load)."""
     explore_slots: int = 600
+    """Slots per logged episode."""
     explore_noise: float = 0.5
+    """Std of the Gaussian noise on MABP's scores while logging."""
     eval_loads: list[float] = field(default_factory=lambda: [0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    """Loads of the final evaluation."""
     eval_seeds: int = 2
+    """Seeds per load."""
     device: str = "auto"
+    """Auto (cuda if available), cpu or cuda."""
     out: str = "runs/learn_mabp"
+    """Directory for the checkpoint and the report."""
     progress: bool = True
-
-    __field_docs__ = {
-        "workload": "workload to learn (its shape fixes the checkpoint's)",
-        "seed": "seeds numpy, torch and every rollout",
-        "explore_loads": "loads of the logged episodes (one episode per load)",
-        "explore_slots": "slots per logged episode",
-        "explore_noise": "std of the Gaussian noise on MABP's scores while logging",
-        "eval_loads": "loads of the final evaluation",
-        "eval_seeds": "seeds per load",
-        "device": "auto (cuda if available), cpu or cuda",
-        "out": "directory for the checkpoint and the report",
-        "progress": "show a progress bar",
-    }
+    """Show a progress bar."""
 
 
 def log_units(args: LearnMABPArgs) -> list[tuple[int, int, int, float, float]]:

@@ -39,30 +39,27 @@ class ResidualArgs:
     """Arguments of ``mabp-gym train residual-mabp``."""
 
     workload: str = "mixed"
+    """Workload to train on (its shape fixes the checkpoint's)."""
     seed: int = 0
+    """Seeds the search's sampling."""
     loads: list[float] = field(default_factory=lambda: [0.9])
+    """Loads of the objective's runs (near the bound)."""
     train_seeds: list[int] = field(default_factory=lambda: [20, 21, 22])
+    """Simulator seeds of the objective's runs (not the benchmark's 9000-9999)."""
     slots: int = 3000
+    """Slots per run."""
     rounds: int = 12
+    """Rounds of the cross-entropy method."""
     population: int = 16
+    """Candidate weight vectors per round."""
     elite: int = 4
+    """Best candidates the next round's Gaussian is fitted to."""
     init_std: float = 3.0
+    """Initial std of every weight (in score units)."""
     out: str = "runs/residual_mabp"
+    """Directory for the checkpoint and the report."""
     progress: bool = True
-
-    __field_docs__ = {
-        "workload": "workload to train on (its shape fixes the checkpoint's)",
-        "seed": "seeds the search's sampling",
-        "loads": "loads of the objective's runs (near the bound)",
-        "train_seeds": "simulator seeds of the objective's runs (not the benchmark's 9000-9999)",
-        "slots": "slots per run",
-        "rounds": "rounds of the cross-entropy method",
-        "population": "candidate weight vectors per round",
-        "elite": "best candidates the next round's Gaussian is fitted to",
-        "init_std": "initial std of every weight (in score units)",
-        "out": "directory for the checkpoint and the report",
-        "progress": "print one line per round",
-    }
+    """Print one line per round."""
 
 
 def run_metrics(workload_name: str, weights: np.ndarray, load: float, seed: int, slots: int):

@@ -422,6 +422,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "(continuous batching, chunked prefill, shared KV, preemption; docs/fleet.md)",
     )
     fleet.add_argument("--requests", type=int, default=None, help="use the first N requests")
+    fleet.add_argument(
+        "--spread-bursts",
+        action="store_true",
+        help="spread each run of equal timestamps evenly up to the next one (the conversation "
+        "trace's clock ticks every 3 s: about ten requests share each tick)",
+    )
     fleet.add_argument("--seed", type=int, default=0, help="seed of the first run (0)")
     fleet.add_argument(
         "--set",
@@ -1205,6 +1211,8 @@ def _fleet(args: argparse.Namespace) -> None:
             raise ValueError(f"--requests must be >= 2, got {args.requests}")
         # A bad line is named in the error; with --requests the rest is never read.
         trace = load_trace(args.trace, args.requests)
+        if args.spread_bursts:
+            trace = trace.spread_bursts()
     records = evaluate_fleet(
         trace,
         routers,

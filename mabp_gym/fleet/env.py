@@ -149,11 +149,11 @@ class FleetEnv(gymnasium.Env):
         workers = np.stack(
             [
                 t.in_flight / cfg.max_running,
-                t.waiting / cfg.max_running,
-                t.prefill_backlog_s(),
-                t.kv_used_fraction(),
+                t.exact.waiting / cfg.max_running,
+                t.exact.prefill_backlog_s(),
+                t.exact.kv_used_fraction(),
                 t.cached_blocks(request.hash_ids) / blocks,
-                t.tool_cached(request.tool_key)
+                t.exact.tool_cached(request.tool_key)
                 if request.tool_key >= 0
                 else np.zeros(t.num_workers),
             ],

@@ -132,13 +132,15 @@ class GlobalPrefixIndex:
 class StreamView:
     """What a router learns from the responses that stream back through it: per worker, its
     own in-flight requests (prompt blocks, and the uncached tokens it expected them to
-    prefill until their first token arrives). Never the engine's state."""
+    prefill until their first token arrives; -1 once it has). Never the engine's state."""
 
     def __init__(self, num_workers: int) -> None:
         self.where: dict[int, int] = {}
         self.active: list[dict[int, tuple[tuple[int, ...], int]]] = [{} for _ in range(num_workers)]
         self.block_refs: list[dict[int, int]] = [{} for _ in range(num_workers)]
         self.pending_tokens = np.zeros(num_workers, dtype=np.int64)
+        self.pending_requests = np.zeros(num_workers, dtype=np.int64)
+        """Per worker: requests routed there whose first token has not streamed back."""
         self._first = self._end = 0
 
     def sync(self, telemetry: Telemetry) -> None:
@@ -146,17 +148,20 @@ class StreamView:
         firsts, ends = telemetry.first_tokens, telemetry.ended
         for rid in firsts[self._first :]:
             w = self.where.get(rid)
-            if w is not None:
+            if w is not None and self.active[w][rid][1] >= 0:
                 blocks, tokens = self.active[w][rid]
                 self.pending_tokens[w] -= tokens
-                self.active[w][rid] = (blocks, 0)
+                self.pending_requests[w] -= 1
+                self.active[w][rid] = (blocks, -1)
         self._first = len(firsts)
         for rid in ends[self._end :]:
             w = self.where.pop(rid, None)
             if w is None:
                 continue
             blocks, tokens = self.active[w].pop(rid)
-            self.pending_tokens[w] -= tokens
+            if tokens >= 0:  # ended (dropped) before its first token
+                self.pending_tokens[w] -= tokens
+                self.pending_requests[w] -= 1
             refs = self.block_refs[w]
             for block in blocks:
                 refs[block] -= 1
@@ -168,6 +173,7 @@ class StreamView:
         self.where[rid] = worker
         self.active[worker][rid] = (blocks, tokens)
         self.pending_tokens[worker] += tokens
+        self.pending_requests[worker] += 1
         refs = self.block_refs[worker]
         for block in blocks:
             refs[block] = refs.get(block, 0) + 1
@@ -210,23 +216,39 @@ class JSQ(_RouterBase):
 
 
 class BP(_RouterBase):
-    """Backpressure on queue pressure with a completion tie-break (the paper's BP).
+    """Backpressure on queue pressure with a completion tie-break (the paper's BP), on what
+    the router itself knows.
 
-    Pressure of a worker = its waiting requests plus its admitted prefill work in units of
-    the request's own prefill (``prefill_backlog / prefill(request)``); among equal pressure,
-    the worker with the fewest active blocks (the one that completes work soonest) wins.
+    Pressure of a worker = the prefill seconds of the requests the router sent it whose first
+    token has not streamed back (their whole prompts: BP ignores caches), in units of this
+    request's own prefill; among equal pressure, the worker with the fewest unique active
+    prompt blocks (the one that completes work soonest) wins, ties at random. Both come from
+    the router's record of what it routed and what streamed back (:class:`StreamView`),
+    never from the engines' state.
     """
 
     name = "bp"
 
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        super().reset(num_workers, rng)
+        self.streams = StreamView(num_workers)
+
     def choose(self, request: Request, telemetry: Telemetry) -> int:
-        own = telemetry.config.prefill_s(request.input_length)
-        pressure = telemetry.waiting + telemetry.prefill_backlog_s() / own
+        cfg = telemetry.config
+        streams = self.streams
+        streams.sync(telemetry)
+        queued = (
+            cfg.prefill_overhead_s * streams.pending_requests
+            + cfg.prefill_s_per_token * streams.pending_tokens
+        )
+        pressure = queued / cfg.prefill_s(request.input_length)
         best = np.flatnonzero(pressure <= pressure.min() + 1e-12)
         if len(best) > 1:
-            blocks = telemetry.active_blocks[best]
+            blocks = np.array([len(streams.block_refs[w]) for w in best])
             best = best[blocks == blocks.min()]
-        return int(best[0]) if len(best) == 1 else int(self.rng.choice(best))
+        worker = int(best[0]) if len(best) == 1 else int(self.rng.choice(best))
+        streams.add(request.rid, worker, request.hash_ids, request.input_length)
+        return worker
 
 
 class PrefixAffinity(_RouterBase):
@@ -407,18 +429,19 @@ LLMD_PREFIX_TOKENS = 4096
 class LLMD(_RouterBase):
     """llm-d inference scheduler: weighted scorers, the highest total wins (ties random).
 
-    Sources: kubernetes-sigs/gateway-api-inference-extension
-    ``pkg/epp/scheduling/framework/plugins/multi/prefix/plugin.go`` (prefix-cache scorer:
-    matched blocks / prompt blocks over the first 4,096 tokens, here
-    ``LLMD_PREFIX_TOKENS // block_tokens`` blocks, from the scheduler's own LRU index of which
-    server saw which block; its size per server is the engine's own block count, the
-    auto-tuned default, or ``lru_blocks_per_server``: the fixed default is 31,250 blocks of
-    16 tokens, 976 of 512), ``.../scorer/queue.go`` (``(q_max - q) / (q_max - q_min)``, 1
-    when all equal; q = waiting requests), ``.../scorer/kvcache_utilization.go``
-    (``1 - kv_used``); weights of llm-d/llm-d
-    ``guides/inference-scheduling/scheduler/inference-scheduling.values.yaml``: prefix 3,
-    queue 2, kv-cache-utilization 2. The load-aware scorer of llm-d-inference-scheduler
-    ``pkg/plugins/scorer/load_aware.go`` is ``load_aware_scorer`` (weight 0 in the guide).
+        Sources: kubernetes-sigs/gateway-api-inference-extension
+        ``pkg/epp/scheduling/framework/plugins/multi/prefix/plugin.go`` (prefix-cache scorer:
+        matched blocks / prompt blocks over the first 4,096 tokens, here
+        ``LLMD_PREFIX_TOKENS // block_tokens`` blocks, from the scheduler's own LRU index of which
+        server saw which block; its size per server is the engine's own block count, the
+        auto-tuned default, or ``lru_blocks_per_server``: the fixed default is 31,250 blocks of
+        16 tokens, 976 of 512), ``.../scorer/queue.go`` (``(q_max - q) / (q_max - q_min)``, 1
+        when all equal; q = waiting requests), ``.../scorer/kvcache_utilization.go``
+        (``1 - kv_used``), both metrics as the scheduler last scraped them from the engines
+    (``Telemetry.scraped``, refreshed every 50 ms by default); weights of llm-d/llm-d
+        ``guides/inference-scheduling/scheduler/inference-scheduling.values.yaml``: prefix 3,
+        queue 2, kv-cache-utilization 2. The load-aware scorer of llm-d-inference-scheduler
+        ``pkg/plugins/scorer/load_aware.go`` is ``load_aware_scorer`` (weight 0 in the guide).
     """
 
     name = "llm-d"
@@ -463,10 +486,11 @@ class LLMD(_RouterBase):
         """The weighted score per worker.  # (W,) float64"""
         ids = self.window(request.hash_ids, telemetry.config.block_tokens)
         prefix = self.index.matches(ids) / len(ids)
-        queue = telemetry.waiting
+        metrics = telemetry.scraped
+        queue = metrics.waiting
         wp, wq, wk, wl = self.weights
         score = wp * prefix + wq * self.queue_scorer(queue)
-        score = score + wk * (1.0 - telemetry.kv_used_fraction())
+        score = score + wk * (1.0 - metrics.kv_used_fraction())
         if wl:
             score = score + wl * self.load_aware_scorer(queue)
         return score
@@ -600,11 +624,11 @@ class OracleTTFT(_RouterBase):
 
     def choose(self, request: Request, telemetry: Telemetry) -> int:
         cfg = telemetry.config
+        exact = telemetry.exact
         cached = np.minimum(
-            telemetry.cached_blocks(request.hash_ids, exact=True) * cfg.block_tokens,
-            request.input_length,
+            exact.cached_blocks(request.hash_ids) * cfg.block_tokens, request.input_length
         )
-        cost = telemetry.prefill_backlog_s() + cfg.prefill_s(request.input_length - cached)
+        cost = exact.prefill_backlog_s() + cfg.prefill_s(request.input_length - cached)
         best = np.flatnonzero(cost <= cost.min() + 1e-12)
         if len(best) == 1:
             return int(best[0])
@@ -674,16 +698,15 @@ class MABPRoute(_RouterBase):
         full = cfg.prefill_s(request.input_length)
         self.seen += 1
         self.mean_prefill += (full - self.mean_prefill) / self.seen
-        cached = np.minimum(
-            telemetry.cached_blocks(request.hash_ids, exact=self.exact) * cfg.block_tokens,
-            request.input_length,
-        )
+        exact = telemetry.exact
+        hits = (exact if self.exact else telemetry).cached_blocks(request.hash_ids)
+        cached = np.minimum(hits * cfg.block_tokens, request.input_length)
         prefill = cfg.prefill_s(request.input_length - cached)
         self._prefill = prefill
         if self.exact:
-            backlog = telemetry.prefill_backlog_s()
-            excess = (telemetry.running >= cfg.max_running) * telemetry.waiting
-            busy = telemetry.running
+            backlog = exact.prefill_backlog_s()
+            excess = (exact.running >= cfg.max_running) * exact.waiting
+            busy = exact.running
         else:
             backlog = self._estimated_backlog(telemetry.now)
             excess = np.maximum(telemetry.in_flight - cfg.max_running, 0)
@@ -695,7 +718,7 @@ class MABPRoute(_RouterBase):
                 cfg.downstream_output * cfg.decode_base_s
             )
             if self.exact:
-                held = telemetry.tool_cached(request.tool_key)
+                held = exact.tool_cached(request.tool_key)
             else:
                 held = np.array([request.tool_key in t for t in self.tools], dtype=bool)
             cost = cost + self.tool_weight * gap * job * ~held

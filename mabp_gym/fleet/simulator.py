@@ -93,6 +93,11 @@ class FleetConfig:
     kv_event_delay_s: float = 0.05
     """Age of the KV events a router sees: ``Telemetry.cached_blocks`` reports each engine's
     prefix cache as it was this long ago (0: exact and instantaneous)."""
+    scrape_interval_s: float = 0.05
+    """Interval of the scraper that reads each engine's waiting and running requests and KV
+    utilization for the routers that read them (``Telemetry.scraped``; llm-d's endpoint
+    picker refreshes every 50 ms): a router sees the values of the last multiple of this
+    interval, up to one interval old (0: exact and instantaneous)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -220,13 +225,86 @@ def leading_hits(cache: dict[int, Any], hash_ids: Sequence[int]) -> int:
     return count
 
 
-class Telemetry:
-    """What a router sees of the fleet: live per-worker arrays and the engines' cache events.
+class ScrapedMetrics:
+    """The engines' own metrics as a router's scraper last read them.
 
-    Arrays are views on the simulator's state (read, never write):
-    ``in_flight`` (routed, not finished), ``running``, ``waiting`` (int64, (W,)),
-    ``active_blocks`` (blocks of the in-flight requests' prompts and outputs),
-    ``prefill_free`` (s, when each prefill server frees up).
+    vLLM exports each engine's waiting and running requests and its KV-cache usage
+    (``vllm:num_requests_waiting``, ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``);
+    a router that reads them (llm-d's endpoint picker refreshes them every 50 ms) polls them.
+    Here a scraper reads every engine at each multiple of ``FleetConfig.scrape_interval_s``,
+    and a router sees the values of the last such tick: between 0 and one interval old
+    (0: exact and instantaneous). Arrays (read, never write): ``waiting``, ``running``
+    (int64, (W,)), ``running_blocks`` (KV blocks held by running requests, int64, (W,)).
+    """
+
+    def __init__(self, sim: FleetSimulator) -> None:
+        self.config = sim.config
+        if sim.config.scrape_interval_s > 0:
+            self.waiting = sim.waiting_count.copy()  # (W,) int64
+            self.running = sim.running.copy()  # (W,) int64
+            self.running_blocks = sim.running_blocks.copy()  # (W,) int64
+        else:  # no delay: the engines' live arrays
+            self.waiting = sim.waiting_count
+            self.running = sim.running
+            self.running_blocks = sim.running_blocks
+        self.taken_at = 0.0
+        """When the values were read (s)."""
+
+    def kv_used_fraction(self) -> np.ndarray:
+        """KV blocks held by running requests over capacity, as vLLM reports it (cached but
+        unreferenced blocks count as free).  # (W,) float64"""
+        return np.minimum(1.0, self.running_blocks / self.config.cache_blocks)
+
+
+class ExactState:
+    """The engines' exact state now, which no production router sees: for the labelled
+    references (``oracle-ttft``, ``mabp-route-exact``), Fleet-v0's observation and tests.
+
+    Arrays are views on the simulator's state (read, never write): ``waiting``, ``running``
+    (int64, (W,)), ``active_blocks`` (blocks of the in-flight requests' prompts and
+    outputs), ``running_blocks`` (int64, (W,)), ``prefill_free`` (s, when each prefill
+    server frees up; the step engine's pending prefill priced the same way).
+    """
+
+    def __init__(self, sim: FleetSimulator) -> None:
+        self._sim = sim
+        self.config = sim.config
+        self.waiting = sim.waiting_count  # (W,) int64
+        self.running = sim.running  # (W,) int64
+        self.active_blocks = sim.active_blocks  # (W,) int64
+        self.running_blocks = sim.running_blocks  # (W,) int64
+        self.prefill_free = sim.prefill_free  # (W,) float64
+
+    def kv_used_fraction(self) -> np.ndarray:
+        """KV blocks held by running requests over capacity, now.  # (W,) float64"""
+        return np.minimum(1.0, self.running_blocks / self.config.cache_blocks)
+
+    def prefill_backlog_s(self) -> np.ndarray:
+        """Seconds of admitted prefill work left on each worker.  # (W,) float64"""
+        return np.maximum(self.prefill_free - self._sim.now, 0.0)
+
+    def cached_blocks(self, hash_ids: Sequence[int]) -> np.ndarray:
+        """Leading blocks of ``hash_ids`` in each engine's prefix cache now.  # (W,) int64"""
+        return np.array([leading_hits(c, hash_ids) for c in self._sim.caches], dtype=np.int64)
+
+    def tool_cached(self, tool_key: int) -> np.ndarray:
+        """Whether each worker holds the tool state ``tool_key``.  # (W,) bool"""
+        return np.array([tool_key in t for t in self._sim.tools], dtype=bool)
+
+
+class Telemetry:
+    """What a router sees of the fleet, as a real router has it.
+
+    - ``in_flight`` (int64, (W,)): requests it routed to each worker whose stream has not
+      ended: its own count (a view, read, never write);
+    - ``first_tokens`` and ``ended``: the responses that stream back through it;
+    - ``cached_blocks``: the engines' prefix caches through their KV events, which arrive
+      ``FleetConfig.kv_event_delay_s`` late;
+    - ``scraped``: the engines' queue and KV-utilization metrics as of the last scrape
+      (:class:`ScrapedMetrics`, every ``FleetConfig.scrape_interval_s``).
+
+    ``exact`` (:class:`ExactState`) is the engines' exact state, which no production router
+    sees: only the labelled references read it.
     """
 
     def __init__(self, sim: FleetSimulator) -> None:
@@ -234,34 +312,21 @@ class Telemetry:
         self.config = sim.config
         self.num_workers = sim.config.num_workers
         self.in_flight = sim.in_flight  # (W,) int64
-        self.running = sim.running  # (W,) int64
-        self.waiting = sim.waiting_count  # (W,) int64
-        self.active_blocks = sim.active_blocks  # (W,) int64
-        self.running_blocks = sim.running_blocks  # (W,) int64
-        self.prefill_free = sim.prefill_free  # (W,) float64
+        self.scraped = ScrapedMetrics(sim)
+        self.exact = ExactState(sim)
 
     @property
     def now(self) -> float:
         """Current time (s)."""
         return self._sim.now
 
-    def kv_used_fraction(self) -> np.ndarray:
-        """KV blocks held by running requests over capacity, as vLLM reports it (cached but
-        unreferenced blocks count as free).  # (W,) float64"""
-        return np.minimum(1.0, self.running_blocks / self.config.cache_blocks)
-
-    def prefill_backlog_s(self) -> np.ndarray:
-        """Seconds of admitted prefill work left on each worker.  # (W,) float64"""
-        return np.maximum(self.prefill_free - self._sim.now, 0.0)
-
-    def cached_blocks(self, hash_ids: Sequence[int], exact: bool = False) -> np.ndarray:
+    def cached_blocks(self, hash_ids: Sequence[int]) -> np.ndarray:
         """Leading blocks of ``hash_ids`` in each engine's prefix cache as its KV events
-        have told the router: as it was ``config.kv_event_delay_s`` ago (``exact``: now;
-        for the labelled references only).  # (W,) int64"""
+        have told the router: as it was ``config.kv_event_delay_s`` ago.  # (W,) int64"""
         sim = self._sim
         delay = self.config.kv_event_delay_s
-        if exact or delay <= 0:
-            return np.array([leading_hits(c, hash_ids) for c in sim.caches], dtype=np.int64)
+        if delay <= 0:
+            return self.exact.cached_blocks(hash_ids)
         then = sim.now - delay
         counts = np.zeros(self.num_workers, dtype=np.int64)
         for w, (cache, journal) in enumerate(zip(sim.caches, sim.journals, strict=True)):
@@ -293,10 +358,6 @@ class Telemetry:
         """Request ids whose stream has ended (completed, or dropped by the worker), in
         time order (read from a cursor of your own; never write)."""
         return self._sim.end_log
-
-    def tool_cached(self, tool_key: int) -> np.ndarray:
-        """Whether each worker holds the tool state ``tool_key``.  # (W,) bool"""
-        return np.array([tool_key in t for t in self._sim.tools], dtype=bool)
 
 
 class Router(Protocol):
@@ -376,6 +437,8 @@ class FleetSimulator:
         self.journals: list[deque[tuple[float, int, bool]]] = [deque() for _ in range(w)]
         self.queues: list[deque[Request]] = [deque() for _ in range(w)]
         self.telemetry = Telemetry(self)
+        interval = cfg.scrape_interval_s
+        self._next_scrape = interval if interval > 0 else math.inf
         self.now = 0.0
         self._times = trace.timestamps_s()
         self._origin = float(self._times[0]) if len(self._times) else 0.0
@@ -425,6 +488,8 @@ class FleetSimulator:
                 events[0][0] < t_trace or (events[0][0] == t_trace and events[0][1] == 0)
             ):
                 when, kind, _, payload = heapq.heappop(events)
+                if when >= self._next_scrape:
+                    self._scrape(when)
                 self.now = when
                 if kind == 0:
                     if isinstance(payload, int):  # a first token streams back
@@ -439,6 +504,8 @@ class FleetSimulator:
             elif t_trace < math.inf:
                 k = self._next_trace
                 self._next_trace += 1
+                if t_trace >= self._next_scrape:
+                    self._scrape(t_trace)
                 self.now = t_trace
                 r = self.trace.requests[k]
                 tool = -1
@@ -452,6 +519,23 @@ class FleetSimulator:
             self.arrived += 1
             self._pending = request
             return request
+
+    def _scrape(self, when: float) -> None:
+        """The scraper's reads at the ticks up to ``when``, before the event at ``when`` runs.
+
+        Nothing changed since the last event, so every tick in between read the state as it
+        is now; the router sees the last of them.
+        """
+        interval = self.config.scrape_interval_s
+        tick = math.floor(when / interval) * interval
+        scraped = self.telemetry.scraped
+        scraped.waiting[:] = self.waiting_count
+        scraped.running[:] = self.running
+        scraped.running_blocks[:] = self.running_blocks
+        scraped.taken_at = tick
+        self._next_scrape = tick + interval
+        while self._next_scrape <= when:  # rounding: the next tick comes after ``when``
+            self._next_scrape += interval
 
     def dispatch(self, worker: int) -> None:
         """Send the pending request to ``worker``."""
