@@ -61,7 +61,7 @@ def observation_dims(observation_space: Any) -> dict[str, int]:
 
 class Candidates(NamedTuple):
     """Where each candidate reads the embeddings, and its own features (from
-    :func:`mabp_gym.pyg.to_pyg`, global ids over the batch)."""
+    :func:`mabp_gym.envs.pyg.to_pyg`, global ids over the batch)."""
 
     service_node: torch.Tensor  # (B*A,) long
     service_x: torch.Tensor  # (B*A, 5)
@@ -74,7 +74,7 @@ class Candidates(NamedTuple):
 
     @classmethod
     def of(cls, graph: Any) -> Candidates:
-        """The candidates of a ``Data`` from :func:`mabp_gym.pyg.to_pyg`."""
+        """The candidates of a ``Data`` from :func:`mabp_gym.envs.pyg.to_pyg`."""
         return cls(*(getattr(graph, name) for name in cls._fields))
 
 
@@ -186,7 +186,7 @@ class GNNScheduler(nn.Module):
         return nn.functional.softsign(raw), pooled
 
     def forward_graph(self, graph: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`forward` on a batched ``Data`` from :func:`mabp_gym.pyg.to_pyg`."""
+        """:meth:`forward` on a batched ``Data`` from :func:`mabp_gym.envs.pyg.to_pyg`."""
         return self(
             graph.x, graph.edge_index, graph.edge_attr, Candidates.of(graph), graph.num_graphs
         )
