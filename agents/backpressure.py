@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from mabp_gym.agents.base import Policy, RecencyRetention, successor_support
-from mabp_gym.workload import Workload
+from mabp_gym.core.workload import Workload
 
 
 class Backpressure(Policy):

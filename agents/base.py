@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mabp_gym.index import WorkloadIndex
-from mabp_gym.state import SimState
-from mabp_gym.workload import Workload
+from mabp_gym.core.index import WorkloadIndex
+from mabp_gym.core.state import SimState
+from mabp_gym.core.workload import Workload
 
 
 class Policy:

@@ -1,4 +1,4 @@
-"""The fast per-candidate network behind :class:`mabp_gym.sb3.GraphActorCriticPolicy`.
+"""The fast per-candidate network behind :class:`mabp_gym.envs.sb3.GraphActorCriticPolicy`.
 
 Message passing runs over the workload's graph, and every candidate's score is a gather
 and a small product: the network computes, per node and per link, the coefficients of a
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mabp_gym.encoding import symlog
+from mabp_gym.core.encoding import symlog
 
 KINDS = ("service", "route", "transfer", "retain")
 """The candidate kinds in the action's layout."""

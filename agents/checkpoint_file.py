@@ -30,7 +30,7 @@ from mabp_gym.registry import checkpoint_path
 if TYPE_CHECKING:  # torch loads only when a checkpoint is read or written
     import torch
 
-    from mabp_gym.workload import Workload
+    from mabp_gym.core.workload import Workload
 
 FORMAT = "mabp-gym.checkpoint"
 VERSION = 2
@@ -65,7 +65,7 @@ def content_digest(tensors: dict[str, torch.Tensor], meta_text: str) -> str:
 def workload_identity(workload: Workload) -> dict[str, Any]:
     """What a checkpoint records of its workload: the name, the builder parameters and the
     whole file-format description, without the load and the horizon."""
-    from mabp_gym.fileformat import workload_to_dict
+    from mabp_gym.core.fileformat import workload_to_dict
 
     description = workload_to_dict(workload)
     description.pop("horizon", None)
@@ -96,7 +96,7 @@ def _differences(stored: Any, current: Any, path: str = "") -> list[str]:
 
 
 def _builder_defaults(name: str) -> dict[str, Any]:
-    from mabp_gym.workloads import BUILDERS
+    from mabp_gym.core.workloads import BUILDERS
 
     if name not in BUILDERS:
         return {}

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from mabp_gym.workload import Workload
+from mabp_gym.core.workload import Workload
 
 LOCAL_POLICIES = ("mabp", "bp", "cost-bp")
 """Score rules with a local version (:func:`make_local_policy`)."""
@@ -170,7 +170,7 @@ class _NodesRule:
 
 
 class LocalPolicy:
-    """Base class: a score rule for one agent of :class:`mabp_gym.parallel.SFMSNParallelEnv`.
+    """Base class: a score rule for one agent of :class:`mabp_gym.envs.parallel.SFMSNParallelEnv`.
 
     Args:
         env: the parallel env (read for static structure only: the workload, the agent's

@@ -1,6 +1,6 @@
 """Frame-MABP: an implementable approximation of the paper's exact frame-MABP (Thm. 3; SPEC 9.5).
 
-The occupation bound (paper Thm. 1, :mod:`mabp_gym.occupation`) is reached by a node that
+The occupation bound (paper Thm. 1, :mod:`mabp_gym.core.occupation`) is reached by a node that
 holds one object while units of its state type queue up and serves them as a batch of hits
 behind one miss. The one-slot surrogate (``mabp``) does not plan that: it ranks a miss of
 a long queue above the hits of a short one, so the miss's generated object evicts an object
@@ -51,10 +51,10 @@ import numpy as np
 
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.mabp import MABP
-from mabp_gym.control import Control
-from mabp_gym.projection import project
-from mabp_gym.state import SimState
-from mabp_gym.workload import Workload
+from mabp_gym.core.control import Control
+from mabp_gym.core.projection import project
+from mabp_gym.core.state import SimState
+from mabp_gym.core.workload import Workload
 
 EXACT_PLAN_OBJECTS = 12
 """Nodes with at most this many candidate objects get an exact (enumerated) frame plan."""

@@ -2,7 +2,7 @@
 per candidate, the same telemetry as MABP and the same projection as every policy.
 
 :class:`GNNScheduler` is a plain ``nn.Module`` over the batched graph of
-:func:`mabp_gym.pyg.to_pyg` (graphs batched by index offsets, never
+:func:`mabp_gym.envs.pyg.to_pyg` (graphs batched by index offsets, never
 ``Batch.from_data_list``). :class:`GNNPolicy` wraps a trained checkpoint as a
 :class:`~mabp_gym.agents.base.Policy`, so the evaluation harness runs it like any scripted agent;
 its ``scores_batch`` scores a whole vector of observations in one forward pass.
@@ -20,9 +20,9 @@ from torch_geometric.nn import GINEConv
 
 from mabp_gym.agents import checkpoint_file
 from mabp_gym.agents.base import Policy
-from mabp_gym.encoding import symlog
-from mabp_gym.pyg import to_pyg
-from mabp_gym.workload import Workload
+from mabp_gym.core.encoding import symlog
+from mabp_gym.core.workload import Workload
+from mabp_gym.envs.pyg import to_pyg
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 
@@ -61,7 +61,7 @@ def observation_dims(observation_space: Any) -> dict[str, int]:
 
 class Candidates(NamedTuple):
     """Where each candidate reads the embeddings, and its own features (from
-    :func:`mabp_gym.pyg.to_pyg`, global ids over the batch)."""
+    :func:`mabp_gym.envs.pyg.to_pyg`, global ids over the batch)."""
 
     service_node: torch.Tensor  # (B*A,) long
     service_x: torch.Tensor  # (B*A, 5)
@@ -74,7 +74,7 @@ class Candidates(NamedTuple):
 
     @classmethod
     def of(cls, graph: Any) -> Candidates:
-        """The candidates of a ``Data`` from :func:`mabp_gym.pyg.to_pyg`."""
+        """The candidates of a ``Data`` from :func:`mabp_gym.envs.pyg.to_pyg`."""
         return cls(*(getattr(graph, name) for name in cls._fields))
 
 
@@ -96,7 +96,7 @@ class GNNScheduler(nn.Module):
     Shapes:
         input: node features ``x`` ``(B*N, F)``, ``edge_index`` ``(2, B*E)``, ``edge_attr``
         ``(B*E, 3)``, the :class:`Candidates` and ``num_graphs`` ``B``, as
-        :func:`mabp_gym.pyg.to_pyg` batches them (:meth:`forward_graph` takes its ``Data``);
+        :func:`mabp_gym.envs.pyg.to_pyg` batches them (:meth:`forward_graph` takes its ``Data``);
         output: scores ``(B, D)`` in ``(-1, 1)`` (softsign: monotone, so the projection
         sees the raw order, and SB3's clipping of actions to the Box never ties them) and a
         graph embedding ``(B, 2 * hidden)`` for a value head.
@@ -186,7 +186,7 @@ class GNNScheduler(nn.Module):
         return nn.functional.softsign(raw), pooled
 
     def forward_graph(self, graph: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`forward` on a batched ``Data`` from :func:`mabp_gym.pyg.to_pyg`."""
+        """:meth:`forward` on a batched ``Data`` from :func:`mabp_gym.envs.pyg.to_pyg`."""
         return self(
             graph.x, graph.edge_index, graph.edge_attr, Candidates.of(graph), graph.num_graphs
         )

@@ -7,7 +7,7 @@ features extractor returns ``[scores (D) | critic latent]``; the "MLP extractor"
 splits that vector, the action mean *is* the score vector, and the value head reads the
 latent.
 
-- :class:`GraphActorCriticPolicy` (the documented path, exported by :mod:`mabp_gym.sb3`):
+- :class:`GraphActorCriticPolicy` (the documented path, exported by :mod:`mabp_gym.envs.sb3`):
   :class:`~mabp_gym.agents.candidate_net.CandidateNet`, message passing and one linear
   read-out per candidate whose coefficients come from its node or link, so a candidate
   costs a gather and a small product. Every parameter's shape is independent of the
@@ -34,7 +34,7 @@ from torch.distributions import Normal
 
 from mabp_gym.agents.candidate_net import CandidateNet, candidate_widths
 from mabp_gym.agents.gnn import GNNScheduler, observation_dims
-from mabp_gym.pyg import to_pyg
+from mabp_gym.envs.pyg import to_pyg
 
 
 def _check_dict_space(observation_space: Any) -> None:
@@ -399,7 +399,7 @@ class GraphActorCriticPolicy(_MaskedGraphPolicy):
     Example::
 
         from stable_baselines3 import PPO
-        from mabp_gym.sb3 import GraphActorCriticPolicy
+        from mabp_gym.envs.sb3 import GraphActorCriticPolicy
 
         model = PPO(GraphActorCriticPolicy, "mabp_gym/SFMSN-v0", n_steps=256)
         model.learn(10_000)

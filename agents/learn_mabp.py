@@ -20,7 +20,7 @@ import torch
 
 from mabp_gym.agents import checkpoint_file
 from mabp_gym.agents.mabp import MABP, Primitives
-from mabp_gym.workload import Workload
+from mabp_gym.core.workload import Workload
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mabp_gym.agents.base import Policy, RecencyRetention, successor_support
-from mabp_gym.index import WorkloadIndex
-from mabp_gym.workload import Workload
+from mabp_gym.core.index import WorkloadIndex
+from mabp_gym.core.workload import Workload
 
 
 @dataclass(frozen=True, eq=False)

@@ -49,7 +49,6 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from mabp_gym import check_core, slotcore
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.highs import Columns, matvec, solve
 from mabp_gym.agents.mabp import MABP
@@ -60,7 +59,7 @@ from mabp_gym.agents.oracle_core import (
     read_solution,
     slot_program,
 )
-from mabp_gym.control import (
+from mabp_gym.core.control import (
     EPS,
     Control,
     InfeasibleControlError,
@@ -69,11 +68,12 @@ from mabp_gym.control import (
     hit_bits,
     holders_after,
 )
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.projection import project
-from mabp_gym.state import SimState
-from mabp_gym.transition_core import CompiledTransition
-from mabp_gym.workload import Workload
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.kernels import check_core, slotcore
+from mabp_gym.core.kernels.transition_core import CompiledTransition
+from mabp_gym.core.projection import project
+from mabp_gym.core.state import SimState
+from mabp_gym.core.workload import Workload
 
 TOLERANCE = 1e-9
 """Relative tolerance of the never-worse-than-MABP gate (objectives are O(backlog))."""

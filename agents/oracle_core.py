@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mabp_gym.control import EPS as _EPS
-from mabp_gym.slotcore import AVAILABLE, njit
+from mabp_gym.core.control import EPS as _EPS
+from mabp_gym.core.kernels.slotcore import AVAILABLE, njit
 
 _compiled = njit(cache=True) if AVAILABLE else (lambda function: function)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.mabp import MABP
-from mabp_gym.workload import Workload
+from mabp_gym.core.workload import Workload
 
 FEATURES: tuple[str, ...] = (
     "service.hit",

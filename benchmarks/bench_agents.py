@@ -20,7 +20,7 @@ from _report import emit
 
 from mabp_gym import Simulator, make_workload
 from mabp_gym.agents import POLICIES, make_policy
-from mabp_gym.encoding import ObservationEncoder
+from mabp_gym.core.encoding import ObservationEncoder
 
 
 def decision_times(name: str, slots: int, seed: int) -> np.ndarray:

@@ -20,7 +20,7 @@ from _report import emit
 
 from mabp_gym.agents import make_policy
 from mabp_gym.agents.decentralized import local_policies
-from mabp_gym.parallel import parallel_env
+from mabp_gym.envs.parallel import parallel_env
 
 
 def measure(

@@ -1,7 +1,7 @@
 """``env.step`` per second on ``mixed`` (load 0.85) with observation encoding.
 
 One env, Gymnasium's sync vector env (``vectorization_mode="sync"``) and the batched
-vector env that ``gymnasium.make_vec`` builds by default (``mabp_gym.vector_env``), at 8
+vector env that ``gymnasium.make_vec`` builds by default (``mabp_gym.envs.vector_env``), at 8
 and 16 envs, random score actions drawn up front (so the policy costs nothing). The cases
 take turns within each repeat, so that the machine's drift hits them alike; the table
 gives the median over repeats and the ratios within each repeat. Prints a table and a

@@ -4,7 +4,7 @@ Networks: ``mixed`` with 1, 2, 4 and 8 copies (load 0.85) and random ``multihop`
 of 50, 100 and 200 nodes (load 0.3). A slot is what ``env.step`` does with a policy in
 front of it: encode the observation, score (the *decision*, timed apart), project and
 execute. Two more rows time ``SFMSNEnv.step`` itself with mabp on ``mixed`` at 0.85 and
-the harness's ``evaluation.run`` per policy of Table I (``--table``).
+the harness's ``runs.run`` per policy of Table I (``--table``).
 
 With ``--baseline REF`` the same measurements also run on a ``git worktree`` of ``REF``:
 one measuring process per tree, the two taking turns case by case (which goes first
@@ -48,15 +48,15 @@ TABLE_LOADS = (0.5, 0.85)  # loads timed per Table I policy with --table
 # -- worker: runs inside whichever tree is first on sys.path --------------------------------
 def _tree_api():
     """``make_policy`` and ``ObservationEncoder`` where this tree keeps them (older trees:
-    the top-level ``agents`` package and ``mabp_gym.env``)."""
+    the top-level ``agents`` package and ``mabp_gym.envs.env``)."""
     try:
         from mabp_gym.agents import make_policy
     except ImportError:
         from agents import make_policy  # type: ignore[no-redef]
     try:
-        from mabp_gym.encoding import ObservationEncoder
+        from mabp_gym.core.encoding import ObservationEncoder
     except ImportError:
-        from mabp_gym.env import ObservationEncoder  # type: ignore[no-redef]
+        from mabp_gym.envs.env import ObservationEncoder  # type: ignore[no-redef]
     return make_policy, ObservationEncoder
 
 
@@ -91,7 +91,7 @@ def _slot_times(
 
 
 def _env_step_times(slots: int, seed: int) -> dict[str, float]:
-    from mabp_gym.env import SFMSNEnv
+    from mabp_gym.envs.env import SFMSNEnv
 
     make_policy, _ = _tree_api()
     env = SFMSNEnv("mixed", load=0.85)
@@ -112,7 +112,7 @@ def _env_step_times(slots: int, seed: int) -> dict[str, float]:
 
 
 def _table_time(policy: str, horizon: int) -> dict[str, float]:
-    from mabp_gym.evaluation import RunSpec, run
+    from mabp_gym.harness.runs import RunSpec, run
 
     # Untimed, a short run first: compiles the policy's kernels (a fresh worktree has no
     # numba cache) without touching the timed runs' workloads (another horizon).
@@ -215,7 +215,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--baseline", metavar="REF", help="git ref to compare against")
     parser.add_argument(
-        "--table", action="store_true", help="also time evaluation.run per Table I policy (slow)"
+        "--table", action="store_true", help="also time runs.run per Table I policy (slow)"
     )
     parser.add_argument("--table-horizon", type=int, default=600)
     parser.add_argument(
@@ -230,7 +230,7 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     from mabp_gym import make_workload
-    from mabp_gym.fileformat import save_workload
+    from mabp_gym.core.fileformat import save_workload
 
     names = ["current", "baseline"] if args.baseline else ["current"]
     medians: dict[str, dict] = {name: {"cases": {}, "table": {}} for name in names}
@@ -263,7 +263,7 @@ def main() -> None:
                 for tree, row in result.items():
                     medians[tree]["env_step"] = row
                 if args.table:
-                    from mabp_gym.cli import TABLE_POLICIES
+                    from mabp_gym.cli.commands import TABLE_POLICIES
 
                     for policy in TABLE_POLICIES:
                         result = _measure(
@@ -331,9 +331,7 @@ def _print(medians: dict, args: argparse.Namespace) -> None:
         )
     print(line)
     if current["table"]:
-        print(
-            f"evaluation.run per slot on mixed (loads {TABLE_LOADS}, horizon {args.table_horizon}):"
-        )
+        print(f"runs.run per slot on mixed (loads {TABLE_LOADS}, horizon {args.table_horizon}):")
         for policy, us in current["table"].items():
             line = f"  {policy:<20} {us:>8.0f} us/slot"
             if base:

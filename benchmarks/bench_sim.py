@@ -1,6 +1,6 @@
 """Simulated slots per second of the core: projection + feasibility check + transition.
 
-Runs the fixed queue-length score rule (``mabp_gym.scores.queue_length_scores``) on a
+Runs the fixed queue-length score rule (``mabp_gym.core.scores.queue_length_scores``) on a
 workload in one process, ``--repeats`` times, and reports the median. Prints a table and a
 JSON line (``--json PATH`` also writes it). Target (issue 2): at least 3,000 slots/s on
 ``mixed`` at load 0.85 on a 2-core machine.
@@ -21,8 +21,8 @@ from _report import emit
 import mabp_gym
 from mabp_gym import Simulator, make_workload
 from mabp_gym.agents import make_policy
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.scores import queue_length_scores
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.scores import queue_length_scores
 
 MULTIHOP = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 # (workload, load, score rule): "queue-length" runs the core alone; "bp" adds the

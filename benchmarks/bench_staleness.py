@@ -1,7 +1,7 @@
 """Stable load of BP and MABP run as one agent per node, against telemetry staleness.
 
 Every (policy, staleness, load, seed) is one episode of the decentralized view
-(:func:`mabp_gym.decentralized.run_decentralized`); the stable load is
+(:func:`mabp_gym.harness.decentralized.run_decentralized`); the stable load is
 :func:`mabp_gym.stable_load` with the growth verdict (the largest grid load such that it
 and every smaller grid load do not grow in a majority of seeds, SPEC 9.2). Records stream
 to ``--out`` (JSON lines; a rerun skips finished runs). Prints a markdown table and a JSON
@@ -24,7 +24,7 @@ from typing import Any
 from _report import emit
 
 from mabp_gym import make_workload, read_records, stable_load, summarize_records
-from mabp_gym.decentralized import run_decentralized
+from mabp_gym.harness.decentralized import run_decentralized
 
 
 def _run(job: tuple[str, int, float, int, int, str]) -> dict[str, Any]:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from _report import emit
 
-from mabp_gym.cli import DEFAULT_GRID, TABLE_COLUMNS, TABLE_POLICIES, table_rows
-from mabp_gym.evaluation import execute, plan
+from mabp_gym.cli.commands import DEFAULT_GRID, TABLE_COLUMNS, TABLE_POLICIES, table_rows
+from mabp_gym.harness.evaluation import execute
+from mabp_gym.harness.runs import plan
 
 
 def main() -> None:

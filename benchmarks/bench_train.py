@@ -3,7 +3,7 @@
 Two measurements:
 
 - **PPO env steps/s** of the documented path: SB3 PPO with
-  :class:`mabp_gym.sb3.GraphActorCriticPolicy` at its defaults on 4 ``DummyVecEnv`` envs
+  :class:`mabp_gym.envs.sb3.GraphActorCriticPolicy` at its defaults on 4 ``DummyVecEnv`` envs
   (``mabp_gym/Mixed-v0`` at load 0.6), ``n_steps=256``, ``batch_size=256``, ``n_epochs=4``,
   one torch thread. After an untimed warm-up of one rollout and update (numba's compilation,
   the allocator), ``--ppo-steps`` env steps are timed: rollouts and updates together.
@@ -45,7 +45,7 @@ def ppo_steps_per_s(device: str, steps: int) -> float:
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     import mabp_gym  # noqa: F401  (registers the ids)
-    from mabp_gym.sb3 import GraphActorCriticPolicy
+    from mabp_gym.envs.sb3 import GraphActorCriticPolicy
 
     torch.set_num_threads(1)
     envs = DummyVecEnv([lambda: gym.make("mabp_gym/Mixed-v0", load=0.6) for _ in range(N_ENVS)])
@@ -72,10 +72,10 @@ def imitation_steps_per_s(device: str, steps: int) -> float:
 
     from mabp_gym.agents import make_policy
     from mabp_gym.agents.gnn import GNNScheduler, observation_dims
-    from mabp_gym.encoding import ObservationEncoder
+    from mabp_gym.core.encoding import ObservationEncoder
+    from mabp_gym.core.workloads import make_workload
     from mabp_gym.training.common import rollout
     from mabp_gym.training.gnn import imitation_loss, stack
-    from mabp_gym.workloads import make_workload
 
     torch.set_num_threads(1)
     wl = make_workload("mixed", load=0.6)
@@ -126,11 +126,11 @@ def _measure_in(tree: Path, device: str, steps: int) -> float:
 def _worker(device: str, steps: int) -> None:
     tree = Path(os.environ["PYTHONPATH"]).resolve()
     import_tree(tree)
-    from mabp_gym import sb3
+    from mabp_gym.envs import sb3
 
     source = Path(sb3.__file__).resolve()
     if not source.is_relative_to(tree):
-        raise SystemExit(f"mabp_gym.sb3 came from {source}, not {tree}")
+        raise SystemExit(f"mabp_gym.envs.sb3 came from {source}, not {tree}")
     print(json.dumps({"ppo_env_steps_per_s": ppo_steps_per_s(device, steps)}), flush=True)
 
 

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         horizon=args.horizon,
         max_episode_steps=args.horizon,
         obs_mode="flat",
-    )  # the batched vector env (mabp_gym.vector_env): one compiled call steps every env
+    )  # the batched vector env (mabp_gym.envs.vector_env): one compiled call steps every env
     layout = envs.envs[0].unwrapped.flat_layout
     assert layout["action_mask"][0].stop == envs.single_observation_space.shape[0]
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # the env's own returns

@@ -9,7 +9,7 @@ parameter sharing per role, trained from random initialization on each agent's o
 The policy of a role reads the agent's node row, queues, queue ages and memory (symlog),
 and outputs, per kind of candidate (service, route, transfer, retain), the coefficients of
 a linear score of each candidate's own features, as the single-agent
-:class:`~mabp_gym.sb3.GraphActorCriticPolicy` does per node. The Gaussian's
+:class:`~mabp_gym.envs.sb3.GraphActorCriticPolicy` does per node. The Gaussian's
 log-probability and entropy count the agent's active candidates only (``candidate_mask``),
 scores start at +0.5 (only positive scores act), rewards are normalized by a running std of
 the discounted return.
@@ -17,7 +17,7 @@ the discounted return.
 Every ``select_every`` slots the deterministic policy runs ``select_horizon`` slots at
 ``select_load`` on ``select_seeds``; the kept checkpoint is the one that does not grow on
 every selection seed, then has the lowest backlog. After training, its stable load is
-decided like the decentralized baselines' (``mabp_gym.decentralized.run_decentralized``, the
+decided like the decentralized baselines' (``mabp_gym.harness.decentralized.run_decentralized``, the
 growth verdict of ``mabp_gym.stable_load``) at each ``--eval-staleness``, beside
 decentralized BP and MABP.
 
@@ -39,8 +39,8 @@ import torch
 from torch import nn
 
 import mabp_gym
-from mabp_gym.metrics import backlog_slope, does_not_grow, growth
-from mabp_gym.workload import ROLES
+from mabp_gym.core.metrics import backlog_slope, does_not_grow, growth
+from mabp_gym.core.workload import ROLES
 
 KINDS = ("service", "route", "transfer", "retain")
 TRUNK = ("node", "queues", "queue_age", "memory")
@@ -323,7 +323,7 @@ class Local:
 def held_out(policy: RolePolicy, args: Args) -> dict[str, Any]:
     """Stable load of the trained policy and the decentralized baselines per staleness."""
     from mabp_gym import stable_load
-    from mabp_gym.decentralized import run_decentralized
+    from mabp_gym.harness.decentralized import run_decentralized
 
     records = []
     for staleness in args.eval_staleness:

@@ -4,7 +4,7 @@ the benchmark's stable-load verdict on evaluation seeds that training and choice
 The documented recipe (``docs/learning.md``, "From scratch"), read top to bottom; every
 knob is in ``Args``:
 
-1. **Train**: SB3 PPO with :class:`mabp_gym.sb3.GraphActorCriticPolicy` at its defaults
+1. **Train**: SB3 PPO with :class:`mabp_gym.envs.sb3.GraphActorCriticPolicy` at its defaults
    on 4 ``DummyVecEnv`` envs of ``mixed``, each episode's load drawn from (0.3, 0.8),
    600-slot episodes. Rewards are normalized by SB3's ``VecNormalize`` (``norm_reward``:
    divided by a running standard deviation of the discounted return, so the critic sees
@@ -41,8 +41,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import mabp_gym  # noqa: F401  (registers the env ids)
-from mabp_gym.metrics import backlog_slope, does_not_grow, growth
-from mabp_gym.sb3 import GraphActorCriticPolicy
+from mabp_gym.core.metrics import backlog_slope, does_not_grow, growth
+from mabp_gym.envs.sb3 import GraphActorCriticPolicy
 
 
 @dataclass
@@ -169,7 +169,8 @@ def held_out_verdict(model: PPO, args: Args) -> dict[str, Any]:
     The harness builds policies by registered name, so the model is registered for this
     process as ``ppo-scratch`` (a scores policy of its means)."""
     from mabp_gym.agents.base import Policy
-    from mabp_gym.evaluation import evaluate, stable_load, summarize_records
+    from mabp_gym.harness.evaluation import evaluate
+    from mabp_gym.harness.summaries import stable_load, summarize_records
     from mabp_gym.registry import policy_names, register_policy
 
     class Means(Policy):

@@ -1,7 +1,7 @@
 """PPO from scratch with the per-candidate graph policy (Stable-Baselines3), with a
 learning curve against BP, MABP and random on the same held-out seeds.
 
-The policy is :class:`mabp_gym.sb3.GraphActorCriticPolicy`: one Gaussian mean per
+The policy is :class:`mabp_gym.envs.sb3.GraphActorCriticPolicy`: one Gaussian mean per
 candidate decision, read out of a GINE network over the observation graph. Every
 ``--eval-every`` steps the deterministic policy (the means) plays ``--eval-seeds``
 episodes; the reference policies play the same seeds once. Return is the sum of the
@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 import mabp_gym  # noqa: F401  (registers the env ids)
 from mabp_gym.agents import make_policy
 from mabp_gym.agents.gnn import resolve_device
-from mabp_gym.sb3 import GraphActorCriticPolicy
+from mabp_gym.envs.sb3 import GraphActorCriticPolicy
 
 
 def make_env(workload: str, load: Any, horizon: int) -> gym.Env:

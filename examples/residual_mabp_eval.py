@@ -15,7 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from mabp_gym.evaluation import evaluate, stable_load, summarize_records
+from mabp_gym.harness.evaluation import evaluate
+from mabp_gym.harness.summaries import stable_load, summarize_records
 
 
 def main() -> None:

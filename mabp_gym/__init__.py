@@ -1,8 +1,11 @@
 """mabp-gym: stateful foundation-model service networks (SFMSN) for scheduling research.
 
-The simulator core (workloads, state, controls, the one-slot transition, the shared
-projection, the capacity LPs, observation encoding, the policy registry and the evaluation
-harness) imports neither gymnasium nor torch; ``docs/architecture.md`` draws the layers.
+The layers are folders: ``core/`` (workloads, state, controls, the one-slot transition,
+the shared projection, the capacity LPs, observation encoding; its compiled kernels in
+``core/kernels/``), the policy seam beside this file (``policy``, ``registry``,
+``rollout``), ``envs/`` (the Gymnasium, PettingZoo, PyG and SB3 adapters), ``harness/``
+(evaluation) and ``cli/``. The core, the seam and the evaluation harness import neither
+gymnasium nor torch; ``docs/architecture.md`` draws the layers.
 
 Importing the package registers the Gymnasium ids without importing gymnasium: at once
 when gymnasium is already imported, otherwise as soon as it is (a one-shot import hook).
@@ -24,22 +27,18 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from mabp_gym.capacity import capacity
-from mabp_gym.control import Control, InfeasibleControlError, check_control
-from mabp_gym.evaluation import (
-    evaluate,
-    paper_load,
-    read_records,
-    stable_load,
-    summarize_records,
-)
-from mabp_gym.projection import project
+from mabp_gym.core.capacity import capacity
+from mabp_gym.core.control import Control, InfeasibleControlError, check_control
+from mabp_gym.core.projection import project
+from mabp_gym.core.simulator import InvariantError, Simulator, SlotOutcome
+from mabp_gym.core.state import SimState
+from mabp_gym.core.workload import Action, Commodity, Link, Node, Signature, Workload
+from mabp_gym.core.workloads import WORKLOADS, make_workload, workload_params
+from mabp_gym.harness.evaluation import evaluate
+from mabp_gym.harness.results_file import read_records
+from mabp_gym.harness.summaries import paper_load, stable_load, summarize_records
 from mabp_gym.registry import make_policy, policy_names, register_policy
-from mabp_gym.simulator import InvariantError, Simulator, SlotOutcome
-from mabp_gym.state import SimState
 from mabp_gym.version import __version__ as __version__
-from mabp_gym.workload import Action, Commodity, Link, Node, Signature, Workload
-from mabp_gym.workloads import WORKLOADS, make_workload, workload_params
 
 ENV_IDS = {
     "work_reuse": "mabp_gym/WorkReuse-v0",
@@ -63,7 +62,7 @@ per-request reward credited to its routing step, router-side bounded observation
 def _register() -> None:
     import gymnasium
 
-    entry = "mabp_gym.env:SFMSNEnv"
+    entry = "mabp_gym.envs.env:SFMSNEnv"
     horizon = workload_params("mixed")["horizon"].default
     ids = {"mabp_gym/SFMSN-v0": "mixed", **{v: k for k, v in ENV_IDS.items()}}
     for env_id, workload in ids.items():
@@ -71,7 +70,7 @@ def _register() -> None:
             gymnasium.register(
                 id=env_id,
                 entry_point=entry,
-                vector_entry_point="mabp_gym.vector_env:SFMSNVectorEnv",
+                vector_entry_point="mabp_gym.envs.vector_env:SFMSNVectorEnv",
                 max_episode_steps=horizon,
                 kwargs={"workload": workload},
             )
@@ -124,16 +123,16 @@ elif not any(isinstance(f, _RegisterAfterImport) for f in sys.meta_path):
 
 def __getattr__(name: str) -> Any:
     if name == "SFMSNEnv":
-        from mabp_gym.env import SFMSNEnv
+        from mabp_gym.envs.env import SFMSNEnv
 
         return SFMSNEnv
     if name == "to_pyg":
-        from mabp_gym.pyg import to_pyg
+        from mabp_gym.envs.pyg import to_pyg
 
         return to_pyg
     if name == "parallel_env":  # PettingZoo loads only when the decentralized view is asked for
         try:
-            from mabp_gym.parallel import parallel_env
+            from mabp_gym.envs.parallel import parallel_env
         except ModuleNotFoundError as error:
             if error.name != "pettingzoo":
                 raise

@@ -4,7 +4,7 @@ The core (simulator, workloads, env, scripted agents, harness, CLI) needs numpy,
 gymnasium, numba, jsonschema and tqdm only. The rest is an extra:
 
 * ``learn``: torch, torch-geometric, stable-baselines3, tensorboard, rich (the GNN and
-  Learn-MABP policies, ``mabp-gym train``, :mod:`mabp_gym.sb3`, :func:`mabp_gym.to_pyg`);
+  Learn-MABP policies, ``mabp-gym train``, :mod:`mabp_gym.envs.sb3`, :func:`mabp_gym.to_pyg`);
 * ``plot``: matplotlib (``mabp-gym plot``, ``capacity --figure``, ``render_mode="rgb_array"``);
 * ``marl``: pettingzoo, torchrl (:func:`mabp_gym.parallel_env`);
 * ``ray`` / ``rllib``: parallel evaluation on Ray, the RLlib examples.

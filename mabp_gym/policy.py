@@ -1,10 +1,10 @@
 """The one interface every scheduler implements: :class:`Policy`.
 
-A policy sees, each slot, the env's observation (:class:`~mabp_gym.encoding.
+A policy sees, each slot, the env's observation (:class:`~mabp_gym.core.encoding.
 ObservationEncoder`) and the simulator state, and returns a *decision*: either one score per
 candidate, ``[service (A) | route (R) | transfer (T) | retain (K)]``, which the shared
 projection (:func:`mabp_gym.project`) turns into a feasible control, or a
-:class:`~mabp_gym.control.Control` it built itself (exact agents such as Oracle-Sur), which
+:class:`~mabp_gym.core.control.Control` it built itself (exact agents such as Oracle-Sur), which
 is checked for feasibility before it runs. :func:`mabp_gym.rollout.episode` is the one loop
 that drives a policy: the evaluation harness, the training code and the CLI all use it.
 
@@ -20,12 +20,12 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from mabp_gym.control import Control
-from mabp_gym.state import SimState
-from mabp_gym.workload import Workload
+from mabp_gym.core.control import Control
+from mabp_gym.core.state import SimState
+from mabp_gym.core.workload import Workload
 
 Observation = dict[str, np.ndarray]
-"""The env's Dict observation (see :attr:`mabp_gym.encoding.ObservationEncoder.layout`)."""
+"""The env's Dict observation (see :attr:`mabp_gym.core.encoding.ObservationEncoder.layout`)."""
 Decision = np.ndarray | Control
 """Scores ``(D,)`` for the shared projection, or a control to execute as it is (checked)."""
 

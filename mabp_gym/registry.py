@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mabp_gym.core.workload import Workload
+from mabp_gym.core.workloads import make_workload
 from mabp_gym.extras import require
-from mabp_gym.workload import Workload
-from mabp_gym.workloads import make_workload
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """The one episode loop: a :class:`~mabp_gym.policy.Policy` on the simulator core.
 
 :func:`episode` yields every slot (observation, decision, outcome, decision time); the
-evaluation harness (:func:`mabp_gym.evaluation.run`), the training code
+evaluation harness (:func:`mabp_gym.harness.runs.run`), the training code
 (:mod:`mabp_gym.training.common`) and the CLI's ``simulate`` all run it, so a slot means
-the same thing everywhere. :func:`rollout` collects the :class:`~mabp_gym.metrics.Trace`
+the same thing everywhere. :func:`rollout` collects the :class:`~mabp_gym.core.metrics.Trace`
 of a score rule.
 """
 
@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mabp_gym.control import Control
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.metrics import Trace
+from mabp_gym.core.control import Control
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.metrics import Trace
+from mabp_gym.core.simulator import Simulator, SlotOutcome
+from mabp_gym.core.state import SimState
+from mabp_gym.core.workload import Workload
 from mabp_gym.policy import Decision, Observation, Policy, ScoreFunction
-from mabp_gym.simulator import Simulator, SlotOutcome
-from mabp_gym.state import SimState
-from mabp_gym.workload import Workload
 
 ScoreRule = Callable[[Workload, SimState], np.ndarray]
 
@@ -49,7 +49,7 @@ def episode(
     """Run ``policy`` for ``slots`` slots from the simulator's current state.
 
     Args:
-        sim: a simulator after :meth:`~mabp_gym.simulator.Simulator.reset`.
+        sim: a simulator after :meth:`~mabp_gym.core.simulator.Simulator.reset`.
         policy: called once per slot; its scores go through the shared projection.
         slots: how many slots.
         check: check every executed control for feasibility (the evaluation harness).

@@ -9,8 +9,8 @@ import pytest
 from mabp_gym import Simulator, make_workload
 from mabp_gym.agents import POLICIES, make_policy
 from mabp_gym.agents.mabp import MABP, Primitives
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.metrics import Trace, summarize
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.metrics import Trace, summarize
 
 SCRIPTED = [p for p in POLICIES if p not in ("gnn", "learn-mabp", "residual-mabp")]
 

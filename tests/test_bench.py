@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mabp_gym import bench
+from mabp_gym.harness import bench
 
 
 def record(policy: str, task: bench.Task, seed: int, delay: float, growth: float = 0.0):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mabp_gym import evaluate, make_workload, paper_load, stable_load
-from mabp_gym.metrics import GROWTH_LIMIT
+from mabp_gym.core.metrics import GROWTH_LIMIT
 
 
 def seed_mean(records: list[dict], key: str) -> float:
@@ -150,7 +150,7 @@ def test_growth__is_the_fraction_of_arrivals_left_behind():
 
 
 def test_growth_at__recomputes_a_saved_runs_verdict_at_shorter_horizons():
-    from mabp_gym.verdicts import cut, growth_at, horizon_sensitivity
+    from mabp_gym.harness.verdicts import cut, growth_at, horizon_sensitivity
 
     records = evaluate(
         ["bp"], "mixed", loads=[0.3, 0.6], seeds=[0, 1], horizon=1000, backend="serial"
@@ -171,7 +171,7 @@ def test_growth_at__recomputes_a_saved_runs_verdict_at_shorter_horizons():
 
 
 def test_verdicts__a_set_run_only_near_its_boundary_agrees_with_lower_stable_loads():
-    from mabp_gym.verdicts import _agree
+    from mabp_gym.harness.verdicts import _agree
 
     assert _agree([0.7, 0.0, 0.0], [0.05, 0.9, 0.9])  # "below 0.9" agrees with 0.7
     assert not _agree([0.95, 0.0, 0.0], [0.05, 0.9, 0.9])  # 0.95 is not below 0.9
@@ -182,7 +182,7 @@ def test_verdicts__a_set_run_only_near_its_boundary_agrees_with_lower_stable_loa
 def test_stable_load__a_load_at_the_occupation_bound_is_never_credited():
     """At the bound the network is critically loaded (Thm. 1): a finite run's slope can pass
     there, the verdict must not."""
-    from mabp_gym.evaluation import occupation_load, stable_load
+    from mabp_gym.harness.summaries import occupation_load, stable_load
 
     def record(load: float, seed: int) -> dict:
         return {

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from mabp_gym import capacity, make_workload
-from mabp_gym import workloads as builders
+from mabp_gym.core import workloads as builders
 
 
 @pytest.mark.parametrize("kappa_w", [2.0, 3.0, 4.0, 7.0, 16.0])
@@ -96,9 +96,9 @@ def test_capacity__at_fractional_kappa_w_the_exact_bound_is_whole_units(kappa_w,
     """Units are whole, so a slot serves floor(kappa_w) hits: the fluid LP's kappa_w is a
     relaxation there, the exact occupation LP gives floor(kappa_w), and the simulator
     follows the exact bound (issue 24, point 3)."""
-    from mabp_gym.evaluation import evaluate
-    from mabp_gym.metrics import GROWTH_LIMIT
-    from mabp_gym.occupation import occupation_bound
+    from mabp_gym.core.metrics import GROWTH_LIMIT
+    from mabp_gym.core.occupation import occupation_bound
+    from mabp_gym.harness.evaluation import evaluate
 
     wl = make_workload("work_reuse", kappa_w=kappa_w)
     assert capacity(wl, "full") == pytest.approx(kappa_w, abs=1e-9)  # the relaxation

@@ -1,4 +1,4 @@
-"""The compiled checks (mabp_gym.check_core) give the reference's verdicts: on feasible
+"""The compiled checks (mabp_gym.core.kernels.check_core) give the reference's verdicts: on feasible
 controls, on thousands of broken ones, and on corrupted states."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import mabp_gym
-from mabp_gym import Simulator, make_workload, slotcore
+from mabp_gym import Simulator, make_workload
 from mabp_gym.agents import make_policy
-from mabp_gym.control import InfeasibleControlError, check_control
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.simulator import InvariantError
+from mabp_gym.core.control import InfeasibleControlError, check_control
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.kernels import slotcore
+from mabp_gym.core.simulator import InvariantError
 
 pytestmark = pytest.mark.skipif(
     not slotcore.AVAILABLE, reason="numba is not installed (or MABP_GYM_PURE is set)"

@@ -17,7 +17,7 @@ from mabp_gym import make_workload  # noqa: E402
 from mabp_gym.agents import checkpoint_file, make_policy  # noqa: E402
 from mabp_gym.agents.gnn import GNNScheduler, load_checkpoint, observation_dims, save_checkpoint  # noqa: E402
 from mabp_gym.agents.learn_mabp import PrimitiveEstimate  # noqa: E402
-from mabp_gym.encoding import ObservationEncoder  # noqa: E402
+from mabp_gym.core.encoding import ObservationEncoder  # noqa: E402
 
 SHIPPED = Path(checkpoint_file.CHECKPOINT_DIR)
 

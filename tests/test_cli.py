@@ -240,7 +240,7 @@ def test_verdicts__prints_stable_loads_per_seed_set_and_rejects_long_horizons(tm
     )
     assert ok.returncode == 0, ok.stderr
     assert "| bp | 0.30 / 0.30 | 0.30 / 0.30 |" in ok.stdout
-    from mabp_gym.cli import VERDICTS_LEGEND
+    from mabp_gym.cli.commands import VERDICTS_LEGEND
 
     assert VERDICTS_LEGEND in ok.stdout
     bad = subprocess.run(
@@ -365,7 +365,7 @@ def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
     assert "stable load: mabp 0.5" in result.stdout
     assert "occupation bound is load 1" in result.stdout
     assert "300 slots: read 'stable' as a screen" in result.stdout
-    from mabp_gym.cli import SUMMARY_LEGEND
+    from mabp_gym.cli.commands import SUMMARY_LEGEND
 
     assert SUMMARY_LEGEND in result.stdout  # every column of the table is defined
     below = run_cli(
@@ -409,7 +409,7 @@ def test_cli__version_prints_the_package_version(run_cli):
 
 @pytest.mark.parametrize("out", [None, "runs.jsonl"])
 def test_cli__ctrl_c_ends_with_one_line_saying_what_was_kept(monkeypatch, capsys, out):
-    from mabp_gym import cli
+    from mabp_gym.cli import commands as cli
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -452,7 +452,7 @@ def test_verdicts__meaningless_horizons_seed_sets_and_traces_are_refused(run_cli
 def test_table_rows__a_partial_grid_is_marked_and_not_credited():
     from test_evaluation import fake
 
-    from mabp_gym.cli import table_rows
+    from mabp_gym.cli.commands import table_rows
 
     # Runs at 0.1, 0.2 and 0.4, all stable; 0.3 was never run.
     records = [fake("a", load, seed, 0.0, 10) for load in (0.1, 0.2, 0.4) for seed in (0, 1)]
@@ -485,7 +485,7 @@ def test_cli__plot_draws_a_users_own_workload_and_exits_2_when_it_can_draw_nothi
 
 
 def test_cli__one_name_per_concept_with_the_old_spellings_kept():
-    from mabp_gym.cli import _build_parser
+    from mabp_gym.cli.commands import _build_parser
 
     parser = _build_parser()
     for flag in ("--policies", "--policy"):
@@ -507,7 +507,7 @@ def test_cli__a_run_states_its_size_before_it_starts(run_cli, tmp_path):
 
 
 def test_cli__table_and_fleet_print_a_column_legend(run_cli, tmp_path):
-    from mabp_gym.cli import FLEET_LEGEND, TABLE_LEGEND
+    from mabp_gym.cli.commands import FLEET_LEGEND, TABLE_LEGEND
 
     table = run_cli(
         "table", "--policies", "bp", "--loads", "0.3", "--seeds", "0", "--horizon", "100",
@@ -524,11 +524,11 @@ def test_cli__table_and_fleet_print_a_column_legend(run_cli, tmp_path):
 def test_table__an_until_decided_file_counts_each_seed_once(tmp_path):
     # The same seeds at 300 and 600 slots in one --long file: cut at 300, each seed counts
     # once (its longest run, cut), not twice.
-    from mabp_gym.verdicts import long_run_stable_load
+    from mabp_gym.harness.verdicts import long_run_stable_load
 
     short = evaluate("bp", "mixed", loads=[0.3], seeds=[0, 1], horizon=300, backend="serial")
     long = evaluate("bp", "mixed", loads=[0.3], seeds=[0, 1], horizon=600, backend="serial")
-    from mabp_gym.verdicts import _longest_per_seed
+    from mabp_gym.harness.verdicts import _longest_per_seed
 
     assert len(_longest_per_seed(short + long)) == 2
     assert {r["horizon"] for r in _longest_per_seed(short + long)} == {600}

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import mabp_gym
-from mabp_gym import cli, evaluation
+from mabp_gym.cli import commands as cli
+from mabp_gym.harness import dispatch
 
 EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 
@@ -67,14 +68,14 @@ def test_cli__an_internal_error_keeps_its_traceback(monkeypatch):
 
 
 def test_cli__failing_runs_exit_1_with_the_traceback_and_a_summary(monkeypatch, capsys, tmp_path):
-    real = evaluation.run
+    real = dispatch.run
 
     def flaky(spec):
         if spec.seed == 1:
             raise RuntimeError("run exploded")
         return real(spec)
 
-    monkeypatch.setattr(evaluation, "run", flaky)
+    monkeypatch.setattr(dispatch, "run", flaky)
     out = tmp_path / "r.jsonl"
     status = cli.main(
         [

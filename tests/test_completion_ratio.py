@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mabp_gym
-from mabp_gym.metrics import Trace, completion_ratio, summarize
+from mabp_gym.core.metrics import Trace, completion_ratio, summarize
 
 
 def test_completion_ratio__completions_of_warm_up_requests_do_not_count():

@@ -1,5 +1,5 @@
 """The slot rules the projection, the feasibility check, the encoder and Oracle-Sur share
-(mabp_gym.control): compute left after the units in service, memory after transfers, hit
+(mabp_gym.core.control): compute left after the units in service, memory after transfers, hit
 bits."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from mabp_gym import Simulator, make_workload
-from mabp_gym.control import compute_left, hit_bits, holders_after, in_service_spend
-from mabp_gym.scores import queue_length_scores
+from mabp_gym.core.control import compute_left, hit_bits, holders_after, in_service_spend
+from mabp_gym.core.scores import queue_length_scores
 
 
 def _busy_state():

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 
 from mabp_gym import Simulator, make_workload
-from mabp_gym.scores import queue_length_scores
+from mabp_gym.core.scores import queue_length_scores
 
 
 def trajectory(name: str, seed: int, slots: int = 150, **overrides) -> list[tuple]:

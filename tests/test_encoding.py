@@ -1,4 +1,4 @@
-"""The observation encoder (mabp_gym.encoding): its layout describes what it encodes."""
+"""The observation encoder (mabp_gym.core.encoding): its layout describes what it encodes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mabp_gym import Simulator, make_workload
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.scores import queue_length_scores
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.scores import queue_length_scores
 
 
 @pytest.mark.parametrize("name", ["mixed", "work_reuse", "separation"])

@@ -213,7 +213,7 @@ def test_env__step_info_is_empty_by_default_and_names_the_option_for_diagnostics
     _, reset_info = full.reset(seed=0)
     assert set(reset_info) == {"action_mask"}
     _, _, _, _, info = full.step(full.action_space.sample())
-    assert tuple(info) == mabp_gym.env.DIAGNOSTIC_KEYS
+    assert tuple(info) == mabp_gym.envs.env.DIAGNOSTIC_KEYS
     with pytest.raises(ValueError, match="diagnostics must be True or False"):
         gym.make("mabp_gym/Mixed-v0", diagnostics="yes")
 

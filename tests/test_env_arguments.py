@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mabp_gym
-from mabp_gym.env import SFMSNEnv
+from mabp_gym.envs.env import SFMSNEnv
 
 
 @pytest.mark.parametrize("keyword", ["frameskip", "frame_skip", "from_pixels"])
@@ -90,7 +90,7 @@ def test_reward_function__reproduces_the_builtins_and_is_checked():
 
 
 def test_reward_function__vector_env_steps_each_env_on_its_own():
-    from mabp_gym.vector_env import SFMSNVectorEnv
+    from mabp_gym.envs.vector_env import SFMSNVectorEnv
 
     def served(outcome, before, after, nu):
         return float(outcome.served)
@@ -106,7 +106,7 @@ def test_reward_function__vector_env_steps_each_env_on_its_own():
 
 def test_reward_function__the_parallel_view_refuses_it():
     pytest.importorskip("pettingzoo", reason="the decentralized view needs PettingZoo (extra marl)")
-    from mabp_gym.parallel import parallel_env
+    from mabp_gym.envs.parallel import parallel_env
 
     with pytest.raises(ValueError, match="single env's"):
         parallel_env("rag", reward=lambda o, b, a, nu: 0.0)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from mabp_gym import evaluate, paper_load, read_records, stable_load, summarize_records
-from mabp_gym.evaluation import TIMING_KEYS
+from mabp_gym.harness.runs import TIMING_KEYS
 
 
 def strip(record: dict) -> dict:
@@ -237,19 +237,20 @@ def test_table__reduced_table_i_orders_the_stable_loads():
 def test_run__builds_a_built_in_workload_once_and_rereads_a_file(monkeypatch, tmp_path):
     """Runs of one built-in workload share one build (workloads are frozen); a workload
     file is read anew by every run, so an edit between runs is seen."""
-    from mabp_gym import evaluation, make_workload
-    from mabp_gym.evaluation import RunSpec, run
-    from mabp_gym.fileformat import save_workload
+    from mabp_gym import make_workload
+    from mabp_gym.core.fileformat import save_workload
+    from mabp_gym.harness import runs
+    from mabp_gym.harness.runs import RunSpec, run
 
     built = []
-    real = evaluation.make_workload
+    real = runs.make_workload
 
     def counting(name, **overrides):
         built.append(name)
         return real(name, **overrides)
 
-    monkeypatch.setattr(evaluation, "make_workload", counting)
-    evaluation._built_in_workload.cache_clear()
+    monkeypatch.setattr(runs, "make_workload", counting)
+    runs._built_in_workload.cache_clear()
     specs = [
         RunSpec(policy, "mixed", 0.5, seed, horizon=20) for policy, seed in [("bp", 0), ("sp", 1)]
     ]
@@ -269,7 +270,7 @@ def test_run__builds_a_built_in_workload_once_and_rereads_a_file(monkeypatch, tm
 
 
 def test_table_rows__mark_the_delays_of_a_policy_that_grows_at_the_table_load():
-    from mabp_gym.cli import TABLE_COLUMNS, UNSTABLE_MARK, table_rows
+    from mabp_gym.cli.commands import TABLE_COLUMNS, UNSTABLE_MARK, table_rows
 
     records = []
     for seed in (0, 1, 2):
@@ -289,7 +290,7 @@ def test_run__the_first_decision_is_reported_apart_from_the_mean():
     import time
 
     from mabp_gym.agents.backpressure import make_bp
-    from mabp_gym.evaluation import RunSpec, run
+    from mabp_gym.harness.runs import RunSpec, run
     from mabp_gym.registry import policy_names, register_policy
 
     def slow_start(workload, **kw):

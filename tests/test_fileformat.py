@@ -16,8 +16,8 @@ import yaml
 
 import mabp_gym
 from mabp_gym import WORKLOADS, Simulator, Workload, capacity, make_workload
-from mabp_gym.fileformat import SCHEMA_PATH, save_workload, workload_from_dict
-from mabp_gym.scores import queue_length_scores
+from mabp_gym.core.fileformat import SCHEMA_PATH, save_workload, workload_from_dict
+from mabp_gym.core.scores import queue_length_scores
 
 MULTIHOP = Path(mabp_gym.__file__).parent / "examples" / "multihop14.json"
 

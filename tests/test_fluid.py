@@ -1,11 +1,11 @@
-"""The fluid LP behind lambda_ref (mabp_gym.fluid) is capacity()'s all-hit / all-miss value."""
+"""The fluid LP behind lambda_ref (mabp_gym.core.fluid) is capacity()'s all-hit / all-miss value."""
 
 from __future__ import annotations
 
 import pytest
 
 from mabp_gym import capacity, make_workload
-from mabp_gym.fluid import fluid_capacity
+from mabp_gym.core.fluid import fluid_capacity
 
 
 @pytest.mark.parametrize("name", ["work_reuse", "successor", "mixed"])

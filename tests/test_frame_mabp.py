@@ -10,9 +10,9 @@ import pytest
 from mabp_gym import Simulator, check_control, make_workload, project
 from mabp_gym.agents import POLICIES, make_policy
 from mabp_gym.agents.frame_mabp import FrameMABP
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.evaluation import RunSpec, run
-from mabp_gym.workload import Action, Commodity, Node, Signature, Workload
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.workload import Action, Commodity, Node, Signature, Workload
+from mabp_gym.harness.runs import RunSpec, run
 
 
 @pytest.mark.parametrize("name", ["mixed", "boundary", "rag"])

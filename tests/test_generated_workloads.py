@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mabp_gym import Simulator, capacity, make_workload
-from mabp_gym.scores import queue_length_scores
-from mabp_gym.workloads import barabasi_albert
+from mabp_gym.core.scores import queue_length_scores
+from mabp_gym.core.workloads import barabasi_albert
 
 # sha1 of the structure of each service graph built by commit 90025b2 (before ``copies``
 # existed): one copy must stay exactly that network.
@@ -151,7 +151,7 @@ def test_generated__simulate_with_invariants():
 
 
 def test_generated__the_largest_network_is_refused_past_its_limit():
-    from mabp_gym.workloads import MAX_NODES
+    from mabp_gym.core.workloads import MAX_NODES
 
     with pytest.raises(ValueError, match=f"{MAX_NODES}"):
         make_workload("multihop", nodes=MAX_NODES + 1)
@@ -165,7 +165,7 @@ def test_generated__the_largest_network_builds_in_linear_memory():
     code = (
         "import resource, time\n"
         "from mabp_gym import make_workload\n"
-        "from mabp_gym.workloads import MAX_NODES\n"
+        "from mabp_gym.core.workloads import MAX_NODES\n"
         "started = time.perf_counter()\n"
         "wl = make_workload('multihop', nodes=MAX_NODES)\n"
         "assert wl.lambda_ref > 0 and wl.index.num_nodes == MAX_NODES\n"
@@ -178,7 +178,7 @@ def test_generated__the_largest_network_builds_in_linear_memory():
 
 
 def test_generated__nodes_times_classes_is_bounded():
-    from mabp_gym.workloads import MAX_PAIRS
+    from mabp_gym.core.workloads import MAX_PAIRS
 
     with pytest.raises(ValueError, match=f"{MAX_PAIRS:,}"):
         make_workload("multihop", nodes=1000, classes=16)

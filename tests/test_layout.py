@@ -1,5 +1,8 @@
-"""The package's layers (SPEC 8, docs/architecture.md): a gym-free, torch-free core; the env
-and the agents over it; evaluation and training over them; the CLI on top; no cycles."""
+"""The package's layers (SPEC 8, docs/architecture.md), as the tree shows them: the core
+(``mabp_gym/core/``, its compiled kernels in ``core/kernels/``) free of gymnasium and torch;
+the policy seam at the top of the package (``policy``, ``registry``, ``rollout``); the envs
+(``mabp_gym/envs/``) and the agents over them; the harness (``mabp_gym/harness/``) and
+training over those; the CLI (``mabp_gym/cli/``) on top; no cycles."""
 
 from __future__ import annotations
 
@@ -17,33 +20,41 @@ import mabp_gym
 PACKAGE = Path(mabp_gym.__file__).parent
 ROOT = PACKAGE.parent
 CORE = (
-    "workload",
-    "workloads",
-    "index",
-    "fluid",
-    "validate",
-    "state",
-    "control",
-    "projection",
-    "simulator",
-    "capacity",
-    "occupation",
-    "metrics",
-    "encoding",
-    "policy",
-    "registry",
-    "rollout",
-    "evaluation",
-    "fileformat",
-    "scores",
-    "slotcore",
-    "transition_core",
-    "check_core",
-    "ego",
-    "verdicts",
-    "extras",
-    "version",
+    "core.workload",
+    "core.workloads",
+    "core.index",
+    "core.fluid",
+    "core.validate",
+    "core.state",
+    "core.control",
+    "core.projection",
+    "core.simulator",
+    "core.capacity",
+    "core.occupation",
+    "core.metrics",
+    "core.encoding",
+    "core.fileformat",
+    "core.scores",
+    "core.ego",
+    "core.render",
+    "core.kernels.slotcore",
+    "core.kernels.transition_core",
+    "core.kernels.check_core",
 )
+"""Every module of ``mabp_gym/core/`` (:func:`test_core__lists_every_module_of_its_folder`)."""
+SEAM = ("policy", "registry", "rollout", "extras", "version")
+"""The modules at the top of the package beside ``__init__``: the policy seam and its helpers."""
+GYM_FREE = (
+    *CORE,
+    *SEAM,
+    "harness.evaluation",
+    "harness.runs",
+    "harness.results_file",
+    "harness.dispatch",
+    "harness.summaries",
+    "harness.verdicts",
+)
+"""Modules whose import leaves gymnasium and the learning stack out."""
 LEARNING = ("torch", "torch_geometric", "stable_baselines3", "tensorboard", "matplotlib")
 FORBIDDEN = ("gymnasium", *LEARNING)
 
@@ -60,7 +71,7 @@ def loaded_after(statement: str) -> list[str]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("module", CORE)
+@pytest.mark.parametrize("module", GYM_FREE)
 def test_core_module__import_leaves_gymnasium_and_torch_out(module):
     loaded = set(loaded_after(f"import mabp_gym.{module}"))
     assert not loaded & set(FORBIDDEN), f"mabp_gym.{module} loads {sorted(loaded & set(FORBIDDEN))}"
@@ -68,7 +79,12 @@ def test_core_module__import_leaves_gymnasium_and_torch_out(module):
 
 @pytest.mark.parametrize(
     "statement",
-    ["import mabp_gym", "import mabp_gym.agents", "import mabp_gym.cli", "import mabp_gym.env"],
+    [
+        "import mabp_gym",
+        "import mabp_gym.agents",
+        "import mabp_gym.cli",
+        "import mabp_gym.envs.env",
+    ],
 )
 def test_package__import_leaves_the_learning_stack_out(statement):
     loaded = set(loaded_after(statement))
@@ -153,22 +169,80 @@ def test_import_graph__has_no_cycle():
     assert len(graph) > 40  # the walk saw the whole package
 
 
+def test_core__lists_every_module_of_its_folder():
+    """A module added to ``mabp_gym/core/`` falls under the core's checks."""
+    files = {
+        ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        for path in (PACKAGE / "core").rglob("*.py")
+        if path.name != "__init__.py"
+    }
+    assert files == set(CORE)
+
+
+def test_top_of_package__holds_the_face_and_the_policy_seam_alone():
+    """The layers are folders: the top of ``mabp_gym/`` keeps ``__init__`` and the seam."""
+    top = {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"}
+    assert top == set(SEAM)
+
+
+LAYERS = {
+    "mabp_gym.core": ("mabp_gym.core", "mabp_gym.extras", "mabp_gym.version"),
+    **{
+        f"mabp_gym.{module}": ("mabp_gym.core", *(f"mabp_gym.{m}" for m in SEAM)) for module in SEAM
+    },
+}
+"""What each lower layer may import (prefixes): the core only itself and the package's
+helpers; the policy seam only the core and itself (the registry names agents by strings,
+resolved on first use)."""
+NEVER = {
+    "mabp_gym.envs": ("mabp_gym.harness", "mabp_gym.cli", "mabp_gym.training"),
+    "mabp_gym.harness": ("mabp_gym.cli", "mabp_gym.training"),
+    "mabp_gym.agents": ("mabp_gym.harness", "mabp_gym.cli", "mabp_gym.training"),
+    "mabp_gym.training": ("mabp_gym.cli",),
+    "mabp_gym.fleet": ("mabp_gym.cli",),
+}
+"""What a higher layer never imports: nothing but the CLI imports the CLI; the envs and the
+agents import neither the harness nor training."""
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
 def test_core__imports_nothing_above_it():
-    """The core imports neither the env, the agents, training, evaluation's users nor the
-    CLI (the registry names agents by strings, resolved on first use)."""
+    """The core imports only itself (kernels included) and the package's helpers; the
+    policy seam only the core: neither imports the envs, the agents, training, the harness
+    or the CLI. The gym-free harness modules import neither the envs, the agents, training
+    nor the CLI."""
+    files = _module_files()
+    checked = 0
+    for name, path in files.items():
+        for layer, allowed in LAYERS.items():
+            if _within(name, (layer,)):
+                bad = {n for n in _imports(path) if not _within(n, allowed)}
+                assert not bad, f"{name} imports {sorted(bad)}"
+                checked += 1
+    assert checked >= len(CORE) + len(SEAM)
     above = (
-        "mabp_gym.env",
+        "mabp_gym.envs",
         "mabp_gym.agents",
         "mabp_gym.training",
         "mabp_gym.cli",
-        "mabp_gym.parallel",
-        "mabp_gym.sb3",
-        "mabp_gym.pyg",
-        "mabp_gym.plots",
+        "mabp_gym.harness.plots",
     )
-    for module in CORE:
-        bad = {n for n in _imports(PACKAGE / f"{module}.py") if n.startswith(above)}
+    for module in GYM_FREE:
+        bad = {n for n in _imports(files[f"mabp_gym.{module}"]) if _within(n, above)}
         assert not bad, f"mabp_gym.{module} imports {sorted(bad)}"
+
+
+def test_layers__no_import_runs_down_from_the_top():
+    """The envs, the agents and the harness never import the CLI or training; the envs
+    and the agents never the harness."""
+    for name, path in _module_files().items():
+        for layer, forbidden in NEVER.items():
+            if _within(name, (layer,)):
+                bad = {n for n in _imports(path) if _within(n, forbidden)}
+                assert not bad, f"{name} imports {sorted(bad)}"
 
 
 def test_install__nothing_top_level_but_mabp_gym():

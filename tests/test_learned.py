@@ -16,7 +16,7 @@ from mabp_gym.agents import make_policy  # noqa: E402
 from mabp_gym.agents.gnn import GNNScheduler, load_checkpoint, observation_dims, resolve_device  # noqa: E402
 from mabp_gym.agents.learn_mabp import LearnMABP, PrimitiveEstimate  # noqa: E402
 from mabp_gym.agents.mabp import MABP  # noqa: E402
-from mabp_gym.encoding import ObservationEncoder  # noqa: E402
+from mabp_gym.core.encoding import ObservationEncoder  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

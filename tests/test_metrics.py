@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from mabp_gym.metrics import Trace, backlog_slope, is_stable, summarize
+from mabp_gym.core.metrics import Trace, backlog_slope, is_stable, summarize
 
 
 def make_trace(backlog, delays=None, **series) -> Trace:
@@ -90,7 +90,7 @@ def _hand_trace() -> Trace:
 
 
 def test_metrics__window_delays_count_unfinished_requests_at_their_age():
-    from mabp_gym.metrics import window_delays
+    from mabp_gym.core.metrics import window_delays
 
     trace = _hand_trace()
     # Born 0 left at 2 (delay 2); born 1 left at 2 and 4 (1, 3); born 3 never left: its age
@@ -105,8 +105,8 @@ def test_metrics__every_request_born_in_the_window_is_counted_once_in_a_real_run
 
     from mabp_gym import Simulator, make_workload
     from mabp_gym.agents import make_policy
-    from mabp_gym.encoding import ObservationEncoder
-    from mabp_gym.metrics import window_delays
+    from mabp_gym.core.encoding import ObservationEncoder
+    from mabp_gym.core.metrics import window_delays
 
     for name, load in (("bp", 0.85), ("mabp", 0.5)):  # one unstable run, one stable
         workload = make_workload("mixed", load=load)

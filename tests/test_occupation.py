@@ -11,10 +11,10 @@ import pytest
 
 import mabp_gym
 from mabp_gym import Simulator, capacity, make_workload
-from mabp_gym.capacity import REFERENCES
-from mabp_gym.occupation import EXACT_LIMITS, _ExactModel, exact_size, occupation_bound
-from mabp_gym.workload import Action, Commodity, Link, Node, Signature, Workload
-from mabp_gym.workloads import WORKLOADS, workload_params
+from mabp_gym.core.capacity import REFERENCES
+from mabp_gym.core.occupation import EXACT_LIMITS, _ExactModel, exact_size, occupation_bound
+from mabp_gym.core.workload import Action, Commodity, Link, Node, Signature, Workload
+from mabp_gym.core.workloads import WORKLOADS, workload_params
 
 EXAMPLES = Path(mabp_gym.__file__).parent / "examples"
 
@@ -328,7 +328,7 @@ def test_capacity__occ_is_a_reference_choice():
 
 def test_occupation__module_imports_neither_gymnasium_nor_torch():
     package = Path(mabp_gym.__file__).parent
-    for module in ("occupation", "plots_occupation"):
+    for module in ("core/occupation", "harness/plots_occupation"):
         tree = ast.parse((package / f"{module}.py").read_text())
         names = set()
         for node in ast.walk(tree):
@@ -340,7 +340,7 @@ def test_occupation__module_imports_neither_gymnasium_nor_torch():
 
 
 def test_plot_occupation__writes_fig2b_from_computed_values(tmp_path):
-    from mabp_gym.plots_occupation import plot_occupation
+    from mabp_gym.harness.plots_occupation import plot_occupation
 
     path = tmp_path / "fig2b.png"
     values = plot_occupation(path, betas=(0.05, 0.1, 0.125, 0.5), skews=(0.0, 1.0))

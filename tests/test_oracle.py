@@ -25,7 +25,7 @@ from mabp_gym import (
 )
 from mabp_gym.agents.mabp import MABP, Primitives
 from mabp_gym.agents.oracle import OracleSur, knapsack
-from mabp_gym.encoding import ObservationEncoder
+from mabp_gym.core.encoding import ObservationEncoder
 
 MIXED = make_workload("mixed", load=0.85)
 
@@ -513,7 +513,7 @@ def test_constructor__rejects_a_bad_node_limit():
 def test_records__reproducible_across_reruns():
     # A wall-clock MILP limit made v1's records depend on the machine's load; the node
     # limit makes two runs of the same configuration identical.
-    from mabp_gym.evaluation import TIMING_KEYS, RunSpec, run
+    from mabp_gym.harness.runs import TIMING_KEYS, RunSpec, run
 
     first, second = (run(RunSpec("oracle-sur", "mixed", 0.6, 0, horizon=150)) for _ in range(2))
     assert {k: v for k, v in first.items() if k not in TIMING_KEYS} == {

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import mabp_gym.agents.oracle as oracle_module
-from mabp_gym import Simulator, make_workload, slotcore
+from mabp_gym import Simulator, make_workload
 from mabp_gym.agents.oracle import OracleSur
-from mabp_gym.encoding import ObservationEncoder
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.kernels import slotcore
 
 pytestmark = pytest.mark.skipif(
     not slotcore.AVAILABLE, reason="numba is not installed (or MABP_GYM_PURE is set)"
@@ -130,7 +131,7 @@ def test_compiled_slot_program__same_as_the_reference_on_random_programs(name, m
     less than EPS): the same models and controls."""
     from types import SimpleNamespace
 
-    from mabp_gym.control import EPS
+    from mabp_gym.core.control import EPS
 
     wl = make_workload(name, load=0.8, **({"K": 2.5} if name == "boundary" else {}))
     ix = wl.index

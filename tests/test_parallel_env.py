@@ -17,9 +17,9 @@ from pettingzoo.test import parallel_api_test, parallel_seed_test  # noqa: E402
 import mabp_gym  # noqa: E402
 from mabp_gym.agents import make_policy  # noqa: E402
 from mabp_gym.agents.decentralized import local_policies, make_local_policy  # noqa: E402
-from mabp_gym.ego import ego_graph, ego_pyg  # noqa: E402
-from mabp_gym.env import SFMSNEnv  # noqa: E402
-from mabp_gym.parallel import parallel_env  # noqa: E402
+from mabp_gym.core.ego import ego_graph, ego_pyg  # noqa: E402
+from mabp_gym.envs.env import SFMSNEnv  # noqa: E402
+from mabp_gym.envs.parallel import parallel_env  # noqa: E402
 
 MULTIHOP = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 
@@ -539,7 +539,7 @@ def test_parallel_env__refuses_the_actions_the_single_env_refuses(bad, message):
 
 def test_parallel_env__refuses_flat_observations_and_staleness_past_the_buffer_at_construction():
     import mabp_gym
-    from mabp_gym.parallel import MAX_STALENESS
+    from mabp_gym.envs.parallel import MAX_STALENESS
 
     with pytest.raises(ValueError, match="obs_mode must be 'dict'"):
         mabp_gym.parallel_env("mixed", obs_mode="flat")

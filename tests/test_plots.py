@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from mabp_gym import evaluate  # noqa: E402
-from mabp_gym.plots import _delay, _grows, _per_arrival, make_figures  # noqa: E402
+from mabp_gym.harness.plots import _delay, _grows, _per_arrival, make_figures  # noqa: E402
 
 
 @pytest.fixture(scope="module")

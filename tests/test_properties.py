@@ -40,7 +40,7 @@ from mabp_gym import (
     make_workload,
     workload_params,
 )
-from mabp_gym.workload import ROLES
+from mabp_gym.core.workload import ROLES
 
 TOL = 1e-9  # the feasibility tolerance of control.py (EPS)
 MAX_SLOTS = 20

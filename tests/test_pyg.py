@@ -1,5 +1,5 @@
-"""The PyG view of the observation (mabp_gym.pyg) and the SB3 feature extractor over it
-(mabp_gym.sb3), on the env: extra ``learn``."""
+"""The PyG view of the observation (mabp_gym.envs.pyg) and the SB3 feature extractor over it
+(mabp_gym.envs.sb3), on the env: extra ``learn``."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_sb3__ppo_multiinputpolicy_learns_a_few_hundred_steps():
 def test_sb3__ppo_with_the_pyg_features_extractor_learns():
     from stable_baselines3 import PPO
 
-    from mabp_gym.sb3 import GraphFeaturesExtractor
+    from mabp_gym.envs.sb3 import GraphFeaturesExtractor
 
     env = gym.make("mabp_gym/Mixed-v0", load=0.5)
     model = PPO(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mabp_gym.evaluation import RunSpec, run
+from mabp_gym.harness.runs import RunSpec, run
 
 DATA = Path(__file__).parent / "data"
 EXPECTED = json.loads((DATA / "records_baseline.json").read_text())

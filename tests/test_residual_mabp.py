@@ -11,8 +11,8 @@ pytest.importorskip("torch")
 from mabp_gym import Simulator, make_workload  # noqa: E402
 from mabp_gym.agents import make_policy  # noqa: E402
 from mabp_gym.agents.residual_mabp import FEATURES, ResidualMABP, load, save  # noqa: E402
-from mabp_gym.encoding import ObservationEncoder  # noqa: E402
-from mabp_gym.workloads import WORKLOADS  # noqa: E402
+from mabp_gym.core.encoding import ObservationEncoder  # noqa: E402
+from mabp_gym.core.workloads import WORKLOADS  # noqa: E402
 
 
 def controls(policy, workload, seed: int, slots: int):

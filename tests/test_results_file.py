@@ -19,16 +19,11 @@ from pathlib import Path
 import pytest
 
 import mabp_gym
-from mabp_gym import evaluation, read_records
-from mabp_gym.evaluation import (
-    METRIC_KEYS,
-    ResultsFileBusyError,
-    RunsFailedError,
-    _ResultsFile,
-    evaluate,
-    execute,
-    plan,
-)
+from mabp_gym import read_records
+from mabp_gym.harness import dispatch, runs
+from mabp_gym.harness.evaluation import RunsFailedError, evaluate, execute
+from mabp_gym.harness.results_file import ResultsFileBusyError, _ResultsFile
+from mabp_gym.harness.runs import METRIC_KEYS, plan
 
 GRID = dict(loads=[0.3], seeds=[0, 1], horizon=30, backend="serial")
 
@@ -126,7 +121,7 @@ def test_run_key__covers_everything_that_determines_the_record(monkeypatch):
         dict(workload="rag"),
     ):
         assert keys(**change) != base, change
-    monkeypatch.setattr(evaluation, "__version__", "9.9.9")
+    monkeypatch.setattr(runs, "__version__", "9.9.9")
     assert keys() != base
 
 
@@ -200,7 +195,7 @@ def test_results_file__a_second_writer_is_refused_with_a_clear_message(tmp_path)
 @pytest.mark.parametrize("bad", ["dir", "device", "no-parent"])
 def test_execute__output_path_is_checked_before_any_run(bad, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(evaluation, "run", lambda spec: calls.append(spec))
+    monkeypatch.setattr(dispatch, "run", lambda spec: calls.append(spec))
     output = {
         "dir": tmp_path,
         "device": Path(os.devnull),
@@ -238,13 +233,13 @@ def _failing_run(spec):
     return _real_run(spec)
 
 
-_real_run = evaluation.run
+_real_run = dispatch.run
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_execute__a_failing_run_keeps_the_finished_ones(workers, tmp_path, monkeypatch):
     # Workers are forked, so they see the patched module attribute too.
-    monkeypatch.setattr(evaluation, "run", _failing_run)
+    monkeypatch.setattr(dispatch, "run", _failing_run)
     out = tmp_path / "runs.jsonl"
     specs = plan(["bp"], "work_reuse", [0.3], [0, 1, 2, 3, 4, 5], horizon=30)
     with pytest.raises(
@@ -256,7 +251,7 @@ def test_execute__a_failing_run_keeps_the_finished_ones(workers, tmp_path, monke
     assert "Traceback" in caught.value.details[0]
     kept = read_records(out)
     assert 1 not in {r["seed"] for r in kept} and 0 in {r["seed"] for r in kept}
-    monkeypatch.setattr(evaluation, "run", _real_run)
+    monkeypatch.setattr(dispatch, "run", _real_run)
     records = execute(specs, output=out, workers=1, progress=False)  # resume
     assert [r["seed"] for r in records] == [0, 1, 2, 3, 4, 5]
     assert len(complete_lines(out)) == 6
@@ -331,7 +326,7 @@ def test_execute__killing_the_parent_leaves_no_orphaned_workers(tmp_path):
 # -- kills at random moments -------------------------------------------------------------------
 SWEEP = textwrap.dedent("""
     import sys
-    from mabp_gym.evaluation import evaluate
+    from mabp_gym.harness.evaluation import evaluate
     evaluate(["sp", "bp"], "work_reuse", loads=[0.3, 0.6], seeds=range(25), horizon=30,
              backend="serial", output=sys.argv[1])
 """)
@@ -423,7 +418,8 @@ def test_results_file__kills_at_random_moments_never_lose_or_duplicate_a_record(
 def test_read_records__a_record_written_before_the_later_metrics_still_reads(tmp_path):
     import json
 
-    from mabp_gym.evaluation import LATER_METRIC_KEYS, RunSpec, read_records, run
+    from mabp_gym.harness.results_file import read_records
+    from mabp_gym.harness.runs import LATER_METRIC_KEYS, RunSpec, run
 
     record = run(RunSpec("bp", "mixed", 0.3, 0, horizon=30))
     older = {k: v for k, v in record.items() if k not in LATER_METRIC_KEYS}

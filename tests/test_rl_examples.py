@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import mabp_gym  # noqa: F401
-from mabp_gym.env import FLAT_KEYS, symlog
+from mabp_gym.envs.env import FLAT_KEYS, symlog
 
 ROOT = Path(__file__).resolve().parents[1]
 

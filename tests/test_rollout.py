@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from mabp_gym import InfeasibleControlError, Simulator, make_policy, make_workload
-from mabp_gym.control import Control
+from mabp_gym.core.control import Control
+from mabp_gym.core.scores import queue_length_scores
 from mabp_gym.policy import Policy, ScoreFunction
 from mabp_gym.rollout import episode, rollout
-from mabp_gym.scores import queue_length_scores
 
 
 def test_policy_protocol__every_builtin_and_a_score_function_follow_it():

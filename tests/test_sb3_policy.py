@@ -1,4 +1,4 @@
-"""The documented per-candidate SB3 policy (mabp_gym.sb3.GraphActorCriticPolicy)."""
+"""The documented per-candidate SB3 policy (mabp_gym.envs.sb3.GraphActorCriticPolicy)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 import mabp_gym  # noqa: E402, F401
-from mabp_gym.projection import project  # noqa: E402
-from mabp_gym.sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy  # noqa: E402
+from mabp_gym.core.projection import project  # noqa: E402
+from mabp_gym.envs.sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy  # noqa: E402
 
 MULTIHOP = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 SHAPES = ["mixed", "rag", "agentic", MULTIHOP]
@@ -260,7 +260,7 @@ def test_gnn_scheduler__factorized_read_outs_equal_the_mlp_over_concatenated_inp
     from torch_geometric.nn import global_max_pool, global_mean_pool
 
     from mabp_gym.agents.gnn import GNNScheduler, observation_dims, symlog
-    from mabp_gym.pyg import to_pyg
+    from mabp_gym.envs.pyg import to_pyg
 
     env = _env("mixed", load=0.7)
     torch.manual_seed(0)

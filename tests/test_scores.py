@@ -1,4 +1,4 @@
-"""The fixed queue-length score rule (mabp_gym.scores): one score in [-1, 1] per
+"""The fixed queue-length score rule (mabp_gym.core.scores): one score in [-1, 1] per
 candidate, in the layout the projection reads."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mabp_gym import Simulator, make_workload
-from mabp_gym.scores import queue_length_scores
+from mabp_gym.core.scores import queue_length_scores
 
 
 @pytest.mark.parametrize("name", ["mixed", "separation", "boundary"])

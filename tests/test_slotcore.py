@@ -9,10 +9,11 @@ import pytest
 from compiled_cases import MULTIHOP14
 from compiled_cases import WORKLOADS as COMPILED_WORKLOADS
 
-from mabp_gym import Simulator, make_workload, slotcore
+from mabp_gym import Simulator, make_workload
 from mabp_gym.agents import make_policy
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.projection import project_checked
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.kernels import slotcore
+from mabp_gym.core.projection import project_checked
 
 pytestmark = pytest.mark.skipif(
     not slotcore.AVAILABLE, reason="numba is not installed (or MABP_GYM_PURE is set)"
@@ -115,8 +116,9 @@ def test_slotcore__observation_identical_to_the_reference_encoding(name, overrid
 _TRAJECTORY = """
 import sys
 {block}
-from mabp_gym import Simulator, make_workload, slotcore
-from mabp_gym.encoding import ObservationEncoder
+from mabp_gym import Simulator, make_workload
+from mabp_gym.core.kernels import slotcore
+from mabp_gym.core.encoding import ObservationEncoder
 from mabp_gym.agents import make_policy
 wl = make_workload("mixed")
 sim = Simulator(wl)

@@ -1,4 +1,4 @@
-"""The simulator state (mabp_gym.state.SimState): an empty state, and the backlog that
+"""The simulator state (mabp_gym.core.state.SimState): an empty state, and the backlog that
 counts units in service."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from mabp_gym import Simulator, make_workload
-from mabp_gym.scores import queue_length_scores
-from mabp_gym.state import SimState
+from mabp_gym.core.scores import queue_length_scores
+from mabp_gym.core.state import SimState
 
 
 def test_empty__holds_nothing_and_serves_nothing():

@@ -1,4 +1,4 @@
-"""The compiled transition (mabp_gym.transition_core) gives exactly the reference
+"""The compiled transition (mabp_gym.core.kernels.transition_core) gives exactly the reference
 transition's states, outcomes and generator streams, on every workload."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from compiled_cases import WORKLOADS as COMPILED_WORKLOADS
 
-from mabp_gym import Simulator, make_workload, slotcore
+from mabp_gym import Simulator, make_workload
 from mabp_gym.agents import make_policy
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.transition_core import RunFifo
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.kernels import slotcore
+from mabp_gym.core.kernels.transition_core import RunFifo
 
 pytestmark = pytest.mark.skipif(
     not slotcore.AVAILABLE, reason="numba is not installed (or MABP_GYM_PURE is set)"
@@ -135,7 +136,7 @@ def test_transition_core__compiled_request_without_numba_is_a_clear_error(monkey
 
 @pytest.mark.parametrize("name, overrides", WORKLOADS[:3] + [("mixed", {"copies": 2})])
 def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
-    from mabp_gym import transition_core as tc
+    from mabp_gym.core.kernels import transition_core as tc
 
     wl = make_workload(name, **overrides)
     core, ix = tc.CompiledTransition(wl), wl.index
@@ -152,7 +153,7 @@ def test_transition_core__routing_from_a_full_pool_grows_it_first():
     """A pool with no free row and a control routing part of the oldest run (which frees
     no row) to an empty queue (which needs one): the kernel asks for rows before it
     changes anything, and the slot matches the reference."""
-    from mabp_gym.control import Control
+    from mabp_gym.core.control import Control
 
     wl = make_workload("mixed")
     ix = wl.index

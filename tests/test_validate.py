@@ -1,11 +1,11 @@
-"""The one number validator (mabp_gym.validate.check_number)."""
+"""The one number validator (mabp_gym.core.validate.check_number)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mabp_gym.validate import check_number
+from mabp_gym.core.validate import check_number
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import mabp_gym
-from mabp_gym import slotcore
-from mabp_gym.vector_env import SFMSNVectorEnv
+from mabp_gym.core.kernels import slotcore
+from mabp_gym.envs.vector_env import SFMSNVectorEnv
 
 compiled_only = pytest.mark.skipif(
     not slotcore.AVAILABLE, reason="needs the compiled core (numba, MABP_GYM_PURE unset)"
@@ -169,7 +169,7 @@ def test_batched__pure_python_path_gives_the_same_steps():
     # MABP_GYM_PURE=1: no numba, each env steps on its own; the same numbers.
     code = (
         "import numpy as np\n"
-        "from mabp_gym.vector_env import SFMSNVectorEnv\n"
+        "from mabp_gym.envs.vector_env import SFMSNVectorEnv\n"
         "vec = SFMSNVectorEnv(2, workload='rag', horizon=8, max_episode_steps=8)\n"
         "vec.reset(seed=5)\n"
         "rng = np.random.default_rng(0)\n"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mabp_gym import evaluate, stable_load, summarize_records
-from mabp_gym.metrics import (
+from mabp_gym.core.metrics import (
     GROWTH_LIMIT,
     TRACE_STRIDE,
     backlog_slope,
@@ -132,7 +132,7 @@ def test_mabp_at_the_bound_of_mixed_is_not_credited_even_without_the_bound_rule(
 
 
 def test_undecided__settling_queues_are_rerun_growing_and_stable_ones_are_not():
-    from mabp_gym.evaluation import undecided
+    from mabp_gym.harness.summaries import undecided
 
     # Settling with a relaxation time near the run length: its growth (0.006) still falls
     # but not to half, which one horizon cannot tell from a queue at capacity: rerun.
@@ -147,7 +147,9 @@ def test_undecided__settling_queues_are_rerun_growing_and_stable_ones_are_not():
 
 
 def test_decide_horizons__reruns_only_the_undecided_cells_longer():
-    from mabp_gym.evaluation import decide_horizons, execute, plan
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+    from mabp_gym.harness.summaries import decide_horizons
 
     specs = plan(["mabp", "bp"], "mixed", [0.85], [0, 1], horizon=600)
     calls = []

@@ -1,4 +1,4 @@
-"""Verdicts recomputed from saved runs (mabp_gym.verdicts): cutting a run at a shorter
+"""Verdicts recomputed from saved runs (mabp_gym.harness.verdicts): cutting a run at a shorter
 horizon, per seed set, and whether the sets agree."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mabp_gym.evaluation import TRACE_STRIDE
-from mabp_gym.verdicts import cut, growth_at, horizon_sensitivity, long_run_stable_load
+from mabp_gym.core.metrics import TRACE_STRIDE
+from mabp_gym.harness.verdicts import cut, growth_at, horizon_sensitivity, long_run_stable_load
 
 
 def _record(policy: str, load: float, seed: int, slope: float, horizon: int = 4000) -> dict:

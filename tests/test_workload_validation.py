@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 import mabp_gym
 from mabp_gym import Simulator, make_workload
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.fileformat import load_workload, workload_from_dict
-from mabp_gym.scores import queue_length_scores
-from mabp_gym.workloads import check_number
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.fileformat import load_workload, workload_from_dict
+from mabp_gym.core.scores import queue_length_scores
+from mabp_gym.core.workloads import check_number
 
 EXAMPLE = Path(mabp_gym.__file__).parent / "examples" / "multihop14.json"
 

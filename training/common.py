@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from mabp_gym.core.simulator import Simulator, SlotOutcome
+from mabp_gym.core.workload import Workload
 from mabp_gym.rollout import episode
-from mabp_gym.simulator import Simulator, SlotOutcome
-from mabp_gym.workload import Workload
 
 ScoreCallable = Callable[[dict[str, np.ndarray]], np.ndarray]
 

@@ -21,7 +21,7 @@ import torch
 
 from mabp_gym.agents.gnn import GNNScheduler, save_checkpoint
 from mabp_gym.agents.learn_mabp import PrimitiveEstimate
-from mabp_gym.workloads import make_workload
+from mabp_gym.core.workloads import make_workload
 
 _NUMPY_GLOBALS = [
     np.ndarray,

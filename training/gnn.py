@@ -29,11 +29,11 @@ from mabp_gym.agents.gnn import (
     resolve_device,
     save_checkpoint,
 )
-from mabp_gym.encoding import ObservationEncoder
-from mabp_gym.pyg import to_pyg
+from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.workloads import make_workload
+from mabp_gym.envs.pyg import to_pyg
 from mabp_gym.training.arguments import check_out_dir, command_line, parse_into
 from mabp_gym.training.common import rollout, seed_everything
-from mabp_gym.workloads import make_workload
 
 
 @dataclass
@@ -157,7 +157,8 @@ def fit_imitation(
 
 
 def quick_stable_load(checkpoint: Path, args: GNNArgs, loads: list[float]) -> float:
-    from mabp_gym.evaluation import evaluate, stable_load
+    from mabp_gym.harness.evaluation import evaluate
+    from mabp_gym.harness.summaries import stable_load
 
     records = evaluate(
         "gnn",
@@ -251,7 +252,8 @@ def train(args: GNNArgs) -> dict[str, Any]:
         },
     )
 
-    from mabp_gym.evaluation import evaluate, stable_load
+    from mabp_gym.harness.evaluation import evaluate
+    from mabp_gym.harness.summaries import stable_load
 
     records = evaluate(
         "gnn",

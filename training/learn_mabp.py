@@ -21,9 +21,9 @@ import torch
 from mabp_gym.agents import make_policy
 from mabp_gym.agents.gnn import resolve_device
 from mabp_gym.agents.learn_mabp import PrimitiveEstimate
+from mabp_gym.core.workloads import make_workload
 from mabp_gym.training.arguments import check_out_dir, command_line, parse_into
 from mabp_gym.training.common import rollout, seed_everything
-from mabp_gym.workloads import make_workload
 
 
 @dataclass
@@ -98,7 +98,8 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
         args=dataclasses.asdict(args),
     )
 
-    from mabp_gym.evaluation import evaluate, stable_load
+    from mabp_gym.harness.evaluation import evaluate
+    from mabp_gym.harness.summaries import stable_load
 
     reference = evaluate(
         "mabp",

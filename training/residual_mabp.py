@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.agents.residual_mabp import FEATURES, ResidualMABP, save
-from mabp_gym.metrics import GROWTH_LIMIT, Trace, summarize
+from mabp_gym.core.metrics import GROWTH_LIMIT, Trace, summarize
+from mabp_gym.core.simulator import Simulator
+from mabp_gym.core.workloads import make_workload
 from mabp_gym.rollout import episode
-from mabp_gym.simulator import Simulator
 from mabp_gym.training.arguments import check_out_dir, command_line, parse_into
-from mabp_gym.workloads import make_workload
 
 EVALUATION_SEEDS = range(9000, 10000)
 """The benchmark's published evaluation seeds: training and tuning must not use them."""

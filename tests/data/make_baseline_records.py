@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import mabp_gym
-from mabp_gym.evaluation import METRIC_KEYS, RunSpec, run
+from mabp_gym.harness.runs import METRIC_KEYS, RunSpec, run
 
 HERE = Path(__file__).parent
 HORIZON = 300

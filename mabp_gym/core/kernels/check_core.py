@@ -1,0 +1,265 @@
+"""The compiled checks of the evaluation harness: feasibility of a control, SPEC 6's
+invariants after a slot.
+
+:func:`mabp_gym.core.control.check_control` and ``Simulator._assert_invariants_reference``
+are the readable references, and the authority: these kernels only answer *whether*
+everything holds. Where a kernel says no, the simulator runs the reference, which raises
+with the reason (so a refused control always gets the reference's error, constraint and
+numbers). ``tests/test_check_core.py`` holds the verdicts equal on feasible controls and
+on thousands of broken ones, and on broken states.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mabp_gym.core.control import CHECK_TOLERANCE as _TOLERANCE
+from mabp_gym.core.control import EPS as _EPS
+from mabp_gym.core.kernels.transition_core import (
+    _ACTION_NODE,
+    _ACTION_PAIR,
+    _ACTION_SIGNATURE,
+    _BUDGET,
+    _ELIGIBLE,
+    _LINK_BANDWIDTH,
+    _LINK_CAPACITY,
+    _LINK_DST,
+    _LINK_SRC,
+    _MU,
+    _REPLICAS,
+    _ROUTE_LINK,
+    _ROUTE_SRC_PAIR,
+    _SIGNATURE_SIZE,
+    _TRANSFER_LINK,
+    _TRANSFER_SIGNATURE,
+    CompiledTransition,
+    _compiled,
+    _field,
+    _lengths,
+)
+
+if TYPE_CHECKING:
+    from mabp_gym.core.control import Control
+    from mabp_gym.core.state import SimState
+
+
+def accepts(core: CompiledTransition, state: SimState, control: Control, memory: bool) -> bool:
+    """True when the compiled check accepts ``control`` in ``state``. False when it refuses
+    it, or leaves it to the reference check :func:`~mabp_gym.core.control.check_control`
+    (anything but int64 / float64 vectors of the right shapes): either way the caller
+    runs the reference, which raises with the reason or accepts.
+
+    Args:
+        core: the workload's static arrays (:meth:`CompiledTransition.shared`).
+    """
+    integer = (control.transfers, control.route, control.service, control.start)
+    sizes = (None, core.num_routes, core.num_actions, core.num_nodes)
+    for array, size in zip(integer, sizes, strict=True):
+        if not (
+            isinstance(array, np.ndarray)
+            and array.dtype == np.int64
+            and array.ndim == 1
+            and (size is None or array.shape[0] == size)
+        ):
+            return False
+    retain = control.retain
+    if not (
+        isinstance(retain, np.ndarray)
+        and retain.dtype == np.float64
+        and retain.shape == (core.num_retains,)
+    ):
+        return False
+    return bool(
+        feasible(
+            memory,
+            *integer,
+            retain,
+            state.holder,
+            state.memory_used,
+            state.service_action,
+            state.service_residual,
+            state.queue_len,
+            core.ints,
+            core.floats,
+            core.work,
+        )
+    )
+
+
+@_compiled
+def feasible(
+    memory,
+    transfers,
+    route,
+    service,
+    start,
+    retain,
+    holder,
+    memory_used,
+    service_action,
+    service_residual,
+    queue_len,
+    ints,
+    floats,
+    work,
+):  # pragma: no cover - compiled
+    """Whether :func:`~mabp_gym.core.control.check_control` accepts the control (same
+    families, same arithmetic in the same order)."""
+    n_nodes, n_sig = holder.shape
+    n_act = service.shape[0]
+    n_pairs = queue_len.shape[0]
+    transfer_link = _field(ints, _TRANSFER_LINK)
+    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
+    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
+    link_capacity = _field(ints, _LINK_CAPACITY)
+    action_node, action_pair = _field(ints, _ACTION_NODE), _field(ints, _ACTION_PAIR)
+    action_signature = _field(ints, _ACTION_SIGNATURE)
+    route_link, route_src_pair = _field(ints, _ROUTE_LINK), _field(ints, _ROUTE_SRC_PAIR)
+    signature_size, mu = _field(floats, _SIGNATURE_SIZE), _field(floats, _MU)
+    budget, link_bandwidth = _field(floats, _BUDGET), _field(floats, _LINK_BANDWIDTH)
+    n_links = link_capacity.shape[0]
+    for k in range(retain.shape[0]):
+        if not np.isfinite(retain[k]):
+            return False
+    # Transfers (SPEC 1 step 2); flags per (node, signature): 1 moved out, 2 arriving.
+    flags = np.zeros(n_nodes * n_sig, dtype=np.int8)
+    if transfers.shape[0] > 0:
+        if not memory:
+            return False
+        bandwidth = np.zeros(n_links)
+        used = memory_used.copy()
+        received = np.zeros(n_nodes, dtype=np.bool_)
+        for q in range(transfers.shape[0]):
+            k = transfers[q]
+            if k < 0 or k >= transfer_link.shape[0]:
+                return False
+            e = transfer_link[k]
+            s = transfer_signature[k]
+            i = link_src[e]
+            j = link_dst[e]
+            if holder[i, s] < 0 or flags[i * n_sig + s] & 1:
+                return False
+            if holder[j, s] >= 0 or flags[j * n_sig + s] & 2:
+                return False
+            flags[i * n_sig + s] |= 1
+            flags[j * n_sig + s] |= 2
+            received[j] = True
+            bandwidth[e] += signature_size[s]
+            used[i] -= signature_size[s]
+            used[j] += signature_size[s]
+        for e in range(n_links):
+            if bandwidth[e] > link_bandwidth[e] + _TOLERANCE:
+                return False
+        for i in range(n_nodes):
+            if received[i] and used[i] > budget[i] + _TOLERANCE:
+                return False
+    # The hit bits under the post-transfer memory.
+    hit = np.zeros(n_act, dtype=np.int64)
+    if memory and n_sig > 0:
+        for a in range(n_act):
+            s = action_signature[a]
+            if s >= 0:
+                slot = action_node[a] * n_sig + s
+                held = holder[action_node[a], s] >= 0 and not flags[slot] & 1
+                hit[a] = 1 if held or flags[slot] & 2 else 0
+    # Links, then compute (units in service first), then starts, then queues.
+    taken = np.zeros(n_pairs, dtype=np.int64)
+    load = np.zeros(n_links, dtype=np.int64)
+    for r in range(route.shape[0]):
+        n = route[r]
+        if n == 0:
+            continue
+        if n < 0:
+            return False
+        load[route_link[r]] += n
+        taken[route_src_pair[r]] += n
+    for e in range(n_links):
+        if load[e] > link_capacity[e]:
+            return False
+    spent = np.zeros(n_nodes)
+    for i in range(n_nodes):
+        if service_action[i] >= 0:
+            spent[i] = min(mu[i], service_residual[i])
+    for a in range(n_act):
+        n = service[a]
+        if n == 0:
+            continue
+        if n < 0:
+            return False
+        spent[action_node[a]] += n * work[hit[a], a]
+        taken[action_pair[a]] += n
+    for i in range(n_nodes):
+        if spent[i] > mu[i] + _TOLERANCE:
+            return False
+    for i in range(n_nodes):
+        a = start[i]
+        if a == -1:
+            continue
+        if a < 0 or a >= n_act or action_node[a] != i:
+            return False
+        left = mu[i] - spent[i]
+        if left <= 1e-3 * _EPS or work[hit[a], a] <= mu[i] + _EPS:
+            return False
+        taken[action_pair[a]] += 1
+    for p in range(n_pairs):  # noqa: SIM110 - numba compiles loops, not generators
+        if taken[p] > queue_len[p]:
+            return False
+    return True
+
+
+@_compiled
+def invariants_hold(
+    memory,
+    units,
+    queue_len,
+    pool,
+    head,
+    service_action,
+    holder,
+    owner,
+    memory_used,
+    ints,
+    floats,
+):  # pragma: no cover - compiled
+    """Whether ``Simulator._assert_invariants_reference`` passes (SPEC 6)."""
+    n_nodes, n_sig = holder.shape
+    lengths = np.empty(queue_len.shape[0], dtype=np.int64)
+    _lengths(pool, head, lengths)
+    recount = 0
+    for p in range(queue_len.shape[0]):
+        if lengths[p] != queue_len[p] or queue_len[p] < 0:
+            return False
+        recount += queue_len[p]
+    for i in range(n_nodes):
+        if service_action[i] >= 0:
+            recount += 1
+    if recount != units:
+        return False
+    if not memory or n_sig == 0:
+        for m in range(owner.shape[0]):  # noqa: SIM110 - numba compiles loops, not generators
+            if owner[m] >= 0:
+                return False
+        return True
+    replicas = ints[_REPLICAS]
+    eligible = _field(ints, _ELIGIBLE)
+    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
+    resident = 0
+    for i in range(n_nodes):
+        held = 0.0
+        for s in range(n_sig):
+            m = holder[i, s]
+            if m < 0:
+                continue
+            resident += 1
+            if owner[m] != i or m // replicas != s or eligible[i * n_sig + s] == 0:
+                return False
+            held += signature_size[s]
+        if abs(memory_used[i] - held) > 1e-6 or held > budget[i] + _TOLERANCE:
+            return False
+    owned = 0
+    for m in range(owner.shape[0]):
+        if owner[m] >= 0:
+            owned += 1
+    return owned == resident

@@ -1,0 +1,420 @@
+"""The compiled slot core: the projection's loops compiled with numba, when numba is there.
+
+:mod:`mabp_gym.core.projection` is the readable reference; this module holds the same
+algorithm over flat arrays, compiled on first use (and cached on disk) by numba. Both give
+identical controls: ``tests/test_slotcore.py`` runs every built-in workload under both for
+hundreds of slots and compares controls and records. Without numba, or with the environment
+variable ``MABP_GYM_PURE=1``, everything runs the reference path.
+
+Why compile: a profile of ``mixed`` at 0.85 spends a quarter of a slot in the projection's
+per-candidate Python loops; compiled, they take a few microseconds (see
+``benchmarks/RESULTS.md``, issue 13).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from mabp_gym.core.workload import Workload
+
+try:  # numba is optional: the reference path needs only numpy
+    if os.environ.get("MABP_GYM_PURE", "") not in ("", "0"):
+        raise ImportError("MABP_GYM_PURE is set")
+    from numba import njit
+except ImportError:  # pragma: no cover - exercised on machines without numba
+    njit = None  # type: ignore[assignment]
+
+AVAILABLE = njit is not None
+"""Whether the compiled core is in use (numba importable and ``MABP_GYM_PURE`` unset)."""
+
+_EPS = 1e-9  # mabp_gym.core.control.EPS (not imported: keeps this module free of cycles)
+
+
+def _descending(block, wanted):  # pragma: no cover
+    """``wanted`` (ascending indices) in descending ``block`` value, ties in index order:
+    ``wanted[np.argsort(-block[wanted], kind="mergesort")]`` as a bottom-up merge sort.
+    numba's own stable argsort cost 1.4 s of a cold start to compile; this one a tenth."""
+    n = wanted.shape[0]
+    order = wanted.copy()
+    spare = np.empty_like(order)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if block[order[j]] > block[order[i]]:  # only a strictly larger one passes
+                    spare[k] = order[j]
+                    j += 1
+                else:
+                    spare[k] = order[i]
+                    i += 1
+                k += 1
+            # Element by element: a slice assignment compiles a shape check with its
+            # error message (1.5 s).
+            for rest in range(i, mid):
+                spare[k] = order[rest]
+                k += 1
+            for rest in range(j, hi):
+                spare[k] = order[rest]
+                k += 1
+        order, spare = spare, order
+        width *= 2
+    return order
+
+
+def _project_kernel(
+    scores,
+    memory,
+    n_act,
+    n_route,
+    n_transfer,
+    holder_flat,
+    memory_used,
+    transfer_link,
+    transfer_signature,
+    transfer_src_slot,
+    transfer_dst_slot,
+    link_src,
+    link_dst,
+    link_bandwidth,
+    link_capacity,
+    signature_size,
+    budget,
+    hit_slot,
+    retain_of_flat,
+    member_ptr,
+    member_action,
+    mu,
+    service_action,
+    service_residual,
+    queue_len,
+    action_pair,
+    action_node,
+    work,
+    route_src_pair,
+    route_link,
+    flags,
+    transfers_out,
+    hit,
+    route,
+    service,
+    start,
+):  # pragma: no cover
+    """The projection of :func:`mabp_gym.core.projection.project` over flat arrays.
+
+    Writes the executed transfers into ``transfers_out`` (returns their count), the hit
+    bits of the post-transfer memory into ``hit`` and the control into ``route``,
+    ``service`` and ``start`` (which arrive zeroed, ``start`` at -1). ``flags`` is an
+    ``(N * S,)`` int8 scratch vector that arrives and leaves all zero (bit 1: the object
+    at the position moved out this slot; bit 2: one arrived).
+    """
+    n_sig = signature_size.shape[0]
+    n_exec = 0
+    # 1. Transfers in descending score, ties by index.
+    if memory and n_transfer > 0:
+        offset = n_act + n_route
+        block = scores[offset : offset + n_transfer]
+        wanted = np.flatnonzero(block > 0)
+        if wanted.size > 0:
+            order = _descending(block, wanted)
+            used = memory_used.copy()
+            bandwidth = link_bandwidth.copy()
+            for k in order:
+                e = transfer_link[k]
+                s = transfer_signature[k]
+                i = link_src[e]
+                j = link_dst[e]
+                size = signature_size[s]
+                src = transfer_src_slot[k]
+                dst = transfer_dst_slot[k]
+                if (
+                    holder_flat[src] < 0
+                    or flags[src] != 0
+                    or holder_flat[dst] >= 0
+                    or flags[dst] & 2
+                    or bandwidth[e] < size - _EPS
+                    or used[j] + size > budget[j] + _EPS
+                ):
+                    continue
+                flags[src] |= 1
+                flags[dst] |= 2
+                used[i] -= size
+                used[j] += size
+                bandwidth[e] -= size
+                transfers_out[n_exec] = k
+                n_exec += 1
+    # Hit bits of the post-transfer memory.
+    if memory and n_sig > 0:
+        size_flat = holder_flat.shape[0]
+        for a in range(n_act):
+            slot = hit_slot[a]
+            hit[a] = 1 if slot < size_flat and holder_flat[slot] >= 0 else 0
+        for q in range(n_exec):
+            k = transfers_out[q]
+            src = transfer_src_slot[k]
+            dst = transfer_dst_slot[k]
+            flags[src] = 0
+            flags[dst] = 0
+            for m in range(member_ptr[retain_of_flat[src]], member_ptr[retain_of_flat[src] + 1]):
+                hit[member_action[m]] = 0
+            for m in range(member_ptr[retain_of_flat[dst]], member_ptr[retain_of_flat[dst] + 1]):
+                hit[member_action[m]] = 1
+
+    # 2. Units in service take their compute first; then service in descending score.
+    left = mu.copy()
+    for i in range(mu.shape[0]):
+        if service_action[i] >= 0:
+            left[i] -= min(mu[i], service_residual[i])
+    avail = queue_len.copy()
+    block = scores[:n_act]
+    live = np.empty(n_act, dtype=np.bool_)
+    for a in range(n_act):
+        live[a] = block[a] > 0 and queue_len[action_pair[a]] > 0
+    wanted = np.flatnonzero(live)
+    if wanted.size > 0:
+        order = _descending(block, wanted)
+        for a in order:
+            i = action_node[a]
+            if left[i] <= _EPS:
+                continue
+            p = action_pair[a]
+            q = avail[p]
+            if q == 0:
+                continue
+            w = work[hit[a], a]
+            if w > mu[i] + _EPS:
+                # The unit can never fit whole: it starts with all the compute left.
+                start[i] = a
+                q -= 1
+                left[i] = 0.0
+            else:
+                n = q if w <= 0 else min(q, int((left[i] + _EPS) // w))
+                if n >= 1:
+                    service[a] = n
+                    q -= n
+                    left[i] -= n * w
+            avail[p] = q
+
+    # 3. Routing in descending score with what is left of each queue.
+    if n_route > 0:
+        block = scores[n_act : n_act + n_route]
+        live = np.empty(n_route, dtype=np.bool_)
+        for r in range(n_route):
+            live[r] = block[r] > 0 and queue_len[route_src_pair[r]] > 0
+        wanted = np.flatnonzero(live)
+        if wanted.size > 0:
+            order = _descending(block, wanted)
+            capacity = link_capacity.copy()
+            for r in order:
+                p = route_src_pair[r]
+                e = route_link[r]
+                n = min(avail[p], capacity[e])
+                if n > 0:
+                    route[r] = n
+                    avail[p] -= n
+                    capacity[e] -= n
+    return n_exec
+
+
+if AVAILABLE:
+    _descending = njit(cache=True)(_descending)
+    _project_compiled = njit(cache=True)(_project_kernel)
+
+
+class CompiledProjection:
+    """The static arrays of one workload, laid out for the compiled projection."""
+
+    def __init__(self, workload: Workload) -> None:
+        ix = workload.index
+        n_sig = ix.num_signatures
+        self.workload = workload
+        self.retain_of_flat = ix.retain_of.ravel().astype(np.int64)
+        sizes = np.asarray([len(m) for m in ix.retain_actions], dtype=np.int64)
+        self.member_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.member_action = np.asarray([a for m in ix.retain_actions for a in m], dtype=np.int64)
+        self.flags = np.zeros(ix.num_nodes * n_sig, dtype=np.int8)
+        self.work = np.ascontiguousarray(ix.work)
+
+    def __call__(
+        self, state, scores: np.ndarray, memory: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(transfers, hit, route, service, start)`` of the projection of ``scores``."""
+        ix = self.workload.index
+        transfers = np.empty(ix.num_transfers, dtype=np.int64)
+        hit = np.zeros(ix.num_actions, dtype=np.int64)
+        route = np.zeros(ix.num_routes, dtype=np.int64)
+        service = np.zeros(ix.num_actions, dtype=np.int64)
+        start = np.full(ix.num_nodes, -1, dtype=np.int64)
+        count = _project_compiled(
+            scores,
+            memory,
+            ix.num_actions,
+            ix.num_routes,
+            ix.num_transfers,
+            state.holder.ravel(),
+            state.memory_used,
+            ix.transfer_link,
+            ix.transfer_signature,
+            ix.transfer_src_slot,
+            ix.transfer_dst_slot,
+            ix.link_src,
+            ix.link_dst,
+            ix.link_bandwidth,
+            ix.link_capacity,
+            ix.signature_size,
+            ix.budget,
+            ix.hit_slot,
+            self.retain_of_flat,
+            self.member_ptr,
+            self.member_action,
+            ix.mu,
+            state.service_action,
+            state.service_residual,
+            state.queue_len,
+            ix.action_pair,
+            ix.action_node,
+            self.work,
+            ix.route_src_pair,
+            ix.route_link,
+            self.flags,
+            transfers,
+            hit,
+            route,
+            service,
+            start,
+        )
+        return transfers[:count], hit, route, service, start
+
+
+def _encode_kernel(
+    queue_len,
+    service_action,
+    service_residual,
+    holder_flat,
+    memory_used,
+    memory,
+    pair_node,
+    pair_commodity,
+    action_pair,
+    action_node,
+    hit_slot,
+    work,
+    penalty,
+    route_src_pair,
+    route_dst_pair,
+    route_cost,
+    compat_ptr,
+    compat_action,
+    transfer_src_slot,
+    transfer_dst_slot,
+    transfer_dst_node,
+    transfer_size,
+    transfer_bandwidth,
+    budget,
+    retain_slot,
+    retain_size,
+    retain_positions,
+    mu,
+    static_nodes,
+    queue_flat,
+    hit,
+    nodes,
+    queues,
+    resident,
+    service,
+    route,
+    transfer,
+    retain,
+    mask,
+):  # pragma: no cover
+    """The observation of :class:`mabp_gym.core.encoding.ObservationEncoder` over flat arrays.
+
+    Fills every output but the successor-pressure column ``service[:, 3]`` (a float32 sum
+    whose order numpy fixes; the caller computes it with numpy from ``queue_flat`` and
+    ``hit``). Sums of queue counts are exact in float32 in any order.
+    """
+    n_nodes, n_comm = queues.shape
+    n_act = action_pair.shape[0]
+    n_route = route_src_pair.shape[0]
+    n_transfer = transfer_src_slot.shape[0]
+    n_sig = resident.shape[1]
+    pairs = queue_len.copy()  # the backlog per pair, units in service included
+    for i in range(n_nodes):
+        if service_action[i] >= 0:
+            pairs[action_pair[service_action[i]]] += 1
+    for p in range(pairs.shape[0]):
+        value = np.float32(pairs[p])
+        queues[pair_node[p], pair_commodity[p]] = value
+        queue_flat[pair_node[p] * n_comm + pair_commodity[p]] = value
+    size_flat = holder_flat.shape[0]
+    for q in range(size_flat):
+        resident[q // n_sig, q % n_sig] = 1.0 if holder_flat[q] >= 0 else 0.0
+    for a in range(n_act):
+        slot = hit_slot[a]
+        hit[a] = 1 if memory and n_sig > 0 and slot < size_flat and holder_flat[slot] >= 0 else 0
+        h = hit[a]
+        service[a, 0] = work[h, a]
+        service[a, 1] = penalty[h, a]
+        service[a, 2] = h
+        service[a, 4] = pairs[action_pair[a]]
+    for r in range(n_route):
+        src_q = pairs[route_src_pair[r]]
+        route[r, 0] = src_q - pairs[route_dst_pair[r]]
+        route[r, 1] = route_cost[r]
+        compatible = 0.0
+        for m in range(compat_ptr[r], compat_ptr[r + 1]):
+            if hit[compat_action[m]]:
+                compatible = 1.0
+                break
+        route[r, 2] = compatible
+        route[r, 3] = src_q
+    free = budget - memory_used
+    for k in range(n_transfer):
+        src_holds = holder_flat[transfer_src_slot[k]] >= 0
+        dst = transfer_dst_node[k]
+        transfer[k, 0] = 1.0 if src_holds else 0.0
+        transfer[k, 1] = transfer_size[k]
+        transfer[k, 2] = free[dst]
+        mask[n_act + n_route + k] = (
+            src_holds
+            and holder_flat[transfer_dst_slot[k]] < 0
+            and np.float64(transfer_size[k]) <= transfer_bandwidth[k]
+            and np.float64(transfer_size[k]) <= free[dst] + 1e-9
+        )
+    for k in range(retain_slot.shape[0]):
+        retain[k, 0] = 1.0 if holder_flat[retain_slot[k]] >= 0 else 0.0
+        retain[k, 1] = retain_size[k]
+        demand = np.float32(0.0)
+        for w in range(retain_positions.shape[1]):
+            demand += queue_flat[retain_positions[k, w]]
+        retain[k, 2] = demand
+    width = static_nodes.shape[1]
+    for i in range(n_nodes):
+        busy = service_action[i] >= 0
+        for f in range(width):
+            nodes[i, f] = static_nodes[i, f]
+        nodes[i, width] = memory_used[i]
+        total = np.float32(0.0)
+        for c in range(n_comm):
+            total += queues[i, c]
+        nodes[i, width + 1] = total
+        nodes[i, width + 2] = 1.0 if busy else 0.0
+        nodes[i, width + 3] = service_residual[i] if busy else 0.0
+    for a in range(n_act):
+        i = action_node[a]
+        busy = service_action[i] >= 0
+        residual = service_residual[i] if busy else 0.0
+        mask[a] = queue_len[action_pair[a]] > 0 and (mu[i] - min(mu[i], residual)) > 1e-9
+    for r in range(n_route):
+        mask[n_act + r] = queue_len[route_src_pair[r]] > 0
+    for k in range(n_act + n_route + n_transfer, mask.shape[0]):
+        mask[k] = 1
+
+
+if AVAILABLE:
+    encode_compiled = njit(cache=True)(_encode_kernel)

@@ -1,0 +1,763 @@
+"""The compiled transition: one slot of :class:`mabp_gym.core.simulator.Simulator` in numba.
+
+``Simulator._execute`` and its phase methods are the readable reference; this module holds
+the same transition over flat arrays, compiled on first use (and cached on disk). Both give
+identical states, outcomes and generator streams: ``tests/test_transition_core.py`` runs
+every built-in workload under both, slot by slot, and compares everything a slot changes.
+The compiled transition is used where :data:`mabp_gym.core.kernels.slotcore.AVAILABLE` holds (numba
+importable, ``MABP_GYM_PURE`` unset) unless a simulator is built with ``compiled=False``.
+
+Queues are counted, not listed: a pair's waiting units are a linked list of runs
+``(birth slot, units)`` in one pool of rows (:class:`RunFifo`), so a slot costs the runs
+it touches, not the units. The draws come from the simulator's own
+``numpy.random.Generator`` in the reference's order (the successor uniforms of the units
+served, the generation draws, the Poisson total of arrivals, their uniforms): numpy makes
+them between the two kernels, except where an action generates with a probability strictly
+between 0 and 1; there the second kernel draws from the generator itself (numba draws
+exactly as numpy does, but passing a generator costs several microseconds a call).
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mabp_gym.core.control import EPS as _EPS
+from mabp_gym.core.kernels.slotcore import AVAILABLE, njit
+
+if TYPE_CHECKING:
+    from mabp_gym.core.index import WorkloadIndex
+    from mabp_gym.core.workload import Workload
+
+# Without numba these run as plain Python (correct, slow); simulators then use the reference.
+_compiled = njit(cache=True) if AVAILABLE else (lambda function: function)
+_BIRTH, _COUNT, _NEXT = 0, 1, 2  # the columns of a pool row
+
+
+# -- runs of equal birth slots, kept in a pool of rows -----------------------------------
+@_compiled
+def _push(pool, head, tail, meta, p, birth, count):  # pragma: no cover - compiled
+    """Append ``count`` units born in ``birth`` to pair ``p``; the pool must have a free
+    row (:meth:`RunFifo.reserve`). Units are anonymous but for their birth slot, so a tail
+    run of the same birth absorbs them."""
+    last = tail[p]
+    if last >= 0 and pool[last, _BIRTH] == birth:
+        pool[last, _COUNT] += count
+        return
+    k = meta[0]
+    meta[0] = pool[k, _NEXT]
+    meta[1] -= 1
+    pool[k, _BIRTH] = birth
+    pool[k, _COUNT] = count
+    pool[k, _NEXT] = -1
+    if last >= 0:
+        pool[last, _NEXT] = k
+    else:
+        head[p] = k
+    tail[p] = k
+
+
+@_compiled
+def _take(pool, head, tail, meta, p, wanted):  # pragma: no cover - compiled
+    """Remove up to ``wanted`` units from the head run of pair ``p`` (it must have one).
+    Returns ``(birth, units taken)``; a run emptied goes back to the free list."""
+    k = head[p]
+    birth = pool[k, _BIRTH]
+    count = pool[k, _COUNT]
+    taken = min(wanted, count)
+    if taken == count:
+        following = pool[k, _NEXT]
+        head[p] = following
+        if following < 0:
+            tail[p] = -1
+        pool[k, _NEXT] = meta[0]
+        meta[0] = k
+        meta[1] += 1
+    else:
+        pool[k, _COUNT] = count - taken
+    return birth, taken
+
+
+@_compiled
+def _lengths(pool, head, lengths):  # pragma: no cover - compiled
+    """Units per pair, recounted from the runs."""
+    for p in range(head.shape[0]):
+        total = 0
+        k = head[p]
+        while k >= 0:
+            total += pool[k, _COUNT]
+            k = pool[k, _NEXT]
+        lengths[p] = total
+
+
+# -- one slot, in two kernels around the draws ---------------------------------------------
+# The static index arrays travel in two packs, each headed by the bounds of its fields
+# (a kernel slices a field out as a view: fewer arguments to pass on every call).
+INT_FIELDS = (
+    "link_src",
+    "link_dst",
+    "transfer_link",
+    "transfer_signature",
+    "action_pair",
+    "action_node",
+    "action_signature",
+    "route_src_pair",
+    "route_dst_pair",
+    "route_link",
+    "pair_commodity",
+    "retain_node",
+    "retain_signature",
+    "retain_of",  # (N * S,) raveled
+    "hit_slot",  # (A,) raveled position of each action's signature, N * S for none
+    "link_capacity",
+    "eligible",  # (N * S,) raveled, 0 or 1
+)
+FLOAT_FIELDS = ("signature_size", "mu", "budget", "link_cost", "gen_prob", "link_bandwidth")
+# Each field's number in its pack (module constants: numba freezes them into the kernels).
+_LINK_SRC, _LINK_DST = INT_FIELDS.index("link_src"), INT_FIELDS.index("link_dst")
+_TRANSFER_LINK = INT_FIELDS.index("transfer_link")
+_TRANSFER_SIGNATURE = INT_FIELDS.index("transfer_signature")
+_ACTION_PAIR, _ACTION_NODE = INT_FIELDS.index("action_pair"), INT_FIELDS.index("action_node")
+_ACTION_SIGNATURE = INT_FIELDS.index("action_signature")
+_ROUTE_SRC_PAIR = INT_FIELDS.index("route_src_pair")
+_ROUTE_DST_PAIR = INT_FIELDS.index("route_dst_pair")
+_ROUTE_LINK = INT_FIELDS.index("route_link")
+_PAIR_COMMODITY = INT_FIELDS.index("pair_commodity")
+_RETAIN_NODE = INT_FIELDS.index("retain_node")
+_RETAIN_SIGNATURE = INT_FIELDS.index("retain_signature")
+_RETAIN_OF, _HIT_SLOT = INT_FIELDS.index("retain_of"), INT_FIELDS.index("hit_slot")
+_LINK_CAPACITY, _ELIGIBLE = INT_FIELDS.index("link_capacity"), INT_FIELDS.index("eligible")
+_SIGNATURE_SIZE, _MU = FLOAT_FIELDS.index("signature_size"), FLOAT_FIELDS.index("mu")
+_BUDGET, _LINK_COST = FLOAT_FIELDS.index("budget"), FLOAT_FIELDS.index("link_cost")
+_GEN_PROB, _LINK_BANDWIDTH = FLOAT_FIELDS.index("gen_prob"), FLOAT_FIELDS.index("link_bandwidth")
+# The scalars after each pack's bounds (see _pack).
+_REPLICAS = len(INT_FIELDS) + 1
+_TOTAL_RATE, _MIGRATION_COST = len(FLOAT_FIELDS) + 1, len(FLOAT_FIELDS) + 2
+
+
+def _field(pack, k):  # pragma: no cover - compiled
+    """Field ``k`` of a pack, as a view."""
+    return pack[int(pack[k]) : int(pack[k + 1])]
+
+
+if AVAILABLE:
+    # Declared signatures: the field numbers are module constants, which numba types as
+    # literals, and it compiled one specialization per field (20 of them, 1.5 s of a cold
+    # start) until the signatures fixed ``k`` as a plain integer.
+    _field = njit(
+        ["int64[::1](int64[::1], int64)", "float64[::1](float64[::1], int64)"], cache=True
+    )(_field)
+
+
+@_compiled
+def _serve_kernel(
+    transfers,
+    hit,
+    route,
+    service,
+    start,
+    holder,
+    owner,
+    memory_used,
+    service_action,
+    service_residual,
+    service_hit,
+    service_birth,
+    queue_len,
+    pool,
+    head,
+    tail,
+    meta,
+    ints,
+    floats,
+    work,
+    done,
+    spent,
+    counts,
+    sums,
+):  # pragma: no cover - compiled
+    """Steps (2)-(5) of ``Simulator._execute``: transfers, service, starts and routing.
+
+    Writes the units whose service completes (action, hit bit, birth slot per row, in the
+    reference's order) into ``done`` and returns their number; or, with nothing changed,
+    -1 when ``done`` has too few rows and -2 when the pool may run out of free rows (the
+    caller grows them and calls again). Routed units join the next hop's tail at once: the
+    control takes at most ``Q(t)`` from any queue, so what joins a tail this slot is never
+    taken this slot.
+    """
+    n_nodes, n_sig = holder.shape
+    n_act = work.shape[1]
+    bound = 0
+    for i in range(n_nodes):
+        if service_action[i] >= 0:
+            bound += 1
+    for a in range(n_act):
+        bound += service[a]
+    if bound > done.shape[0]:
+        return -1
+    moved = 0  # rows routing may take from the free list: at most one per unit
+    for r in range(route.shape[0]):
+        moved += route[r]
+    if moved > meta[1]:
+        return -2
+    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
+    transfer_link = _field(ints, _TRANSFER_LINK)
+    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
+    action_pair, action_node = _field(ints, _ACTION_PAIR), _field(ints, _ACTION_NODE)
+    route_src_pair, route_dst_pair = _field(ints, _ROUTE_SRC_PAIR), _field(ints, _ROUTE_DST_PAIR)
+    route_link = _field(ints, _ROUTE_LINK)
+    signature_size, mu = _field(floats, _SIGNATURE_SIZE), _field(floats, _MU)
+    link_cost = _field(floats, _LINK_COST)
+    migration_cost = floats[_MIGRATION_COST]
+    hit_slot = _field(ints, _HIT_SLOT)
+
+    # (2)-(4) Transfers; the post-transfer resident set is active.
+    transfer_cost = 0.0
+    for q in range(transfers.shape[0]):
+        k = transfers[q]
+        e = transfer_link[k]
+        s = transfer_signature[k]
+        i = link_src[e]
+        j = link_dst[e]
+        m = holder[i, s]
+        holder[i, s] = -1
+        holder[j, s] = m
+        owner[m] = j
+        memory_used[i] -= signature_size[s]
+        memory_used[j] += signature_size[s]
+        transfer_cost += migration_cost * signature_size[s]
+    # (4) The hit bits of the post-transfer memory (what the check found).
+    for a in range(n_act):
+        slot = hit_slot[a]
+        hit[a] = 1 if slot < n_nodes * n_sig and holder[slot // n_sig, slot % n_sig] >= 0 else 0
+
+    # (5) Units in service take their compute first, then whole units, then starts.
+    n_done = 0
+    for i in range(n_nodes):
+        spent[i] = 0.0
+        if service_action[i] >= 0:
+            residual = service_residual[i]
+            spend = min(mu[i], residual)
+            spent[i] = spend
+            if residual - spend <= _EPS:
+                done[n_done, 0] = service_action[i]
+                done[n_done, 1] = service_hit[i]
+                done[n_done, 2] = service_birth[i]
+                n_done += 1
+                service_action[i] = -1
+                service_residual[i] = 0.0
+            else:
+                service_residual[i] = residual - spend
+    for a in range(n_act):
+        n = service[a]
+        if n == 0:
+            continue
+        h = hit[a]
+        p = action_pair[a]
+        left = n
+        while left > 0:
+            birth, taken = _take(pool, head, tail, meta, p, left)
+            for _ in range(taken):
+                done[n_done, 0] = a
+                done[n_done, 1] = h
+                done[n_done, 2] = birth
+                n_done += 1
+            left -= taken
+        queue_len[p] -= n
+        spent[action_node[a]] += n * work[h, a]
+    started = 0
+    for i in range(n_nodes):
+        a = start[i]
+        if a < 0:
+            continue
+        h = hit[a]
+        p = action_pair[a]
+        birth, _ = _take(pool, head, tail, meta, p, 1)
+        queue_len[p] -= 1
+        service_action[i] = a
+        service_hit[i] = h
+        service_birth[i] = birth
+        service_residual[i] = work[h, a] - (mu[i] - spent[i])
+        spent[i] = mu[i]
+        started += 1
+
+    # (5) Routing: units leave their queue now and join the next hop's at t + 1.
+    routed = 0
+    penalty_transmission = 0.0
+    for r in range(route.shape[0]):
+        n = route[r]
+        if n == 0:
+            continue
+        p = route_src_pair[r]
+        target = route_dst_pair[r]
+        left = n
+        while left > 0:
+            birth, taken = _take(pool, head, tail, meta, p, left)
+            _push(pool, head, tail, meta, target, birth, taken)
+            left -= taken
+        queue_len[p] -= n
+        queue_len[target] += n
+        routed += n
+        penalty_transmission += n * link_cost[route_link[r]]
+    work_spent = 0.0
+    for i in range(n_nodes):
+        work_spent += spent[i]
+    counts[0] = started
+    counts[1] = routed
+    sums[0] = transfer_cost
+    sums[1] = penalty_transmission
+    sums[2] = work_spent
+    return n_done
+
+
+@_compiled
+def _outcome_kernel(
+    rng,
+    t,
+    n_done,
+    uniforms,
+    arrival_uniforms,
+    generates,
+    retain,
+    holder,
+    owner,
+    memory_used,
+    queue_len,
+    pool,
+    head,
+    tail,
+    meta,
+    ints,
+    floats,
+    work,
+    penalty,
+    successor_ptr,
+    successor_bound,
+    successor_pair,
+    arrival_cum,
+    arrival_pair,
+    retain_ptr,
+    affected,
+    done,
+    unit_succ,
+    unit_floats,
+    delays,
+    generated,
+    evicted,
+    counts,
+    sums,
+):  # pragma: no cover - compiled
+    """Steps (6)-(8) of ``Simulator._execute``: outcomes of the ``n_done`` units in
+    ``done`` (successor uniforms given), retention, arrivals (their uniforms given).
+
+    ``rng`` is ``None`` when no action generates with a probability strictly between 0
+    and 1; otherwise the generation draws come from it, between the successor uniforms
+    and the arrivals, which it then draws too (``arrival_uniforms`` unused). Returns
+    the units served per action; the rest goes into the output arrays and ``counts``. The
+    pool must have ``n_done`` free rows and one per pair (:meth:`RunFifo.reserve`).
+    """
+    n_nodes, n_sig = holder.shape
+    n_act = work.shape[1]
+    n_pairs = queue_len.shape[0]
+    n_retain = retain.shape[0]
+    action_node, action_signature = _field(ints, _ACTION_NODE), _field(ints, _ACTION_SIGNATURE)
+    pair_commodity = _field(ints, _PAIR_COMMODITY)
+    retain_node, retain_signature = _field(ints, _RETAIN_NODE), _field(ints, _RETAIN_SIGNATURE)
+    retain_of = _field(ints, _RETAIN_OF)
+    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
+    gen_prob = _field(floats, _GEN_PROB)
+    replicas = ints[_REPLICAS]
+
+    # (6) Outcomes: successors at the same node, exits, generated objects.
+    served_by_action = np.zeros(n_act, dtype=np.int64)
+    n_exit = 0
+    n_gen = 0
+    hits = 0
+    penalty_compute = 0.0
+    for k in range(n_done):
+        a = done[k, 0]
+        h = done[k, 1]
+        served_by_action[a] += 1
+        hits += h
+        cost = penalty[h, a]
+        penalty_compute += cost
+        u = uniforms[k]
+        row = h * n_act + a
+        target = -1
+        for q in range(successor_ptr[row], successor_ptr[row + 1]):
+            if u < successor_bound[q]:
+                target = successor_pair[q]
+                break
+        unit_floats[k, 0] = work[h, a]
+        unit_floats[k, 1] = cost
+        if target < 0:
+            delays[n_exit] = t - done[k, 2]
+            n_exit += 1
+            unit_succ[k] = -1
+        else:
+            _push(pool, head, tail, meta, target, done[k, 2], 1)
+            queue_len[target] += 1
+            unit_succ[k] = pair_commodity[target]
+        s = action_signature[a]
+        if s < 0 or not generates:
+            continue
+        i = action_node[a]
+        if holder[i, s] >= 0:
+            continue
+        pending = False
+        for g in range(n_gen):
+            if generated[g, 0] == i and generated[g, 1] == s:
+                pending = True
+        if pending:
+            continue
+        free = -1
+        for m in range(s * replicas, (s + 1) * replicas):
+            if owner[m] >= 0:
+                continue
+            reserved = False
+            for g in range(n_gen):
+                if generated[g, 2] == m:
+                    reserved = True
+            if not reserved:
+                free = m
+                break
+        if free < 0:
+            continue
+        if gen_prob[a] >= 1.0:
+            accept = True
+        elif rng is None:  # no draw: the probability is 0
+            accept = False
+        else:
+            accept = rng.random() < gen_prob[a]
+        if accept:
+            generated[n_gen, 0] = i
+            generated[n_gen, 1] = s
+            generated[n_gen, 2] = free
+            n_gen += 1
+
+    # (7) Retention by the priority map fixed before outcomes: per node, in descending
+    # priority (ties to the lower signature), keep what fits; negative priorities drop.
+    insertions = 0
+    n_evicted = 0
+    if generates:
+        for k in range(n_retain):
+            if holder[retain_node[k], retain_signature[k]] >= 0 and retain[k] < 0:
+                affected[retain_node[k]] = True
+        for g in range(n_gen):
+            affected[generated[g, 0]] = True
+        for i in range(n_nodes):
+            if not affected[i]:
+                continue
+            affected[i] = False
+            width = retain_ptr[i + 1] - retain_ptr[i] + n_gen
+            key = np.empty(width)  # minus the priority
+            sig = np.empty(width, dtype=np.int64)
+            ident = np.empty(width, dtype=np.int64)
+            new = np.empty(width, dtype=np.bool_)
+            n = 0
+            for k in range(retain_ptr[i], retain_ptr[i + 1]):
+                m = holder[i, retain_signature[k]]
+                if m >= 0:
+                    key[n] = -retain[k]
+                    sig[n] = retain_signature[k]
+                    ident[n] = m
+                    new[n] = False
+                    n += 1
+            for g in range(n_gen):
+                if generated[g, 0] == i:
+                    s = generated[g, 1]
+                    key[n] = -retain[retain_of[i * n_sig + s]]
+                    sig[n] = s
+                    ident[n] = generated[g, 2]
+                    new[n] = True
+                    n += 1
+            # Insertion sort by (minus priority, signature): a node holds a few objects.
+            order = np.arange(n)
+            for x in range(1, n):
+                y = order[x]
+                z = x - 1
+                while z >= 0 and (
+                    key[order[z]] > key[y] or (key[order[z]] == key[y] and sig[order[z]] > sig[y])
+                ):
+                    order[z + 1] = order[z]
+                    z -= 1
+                order[z + 1] = y
+            limit = budget[i] + _EPS
+            kept = 0.0
+            for x in range(n):
+                y = order[x]
+                s = sig[y]
+                m = ident[y]
+                if key[y] <= 0 and kept + signature_size[s] <= limit:
+                    kept += signature_size[s]
+                    if new[y]:
+                        holder[i, s] = m
+                        owner[m] = i
+                        insertions += 1
+                elif not new[y]:
+                    holder[i, s] = -1
+                    owner[m] = -1
+                    evicted[n_evicted, 0] = i
+                    evicted[n_evicted, 1] = s
+                    n_evicted += 1
+            memory_used[i] = kept
+
+    # (8) Poisson arrivals: a Poisson total split by the mix; one run per pair.
+    if rng is not None:
+        arrival_uniforms = np.empty(rng.poisson(floats[_TOTAL_RATE]))
+        for k in range(arrival_uniforms.shape[0]):
+            arrival_uniforms[k] = rng.random()
+    arrivals = np.zeros(n_pairs, dtype=np.int64)
+    for k in range(arrival_uniforms.shape[0]):
+        u = arrival_uniforms[k]
+        bin_ = 0  # bisect_right over the mix's cumulative shares (a few entries)
+        while bin_ < arrival_cum.shape[0] and arrival_cum[bin_] <= u:
+            bin_ += 1
+        arrivals[arrival_pair[bin_]] += 1
+    for p in range(n_pairs):
+        if arrivals[p] > 0:
+            _push(pool, head, tail, meta, p, t, arrivals[p])
+            queue_len[p] += arrivals[p]
+    counts[2] = arrival_uniforms.shape[0]
+    counts[3] = hits
+    counts[4] = n_exit
+    counts[5] = n_gen
+    counts[6] = insertions
+    counts[7] = n_evicted
+    sums[3] = penalty_compute
+    return served_by_action
+
+
+def _pack(arrays: list[np.ndarray], extra: list[float], dtype: type) -> np.ndarray:
+    """``arrays`` in one vector: the bounds of each (``len(arrays) + 1`` entries), then
+    ``extra``, then the arrays one after the other (read back with :func:`_field`)."""
+    flat = [np.ravel(array) for array in arrays]
+    start = len(arrays) + 1 + len(extra)
+    bounds = start + np.concatenate([[0], np.cumsum([array.size for array in flat])])
+    parts = [bounds, np.asarray(extra, dtype=np.float64), *flat]
+    return np.concatenate(parts).astype(dtype)
+
+
+class RunFifo:
+    """The compiled transition's FIFO: per pair, a linked list of runs ``(birth, units)``
+    in one pool of rows (``pool[k] = (birth, units, next row)``, free rows linked from
+    ``meta[0]``, ``meta[1]`` of them), oldest run at ``head[p]``, newest at ``tail[p]``."""
+
+    def __init__(self, num_pairs: int, rows: int = 64) -> None:
+        self.pool = np.empty((rows, 3), dtype=np.int64)
+        self.pool[:, _NEXT] = np.arange(1, rows + 1)
+        self.pool[-1, _NEXT] = -1
+        self.meta = np.asarray([0, rows], dtype=np.int64)  # first free row (-1 none), free rows
+        self.head = np.full(num_pairs, -1, dtype=np.int64)
+        self.tail = np.full(num_pairs, -1, dtype=np.int64)
+
+    def births(self, pair: int) -> list[int]:
+        out: list[int] = []
+        k = int(self.head[pair])
+        while k >= 0:
+            birth, count, k = self.pool[k].tolist()
+            out.extend([birth] * count)
+        return out
+
+    def lengths(self) -> list[int]:
+        lengths = np.empty(self.head.shape[0], dtype=np.int64)
+        _lengths(self.pool, self.head, lengths)
+        return lengths.tolist()
+
+    def heads(self) -> tuple[np.ndarray, np.ndarray]:
+        pairs = np.flatnonzero(self.head >= 0)
+        return pairs, self.pool[self.head[pairs], _BIRTH]
+
+    def extend(self, pair: int, birth: int, count: int) -> None:
+        if count > 0:
+            self.reserve(1)
+            _push(self.pool, self.head, self.tail, self.meta, pair, birth, count)
+
+    def reserve(self, rows: int) -> None:
+        """Make at least ``rows`` rows free (the pool at least doubles when it grows)."""
+        free = int(self.meta[1])
+        if free >= rows:
+            return
+        old = self.pool.shape[0]
+        new = max(old, rows - free)
+        bigger = np.empty((old + new, 3), dtype=np.int64)
+        bigger[:old] = self.pool
+        bigger[old:, _NEXT] = np.arange(old + 1, old + new + 1)
+        bigger[-1, _NEXT] = self.meta[0]
+        self.pool = bigger
+        self.meta[:] = (old, free + new)
+
+
+class CompiledTransition:
+    """One workload's static arrays, packed for the two kernels, and their outputs."""
+
+    done: np.ndarray  # (rows, 3) action, hit bit, birth slot of each unit served
+
+    def __init__(self, workload: Workload) -> None:
+        ix = workload.index
+        self.ints = _pack(
+            [getattr(ix, name) for name in INT_FIELDS],
+            [workload.replicas],
+            np.int64,
+        )
+        self.floats = _pack(
+            [getattr(ix, name) for name in FLOAT_FIELDS],
+            [workload.total_rate, workload.migration_cost],
+            np.float64,
+        )
+        self.work = np.ascontiguousarray(ix.work, dtype=np.float64)
+        self.num_nodes, self.num_actions = ix.num_nodes, ix.num_actions
+        self.num_routes, self.num_retains = ix.num_routes, ix.num_retains
+        self.penalty = np.ascontiguousarray(ix.penalty, dtype=np.float64)
+        # The successor law of each (hit, action) row as cumulative bounds and targets.
+        ptr, bounds, targets = [0], [], []
+        for h in range(2):
+            for a in range(ix.num_actions):
+                bounds.extend(ix.successor_cum[h][a])
+                targets.extend(ix.successor_pair[h][a])
+                ptr.append(len(bounds))
+        self.successor_ptr = np.asarray(ptr, dtype=np.int64)
+        self.successor_bound = np.asarray(bounds, dtype=np.float64)
+        self.successor_pair = np.asarray(targets, dtype=np.int64)
+        cum = np.cumsum(ix.arrival_share)
+        self.arrival_cum = np.ascontiguousarray(cum[:-1], dtype=np.float64)
+        self.arrival_pair = np.asarray(ix.arrival_pair, dtype=np.int64)
+        self.retain_ptr = np.searchsorted(ix.retain_node, np.arange(ix.num_nodes + 1)).astype(
+            np.int64
+        )
+        self.total_rate = float(workload.total_rate)
+        # Generation draws exist only where some action generates with 0 < gen_prob < 1.
+        self.draws_in_kernel = bool(((ix.gen_prob > 0) & (ix.gen_prob < 1)).any())
+        self._no_draws = np.zeros(0)
+        self._new_buffers()
+
+    @classmethod
+    def shared(cls, workload: Workload) -> CompiledTransition:
+        """The workload's static arrays, built once per workload index and shared (read
+        only: use :meth:`copy` for buffers of one's own)."""
+        core = _SHARED.get(workload.index)
+        if core is None:
+            core = _SHARED[workload.index] = cls(workload)
+        return core
+
+    def copy(self) -> CompiledTransition:
+        """The same static arrays (shared: read only) with buffers of its own: one per
+        simulator, so that simulators of one workload never share a slot's outputs."""
+        twin = copy.copy(self)
+        twin._new_buffers()
+        return twin
+
+    def _new_buffers(self) -> None:
+        n_nodes, n_act = self.retain_ptr.shape[0] - 1, self.work.shape[1]
+        self.affected = np.zeros(n_nodes, dtype=np.bool_)
+        self.hit = np.zeros(n_act, dtype=np.int64)
+        self.spent = np.zeros(n_nodes)
+        self.counts = np.zeros(8, dtype=np.int64)  # started, routed, arrivals, hits, exits,
+        # generated, insertions, evictions
+        self.sums = np.zeros(4)  # transfer cost, transmission, work, compute penalty
+        retains = int(self.ints[_RETAIN_NODE + 1] - self.ints[_RETAIN_NODE])
+        self.evicted = np.zeros((max(retains, 1), 2), dtype=np.int64)
+        self.served_by_action = np.zeros(n_act, dtype=np.int64)
+        self._grow_outputs(64)
+
+    def __call__(self, state, rng, generates: bool, control) -> int:
+        """Run one slot of ``state`` under the feasible ``control``, drawing from ``rng``;
+        returns the units whose service completed.
+        The outcome is left in :attr:`counts`, :attr:`sums` and the output arrays."""
+        fifo = state.fifo
+        args = (
+            np.asarray(control.transfers, dtype=np.int64),
+            self.hit,
+            np.asarray(control.route, dtype=np.int64),
+            np.asarray(control.service, dtype=np.int64),
+            np.asarray(control.start, dtype=np.int64),
+        )
+        while True:
+            n_done = _serve_kernel(
+                *args,
+                state.holder,
+                state.owner,
+                state.memory_used,
+                state.service_action,
+                state.service_residual,
+                state.service_hit,
+                state.service_birth,
+                state.queue_len,
+                fifo.pool,
+                fifo.head,
+                fifo.tail,
+                fifo.meta,
+                self.ints,
+                self.floats,
+                self.work,
+                self.done,
+                self.spent,
+                self.counts,
+                self.sums,
+            )
+            if n_done >= 0:
+                break
+            if n_done == -1:
+                self._grow_outputs(2 * self.done.shape[0])
+            else:
+                fifo.reserve(2 * fifo.pool.shape[0])
+        fifo.reserve(n_done + state.queue_len.shape[0])
+        # The draws in the reference's order: successor uniforms, generation draws (only
+        # where 0 < gen_prob < 1: then the kernel draws them and the arrivals), arrivals.
+        uniforms = rng.random(n_done) if n_done else self._no_draws
+        if self.draws_in_kernel and generates:
+            in_kernel, arrival_uniforms = rng, self._no_draws
+        else:
+            in_kernel, total = None, int(rng.poisson(self.total_rate))
+            arrival_uniforms = rng.random(total) if total else self._no_draws
+        self.served_by_action = _outcome_kernel(
+            in_kernel,
+            state.t,
+            n_done,
+            uniforms,
+            arrival_uniforms,
+            generates,
+            np.asarray(control.retain, dtype=np.float64),
+            state.holder,
+            state.owner,
+            state.memory_used,
+            state.queue_len,
+            fifo.pool,
+            fifo.head,
+            fifo.tail,
+            fifo.meta,
+            self.ints,
+            self.floats,
+            self.work,
+            self.penalty,
+            self.successor_ptr,
+            self.successor_bound,
+            self.successor_pair,
+            self.arrival_cum,
+            self.arrival_pair,
+            self.retain_ptr,
+            self.affected,
+            self.done,
+            self.unit_succ,
+            self.unit_floats,
+            self.delays,
+            self.generated,
+            self.evicted,
+            self.counts,
+            self.sums,
+        )
+        return n_done
+
+    def _grow_outputs(self, rows: int) -> None:
+        """Output arrays of ``rows`` rows (one per unit served)."""
+        self.done = np.zeros((rows, 3), dtype=np.int64)  # action, hit, birth
+        self.unit_succ = np.zeros(rows, dtype=np.int64)  # successor commodity, -1 exit
+        self.unit_floats = np.zeros((rows, 2))  # work, penalty
+        self.delays = np.zeros(rows, dtype=np.int64)
+        self.generated = np.zeros((rows, 3), dtype=np.int64)  # node, signature, identity
+
+
+_SHARED: weakref.WeakKeyDictionary[WorkloadIndex, CompiledTransition] = weakref.WeakKeyDictionary()

@@ -1,0 +1,480 @@
+"""Gymnasium adapter over the simulator core: graph observations, projected score actions."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from mabp_gym.core.encoding import (
+    ArraySpec,
+    ObservationEncoder,
+    symlog,
+)
+from mabp_gym.core.simulator import Simulator, SlotOutcome
+from mabp_gym.core.validate import check_number
+from mabp_gym.core.workload import Workload
+from mabp_gym.core.workloads import is_workload_file, make_workload, workload_params
+from mabp_gym.extras import has_extra, require
+
+REWARDS = ("backlog", "drift_plus_penalty")
+"""The built-in rewards; ``reward=`` also takes a :data:`RewardFn`."""
+RewardFn = Callable[[SlotOutcome, np.ndarray, np.ndarray, float], float]
+"""A reward of your own: ``fn(outcome, before, after, nu) -> float``, called after every
+slot with the slot's :class:`~mabp_gym.core.simulator.SlotOutcome`, the backlog per admissible
+pair (units in service included, ``(P,)`` int64) before and after the slot, and the env's
+``nu``; the env divides the value by ``reward_scale``. ``backlog`` is
+``lambda o, b, a, nu: -(o.backlog + nu * o.penalty)``."""
+OBS_MODES = ("dict", "flat")
+FLAT_KEYS = (
+    "node_features",
+    "queues",
+    "memory",
+    "service",
+    "route",
+    "transfer",
+    "retain",
+    "action_mask",
+)
+"""The arrays of the ``obs_mode="flat"`` vector, in order: the observation less its static
+parts (``edge_index``, ``edge_features`` and every ``*_index`` array)."""
+
+
+def _reject_unknown_keywords(workload: Any, overrides: dict[str, Any]) -> None:
+    """A keyword that is neither an env argument nor a parameter of the workload is a
+    ``TypeError``, as Python raises for any unknown argument (wrappers such as TorchRL's
+    ``GymEnv`` try ``frameskip=`` and fall back on exactly that)."""
+    if isinstance(workload, Workload):
+        allowed = {"load"}
+    elif isinstance(workload, str) and (workload == "file" or is_workload_file(workload)):
+        allowed = {"load", "horizon", "path"}
+    elif isinstance(workload, str):
+        try:
+            allowed = set(workload_params(workload))
+        except ValueError:
+            return  # an unknown workload name: make_workload explains it
+    else:
+        return
+    unknown = sorted(set(overrides) - allowed)
+    if unknown:
+        raise TypeError(
+            f"SFMSNEnv.__init__() got an unexpected keyword argument "
+            f"{unknown[0]!r} (neither an env argument nor a parameter of "
+            f"workload {getattr(workload, 'name', workload)!r}; its parameters: "
+            f"{sorted(allowed)})"
+        )
+
+
+def _load_interval(value: Any) -> tuple[float, float] | None:
+    """``load=(low, high)``: the interval a load is drawn from at each reset (None for a
+    plain number, which the workload builder validates)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list, np.ndarray)):
+        return None
+    if len(value) != 2:
+        raise ValueError(f"load: must be a number or an interval (low, high), got {value!r}")
+    low = check_number(value[0], "load (low end of the interval)", low=0.0)
+    high = check_number(value[1], "load (high end of the interval)", low=0.0)
+    if low > high:
+        raise ValueError(f"load: the interval (low, high) must have low <= high, got {value!r}")
+    return low, high
+
+
+DIAGNOSTIC_KEYS = (
+    "arrivals",
+    "served",
+    "hits",
+    "completed",
+    "delays",
+    "insertions",
+    "evictions",
+    "routed",
+    "transfers",
+    "work",
+    "penalty",
+    "penalty_compute",
+    "penalty_transmission",
+    "penalty_memory",
+    "backlog",
+    "control",
+    "action_mask",
+)
+"""The step ``info`` of an env made with ``diagnostics=True`` (the default info is empty)."""
+
+
+class SlimInfo(dict):
+    """The step ``info`` of an env made without ``diagnostics``: an empty dict whose
+    missing diagnostic keys say how to get them. Vector envs stack every info key of
+    every step and SB3 deep-copies it, so the default carries nothing."""
+
+    def __missing__(self, key: Any) -> Any:
+        if key in DIAGNOSTIC_KEYS:
+            raise KeyError(
+                f"{key!r}: the step info is empty by default (vector envs and SB3 copy it "
+                "every step); make the env with diagnostics=True for the slot's counts, "
+                f"control and mask ({', '.join(DIAGNOSTIC_KEYS)})"
+            )
+        raise KeyError(key)
+
+
+def checked_action(action: Any, what: str = "the action") -> Any:
+    """Refuse scores that numpy would silently reinterpret: a masked array (the mask
+    would be dropped), complex numbers (the imaginary part would be dropped), strings,
+    booleans or objects. Shape and finiteness are checked by the projection. The single
+    env and the decentralized view (each agent's action, ``what``) share this check."""
+    if isinstance(action, np.ma.MaskedArray):
+        raise ValueError(
+            f"{what} is a masked array; pass a plain array of scores (fill "
+            "the masked entries, e.g. with -1 for 'do not act')"
+        )
+    kind = np.asarray(action).dtype.kind
+    if kind not in "fiu":
+        raise ValueError(
+            f"{what} must be real-valued scores (float or int), got dtype "
+            f"{np.asarray(action).dtype}"
+        )
+    return action
+
+
+def observation_space(encoder: ObservationEncoder) -> spaces.Dict:
+    """The ``spaces.Dict`` of an encoder's observation (one ``Box`` per array)."""
+    return spaces.Dict({key: _box(spec) for key, spec in encoder.layout.items()})
+
+
+def _box(spec: ArraySpec) -> spaces.Box:
+    return spaces.Box(low=spec.low, high=spec.high, shape=spec.shape, dtype=spec.dtype)
+
+
+class SFMSNEnv(gym.Env):
+    """A stateful foundation-model service network (SFMSN) as a Gymnasium environment.
+
+    ## Description
+    Workers of an agentic LLM-serving network hold queues of requests and reusable
+    execution memory under budgets (SPEC sections 1 and 2). Each step is one slot: the
+    agent scores every candidate decision, the shared projection turns the scores into a
+    feasible control, and the simulator executes it.
+
+    ## Action Space
+    ``Box(-1, 1, (D,), float32)``: one score per candidate, laid out
+    ``[service (A) | route (R) | transfer (T) | retain (K)]``
+    (``env.unwrapped.workload.index.score_slices``). Any finite array of shape ``(D,)`` is
+    accepted: only order and sign matter (SPEC 3.2). Candidates with score > 0 act in
+    descending score; negative retain scores drop objects. An all-negative vector is the
+    legal idle action. NaN, inf or a wrong shape raise ``ValueError``.
+
+    ## Observation Space
+    A ``Dict`` of fixed-shape arrays (``N`` nodes, ``E`` links, ``C`` commodities, ``S``
+    signatures); every ``*_index`` array is static and lets a model scatter candidates onto
+    the graph:
+
+    - ``node_features`` ``(N, 13)``: role one-hot, ``mu``, budget, memory used, backlog,
+      unit in service, its residual work; ``edge_index`` ``(2, E)`` int64;
+      ``edge_features`` ``(E, 3)``: capacity, cost ``d``, transfer bandwidth;
+    - ``queues`` ``(N, C)`` (units in service included), ``memory`` ``(N, S)`` residency;
+    - ``service`` ``(A, 5)``: current work, penalty, hit bit, successor pressure
+      ``sum_c' P(c'|a, Y) Q_i^c'``, input queue; ``service_index`` ``(2, A)``: node,
+      commodity;
+    - ``route`` ``(R, 4)``: differential ``Q_i^c - Q_j^c``, cost, whether the destination
+      holds memory compatible with the commodity, source queue; ``route_index`` ``(2, R)``:
+      link, commodity;
+    - ``transfer`` ``(T, 3)``: source holds, size, destination free budget;
+      ``transfer_index`` ``(2, T)``: link, signature;
+    - ``retain`` ``(K, 3)``: held, size, queued demand of compatible commodities at the
+      node; ``retain_index`` ``(2, K)``: node, signature;
+    - ``action_mask`` ``(D,)`` int8: candidates that can act now.
+
+    ## Rewards
+    ``reward="backlog"`` (default): ``-(||Q(t+1)||_1 + nu h(t)) / reward_scale``;
+    ``reward="drift_plus_penalty"``: ``-(L(Q(t+1)) - L(Q(t)) + nu h(t)) / reward_scale``
+    with ``L(Q) = sum Q^2 / 2``. ``h(t)`` is the slot's penalty (SPEC 1 step 9). Or a
+    function of your own (:data:`RewardFn`): ``reward=fn`` with ``fn(outcome, before,
+    after, nu) -> float`` (the slot's outcome and the backlog per pair before and after
+    it), divided by ``reward_scale``; a value that is not a finite real number raises
+    ``ValueError``. The function runs after the slot: if it raises, the slot has happened
+    (reset the env before stepping on).
+
+    ## Episode End
+    Never terminates; truncates after ``horizon`` slots (the registered ids set
+    ``max_episode_steps`` to the default horizon, 600; when you pass another ``horizon``
+    pass the same ``max_episode_steps``).
+
+    ## Arguments
+    ``workload`` (a name of :data:`mabp_gym.WORKLOADS` or a :class:`Workload`), ``nu``
+    (penalty weight, 5), ``memory`` (``False``: the no-memory system), ``reward``,
+    ``reward_scale`` (100), ``check_invariants`` (assert SPEC 6 every slot), ``render_mode``
+    (``"ansi"`` or ``"rgb_array"``) and every workload parameter (``load``, ``beta``,
+    ``K``, ``eps``, ``horizon``, ...; see :func:`mabp_gym.workload_params`).
+
+    ``load`` may also be an interval ``(low, high)``: each reset draws the episode's load
+    uniformly from it with the env's seeded generator (``reset(seed=s)`` fixes it), and
+    the reset ``info`` reports it as ``info["load"]``. Training over a range of loads
+    keeps a policy from learning one operating point only.
+
+    ``obs_mode="flat"`` (default ``"dict"``) gives one ``Box((F,), float32)`` vector for
+    libraries whose default encoders take a single array (RLlib): the arrays of
+    :data:`FLAT_KEYS` raveled in that order, every entry but the 0/1 ``action_mask``
+    symlog-scaled (``sign(x) log(1 + |x|)``); the static arrays (``edge_index``,
+    ``edge_features``, every ``*_index``) are left out. ``env.unwrapped.flat_layout``
+    maps each key to its ``(slice, shape)`` in the vector.
+
+    Vector envs: ``gymnasium.make_vec(id, num_envs)`` builds the batched vector env
+    (:class:`mabp_gym.envs.vector_env.SFMSNVectorEnv`: every env's slot in one compiled call,
+    the same observations and rewards as single envs, ``NEXT_STEP`` autoreset);
+    ``vectorization_mode="sync"`` or ``"async"`` give Gymnasium's own, which declare
+    ``metadata["autoreset_mode"]`` (``NEXT_STEP`` by default; ``SAME_STEP`` via
+    ``vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}``).
+
+    ``diagnostics=True`` (default ``False``): the step ``info`` holds the slot's counts
+    (``arrivals``, ``served``, ``hits``, ``completed``, ``delays``, ``insertions``,
+    ``evictions``, ``penalty`` and its ``penalty_compute`` / ``penalty_transmission`` /
+    ``penalty_memory`` split, ``backlog``), the executed ``control`` (a dict of the
+    :class:`~mabp_gym.Control` arrays, with ``transfers`` as a ``(T,)`` indicator of the
+    executed transfer candidates) and the ``action_mask`` (:data:`DIAGNOSTIC_KEYS`), and
+    the reset ``info`` the ``action_mask``. Without it the step info is empty (a
+    :class:`SlimInfo`, whose missing diagnostic keys say how to get them): vector envs
+    and SB3 stack and copy every info key of every step, so the default costs them
+    nothing. The reset info holds ``load`` when the load is an interval.
+
+    ## Version History
+    - v0: initial version.
+    """
+
+    # rgb_array draws with matplotlib (extra ``plot``): advertised only where it is installed.
+    metadata = {
+        "render_modes": ["ansi", *(["rgb_array"] if has_extra("plot") else [])],
+        "render_fps": 4,
+    }
+
+    def __init__(
+        self,
+        workload: str | Workload = "mixed",
+        *,
+        nu: float = 5.0,
+        memory: bool = True,
+        reward: str | RewardFn = "backlog",
+        reward_scale: float = 100.0,
+        check_invariants: bool = False,
+        render_mode: str | None = None,
+        obs_mode: str = "dict",
+        diagnostics: bool = False,
+        **workload_overrides: Any,
+    ) -> None:
+        _reject_unknown_keywords(workload, workload_overrides)
+        if not isinstance(obs_mode, str) or obs_mode not in OBS_MODES:
+            raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
+        # load=(low, high): build at the low end, draw each episode's load at reset.
+        self.load_interval = _load_interval(workload_overrides.get("load"))
+        if self.load_interval is not None:
+            # The builder validates the high end too (its range), then builds at the low end.
+            if isinstance(workload, str):
+                try:
+                    make_workload(workload, **{**workload_overrides, "load": self.load_interval[1]})
+                except ValueError as error:
+                    raise ValueError(
+                        f"load interval {self.load_interval}, high end: {error}"
+                    ) from None
+            workload_overrides["load"] = self.load_interval[0]
+        if isinstance(workload, Workload):
+            load = workload_overrides.pop("load", None)
+            self.workload = workload if load is None else workload.with_load(load)
+        elif isinstance(workload, str):
+            self.workload = make_workload(workload, **workload_overrides)
+        else:
+            raise ValueError(f"workload must be a workload name or a Workload, got {workload!r}")
+        if callable(reward):
+            _check_reward_signature(reward)
+            self._reward_fn: RewardFn | None = reward
+            reward = "custom"
+        elif not isinstance(reward, str) or reward not in REWARDS:
+            raise ValueError(
+                f"reward must be one of {REWARDS} or a function (outcome, before, after, nu) "
+                f"-> float, got {reward!r}"
+            )
+        else:
+            self._reward_fn = None
+        check_number(nu, "nu", low=0.0)
+        check_number(reward_scale, "reward_scale", low=0.0, low_open=True)
+        for name, flag in (
+            ("memory", memory),
+            ("check_invariants", check_invariants),
+            ("diagnostics", diagnostics),
+        ):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
+        if render_mode == "rgb_array":
+            require("plot", 'render_mode="rgb_array"')
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']} or "
+                f"None, got {render_mode!r}"
+            )
+        self.nu = float(nu)
+        self.memory = bool(memory)
+        self.diagnostics = bool(diagnostics)
+        self.reward_kind = reward
+        self.reward_scale = float(reward_scale)
+        self.render_mode = render_mode
+        self.horizon = self.workload.horizon
+        self.sim = Simulator(self.workload, memory=self.memory, check_invariants=check_invariants)
+        self._encoder = ObservationEncoder(self.workload, memory=self.memory)
+        ix = self.workload.index
+        self.action_space = spaces.Box(-1.0, 1.0, (ix.num_scores,), dtype=np.float32)
+        self.obs_mode = obs_mode
+        self._base_workload = self.workload
+        if obs_mode == "flat":
+            self.flat_layout: dict[str, tuple[slice, tuple[int, ...]]] = {}
+            start = 0
+            for key in FLAT_KEYS:
+                shape = self._encoder.layout[key].shape
+                size = int(np.prod(shape))
+                self.flat_layout[key] = (slice(start, start + size), shape)
+                start += size
+            self.observation_space = spaces.Box(-np.inf, np.inf, (start,), dtype=np.float32)
+        else:
+            self.observation_space = observation_space(self._encoder)
+        self._last: SlotOutcome | None = None
+
+    # ----------------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray] | np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if options:
+            raise ValueError(f"options are not supported, got {sorted(options)}")
+        info: dict[str, Any] = {}
+        if self.load_interval is not None:
+            # Drawn first, from the env's generator: reset(seed) fixes the load too. Only
+            # the arrival rate depends on the load, so the encoder and spaces stay.
+            load = float(self.np_random.uniform(*self.load_interval))
+            self.workload = self._base_workload.with_load(load)
+            self.sim = Simulator(
+                self.workload, memory=self.memory, check_invariants=self.sim.check_invariants
+            )
+            info["load"] = load
+        # The simulator owns its own generator, seeded from the env's so that reset(seed)
+        # fixes the episode and reset() continues a reproducible stream.
+        sim_seed = seed if seed is not None else int(self.np_random.integers(2**31))
+        self.sim.reset(sim_seed)
+        self._last = None
+        obs = self._encoder.encode(self.sim.state)
+        if self.diagnostics:
+            info["action_mask"] = obs["action_mask"].astype(bool)
+        return self._observe(obs), info
+
+    def _observe(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | np.ndarray:
+        """The observation in the env's ``obs_mode``."""
+        if self.obs_mode == "dict":
+            return obs
+        flat = np.concatenate([obs[key].ravel() for key in FLAT_KEYS]).astype(np.float32)
+        # Symlog every array but the 0/1 mask, so that default MLP encoders see O(1) inputs.
+        mask = self.flat_layout["action_mask"][0]
+        flat[: mask.start] = symlog(flat[: mask.start])
+        return flat
+
+    def step(
+        self, action: np.ndarray
+    ) -> tuple[dict[str, np.ndarray] | np.ndarray, float, bool, bool, dict[str, Any]]:
+        # The projection validates the scores (shape, finiteness) before anything changes.
+        scores = checked_action(action)
+        state = self.sim.state
+        if self.reward_kind == "drift_plus_penalty":
+            before = _lyapunov(state, self.workload)
+        elif self._reward_fn is not None:
+            pairs = state.backlog_pairs(self.workload)
+        control, outcome = self.sim.step_scores(scores)
+        self._last = outcome
+        cost = self.nu * outcome.penalty
+        if self.reward_kind == "backlog":
+            reward = -(outcome.backlog + cost) / self.reward_scale
+        elif self._reward_fn is not None:
+            reward = self._custom_reward(outcome, pairs) / self.reward_scale
+        else:
+            reward = -(_lyapunov(self.sim.state, self.workload) - before + cost) / self.reward_scale
+        obs = self._encoder.encode(self.sim.state)
+        truncated = self.sim.state.t >= self.horizon
+        if not self.diagnostics:
+            return self._observe(obs), float(reward), False, bool(truncated), SlimInfo()
+        info = {
+            "arrivals": outcome.arrivals,
+            "served": outcome.served,
+            "hits": outcome.hits,
+            "completed": outcome.completed,
+            "delays": outcome.delays,
+            "insertions": outcome.insertions,
+            "evictions": outcome.evictions,
+            "routed": outcome.routed,
+            "transfers": outcome.transfers,
+            "work": outcome.work,
+            "penalty": outcome.penalty,
+            "penalty_compute": outcome.penalty_compute,
+            "penalty_transmission": outcome.penalty_transmission,
+            "penalty_memory": outcome.penalty_memory,
+            "backlog": outcome.backlog,
+            "control": self._control_info(control),
+            "action_mask": obs["action_mask"].astype(bool),
+        }
+        return self._observe(obs), float(reward), False, bool(truncated), info
+
+    def _custom_reward(self, outcome: SlotOutcome, before: np.ndarray) -> float:
+        assert self._reward_fn is not None
+        after = self.sim.state.backlog_pairs(self.workload)
+        value = self._reward_fn(outcome, before, after, self.nu)
+        name = getattr(self._reward_fn, "__name__", self._reward_fn)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise ValueError(
+                f"the reward function {name!r} must return a real number, got {value!r}"
+            )
+        try:
+            number = float(value)
+        except (OverflowError, TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValueError(
+                f"the reward function {name!r} returned {value!r} at slot {outcome.t}: rewards "
+                "must be finite floats"
+            )
+        return number
+
+    def _control_info(self, control) -> dict[str, np.ndarray]:
+        # Fixed shapes, so that vector envs can stack infos: executed transfers become a
+        # (T,) indicator over the transfer candidates.
+        executed = np.zeros(self.workload.index.num_transfers, dtype=bool)
+        executed[control.transfers] = True
+        return {**control.as_dict(), "transfers": executed}
+
+    # ----------------------------------------------------------------------------------
+    def render(self) -> str | np.ndarray | None:
+        if self.render_mode == "ansi":
+            from mabp_gym.core.render import render_ansi
+
+            return render_ansi(self.workload, self.sim.state, self._last)
+        if self.render_mode == "rgb_array":
+            from mabp_gym.core.render import render_rgb
+
+            return render_rgb(self.workload, self.sim.state)
+        return None
+
+
+def _check_reward_signature(fn: Callable[..., Any]) -> None:
+    """Refuse, at construction, a reward function that cannot take the four arguments."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: its call will tell
+        return
+    try:
+        signature.bind(None, None, None, None)
+    except TypeError:
+        raise ValueError(
+            f"reward function {getattr(fn, '__name__', fn)!r} must take (outcome, before, "
+            f"after, nu), got the signature {signature}"
+        ) from None
+
+
+def _lyapunov(state, workload: Workload) -> float:
+    backlog = state.backlog_pairs(workload).astype(np.float64)
+    return 0.5 * float(backlog @ backlog)

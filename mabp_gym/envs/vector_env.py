@@ -1,0 +1,660 @@
+"""A batched vector env: ``N`` SFMSN envs whose slots run in two compiled calls per step.
+
+``gymnasium.make_vec(id, num_envs=N)`` builds it for every registered SFMSN id (the ids'
+``vector_entry_point``; ``vectorization_mode="sync"`` or ``"async"`` still give Gymnasium's
+own). Each env is an :class:`~mabp_gym.envs.env.SFMSNEnv` whose state arrays are rows of one
+stacked array per field, so that one compiled loop projects and serves every env's slot,
+numpy draws each env's randomness from that env's own generator (in the single env's
+order), and a second compiled loop runs the outcomes and encodes the observations into
+the batch. Observations, rewards and truncations are those of ``N`` single envs with the
+same seeds (``tests/test_vector_env.py`` compares them step by step); autoreset is
+Gymnasium's ``NEXT_STEP``: the step after an env truncates resets it (its action ignored,
+reward 0).
+
+The compiled path needs numba and covers the training configuration (``diagnostics`` and
+``check_invariants`` off, no generation probability strictly between 0 and 1). Otherwise,
+or with ``MABP_GYM_PURE=1``, each env steps on its own (same results, without the
+speed-up), and the per-step ``info`` holds the envs' diagnostics in Gymnasium's vector form.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import batch_space
+
+from mabp_gym.core.encoding import SERVICE_FEATURES, symlog
+from mabp_gym.core.kernels import slotcore, transition_core
+from mabp_gym.core.kernels.transition_core import CompiledTransition, RunFifo
+from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv, checked_action
+
+_AUTORESET = getattr(gym.vector, "AutoresetMode", None)
+_STATE_FIELDS = (
+    "holder",
+    "owner",
+    "memory_used",
+    "service_action",
+    "service_residual",
+    "service_hit",
+    "service_birth",
+    "queue_len",
+)
+_PRESSURE = SERVICE_FEATURES.index("successor_pressure")
+_NEXT = 2  # the pool's "next row" column (transition_core)
+_STATIC_KEYS = (
+    "edge_index",
+    "edge_features",
+    "service_index",
+    "route_index",
+    "transfer_index",
+    "retain_index",
+)
+_DYNAMIC_KEYS = FLAT_KEYS  # the arrays a step changes, in the kernel's order
+# Positions in the kernel's outputs (see _buffers).
+_DONE, _COUNTS, _SUMS, _UNITS, _QUEUE_FLAT, _HIT_E, _SLOT = 8, 10, 11, 13, 18, 19, 20
+_OUT_ROWS = 64  # rows per env of the served-unit outputs, doubled when a slot needs more
+
+
+def _step_all(
+    first, active, scores, rngs, rates, flags, statics, state, fifo, out, obs
+):  # pragma: no cover
+    """One slot of every active env from ``first`` on (:func:`_slot`), then the
+    observation of every env (:func:`_observe`).
+
+    Returns ``(env, code)``: ``(N, 0)`` when every env is done, or the first env whose
+    served-unit rows (-1) or pool rows (-2) could run short, with nothing of it changed
+    (the caller grows them and calls again from that env)."""
+    for i in range(first, scores.shape[0]):
+        if active[i]:
+            code = _slot(i, scores, rngs[i], rates[i], flags, statics, state, fifo, out)
+            if code < 0:
+                return i, code
+    for i in range(scores.shape[0]):
+        _observe(i, flags[0], statics, state, out, obs)
+    return scores.shape[0], 0
+
+
+def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no cover
+    """Env ``i``'s slot in the single env's order: the projection, steps (1)-(5) of the
+    transition, its draws from its own generator (numba draws exactly as numpy), steps
+    (6)-(8). Returns 0, or -1 / -2 (rows short, nothing changed)."""
+    memory, generates, in_kernel, retain_at = flags
+    sizes, proj_a, proj_b, serve_statics, finish_statics, enc_statics, pressure = statics
+    holder, owner, memory_used, s_action, s_residual, s_hit, s_birth, queue_len = state
+    pool, head, tail, meta = fifo
+    transfers, n_transfers, hit, route, service, start, scratch, hit_t, done, spent = out[:10]
+    counts, sums, affected, unit_succ, unit_floats, delays, generated, evicted = out[10:18]
+    queue_flat, hit_e, t = out[18:]
+    n_pairs, n_nodes = head.shape[1], holder.shape[1]
+    flat_size = holder.shape[1] * holder.shape[2]
+    st = (
+        holder[i],
+        owner[i],
+        memory_used[i],
+        s_action[i],
+        s_residual[i],
+        s_hit[i],
+        s_birth[i],
+        queue_len[i],
+    )
+    fifo_i = (pool[i], head[i], tail[i], meta[i])
+    hit[i, :] = 0
+    route[i, :] = 0
+    service[i, :] = 0
+    start[i, :] = -1
+    n_transfers[i] = _project(
+        scores[i],
+        memory,
+        *sizes,
+        holder[i].reshape(flat_size),
+        memory_used[i],
+        *proj_a,
+        s_action[i],
+        s_residual[i],
+        queue_len[i],
+        *proj_b,
+        scratch[i],
+        transfers[i],
+        hit[i],
+        route[i],
+        service[i],
+        start[i],
+    )
+    # Rows the slot may take: one per unit served, routed or arriving in a new run.
+    bound = n_nodes + service[i].sum()
+    if bound > done.shape[1]:
+        return -1
+    if meta[i, 1] < bound + route[i].sum() + n_pairs:
+        return -2
+    served = _serve(
+        transfers[i, : n_transfers[i]],
+        hit_t[i],
+        route[i],
+        service[i],
+        start[i],
+        *st,
+        *fifo_i,
+        *serve_statics,
+        done[i],
+        spent[i],
+        counts[i],
+        sums[i],
+    )
+    _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out)
+    return 0
+
+
+def _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no cover
+    """Env ``i``'s draws (its ``served`` units' successor uniforms, then the arrivals, or
+    the kernel draws generations and arrivals itself) and steps (6)-(8)."""
+    memory, generates, in_kernel, retain_at = flags
+    finish_statics = statics[4]
+    holder, owner, memory_used = state[0], state[1], state[2]
+    queue_len = state[7]
+    pool, head, tail, meta = fifo
+    done, counts, sums = out[8], out[10], out[11]
+    affected, unit_succ, unit_floats, delays, generated, evicted = out[12:18]
+    t = out[20]
+    st = (holder[i], owner[i], memory_used[i], queue_len[i])
+    fifo_i = (pool[i], head[i], tail[i], meta[i])
+    uniforms = np.empty(served)
+    for k in range(served):
+        uniforms[k] = rng.random()
+    rest = (
+        affected[i],
+        done[i],
+        unit_succ[i],
+        unit_floats[i],
+        delays[i],
+        generated[i],
+        evicted[i],
+        counts[i],
+        sums[i],
+    )
+    retain = scores[i, retain_at:]
+    if in_kernel:  # generation draws: the kernel draws them and the arrivals
+        _outcome(
+            rng,
+            t[i],
+            served,
+            uniforms,
+            uniforms[:0],
+            generates,
+            retain,
+            *st,
+            *fifo_i,
+            *finish_statics,
+            *rest,
+        )
+    else:
+        arrivals = np.empty(rng.poisson(rate))
+        for k in range(arrivals.shape[0]):
+            arrivals[k] = rng.random()
+        _outcome(
+            None,
+            t[i],
+            served,
+            uniforms,
+            arrivals,
+            generates,
+            retain,
+            *st,
+            *fifo_i,
+            *finish_statics,
+            *rest,
+        )
+    t[i] += 1
+
+
+def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
+    """Env ``i``'s observation into row ``i`` of the batch."""
+    enc_statics, pressure = statics[5], statics[6]
+    holder, owner, memory_used, s_action, s_residual, s_hit, s_birth, queue_len = state
+    queue_flat, hit_e = out[18], out[19]
+    nodes, queues, resident, service_o, route_o, transfer_o, retain_o, mask = obs
+    flat_size = holder.shape[1] * holder.shape[2]
+    _encode(
+        queue_len[i],
+        s_action[i],
+        s_residual[i],
+        holder[i].reshape(flat_size),
+        memory_used[i],
+        memory,
+        *enc_statics,
+        queue_flat[i],
+        hit_e[i],
+        nodes[i],
+        queues[i],
+        resident[i],
+        service_o[i],
+        route_o[i],
+        transfer_o[i],
+        retain_o[i],
+        mask[i],
+    )
+    probs, positions = pressure
+    if positions.shape[1] < 8:  # numpy adds fewer than 8 terms one by one from zero
+        for a in range(positions.shape[0]):
+            total = np.float32(0.0)
+            for w in range(positions.shape[1]):
+                total += probs[hit_e[i, a], a, w] * queue_flat[i, positions[a, w]]
+            service_o[i, a, _PRESSURE] = total
+
+
+if slotcore.AVAILABLE:
+    from numba.typed import List as NumbaList
+
+    _project = slotcore._project_compiled
+    _encode = slotcore.encode_compiled
+    _serve = transition_core._serve_kernel
+    _outcome = transition_core._outcome_kernel
+    _outcomes = slotcore.njit(cache=True)(_outcomes)
+    _slot = slotcore.njit(cache=True)(_slot)
+    _observe = slotcore.njit(cache=True)(_observe)
+    _step_all = slotcore.njit(cache=True)(_step_all)
+
+
+class SFMSNVectorEnv(gym.vector.VectorEnv):
+    """``num_envs`` SFMSN envs of one configuration, stepped together (module docstring).
+
+    Args:
+        num_envs: how many envs (at least 1).
+        max_episode_steps: truncate each episode after this many steps (the registered
+            ids pass their default, the horizon); ``None``: at the horizon only.
+        copy: return fresh arrays every step (default); ``False`` returns the env's own
+            buffers, which the next step overwrites.
+        autoreset_mode: ``NEXT_STEP`` (the default, and the only mode here).
+        **env_kwargs: the arguments of :class:`~mabp_gym.envs.env.SFMSNEnv`, the same for
+            every env (``workload``, ``load``, ``nu``, ``obs_mode``, ...).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        *,
+        max_episode_steps: int | None = None,
+        copy: bool = True,
+        autoreset_mode: Any = None,
+        **env_kwargs: Any,
+    ) -> None:
+        next_step = _AUTORESET.NEXT_STEP if _AUTORESET is not None else "NextStep"
+        if autoreset_mode is not None and autoreset_mode not in (next_step, "NextStep"):
+            raise ValueError(
+                f"the batched vector env autoresets on the next step only, got autoreset_mode="
+                f"{autoreset_mode!r}; for another mode use gymnasium.make_vec(..., "
+                "vectorization_mode='sync', vector_kwargs={'autoreset_mode': ...})"
+            )
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        if max_episode_steps is not None and (
+            isinstance(max_episode_steps, bool)
+            or not isinstance(max_episode_steps, (int, np.integer))
+            or max_episode_steps < 1
+        ):
+            raise ValueError(
+                f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}"
+            )
+        if env_kwargs.get("render_mode") is not None:
+            raise ValueError(
+                "the batched vector env does not render; use "
+                "gymnasium.make_vec(..., vectorization_mode='sync') to render each env"
+            )
+        if not isinstance(copy, (bool, np.bool_)):
+            raise ValueError(f"copy must be True or False, got {copy!r}")
+        self.num_envs = int(num_envs)
+        self.copy = bool(copy)
+        self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
+        self.envs = [SFMSNEnv(**env_kwargs) for _ in range(self.num_envs)]
+        first = self.envs[0]
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata: dict[str, Any] = {
+            "render_modes": [],
+            "autoreset_mode": next_step,
+        }
+        self.render_mode = None
+        workload = first.workload
+        self._workload = workload
+        self._generates = first.memory and not workload.fixed_memory
+        core = CompiledTransition.shared(workload)
+        self.compiled = (
+            slotcore.AVAILABLE
+            and not first.diagnostics
+            and not first.sim.check_invariants
+            and first._reward_fn is None  # a reward of your own: each env steps on its own
+        )
+        """Whether steps run the compiled batch (else each env steps on its own)."""
+        self._elapsed = np.zeros(self.num_envs, dtype=np.int64)
+        self._needs_reset = np.ones(self.num_envs, dtype=bool)
+        self._reset_once = False
+        if self.compiled:
+            self._statics(core)
+        self._buffers()
+
+    # -- the stacked arrays ------------------------------------------------------------
+    def _statics(self, core: CompiledTransition) -> None:
+        """The workload's static arrays in the order the kernels take them."""
+        ix, enc = self._workload.index, self.envs[0]._encoder
+        proj = slotcore.CompiledProjection(self._workload)
+        self._statics_all = (
+            (ix.num_actions, ix.num_routes, ix.num_transfers),
+            (
+                *(ix.transfer_link, ix.transfer_signature, ix.transfer_src_slot),
+                *(ix.transfer_dst_slot, ix.link_src, ix.link_dst, ix.link_bandwidth),
+                *(ix.link_capacity, ix.signature_size, ix.budget, ix.hit_slot),
+                *(proj.retain_of_flat, proj.member_ptr, proj.member_action, ix.mu),
+            ),
+            (ix.action_pair, ix.action_node, proj.work, ix.route_src_pair, ix.route_link),
+            (core.ints, core.floats, core.work),
+            (
+                *(core.ints, core.floats, core.work, core.penalty, core.successor_ptr),
+                *(core.successor_bound, core.successor_pair, core.arrival_cum),
+                *(core.arrival_pair, core.retain_ptr),
+            ),
+            (
+                *(ix.pair_node, ix.pair_commodity, ix.action_pair, ix.action_node, ix.hit_slot),
+                *(enc._work, enc._penalty, ix.route_src_pair, ix.route_dst_pair),
+                *(enc._route_cost, enc._compat_ptr, enc._compat_action, ix.transfer_src_slot),
+                *(ix.transfer_dst_slot, enc._transfer_dst_node, enc._transfer_size),
+                *(enc._transfer_bandwidth64, ix.budget, enc._retain_slot, enc._retain_size),
+                *(enc._retain_positions, ix.mu, enc._static_nodes),
+            ),
+            (enc._successor_probs, enc._successor_positions),
+        )
+        self._flags = (
+            self.envs[0].memory,
+            self._generates,
+            bool(core.draws_in_kernel and self._generates),
+            ix.score_slices[3].start,
+        )
+
+    def _buffers(self) -> None:
+        """The stacked state, the kernels' outputs and the observation, one row per env."""
+        n_envs, env = self.num_envs, self.envs[0]
+        ix = self._workload.index
+        n, a = ix.num_nodes, ix.num_actions
+        state = env.sim.state
+        self._state: tuple[np.ndarray, ...] = tuple(
+            np.zeros((n_envs, *getattr(state, name).shape), dtype=getattr(state, name).dtype)
+            for name in _STATE_FIELDS
+        )
+        self._fifo: tuple[np.ndarray, ...] = (
+            np.zeros((n_envs, _OUT_ROWS, 3), dtype=np.int64),  # pool
+            np.full((n_envs, ix.num_pairs), -1, dtype=np.int64),  # head
+            np.full((n_envs, ix.num_pairs), -1, dtype=np.int64),  # tail
+            np.zeros((n_envs, 2), dtype=np.int64),  # meta
+        )
+        self._units = np.zeros(n_envs, dtype=np.int64)
+        self._scores = np.zeros((n_envs, ix.num_scores))
+        self._out: list[np.ndarray] = [
+            np.zeros((n_envs, ix.num_transfers), dtype=np.int64),  # executed transfers
+            np.zeros(n_envs, dtype=np.int64),  # how many
+            np.zeros((n_envs, a), dtype=np.int64),  # the projection's hit bits
+            np.zeros((n_envs, ix.num_routes), dtype=np.int64),  # route
+            np.zeros((n_envs, a), dtype=np.int64),  # service
+            np.full((n_envs, n), -1, dtype=np.int64),  # start
+            np.zeros((n_envs, n * ix.num_signatures), dtype=np.int8),  # projection scratch
+            np.zeros((n_envs, a), dtype=np.int64),  # the transition's hit bits
+            np.zeros((n_envs, _OUT_ROWS, 3), dtype=np.int64),  # served units
+            np.zeros((n_envs, n)),  # work spent per node
+            np.zeros((n_envs, 8), dtype=np.int64),  # CompiledTransition.counts
+            np.zeros((n_envs, 4)),  # CompiledTransition.sums
+            np.zeros((n_envs, n), dtype=np.bool_),  # retention scratch
+            *self._unit_rows(_OUT_ROWS),
+            np.zeros((n_envs, max(ix.num_retains, 1), 2), dtype=np.int64),  # evicted
+            np.zeros((n_envs, n * ix.num_commodities + 1), dtype=np.float32),  # queues
+            np.zeros((n_envs, a), dtype=np.int64),  # the encoder's hit bits
+            np.zeros(n_envs, dtype=np.int64),  # slot
+        ]
+        layout = env._encoder.layout
+        self._obs: dict[str, np.ndarray] = {
+            key: np.zeros((n_envs, *spec.shape), dtype=spec.dtype) for key, spec in layout.items()
+        }
+        # The static arrays are the same every step: filled once.
+        first = env._encoder._observation(*[self._obs[key][0] for key in _DYNAMIC_KEYS])
+        for key in _STATIC_KEYS:
+            self._obs[key][:] = first[key]
+        self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
+        self._rngs: Any = NumbaList([env.sim.rng for env in self.envs]) if self.compiled else None
+        self._rates = np.zeros(n_envs)
+
+    def _unit_rows(self, rows: int) -> list[np.ndarray]:
+        """The per-unit outputs of ``rows`` rows per env: successor, (work, penalty), delay,
+        generated object."""
+        n_envs = self.num_envs
+        return [
+            np.zeros((n_envs, rows), dtype=np.int64),
+            np.zeros((n_envs, rows, 2)),
+            np.zeros((n_envs, rows), dtype=np.int64),
+            np.zeros((n_envs, rows, 3), dtype=np.int64),
+        ]
+
+    def _bind(self, i: int) -> None:
+        """Make env ``i``'s freshly reset state rows of the stacked arrays (its fifo is
+        empty after a reset: its row of the pool starts as one free list)."""
+        sim = self.envs[i].sim
+        state = sim.state
+        for name, stacked in zip(_STATE_FIELDS, self._state, strict=True):
+            stacked[i] = getattr(state, name)
+            setattr(state, name, stacked[i])
+        pool, head, tail, meta = self._fifo
+        rows = pool.shape[1]
+        pool[i, :, _NEXT] = np.arange(1, rows + 1)
+        pool[i, -1, _NEXT] = -1
+        meta[i] = (0, rows)
+        head[i] = -1
+        tail[i] = -1
+        self._rebind_fifo(i)
+        self._out[_SLOT][i] = state.t
+        self._units[i] = state.units
+        if self.compiled:
+            self._rngs[i] = sim.rng
+        self._rates[i] = sim._total_rate
+
+    def _rebind_fifo(self, i: int) -> None:
+        fifo = cast(RunFifo, self.envs[i].sim.state.fifo)
+        fifo.pool, fifo.head, fifo.tail, fifo.meta = (array[i] for array in self._fifo)
+
+    def _grow_pool(self) -> None:
+        """Twice the pool rows of every env (each env's new rows join its free list)."""
+        pool, head, tail, meta = self._fifo
+        old = pool.shape[1]
+        bigger = np.zeros((self.num_envs, 2 * old, 3), dtype=np.int64)
+        bigger[:, :old] = pool
+        bigger[:, old:, _NEXT] = np.arange(old + 1, 2 * old + 1)
+        bigger[:, -1, _NEXT] = meta[:, 0]
+        meta[:, 0] = old
+        meta[:, 1] += old
+        self._fifo = (bigger, head, tail, meta)
+        for i in range(self.num_envs):
+            self._rebind_fifo(i)
+
+    def _grow_rows(self) -> None:
+        """Twice the served-unit rows per env, keeping what the envs already served wrote."""
+        done = self._out[_DONE]
+        bigger = np.zeros((self.num_envs, 2 * done.shape[1], 3), dtype=np.int64)
+        bigger[:, : done.shape[1]] = done
+        self._out[_DONE] = bigger
+        self._out[_UNITS : _UNITS + 4] = self._unit_rows(bigger.shape[1])
+
+    # -- the Gymnasium API -------------------------------------------------------------
+    def reset(
+        self,
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        self._require_open()
+        seeds = self._seeds(seed)
+        if options:
+            raise ValueError(f"options are not supported, got {sorted(options)}")
+        infos: dict[str, Any] = {}
+        for i, env_seed in enumerate(seeds):
+            infos = self._reset_env(i, env_seed, infos)
+        self._reset_once = True
+        return self._observation(), infos
+
+    def _require_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("the vector env is closed: make a new one")
+
+    def _seeds(self, seed: Any) -> list[int | None]:
+        """One seed (or None) per env: ``seed + i`` for an integer, or a sequence of them."""
+
+        def whole(value: Any) -> bool:
+            return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+        if seed is None or whole(seed):
+            return [None if seed is None else int(seed) + i for i in range(self.num_envs)]
+        if isinstance(seed, (list, tuple, np.ndarray)) and len(seed) == self.num_envs:
+            bad = [i for i, s in enumerate(seed) if s is not None and not whole(s)]
+            if not bad:
+                return [None if s is None else int(s) for s in seed]
+            raise ValueError(
+                f"seed of env(s) {bad} must be an integer or None, got {[seed[i] for i in bad]!r}"
+            )
+        raise ValueError(
+            f"seed must be None, an integer or a sequence of {self.num_envs} seeds "
+            f"(one per env), got {seed!r}"
+        )
+
+    def _reset_env(self, i: int, seed: int | None, infos: dict[str, Any]) -> dict[str, Any]:
+        obs, info = self.envs[i].reset(seed=seed)
+        self._bind(i)
+        self._write_obs(i, obs)
+        self._elapsed[i] = 0
+        self._needs_reset[i] = False
+        return self._add_info(infos, info, i) if info else infos
+
+    def _write_obs(self, i: int, obs: Any) -> None:
+        env = self.envs[i]
+        if env.obs_mode == "dict":
+            for key, value in obs.items():
+                self._obs[key][i] = value
+        else:  # flat: the dict the env encoded it from
+            for key, value in env._encoder.encode(env.sim.state).items():
+                self._obs[key][i] = value
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        self._require_open()
+        if not self._reset_once:
+            raise RuntimeError("call reset() before step()")
+        checked_action(actions, "the actions")
+        scores = np.asarray(actions, dtype=np.float64)
+        expected = (self.num_envs, self._workload.index.num_scores)
+        if scores.shape != expected:
+            raise ValueError(
+                f"actions must have shape {expected} (one score vector per env), "
+                f"got {np.shape(actions)}"
+            )
+        bad = ~np.isfinite(scores).all(axis=1)
+        if bad.any():
+            raise ValueError(
+                f"actions must be finite; env(s) {np.flatnonzero(bad).tolist()} got NaN or inf"
+            )
+        rewards = np.zeros(self.num_envs)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        infos: dict[str, Any] = {}
+        resetting = self._needs_reset.copy()
+        active = ~resetting
+        if active.any():
+            if self.compiled:
+                rewards = self._step_compiled(scores, active)
+            else:
+                infos = self._step_each(scores, active, rewards)
+        for i in np.flatnonzero(resetting).tolist():
+            infos = self._reset_env(i, None, infos)
+        self._elapsed[active] += 1
+        truncated[active] = self._out[_SLOT][active] >= self._workload.horizon
+        if self.max_episode_steps is not None:
+            truncated[active] |= self._elapsed[active] >= self.max_episode_steps
+        self._needs_reset = truncated.copy()
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        return self._observation(), rewards, terminated, truncated, infos
+
+    def _step_each(self, scores: np.ndarray, active: np.ndarray, rewards: np.ndarray) -> dict:
+        """Every active env steps on its own (the path without the compiled batch)."""
+        infos: dict[str, Any] = {}
+        for i in np.flatnonzero(active).tolist():
+            env = self.envs[i]
+            obs, rewards[i], _, _, info = env.step(scores[i])
+            self._out[_SLOT][i] = env.sim.state.t
+            self._write_obs(i, obs)
+            if info:
+                infos = self._add_info(infos, dict(info), i)
+        return infos
+
+    def _step_compiled(self, scores: np.ndarray, active: np.ndarray) -> np.ndarray:
+        env0 = self.envs[0]
+        self._scores[:] = scores
+        before = self._lyapunov() if env0.reward_kind == "drift_plus_penalty" else None
+        first = 0
+        while True:
+            first, code = _step_all(
+                first,
+                active,
+                self._scores,
+                self._rngs,
+                self._rates,
+                self._flags,
+                self._statics_all,
+                self._state,
+                self._fifo,
+                tuple(self._out),
+                self._dynamic,
+            )
+            if code == 0:
+                break
+            self._grow_rows() if code == -1 else self._grow_pool()
+        enc = env0._encoder
+        if enc._successor_positions.shape[1] >= 8:  # numpy's pairwise float32 sum
+            probs = enc._successor_probs[self._out[_HIT_E], enc._arange_a]
+            queued = self._out[_QUEUE_FLAT][:, enc._successor_positions]
+            self._obs["service"][:, :, _PRESSURE] = (probs * queued).sum(axis=-1)
+        counts, sums, slot = self._out[_COUNTS], self._out[_SUMS], self._out[_SLOT]
+        self._units[active] += counts[active, 2] - counts[active, 4]
+        for i in np.flatnonzero(active).tolist():
+            state = self.envs[i].sim.state
+            state.t, state.units = int(slot[i]), int(self._units[i])
+        # h(t) and the reward in the single env's order of operations.
+        held = self._state[2].sum(axis=1)  # memory_used
+        wl = self._workload
+        penalty_memory = sums[:, 0] + wl.theta * held + wl.omega * counts[:, 6]
+        cost = env0.nu * (sums[:, 3] + sums[:, 1] + penalty_memory)
+        if before is None:
+            rewards = -(self._units + cost) / env0.reward_scale
+        else:
+            rewards = -(self._lyapunov() - before + cost) / env0.reward_scale
+        rewards[~active] = 0.0
+        return rewards
+
+    def _lyapunov(self) -> np.ndarray:
+        backlog = self._state[7].copy()  # queue_len
+        service_action = self._state[3]
+        action_pair = self._workload.index.action_pair
+        busy = np.nonzero(service_action >= 0)
+        np.add.at(backlog, (busy[0], action_pair[service_action[busy]]), 1)
+        return 0.5 * (backlog * backlog).sum(axis=1).astype(np.float64)
+
+    def _observation(self) -> Any:
+        env = self.envs[0]
+        if env.obs_mode == "dict":
+            if self.copy:
+                return {key: value.copy() for key, value in self._obs.items()}
+            return self._obs
+        flat = np.concatenate(
+            [self._obs[key].reshape(self.num_envs, -1) for key in FLAT_KEYS], axis=1
+        ).astype(np.float32)
+        mask = env.flat_layout["action_mask"][0]
+        flat[:, : mask.start] = symlog(flat[:, : mask.start])
+        return flat
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for env in self.envs:
+            env.close()

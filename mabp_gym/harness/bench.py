@@ -1,0 +1,292 @@
+"""Benchmark v3's tasks with headroom (SPEC 9, issue 24) and the leaderboard over them.
+
+On the headline metric, the stable load, MABP sits at the occupation bound of ``mixed`` and
+``rag``: it no longer separates good schedulers. Delay near the bound does (frame-MABP's
+P95 is about half MABP's there), and some networks leave MABP far from the bound. A task
+is a workload at one load; every policy is run on the published evaluation seeds
+(:data:`EVALUATION_SEEDS`, which training, tuning and checkpoint choice must not use) and
+judged on the same metrics: P95 delay counting the requests still in the network
+(``p95_delay_all``), mean backlog, penalty per arrived request and verdict v3's stability
+at the task's load. A policy's score on a task is MABP's P95 delay over its own (above 1:
+faster than MABP), and 0 where its backlog grows.
+
+    mabp-gym bench --out results/bench.jsonl            # run what is missing, print the board
+    mabp-gym bench --from-results results/bench.jsonl   # print the board only
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.core.metrics import growth_verdict, pooled
+from mabp_gym.extras import MissingExtraError
+from mabp_gym.harness.runs import RunSpec, plan
+from mabp_gym.harness.summaries import occupation_load
+
+
+@dataclass(frozen=True)
+class Task:
+    """A workload (with overrides) at one load."""
+
+    name: str
+    workload: str
+    load: float
+    overrides: tuple[tuple[str, Any], ...] = ()
+    why: str = ""
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        """Whether a run record is a run of this task."""
+        return (
+            record.get("workload") == self.workload
+            and abs(float(record.get("load", -1.0)) - self.load) < 1e-9
+            and dict(record.get("overrides") or {}) == dict(self.overrides)
+        )
+
+
+TASKS: tuple[Task, ...] = (
+    Task("mixed-0.90", "mixed", 0.90, why="near the bound: delay separates the schedulers"),
+    Task("mixed-0.95", "mixed", 0.95, why="closer still: the queues of the best stable policies"),
+    Task("rag-0.90", "rag", 0.90, why="retrieval contexts only"),
+    Task("agentic-0.90", "agentic", 0.90, why="tool results and re-planning loops"),
+    Task(
+        "multihop-0.50",
+        "multihop",
+        0.50,
+        why="a generated 50-node network with memory: MABP grows at half the bound",
+    ),
+    Task(
+        "mixed-tight-0.80",
+        "mixed",
+        0.80,
+        (("beta", 0.125),),
+        why="mixed with half its memory budget",
+    ),
+)
+TASK_NAMES = tuple(task.name for task in TASKS)
+EVALUATION_SEEDS = range(9000, 10000)
+"""The published evaluation seeds: training, tuning and checkpoint choice must not use them."""
+SEEDS = tuple(range(9000, 9010))
+HORIZON = 4000
+POLICIES = ("bp", "mabp", "frame-mabp", "oracle-sur", "gnn", "learn-mabp", "residual-mabp")
+LEARNED = ("gnn", "learn-mabp", "residual-mabp")
+REFERENCE = "mabp"
+
+
+def tasks_named(names: Iterable[str] | None) -> list[Task]:
+    """The tasks of ``names`` in the suite's order (``None``: every task).
+
+    Raises:
+        ValueError: a name that is not a task (the message lists them).
+    """
+    if names is None:
+        return list(TASKS)
+    names = list(names)
+    for name in names:
+        if name not in TASK_NAMES:
+            raise ValueError(f"unknown task {name!r}; choose from {', '.join(TASK_NAMES)}")
+    if not names:
+        raise ValueError("give at least one task")
+    return [task for task in TASKS if task.name in names]
+
+
+def check_seeds(seeds: Iterable[int]) -> list[int]:
+    """The seeds, each one of the published evaluation seeds.
+
+    Raises:
+        ValueError: a seed outside 9000-9999, or none.
+    """
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("give at least one seed")
+    outside = [s for s in seeds if s not in EVALUATION_SEEDS]
+    if outside:
+        raise ValueError(
+            f"seeds {outside[:5]} are not evaluation seeds; the benchmark runs on "
+            f"{EVALUATION_SEEDS.start}-{EVALUATION_SEEDS.stop - 1} only (training and tuning "
+            "use others)"
+        )
+    return seeds
+
+
+def plan_bench(
+    tasks: Sequence[Task],
+    policies: Sequence[str],
+    seeds: Iterable[int],
+    horizon: int = HORIZON,
+) -> tuple[list[RunSpec], list[tuple[str, str, str]]]:
+    """The runs of the suite, and ``(task, policy, why)`` for every learned policy left
+    out (no checkpoint for the task's workload, or the learning extra not installed).
+
+    Raises:
+        ValueError: a bad argument, or a scripted policy that cannot run on a task.
+    """
+    seeds = check_seeds(seeds)
+    specs: list[RunSpec] = []
+    skipped: list[tuple[str, str, str]] = []
+    for task in tasks:
+        for policy in policies:
+            try:
+                specs += plan(
+                    [policy],
+                    task.workload,
+                    [task.load],
+                    seeds,
+                    horizon=horizon,
+                    **dict(task.overrides),
+                )
+            except MissingExtraError:
+                if policy not in LEARNED:
+                    raise
+                skipped.append((task.name, policy, "needs the learning extra (mabp-gym[learn])"))
+            except ValueError as error:
+                if policy not in LEARNED or "checkpoint" not in str(error):
+                    raise
+                skipped.append((task.name, policy, _no_checkpoint(policy, task)))
+    return specs, skipped
+
+
+def _no_checkpoint(policy: str, task: Task) -> str:
+    if task.overrides:
+        return (
+            f"its shipped checkpoint for {task.workload} was made without "
+            f"{', '.join(f'{k}={v}' for k, v in task.overrides)}"
+        )
+    return (
+        f"no shipped checkpoint for {task.workload} (`mabp-gym train {policy} "
+        f"--workload {task.workload}` makes one)"
+    )
+
+
+def leaderboard(
+    records: Iterable[dict[str, Any]], tasks: Sequence[Task] = TASKS
+) -> list[dict[str, Any]]:
+    """One row per (task, policy) with runs: the metrics over seeds, verdict v3 at the
+    task's load and the score relative to MABP (``None`` where MABP did not run).
+
+    Row keys: ``task``, ``policy``, ``seeds``, ``bound`` (the occupation bound as a load),
+    ``p95_delay_all`` and ``p95_delay_all_half_width`` (95%), ``mean_backlog``,
+    ``penalty_per_arrival``, ``stable``, ``growth_mean``, ``score``, ``reference_grows``.
+    """
+    records = list(records)
+    rows = []
+    for task in tasks:
+        mine = [r for r in records if task.matches(r)]
+        by_policy: dict[str, list[dict[str, Any]]] = {}
+        for record in mine:
+            by_policy.setdefault(record["policy"], []).append(record)
+        bound = occupation_load(mine) if mine else None
+        summaries = {p: _summary(members) for p, members in by_policy.items()}
+        reference = summaries.get(REFERENCE)
+        order = [p for p in POLICIES if p in summaries] + sorted(set(summaries) - set(POLICIES))
+        for policy in order:
+            row = {"task": task.name, "policy": policy, "bound": bound, **summaries[policy]}
+            row["score"] = _score(row, reference)
+            row["reference_grows"] = None if reference is None else not reference["stable"]
+            rows.append(row)
+    return rows
+
+
+def _summary(members: list[dict[str, Any]]) -> dict[str, Any]:
+    delays = [m["p95_delay_all"] for m in members if m.get("p95_delay_all") is not None]
+    delay, half = pooled(delays) if delays else (math.nan, math.nan)
+    verdict = growth_verdict(members)
+    return {
+        "seeds": len(members),
+        "p95_delay_all": delay,
+        "p95_delay_all_half_width": half,
+        "mean_backlog": float(np.mean([m["mean_backlog"] for m in members])),
+        "penalty_per_arrival": _mean(m.get("penalty_per_arrival") for m in members),
+        "stable": verdict["stable"],
+        "growth_mean": verdict["growth_mean"],
+    }
+
+
+def _mean(values: Iterable[Any]) -> float:
+    kept = [float(v) for v in values if v is not None]
+    return float(np.mean(kept)) if kept else math.nan
+
+
+def _score(row: dict[str, Any], reference: dict[str, Any] | None) -> float | None:
+    if reference is None:
+        return None
+    if not row["stable"]:
+        return 0.0
+    return float(reference["p95_delay_all"] / row["p95_delay_all"])
+
+
+def standings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per policy over the tasks it ran: how many it is stable on, and the geometric mean
+    of its scores over those (``None`` where it is stable on none, or MABP did not run),
+    best first: most tasks stable, then the higher mean score."""
+    by_policy: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_policy.setdefault(row["policy"], []).append(row)
+    result: list[dict[str, Any]] = []
+    for policy, mine in by_policy.items():
+        scores = [r["score"] for r in mine if r["score"]]
+        geo = float(np.exp(np.mean(np.log(scores)))) if scores else None
+        result.append(
+            {
+                "policy": policy,
+                "tasks": len(mine),
+                "stable": sum(bool(r["stable"]) for r in mine),
+                "score": geo,
+            }
+        )
+    result.sort(key=lambda r: (-r["stable"], -(r["score"] or 0.0), r["policy"]))
+    return result
+
+
+def markdown(
+    rows: Sequence[dict[str, Any]],
+    skipped: Sequence[tuple[str, str, str]] = (),
+    tasks: Sequence[Task] = TASKS,
+) -> str:
+    """The leaderboard: the standings, then one table per task, then what was left out."""
+    lines = [
+        "| Policy | Tasks stable | Score where stable (geo-mean vs MABP) |",
+        "| --- | --- | --- |",
+    ]
+    for entry in standings(rows):
+        score = "-" if entry["score"] is None else f"{entry['score']:.2f}"
+        lines.append(f"| {entry['policy']} | {entry['stable']} of {entry['tasks']} | {score} |")
+    for task in tasks:
+        mine = [r for r in rows if r["task"] == task.name]
+        if not mine:
+            continue
+        bound = mine[0]["bound"]
+        where = f"bound {bound:.2f}" if bound is not None else "bound not computed"
+        lines += [
+            "",
+            f"**{task.name}** ({task.workload} at load {task.load:g}, {where}; {task.why})",
+            "",
+            "| Policy | Seeds | P95 delay (all) | Backlog | Penalty / arrival | Stable | Score |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for row in mine:
+            grows = " (MABP not stable)" if row["reference_grows"] else ""
+            score = "-" if row["score"] is None else f"{row['score']:.2f}{grows}"
+            lines.append(
+                f"| {row['policy']} | {row['seeds']} | {row['p95_delay_all']:.1f} ± "
+                f"{row['p95_delay_all_half_width']:.1f} | {row['mean_backlog']:.1f} | "
+                f"{row['penalty_per_arrival']:.4f} | {'yes' if row['stable'] else 'no'} | "
+                f"{score} |"
+            )
+    if skipped:
+        lines += ["", "Left out:"]
+        lines += [f"- {policy} on {task}: {why}" for task, policy, why in skipped]
+    lines += [
+        "",
+        "P95 delay (all): of the requests born after the warm-up, counting those still in "
+        "the network at their age (± a 95% half-width over seeds). Stable: verdict v3 at the "
+        "task's load (the growth pooled over seeds below 0.015 of the arrivals with 95% "
+        "confidence and, where significantly above zero, halving when the run doubles). Score: "
+        "MABP's P95 delay (all) over the policy's, 0 where it is not stable; where MABP "
+        "itself is not, its delay grows with the run length and the score with it.",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,133 @@
+"""Runs handed to workers: in this process, a process pool or Ray, yielded as they finish,
+the runs not yet started cancelled after the first failure (:func:`dispatch`). A pool
+worker exits when its parent is gone; an interrupted sweep terminates its workers."""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from mabp_gym.harness.runs import RunSpec, run
+
+BACKENDS = ("serial", "process", "ray")
+
+
+def _run_safely(spec: RunSpec) -> tuple[dict[str, Any] | None, str | None]:
+    """``(record, None)``, or ``(None, traceback)`` when the run raised."""
+    try:
+        return run(spec), None
+    except Exception:  # noqa: BLE001 - reported to the parent with its traceback
+        return None, traceback.format_exc()
+
+
+def _watch_parent(parent: int) -> None:
+    """Worker initializer: exit when the parent process is gone (a ``kill -9`` of the
+    sweep must not leave workers computing for nobody)."""
+    import threading
+
+    adopted_by = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.25)
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # pragma: no cover - a reused pid of another user
+                os._exit(1)
+            if os.getppid() != adopted_by:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+def dispatch(
+    todo: Sequence[RunSpec], backend: str, workers: int | None, address: str | None
+) -> Iterable[tuple[RunSpec, dict[str, Any] | None, str | None]]:
+    """Yield ``(spec, record, None)`` or ``(spec, None, traceback)`` as runs finish. After
+    the first failure the runs not yet started are cancelled."""
+    if not todo:
+        return
+    if backend == "serial" or (backend == "process" and (workers == 1 or len(todo) == 1)):
+        for spec in todo:
+            record, error = _run_safely(spec)
+            yield spec, record, error
+            if error is not None:
+                return
+    elif backend == "process":
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        pool = ProcessPoolExecutor(
+            max_workers=min(workers or os.cpu_count() or 1, len(todo)),
+            initializer=_watch_parent,
+            initargs=(os.getpid(),),
+        )
+        clean = False
+        try:
+            pending = {pool.submit(_run_safely, spec): spec for spec in todo}
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                failed = False
+                for future in finished:
+                    spec = pending.pop(future)
+                    if future.cancelled():
+                        continue
+                    try:
+                        record, error = future.result()
+                    except Exception:  # noqa: BLE001 - a worker died (BrokenProcessPool)
+                        record, error = None, traceback.format_exc()
+                    failed = failed or error is not None
+                    yield spec, record, error
+                if failed:
+                    for future in pending:
+                        future.cancel()
+            clean = True
+        finally:
+            if clean:
+                pool.shutdown(wait=True)
+            else:
+                # Interrupted (Ctrl-C, an exception in the caller): stop the workers now
+                # instead of waiting for every queued run.
+                processes = list(getattr(pool, "_processes", {}).values())
+                pool.shutdown(wait=False, cancel_futures=True)
+                for process in processes:
+                    process.terminate()
+    else:
+        for spec, (record, error) in _ray(todo, workers, address):
+            yield spec, record, error
+
+
+def _ray(
+    todo: Sequence[RunSpec], workers: int | None, address: str | None
+) -> Iterable[tuple[RunSpec, tuple[dict[str, Any] | None, str | None]]]:
+    try:
+        import ray
+    except ImportError as error:  # pragma: no cover - depends on the optional extra
+        raise ValueError("backend 'ray' needs the optional extra: pip install '.[ray]'") from error
+    started_here = not ray.is_initialized()
+    if started_here:
+        kwargs: dict[str, Any] = (
+            {"address": address}
+            if address
+            else {"num_cpus": workers or os.cpu_count() or 1, "include_dashboard": False}
+        )
+        ray.init(ignore_reinit_error=True, log_to_driver=False, **kwargs)
+    try:
+        remote = ray.remote(num_cpus=1)(_run_safely)
+        pending = {remote.remote(spec): spec for spec in todo}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            spec = pending.pop(ready[0])
+            outcome = ray.get(ready[0])
+            yield spec, outcome
+            if outcome[1] is not None:
+                for ref in pending:
+                    ray.cancel(ref)
+                return
+    finally:
+        if started_here:
+            ray.shutdown()

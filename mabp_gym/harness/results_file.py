@@ -1,0 +1,231 @@
+"""The crash-safe results file: records stream to a JSON-lines file as runs finish (each
+flushed to disk), and a rerun skips every run already in the file, so an interrupted sweep
+loses nothing.
+
+The file is locked for the whole sweep (a second writer is refused), repaired without ever
+rewriting a complete record in place (a torn tail is truncated; lines that are not records
+go to a ``.rejected`` sidecar and the cleaned file replaces the old one by an atomic
+rename). :func:`read_records` reads one and never modifies it. See ``docs/reliability.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from mabp_gym.harness.runs import LATER_METRIC_KEYS, METRIC_KEYS
+
+RECORD_FIELDS = {
+    "key": str,
+    "policy": str,
+    "workload": str,
+    "load": (int, float),
+    "seed": int,
+    "horizon": int,
+}
+"""Fields (and types) without which a line of a results file is not a record."""
+
+
+class ResultsFileBusyError(ValueError):
+    """Another process holds the results file (two writers would duplicate runs)."""
+
+
+def _record_problem(value: Any) -> str | None:
+    """Why a parsed line is not a record (``None`` when it is one)."""
+    if not isinstance(value, dict):
+        return f"a JSON {type(value).__name__}, not an object"
+    for name, kind in RECORD_FIELDS.items():
+        if name not in value:
+            return f"no {name!r} field"
+        if isinstance(value[name], bool) or not isinstance(value[name], kind):  # type: ignore[arg-type]
+            return f"field {name!r} is {value[name]!r}"
+    missing = [k for k in METRIC_KEYS if k not in value and k not in LATER_METRIC_KEYS]
+    if missing:
+        return f"no {missing[0]!r} field"
+    return None
+
+
+def _scan(data: bytes) -> tuple[list[tuple[bytes, dict[str, Any]]], list[tuple[bytes, str]]]:
+    """Split the complete lines of a results file into records (first of each key kept)
+    and rejected lines with the reason; a torn last line is left out of both."""
+    records: list[tuple[bytes, dict[str, Any]]] = []
+    rejected: list[tuple[bytes, str]] = []
+    seen: set[str] = set()
+    complete = data[: data.rfind(b"\n") + 1]
+    for raw in complete.splitlines(keepends=True):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            rejected.append((raw, "not JSON"))
+            continue
+        problem = _record_problem(value)
+        if problem is None and value["key"] in seen:
+            problem = f"a second record of run {value['key']}"
+        if problem is not None:
+            rejected.append((raw, problem))
+            continue
+        seen.add(value["key"])
+        records.append((raw, value))
+    return records, rejected
+
+
+def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a JSON-lines results file (read only; never modifies it).
+
+    A torn last line (a write cut by a kill) is ignored; a complete line that is not a
+    record (``42``, ``null``, a record missing fields, bad JSON) or repeats a run already
+    read is skipped with a warning. A missing file has no records.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    if not path.is_file():
+        raise ValueError(f"{path}: not a regular file")
+    records, rejected = _scan(path.read_bytes())
+    if rejected:
+        warnings.warn(
+            f"{path}: skipped {len(rejected)} line(s) that are not records "
+            f"(first: {rejected[0][1]})",
+            stacklevel=2,
+        )
+    return [value for _, value in records]
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _fsync_directory(path: Path) -> None:
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _set_aside(path: Path, rejected: list[tuple[bytes, str]]) -> None:
+    """Append rejected lines to the ``.rejected`` sidecar, each after a reason line."""
+    with _sidecar(path, ".rejected").open("ab") as sidecar:
+        for raw, reason in rejected:
+            note = json.dumps({"rejected_from": path.name, "reason": reason})
+            sidecar.write(note.encode() + b"\n" + raw.rstrip(b"\n") + b"\n")
+        sidecar.flush()
+        os.fsync(sidecar.fileno())
+
+
+def _repair(path: Path) -> dict[str, dict[str, Any]]:
+    """Make ``path`` a file of whole, distinct records and return them by key.
+
+    Never loses a complete record, whenever it is killed: a torn last line is cut off by
+    truncating the file in place (one system call; the complete lines before it are never
+    rewritten), and lines that are not records are copied to the ``.rejected`` sidecar
+    before a cleaned copy is written to a temporary file and renamed over the original
+    (atomic: a kill leaves either the old file or the new one). The caller holds the lock.
+    """
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        _set_aside(path, [(data[keep:], "torn last line (an interrupted write)")])
+        with path.open("r+b") as handle:
+            handle.truncate(keep)
+            handle.flush()
+            os.fsync(handle.fileno())
+        data = data[:keep]
+    records, rejected = _scan(data)
+    if rejected:
+        warnings.warn(
+            f"{path}: set aside {len(rejected)} line(s) that are not records in "
+            f"{_sidecar(path, '.rejected').name} (first: {rejected[0][1]}); their "
+            "runs are recomputed",
+            stacklevel=3,
+        )
+        _set_aside(path, rejected)
+        cleaned = _sidecar(path, ".repair")
+        with cleaned.open("wb") as handle:
+            handle.writelines(raw for raw, _ in records)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(cleaned, path)
+        _fsync_directory(path)
+    return {value["key"]: value for _, value in records}
+
+
+def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
+    """Raise ``ValueError`` unless ``path`` can be written as a regular file: not a
+    directory or a device, in an existing directory, writable."""
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        if path.is_dir():
+            raise ValueError(f"{what} {str(path)!r} is a directory; give a file path")
+        if not path.is_file():
+            raise ValueError(
+                f"{what} {str(path)!r} is not a regular file (a device, a pipe or a broken link)"
+            )
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{what} {str(path)!r} is not writable")
+        return path
+    parent = path.parent
+    if not parent.is_dir():
+        raise ValueError(f"{what} {str(path)!r}: the directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {str(path)!r}: the directory {str(parent)!r} is not writable")
+    return path
+
+
+class _ResultsFile:
+    """A results file held under an exclusive ``fcntl`` lock (on a ``.lock`` sidecar, so
+    that the atomic rename of a repair keeps it) for as long as a sweep writes to it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock: Any = None
+        self.sink: Any = None
+
+    def __enter__(self) -> _ResultsFile:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no advisory locks
+            fcntl = None  # type: ignore[assignment]
+        self._lock = _sidecar(self.path, ".lock").open("a+")
+        if fcntl is not None:
+            try:
+                fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._lock.seek(0)
+                holder = self._lock.read().strip() or "unknown"
+                self._lock.close()
+                raise ResultsFileBusyError(
+                    f"{self.path} is being written by another process (pid {holder}); two "
+                    "writers would duplicate runs: wait for it to finish, or write to "
+                    "another file"
+                ) from None
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(str(os.getpid()))
+        self._lock.flush()
+        return self
+
+    def open_for_append(self) -> None:
+        self.sink = self.path.open("ab")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.sink.write(json.dumps(record).encode() + b"\n")
+        self.sink.flush()
+        os.fsync(self.sink.fileno())
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.sink is not None:
+            self.sink.close()
+        self._lock.close()  # closing the descriptor releases the lock

@@ -1,0 +1,344 @@
+"""A run of the harness: everything that determines it (:class:`RunSpec` and its key), the
+runs of a grid with every argument checked first (:func:`plan`), and one run simulated into
+its record (:func:`run`).
+
+Runs are independent and fully determined by their configuration (the simulator and the
+policy are both seeded with ``seed``; all randomness comes from the seeded generator), so
+serial, process-pool and Ray runs give identical records, apart from the wall-clock fields
+(:data:`TIMING_KEYS`). A run is keyed on everything that determines it (:attr:`RunSpec.key`):
+a results file skips a run whose key it holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.core.fileformat import file_digest, workload_digest_of
+from mabp_gym.core.metrics import TRACE_STRIDE, Trace, summarize
+from mabp_gym.core.simulator import Simulator
+from mabp_gym.core.workload import Workload
+from mabp_gym.core.workloads import WORKLOADS, make_workload
+from mabp_gym.registry import checkpoint_path, make_policy, policy_names
+from mabp_gym.rollout import episode
+from mabp_gym.version import __version__
+
+TIMING_KEYS = ("decision_us_mean", "decision_us_p95", "decision_us_first", "wall_s")
+"""Record fields measured in wall-clock time: the only fields that differ between reruns.
+The mean and P95 of the decision time leave out the first slot, whose decision includes
+one-off work (numba's compilation or cache load, a checkpoint's first forward):
+``decision_us_first`` reports it apart."""
+METRIC_KEYS = (
+    "stable",
+    "slope",
+    "mean_backlog",
+    "growth",
+    "paper_slope",
+    "paper_backlog",
+    "penalty",
+    "p95_delay",
+    "p95_delay_all",
+    "penalty_per_arrival",
+    "hit_ratio",
+    "churn",
+    "completion_ratio",
+    "work_per_request",
+    "compute_cost",
+    "transmission_cost",
+    "memory_cost",
+)
+LATER_METRIC_KEYS = ("p95_delay_all", "penalty_per_arrival")
+"""Metrics added after results files were first written: a record without them is still a
+record (its summaries show them as missing)."""
+KEY_VERSION = 2  # bumped whenever what the run key covers changes
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that determines one run.
+
+    ``workload_digest`` (the workload's whole description, the load excepted) and
+    ``checkpoint_digest`` (the content of the checkpoint a learned policy reads) are filled
+    in by :func:`plan`; a hand-made spec without them computes them when its key is asked.
+    """
+
+    policy: str
+    workload: str
+    load: float
+    seed: int
+    horizon: int = 600
+    warmup: float = 0.2
+    memory: bool = True
+    nu: float = 5.0
+    overrides: tuple[tuple[str, Any], ...] = ()
+    policy_kw: tuple[tuple[str, Any], ...] = ()
+    workload_object: Workload | None = field(default=None, compare=False, repr=False)
+    workload_digest: str = field(default="", compare=False, repr=False)
+    checkpoint_digest: str | None = field(default=None, compare=False, repr=False)
+
+    @cached_property
+    def key(self) -> str:
+        """Identifier of everything that determines the run's record: the whole workload,
+        the policy and its parameters (a checkpoint by its content, not its path), the
+        exact load (no rounding), seed, horizon, warm-up, memory, ``nu`` and the package
+        version. A rerun skips a run whose key is already in the results file."""
+        return self.key_with(self.workload_digest or workload_digest_of(self.build_workload()))
+
+    def key_with(self, workload_digest: str) -> str:
+        """:attr:`key` given the digest of the workload this spec builds."""
+        checkpoint = self.checkpoint_digest
+        if checkpoint is None:
+            checkpoint = checkpoint_digest_of(
+                self.policy,
+                dict(self.policy_kw),
+                self.workload if self.workload_object is None else self.workload_object.name,
+            )
+        policy_kw = {k: v for k, v in self.policy_kw if k != "checkpoint"}
+        payload = json.dumps(
+            {
+                "key_version": KEY_VERSION,
+                "package": __version__,
+                "policy": self.policy,
+                "policy_kw": sorted(map(list, policy_kw.items())),
+                "checkpoint": checkpoint,
+                "workload": self.workload,
+                "workload_digest": workload_digest,
+                "overrides": sorted(map(list, self.overrides)),
+                "load": float(self.load).hex(),
+                "seed": int(self.seed),
+                "horizon": int(self.horizon),
+                "warmup": float(self.warmup).hex(),
+                "memory": bool(self.memory),
+                "nu": float(self.nu).hex(),
+            },
+            sort_keys=True,
+            default=repr,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+    def build_workload(self) -> Workload:
+        if self.workload_object is not None:
+            from dataclasses import replace
+
+            return replace(self.workload_object.with_load(self.load), horizon=self.horizon)
+        overrides = (*self.overrides, ("load", self.load), ("horizon", self.horizon))
+        if self.workload in WORKLOADS:
+            try:
+                return _built_in_workload(self.workload, overrides)
+            except TypeError:  # an override that cannot be a cache key (a list): built anew
+                pass
+        return make_workload(self.workload, **dict(overrides))
+
+
+@lru_cache(maxsize=32)
+def _built_in_workload(name: str, overrides: tuple[tuple[str, Any], ...]) -> Workload:
+    """A built-in workload, built once per process and parameters: workloads are frozen
+    and their index arrays read-only, so runs can share one (a table runs many seeds and
+    policies on each load; building ``mixed`` costs about 10 ms)."""
+    return make_workload(name, **dict(overrides))
+
+
+def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: str) -> str | None:
+    """The content digest of the checkpoint ``policy`` reads (``None``: it reads none).
+
+    Raises:
+        ValueError: the policy reads a checkpoint and there is no such file.
+    """
+    path = checkpoint_path(policy, policy_kw, workload_name)
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ValueError(f"policy {policy!r}: no checkpoint file at {str(path)!r}")
+    return file_digest(path)
+
+
+def run(spec: RunSpec) -> dict[str, Any]:
+    """Simulate one run and return its record (every SPEC 5 metric)."""
+    started = time.perf_counter()
+    workload = spec.build_workload()
+    sim = Simulator(workload, memory=spec.memory, check_invariants=True)
+    sim.reset(spec.seed)
+    policy = make_policy(
+        spec.policy, workload, nu=spec.nu, memory=spec.memory, **dict(spec.policy_kw)
+    )
+    policy.reset(spec.seed)
+    if "torch" in sys.modules:
+        # A learned policy scores one small graph per slot: one thread is several times
+        # faster than several threads fighting over the cores the other runs use.
+        sys.modules["torch"].set_num_threads(1)
+    key = spec.key_with(spec.workload_digest or workload_digest_of(workload))
+    trace = Trace()
+    decisions = np.empty(spec.horizon)
+    residency = np.zeros((workload.index.num_nodes, workload.index.num_signatures))
+    for t, slot in enumerate(episode(sim, policy, spec.horizon, check=True)):
+        decisions[t] = slot.decision_s
+        trace.record(slot.outcome)
+        residency += sim.state.holder >= 0
+    metrics = summarize(trace, spec.warmup)
+    steady = decisions[1:] if len(decisions) > 1 else decisions
+    record: dict[str, Any] = {
+        "policy": spec.policy,
+        "workload": workload.name,
+        "load": spec.load,
+        "seed": spec.seed,
+        **metrics,
+        # The first slot's decision includes compilation and first-call work: apart.
+        "decision_us_mean": float(steady.mean() * 1e6),
+        "decision_us_p95": float(np.percentile(steady, 95) * 1e6),
+        "decision_us_first": float(decisions[0] * 1e6),
+        "horizon": spec.horizon,
+        "warmup": spec.warmup,
+        "memory": spec.memory,
+        "nu": spec.nu,
+        "overrides": dict(spec.overrides),
+        "policy_kw": dict(spec.policy_kw),
+        "arrival_rate": workload.total_rate,
+        "lambda_ref": workload.lambda_ref,
+        "backlog_trace": trace.backlog[::TRACE_STRIDE],
+        "residency": (residency / spec.horizon).round(4).tolist(),
+        "nodes": [node.name for node in workload.nodes],
+        "signatures": [s.name for s in workload.signatures],
+        "key": key,
+        "wall_s": time.perf_counter() - started,
+    }
+    return _clean(record)
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN becomes None, numpy scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def _check_seeds(seeds: Iterable[Any]) -> list[int]:
+    checked = []
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seeds must be integers >= 0, got {seed!r}")
+        checked.append(int(seed))
+    return checked
+
+
+def _check_loads(loads: Iterable[Any]) -> list[float]:
+    checked = []
+    for load in loads:
+        if isinstance(load, bool) or not isinstance(load, (int, float, np.integer, np.floating)):
+            raise ValueError(f"loads must be numbers, got {load!r}")
+        if not math.isfinite(float(load)):
+            raise ValueError(f"loads must be finite, got {load!r}")
+        checked.append(float(load))
+    return checked
+
+
+def plan(
+    policies: Sequence[str],
+    workload: str | Workload,
+    loads: Iterable[float],
+    seeds: Iterable[int],
+    *,
+    horizon: int = 600,
+    warmup: float = 0.2,
+    memory: bool = True,
+    nu: float = 5.0,
+    policy_kw: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> list[RunSpec]:
+    """The runs of a grid, every argument validated before anything runs.
+
+    Builds the workload at every load and each policy once (a missing or mismatched
+    checkpoint, an unknown policy keyword fail here, not in the middle of a sweep).
+
+    Raises:
+        ValueError: naming the bad argument and what is allowed.
+    """
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0.0 <= warmup < 1.0:
+        raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 2:
+        raise ValueError(f"horizon must be an integer >= 2, got {horizon!r}")
+    if isinstance(nu, bool) or not isinstance(nu, (int, float)) or not math.isfinite(nu) or nu < 0:
+        raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
+    if not isinstance(memory, (bool, np.bool_)):
+        raise ValueError(f"memory must be True or False, got {memory!r}")
+    if isinstance(policies, str):
+        policies = [policies]
+    for name in policies:
+        if name not in policy_names():
+            raise ValueError(f"unknown policy {name!r}; choose one of {policy_names()}")
+    loads = _check_loads(loads)
+    seeds = _check_seeds(seeds)
+    if not loads or not seeds or not policies:
+        raise ValueError("policies, loads and seeds must not be empty")
+    for key in ("load", "horizon"):
+        if key in overrides:
+            raise ValueError(
+                f"{key} is set by the {key}s/horizon argument of the grid, not "
+                f"as a workload override (got {key}={overrides[key]!r})"
+            )
+    from mabp_gym.core.workloads import is_workload_file
+
+    if isinstance(workload, str) and is_workload_file(workload):
+        workload = make_workload(workload, **overrides, horizon=horizon)
+        overrides = {}
+    if isinstance(workload, Workload):
+        if overrides:
+            raise ValueError("overrides need a workload name, not a Workload object")
+        name, obj = workload.name, workload
+        base = [workload.with_load(load) for load in loads][0]
+    elif isinstance(workload, str):
+        from mabp_gym.core.workloads import workload_params
+
+        name, obj = workload, None
+        base = make_workload(workload, **{**overrides, "load": loads[0], "horizon": horizon})
+        for load in loads[1:]:
+            workload_params(workload)["load"].check("load", load)
+    else:
+        raise ValueError(
+            f"workload must be a workload name, a workload file or a Workload, got {workload!r}"
+        )
+    policy_kw = dict(policy_kw or {})
+    digests = {}
+    for policy in dict.fromkeys(policies):
+        try:
+            make_policy(policy, base, nu=float(nu), memory=bool(memory), **policy_kw)
+        except TypeError as error:
+            raise ValueError(f"policy {policy!r}: {error}") from None
+        digests[policy] = checkpoint_digest_of(policy, policy_kw, name)
+    workload_digest = workload_digest_of(base)
+    return [
+        RunSpec(
+            policy=p,
+            workload=name,
+            load=load,
+            seed=seed,
+            horizon=int(horizon),
+            warmup=float(warmup),
+            memory=bool(memory),
+            nu=float(nu),
+            overrides=tuple(sorted(overrides.items())),
+            policy_kw=tuple(sorted(policy_kw.items())),
+            workload_object=obj,
+            workload_digest=workload_digest,
+            checkpoint_digest=digests[p],
+        )
+        for p in policies
+        for load in loads
+        for seed in seeds
+    ]

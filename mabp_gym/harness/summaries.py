@@ -1,0 +1,210 @@
+"""Summaries of records: mean and spread over seeds per (policy, load) with both verdicts
+(:func:`summarize_records`), the stable load per policy (:func:`stable_load`,
+:func:`paper_load`) below the occupation bound (:func:`occupation_load`), and the cells
+that need a longer horizon (:func:`undecided`, :func:`decide_horizons`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.core.metrics import growth_verdict, is_stable
+from mabp_gym.core.workloads import make_workload
+from mabp_gym.harness.runs import METRIC_KEYS, RunSpec
+
+VERDICTS = ("stable", "paper")
+"""``stable``: the backlog does not grow (SPEC 9.2, verdict v3: growth pooled over the
+seeds below the limit with 95% confidence, and falling as the run lengthens);
+``paper``: the paper's short-horizon rule on seed means (slope < 0.035, backlog < 120)."""
+
+
+def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and standard deviation over seeds per (policy, load), with both verdicts.
+
+    ``stable``: verdict v3 (:func:`mabp_gym.core.metrics.growth_verdict`): the growth pooled
+    over the seeds is below the limit with 95% confidence and, where it is significantly
+    positive, falls as the run lengthens (``growth_mean``, ``growth_half_width``,
+    ``growth_half`` and ``trend`` say why); ``stable_seeds`` counts the runs that do not
+    grow on their own. ``paper_stable``: the seed-mean slope and backlog of the paper's
+    window pass its rule.
+    """
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["policy"], float(record["load"])), []).append(record)
+    rows = []
+    for (policy, load), members in sorted(groups.items()):
+        row: dict[str, Any] = {"policy": policy, "load": load, "seeds": len(members)}
+        for key in (*METRIC_KEYS[1:], "decision_us_mean", "decision_us_p95"):
+            values = np.array([m[key] for m in members if m.get(key) is not None], dtype=float)
+            row[key] = float(values.mean()) if values.size else None
+            row[f"{key}_std"] = float(values.std()) if values.size else None
+        row["stable_seeds"] = sum(bool(m["stable"]) for m in members)
+        row.update(growth_verdict(members))
+        slope = row["paper_slope"] if row["paper_slope"] is not None else row["slope"]
+        backlog = row["paper_backlog"] if row["paper_backlog"] is not None else row["mean_backlog"]
+        row["paper_stable"] = is_stable(slope, backlog)
+        rows.append(row)
+    return rows
+
+
+def stable_load(
+    records: Iterable[dict[str, Any]],
+    verdict: str = "stable",
+    bound: float | str | None = "auto",
+) -> dict[str, float]:
+    """Largest grid load per policy such that it and every smaller grid load pass
+    ``verdict`` (0.0 when the smallest does not).
+
+    Args:
+        records: evaluation records (any mix of policies, loads and seeds).
+        verdict: ``"stable"`` (the backlog does not grow, SPEC 9.2; decide it at a long
+            horizon, see docs/results.md) or ``"paper"`` (the paper's rule; see
+            :func:`paper_load`).
+        bound: the occupation bound as a load: a load at or above it (within 1e-6: two
+            LPs) is never stable. There the network is critically loaded or overloaded for
+            every policy (paper Thm. 1); at the bound itself its backlog grows like the
+            square root of time, which a finite run's slope cannot tell from no growth.
+            ``"auto"`` (the default) computes it from the records
+            (:func:`occupation_load`; no bound where it cannot: records of several
+            workloads, the no-memory system, a workload file that moved); ``None`` applies
+            none.
+    """
+    records = list(records)
+    if isinstance(bound, str):
+        if bound != "auto":
+            raise ValueError(f"bound must be a load > 0, 'auto' or None, got {bound!r}")
+        bound = occupation_load(records) if records else None
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if bound is not None and not (isinstance(bound, (int, float)) and bound > 0):
+        raise ValueError(f"bound must be a load > 0, 'auto' or None, got {bound!r}")
+    flag = "stable" if verdict == "stable" else "paper_stable"
+    result: dict[str, float] = {}
+    by_policy: dict[str, list[dict[str, Any]]] = {}
+    for row in summarize_records(records):
+        by_policy.setdefault(row["policy"], []).append(row)
+    for policy, rows in by_policy.items():
+        best = 0.0
+        for row in sorted(rows, key=lambda r: r["load"]):
+            if not row[flag] or (bound is not None and row["load"] >= bound - 1e-6):
+                break
+            best = row["load"]
+        result[policy] = best
+    return result
+
+
+FALLING = 0.9
+""":func:`undecided`: growth at the full horizon below this fraction of the half-horizon
+growth counts as still falling."""
+
+
+def undecided(records: Iterable[dict[str, Any]]) -> list[tuple[str, float]]:
+    """The ``(policy, load)`` cells whose verdict v3 the runs cannot decide yet: not shown
+    stable, below the occupation bound, and either the trend check passes (no evidence that
+    the growth fails to halve: early in a run a settling queue rises like a growing one),
+    or the growth is still falling (under ``FALLING`` times its half-horizon value: a queue
+    settling over several thousand slots, which one horizon cannot tell from a queue at
+    capacity), or, without a trace to cut, the pooled growth's 95% interval contains the
+    limit. A cell whose growth neither halves nor falls is decided: it grows.
+    :func:`decide_horizons` reruns the undecided cells longer."""
+    from mabp_gym.core.metrics import GROWTH_LIMIT
+
+    records = list(records)
+    bound = occupation_load(records)
+    cells = []
+    for row in summarize_records(records):
+        if row["stable"] or (bound is not None and row["load"] >= bound - 1e-6):
+            continue
+        mean, half = row["growth_mean"], row["growth_half_width"]
+        if row["growth_half"] is None:
+            still = mean < GROWTH_LIMIT <= mean + half
+        else:
+            falling = row["growth_half"] > 0 and mean < FALLING * row["growth_half"]
+            still = row["trend"] is True or falling
+        if still:
+            cells.append((row["policy"], row["load"]))
+    return cells
+
+
+def decide_horizons(
+    specs: Sequence[RunSpec],
+    max_horizon: int,
+    run: Callable[[list[RunSpec]], list[dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], dict[tuple[str, float], int]]:
+    """Run ``specs``, then rerun every undecided cell (:func:`undecided`) on the same seeds
+    at twice the horizon, until each is decided or the next horizon would pass
+    ``max_horizon`` (verdict v3's horizon chosen per policy and load by the trend check).
+
+    Args:
+        specs: the grid (one horizon).
+        max_horizon: the longest horizon to try.
+        run: executes specs and returns their records
+            (:func:`~mabp_gym.harness.evaluation.execute` with its options).
+
+    Returns:
+        The records of every cell at its deciding horizon (the longest it ran), and that
+        horizon per cell.
+
+    Raises:
+        ValueError: ``max_horizon`` below the grid's horizon.
+    """
+    horizon = max(spec.horizon for spec in specs)
+    if not isinstance(max_horizon, int) or max_horizon < horizon:
+        raise ValueError(
+            f"max_horizon must be an integer >= the grid's {horizon}, got {max_horizon!r}"
+        )
+    from dataclasses import replace
+
+    records = run(list(specs))
+    used = {(spec.policy, float(spec.load)): spec.horizon for spec in specs}
+    while 2 * horizon <= max_horizon:
+        open_cells = set(undecided(records))
+        if not open_cells:
+            break
+        horizon *= 2
+        longer = [
+            replace(spec, horizon=horizon)
+            for spec in specs
+            if (spec.policy, float(spec.load)) in open_cells
+        ]
+        fresh = run(longer)
+        records = [r for r in records if (r["policy"], float(r["load"])) not in open_cells]
+        records += fresh
+        used.update({cell: horizon for cell in open_cells})
+    return records, used
+
+
+def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
+    """The occupation bound (:func:`mabp_gym.capacity`, ``"occ"``) of the records' workload
+    as a load (bound / ``lambda_ref``); ``None`` when they mix workloads or settings, or the
+    workload cannot be rebuilt from its name (a workload file that moved)."""
+    from mabp_gym.core.capacity import capacity
+
+    settings = {
+        (
+            r.get("workload"),
+            json.dumps(r.get("overrides", {}), sort_keys=True),
+            r.get("memory", True),
+        )
+        for r in records
+    }
+    if len(settings) != 1:
+        return None
+    name, overrides, memory = settings.pop()
+    if not memory or not isinstance(name, str):
+        return None
+    try:
+        workload = make_workload(name, **json.loads(overrides))
+    except (ValueError, TypeError):
+        return None
+    reference = workload.lambda_ref
+    return capacity(workload, "occ") / reference if reference else None
+
+
+def paper_load(records: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """The paper's stable load: horizon 600, warm-up 20%, seed-mean slope < 0.035 and
+    seed-mean backlog < 120 (SPEC 9.2), from each run's first 600 slots."""
+    return stable_load(records, verdict="paper")
