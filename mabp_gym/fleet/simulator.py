@@ -239,14 +239,10 @@ class ScrapedMetrics:
 
     def __init__(self, sim: FleetSimulator) -> None:
         self.config = sim.config
-        if sim.config.scrape_interval_s > 0:
-            self.waiting = sim.waiting_count.copy()  # (W,) int64
-            self.running = sim.running.copy()  # (W,) int64
-            self.running_blocks = sim.running_blocks.copy()  # (W,) int64
-        else:  # no delay: the engines' live arrays
-            self.waiting = sim.waiting_count
-            self.running = sim.running
-            self.running_blocks = sim.running_blocks
+        # One (3, W) table, so that a scrape is one copy: waiting, running, running blocks.
+        live = sim.engine_metrics
+        self.table = live.copy() if sim.config.scrape_interval_s > 0 else live  # 0: live
+        self.waiting, self.running, self.running_blocks = self.table  # (W,) int64 views
         self.taken_at = 0.0
         """When the values were read (s)."""
 
@@ -418,10 +414,11 @@ class FleetSimulator:
         self.rng = np.random.default_rng(seed)
         w = cfg.num_workers
         self.in_flight = np.zeros(w, dtype=np.int64)
-        self.running = np.zeros(w, dtype=np.int64)
-        self.waiting_count = np.zeros(w, dtype=np.int64)
+        # What an engine's metrics export (a scraper copies the table at once): requests
+        # waiting and running, and KV blocks held by running requests.
+        self.engine_metrics = np.zeros((3, w), dtype=np.int64)
+        self.waiting_count, self.running, self.running_blocks = self.engine_metrics
         self.active_blocks = np.zeros(w, dtype=np.int64)
-        self.running_blocks = np.zeros(w, dtype=np.int64)
         self.prefill_free = np.zeros(w, dtype=np.float64)
         self.caches: list[Any] = [OrderedDict() for _ in range(w)]
         self.engines: list[StepEngine] = []
@@ -529,9 +526,7 @@ class FleetSimulator:
         interval = self.config.scrape_interval_s
         tick = math.floor(when / interval) * interval
         scraped = self.telemetry.scraped
-        scraped.waiting[:] = self.waiting_count
-        scraped.running[:] = self.running
-        scraped.running_blocks[:] = self.running_blocks
+        np.copyto(scraped.table, self.engine_metrics)
         scraped.taken_at = tick
         self._next_scrape = tick + interval
         while self._next_scrape <= when:  # rounding: the next tick comes after ``when``
