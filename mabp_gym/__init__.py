@@ -63,7 +63,6 @@ def _register() -> None:
     import gymnasium
 
     entry = "mabp_gym.envs.env:SFMSNEnv"
-    horizon = workload_params("mixed")["horizon"].default
     ids = {"mabp_gym/SFMSN-v0": "mixed", **{v: k for k, v in ENV_IDS.items()}}
     for env_id, workload in ids.items():
         if env_id not in gymnasium.registry:
@@ -71,7 +70,8 @@ def _register() -> None:
                 id=env_id,
                 entry_point=entry,
                 vector_entry_point="mabp_gym.envs.vector_env:SFMSNVectorEnv",
-                max_episode_steps=horizon,
+                # No max_episode_steps: the env's horizon is the one truncation rule, so
+                # make(id, horizon=H) runs H slots (a registered TimeLimit would cut at 600).
                 kwargs={"workload": workload},
             )
     if FLEET_ENV_ID not in gymnasium.registry:

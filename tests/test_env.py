@@ -44,7 +44,7 @@ def same(a, b) -> bool:
 def test_env__check_env_passes(env_id):
     env = gym.make(env_id)
     check_env(env.unwrapped, skip_render_check=False)
-    assert env.spec.max_episode_steps == 600
+    assert env.spec.max_episode_steps is None  # the env's horizon decides truncation alone
 
 
 @pytest.mark.parametrize("env_id", ALL_IDS)
@@ -98,6 +98,20 @@ def test_env__truncates_at_horizon_and_never_terminates():
     env.reset(seed=0)
     flags = [env.step(env.action_space.sample())[2:4] for _ in range(7)]
     assert flags[-1] == (False, True) and all(f == (False, False) for f in flags[:-1])
+
+
+@pytest.mark.parametrize(("horizon", "expected"), [(5, 5), (650, 650)])
+def test_env__the_horizon_alone_decides_truncation(horizon, expected):
+    """A horizon past the default is not cut at 600 by a registered TimeLimit."""
+    env = gym.make("mabp_gym/Boundary-v0", horizon=horizon)
+    env.reset(seed=0)
+    action = np.zeros(env.action_space.shape, dtype=np.float32)
+    steps, truncated = 0, False
+    while not truncated:
+        *_, truncated, _ = env.step(action)
+        steps += 1
+    assert steps == expected
+    assert env.unwrapped.sim.state.t == expected
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,7 @@ def test_batched__diagnostics_step_each_env_and_stack_their_info():
 def test_make_vec__builds_the_batched_env_by_default():
     envs = gym.make_vec("mabp_gym/Rag-v0", num_envs=3, load=0.7)
     assert isinstance(envs.unwrapped, SFMSNVectorEnv)
-    assert envs.unwrapped.max_episode_steps == 600  # the id's, passed on by gymnasium
+    assert envs.unwrapped.max_episode_steps is None  # the ids set none: the horizon decides
     obs, _ = envs.reset(seed=0)
     assert obs["queues"].shape[0] == 3 and envs.observation_space.contains(obs)
     sync = gym.make_vec("mabp_gym/Rag-v0", num_envs=3, vectorization_mode="sync", load=0.7)

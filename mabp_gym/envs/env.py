@@ -199,9 +199,10 @@ class SFMSNEnv(gym.Env):
     (reset the env before stepping on).
 
     ## Episode End
-    Never terminates; truncates after ``horizon`` slots (the registered ids set
-    ``max_episode_steps`` to the default horizon, 600; when you pass another ``horizon``
-    pass the same ``max_episode_steps``).
+    Never terminates; truncates after ``horizon`` slots (600 by default), the env's one
+    truncation rule: the registered ids set no ``max_episode_steps``, so
+    ``gymnasium.make(id, horizon=H)`` runs ``H`` slots. Passing ``max_episode_steps`` to
+    ``make`` adds Gymnasium's ``TimeLimit`` as well, which then cuts at the smaller.
 
     ## Arguments
     ``workload`` (a name of :data:`mabp_gym.WORKLOADS` or a :class:`Workload`), ``nu``

@@ -261,8 +261,9 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
 
     Args:
         num_envs: how many envs (at least 1).
-        max_episode_steps: truncate each episode after this many steps (the registered
-            ids pass their default, the horizon); ``None``: at the horizon only.
+        max_episode_steps: also truncate each episode after this many steps, as a
+            ``TimeLimit`` would (``gymnasium.make_vec`` passes the one given to it; the
+            registered ids set none); ``None``: at the horizon only, the env's own rule.
         copy: return fresh arrays every step (default); ``False`` returns the env's own
             buffers, which the next step overwrites.
         autoreset_mode: ``NEXT_STEP`` (the default, and the only mode here).

@@ -242,7 +242,9 @@ class ScrapedMetrics:
         # One (3, W) table, so that a scrape is one copy: waiting, running, running blocks.
         live = sim.engine_metrics
         self.table = live.copy() if sim.config.scrape_interval_s > 0 else live  # 0: live
-        self.waiting, self.running, self.running_blocks = self.table  # (W,) int64 views
+        self.waiting: np.ndarray = self.table[0]  # (W,) int64 views on the table
+        self.running: np.ndarray = self.table[1]
+        self.running_blocks: np.ndarray = self.table[2]
         self.taken_at = 0.0
         """When the values were read (s)."""
 
@@ -417,7 +419,9 @@ class FleetSimulator:
         # What an engine's metrics export (a scraper copies the table at once): requests
         # waiting and running, and KV blocks held by running requests.
         self.engine_metrics = np.zeros((3, w), dtype=np.int64)
-        self.waiting_count, self.running, self.running_blocks = self.engine_metrics
+        self.waiting_count: np.ndarray = self.engine_metrics[0]  # (W,) int64 views
+        self.running: np.ndarray = self.engine_metrics[1]
+        self.running_blocks: np.ndarray = self.engine_metrics[2]
         self.active_blocks = np.zeros(w, dtype=np.int64)
         self.prefill_free = np.zeros(w, dtype=np.float64)
         self.caches: list[Any] = [OrderedDict() for _ in range(w)]
