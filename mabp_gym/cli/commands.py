@@ -206,7 +206,23 @@ def _build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"mabp-gym {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for add in (
+        _add_eval,
+        _add_table,
+        _add_verdicts,
+        _add_sweep,
+        _add_plot,
+        _add_capacity,
+        _add_bench,
+        _add_train,
+        _add_simulate,
+        _add_fleet,
+    ):
+        add(commands)
+    return parser
 
+
+def _add_eval(commands: Any) -> None:
     ev = commands.add_parser("eval", help="evaluate policies over loads and seeds")
     ev.add_argument(
         "--policies",
@@ -227,6 +243,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "growth's 95%% interval contains the limit) at twice the horizon, up to MAX_SLOTS",
     )
 
+
+def _add_table(commands: Any) -> None:
     table = commands.add_parser("table", help="the paper's Table I for any policies")
     table.add_argument(
         "--policies",
@@ -276,6 +294,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "each load's runs of its own longest horizon (what eval --until-decided leaves)",
     )
 
+
+def _add_verdicts(commands: Any) -> None:
     verdicts = commands.add_parser(
         "verdicts", help="stable load per seed set and horizon, from saved long runs"
     )
@@ -297,6 +317,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     verdicts.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
 
+
+def _add_sweep(commands: Any) -> None:
     sweep = commands.add_parser("sweep", help="load, beta, K, nu or skew sweep (paper VI-A)")
     sweep.add_argument("--param", required=True, choices=SWEEPS)
     sweep.add_argument("--values", nargs="+", required=True, help="values of the parameter")
@@ -309,11 +331,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--out", metavar="PATH", required=True, help="JSON-lines results")
 
+
+def _add_plot(commands: Any) -> None:
     plot = commands.add_parser("plot", help="figures (PNG) from saved results")
     plot.add_argument("--results", nargs="+", required=True, help="JSON-lines result files")
     plot.add_argument("--out-dir", required=True, help="directory for the PNG files")
     plot.add_argument("--policy", default="mabp", help="policy of the trace and heat map")
 
+
+def _add_capacity(commands: Any) -> None:
     cap = commands.add_parser("capacity", help="no-memory, all-hit and occupation capacities")
     _workload_args(cap)
     cap.add_argument("--json", metavar="PATH", help="also write the result as JSON")
@@ -337,6 +363,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "workload's family (mixed, rag, moe, agentic)",
     )
 
+
+def _add_bench(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmark v3's task suite and its leaderboard (docs/benchmark.md)",
@@ -363,6 +391,8 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=int, default=None, help="processes (all cores)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+
+def _add_train(commands: Any) -> None:
     train = commands.add_parser(
         "train",
         help="train a learned scheduler (gnn, learn-mabp, residual-mabp)",
@@ -379,6 +409,8 @@ def _build_parser() -> argparse.ArgumentParser:
         help="the learner's options (see `mabp-gym train LEARNER --help`)",
     )
 
+
+def _add_simulate(commands: Any) -> None:
     sim = commands.add_parser("simulate", help="run the queue-length score rule on a workload")
     _workload_args(sim)
     sim.add_argument("--load", type=float, default=None, help="normalized load rho")
@@ -388,6 +420,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--no-memory", action="store_true", help="the no-memory system")
     sim.add_argument("--json", metavar="PATH", help="also write the records as JSON")
 
+
+def _add_fleet(commands: Any) -> None:
     fleet = commands.add_parser("fleet", help="routers over a replayed trace (SPEC 11, Table II)")
     fleet.add_argument(
         "--trace",
@@ -450,7 +484,6 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     fleet.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     fleet.add_argument("--json", metavar="PATH", help="also write the per-run records as JSON")
-    return parser
 
 
 # -- printing ----------------------------------------------------------------------------------
