@@ -437,3 +437,29 @@ def test_router__returns_a_valid_worker_and_production_rules_cite_their_source(n
 def test_make_router__names_the_known_routers_on_a_typo():
     with pytest.raises(ValueError, match="unknown router 'jqs'.*jsq"):
         make_router("jqs")
+
+
+class _Forbidden:
+    def __getattr__(self, name):
+        raise AssertionError(f"read the engines' exact state ({name})")
+
+
+@pytest.mark.parametrize(
+    "name", sorted(set(ROUTERS) - {"oracle-ttft", "mabp-route-exact"}), ids=str
+)
+def test_router__reads_no_exact_engine_state_on_either_engine(name):
+    """Only the labelled references read ``telemetry.exact`` (issue 25.2)."""
+    from mabp_gym.fleet import shipped_trace
+
+    trace = shipped_trace("synthetic").head(150)
+    for engine in ("simple", "step"):
+        sim = FleetSimulator(trace, FleetConfig(num_workers=3, agentic_fraction=0.5), 0, engine)
+        sim.telemetry.exact = _Forbidden()
+        router = fresh(name)
+        while (req := sim.next_request()) is not None:
+            sim.dispatch(router.choose(req, sim.telemetry))
+    # The control: a reference does read it.
+    sim = FleetSimulator(trace, FleetConfig(num_workers=3))
+    sim.telemetry.exact = _Forbidden()
+    with pytest.raises(AssertionError, match="exact state"):
+        fresh("oracle-ttft").choose(sim.next_request(), sim.telemetry)
