@@ -452,9 +452,10 @@ def _int_array(values: list[int]) -> np.ndarray:
     return np.asarray(values, dtype=np.int64).reshape(-1)
 
 
-def _build_index(wl: Workload) -> WorkloadIndex:
+def _where_served(wl: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``serves``, ``eligible`` (node x signature), ``relays`` and ``admissible``: where
+    each commodity is served, each signature can be held, relayed, and may queue."""
     n_nodes, n_comm, n_sig = len(wl.nodes), len(wl.commodities), len(wl.signatures)
-    n_act, n_links = len(wl.actions), len(wl.links)
     serves = np.zeros((n_nodes, n_comm), dtype=bool)
     eligible = np.zeros((n_nodes, n_sig), dtype=bool)
     admissible = np.zeros((n_nodes, n_comm), dtype=bool)
@@ -472,23 +473,24 @@ def _build_index(wl: Workload) -> WorkloadIndex:
     for node, commodity in wl.transit:
         relays[node, commodity] = True
     admissible |= relays
-    pair_node, pair_commodity = np.nonzero(admissible)
-    pair_of = np.full((n_nodes, n_comm), -1, dtype=np.int64)
-    pair_of[pair_node, pair_commodity] = np.arange(len(pair_node))
+    return serves, eligible, relays, admissible
 
+
+def _routes(
+    wl: Workload, serves: np.ndarray, relays: np.ndarray, admissible: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``route_link`` and ``route_commodity`` of every route; refuses a queue that cannot
+    drain (neither served where it is nor routable toward a server)."""
     route_link, route_commodity = [], []
     for e, link in enumerate(wl.links):
-        for c in range(n_comm):
+        for c in range(len(wl.commodities)):
             if admissible[link.src, c] and (serves[link.dst, c] or relays[link.dst, c]):
                 route_link.append(e)
                 route_commodity.append(c)
-    link_src = _int_array([link.src for link in wl.links])
-    link_dst = _int_array([link.dst for link in wl.links])
     route_link_arr = _int_array(route_link)
     route_comm_arr = _int_array(route_commodity)
-
-    # Every admissible queue must drain: served where it is, or routable toward a server.
-    routable = np.zeros((n_nodes, n_comm), dtype=bool)
+    link_src = _int_array([link.src for link in wl.links])
+    routable = np.zeros_like(admissible)
     routable[link_src[route_link_arr], route_comm_arr] = True
     stuck = admissible & ~serves & ~routable
     if stuck.any():
@@ -499,20 +501,13 @@ def _build_index(wl: Workload) -> WorkloadIndex:
             f"{wl.nodes[i].name!r}, which does not serve it and has no link to a node "
             "that does",
         )
+    return route_link_arr, route_comm_arr
 
-    transfer_link, transfer_signature = [], []
-    for e, link in enumerate(() if wl.fixed_memory else wl.links):
-        for s in range(n_sig):
-            if eligible[link.src, s] and eligible[link.dst, s] and link.bandwidth > 0:
-                transfer_link.append(e)
-                transfer_signature.append(s)
-    retain_node, retain_signature = np.nonzero(eligible & (not wl.fixed_memory))
-    retain_of = np.full((n_nodes, n_sig), -1, dtype=np.int64)
-    retain_of[retain_node, retain_signature] = np.arange(len(retain_node))
 
-    sizes = np.asarray([s.size for s in wl.signatures], dtype=np.float64).reshape(-1)
-    max_budget = (eligible * sizes[None, :]).sum(axis=1) if n_sig else np.zeros(n_nodes)
-
+def _action_laws(wl: Workload, pair_of: np.ndarray) -> dict[str, Any]:
+    """Per action and hit bit: work, loss, credit, the successor law, and its cumulative
+    probabilities and target pairs as lists (the transition's draws)."""
+    n_act, n_comm = len(wl.actions), len(wl.commodities)
     work = np.zeros((2, n_act))
     loss = np.zeros((2, n_act))
     credit = np.zeros((2, n_act))
@@ -535,6 +530,70 @@ def _build_index(wl: Workload) -> WorkloadIndex:
             law[hit, a, n_comm] = max(0.0, 1.0 - running)
             cum[hit].append(cum_row)
             targets[hit].append(target_row)
+    return {
+        "work": work,
+        "loss": loss,
+        "credit": credit,
+        "penalty": loss - wl.eta * credit,
+        "successor_law": law,
+        "successor_cum": cum,
+        "successor_pair": targets,
+    }
+
+
+def _attach_lookups(index: WorkloadIndex) -> None:
+    """The derived lookups the kernels read (list copies, raveled slots, the actions of
+    each retain candidate), then every array frozen."""
+    fast = {name: getattr(index, name).tolist() for name in FastLists.__dataclass_fields__}
+    object.__setattr__(index, "fast", FastLists(**fast))
+    n_sig = index.num_signatures
+    # Raveled (N * S + 1,) lookup position of each action's signature; actions with no
+    # signature point at the extra last slot, which always reads "not held".
+    slot = np.where(
+        index.action_signature >= 0,
+        index.action_node * n_sig + index.action_signature,
+        index.num_nodes * n_sig,
+    )
+    object.__setattr__(index, "hit_slot", slot.astype(np.int64))
+    src, dst = index.link_src[index.transfer_link], index.link_dst[index.transfer_link]
+    object.__setattr__(index, "transfer_src_slot", src * n_sig + index.transfer_signature)
+    object.__setattr__(index, "transfer_dst_slot", dst * n_sig + index.transfer_signature)
+    members: list[list[int]] = [[] for _ in range(index.num_retains)]
+    for a in np.flatnonzero(index.action_signature >= 0).tolist():
+        k = int(index.retain_of[index.action_node[a], index.action_signature[a]])
+        if k >= 0:
+            members[k].append(a)
+    object.__setattr__(index, "retain_actions", tuple(tuple(m) for m in members))
+    for arr in vars(index).values():
+        if isinstance(arr, np.ndarray):
+            arr.flags.writeable = False
+
+
+def _build_index(wl: Workload) -> WorkloadIndex:
+    n_nodes, n_comm, n_sig = len(wl.nodes), len(wl.commodities), len(wl.signatures)
+    n_act, n_links = len(wl.actions), len(wl.links)
+    serves, eligible, relays, admissible = _where_served(wl)
+    pair_node, pair_commodity = np.nonzero(admissible)
+    pair_of = np.full((n_nodes, n_comm), -1, dtype=np.int64)
+    pair_of[pair_node, pair_commodity] = np.arange(len(pair_node))
+
+    link_src = _int_array([link.src for link in wl.links])
+    link_dst = _int_array([link.dst for link in wl.links])
+    route_link_arr, route_comm_arr = _routes(wl, serves, relays, admissible)
+
+    transfer_link, transfer_signature = [], []
+    for e, link in enumerate(() if wl.fixed_memory else wl.links):
+        for s in range(n_sig):
+            if eligible[link.src, s] and eligible[link.dst, s] and link.bandwidth > 0:
+                transfer_link.append(e)
+                transfer_signature.append(s)
+    retain_node, retain_signature = np.nonzero(eligible & (not wl.fixed_memory))
+    retain_of = np.full((n_nodes, n_sig), -1, dtype=np.int64)
+    retain_of[retain_node, retain_signature] = np.arange(len(retain_node))
+
+    sizes = np.asarray([s.size for s in wl.signatures], dtype=np.float64).reshape(-1)
+    max_budget = (eligible * sizes[None, :]).sum(axis=1) if n_sig else np.zeros(n_nodes)
+
     arrival_pair = _int_array([int(pair_of[n, c]) for n, c, _ in wl.arrival_mix])
     arrival_share = np.asarray([s for _, _, s in wl.arrival_mix], dtype=np.float64)
     arrival_share = arrival_share / arrival_share.sum()
@@ -547,7 +606,7 @@ def _build_index(wl: Workload) -> WorkloadIndex:
         num_objects=n_sig * wl.replicas,
         num_actions=n_act,
         num_pairs=len(pair_node),
-        num_routes=len(route_link),
+        num_routes=len(route_link_arr),
         num_transfers=len(transfer_link),
         num_retains=len(retain_node),
         mu=np.asarray([n.mu for n in wl.nodes], dtype=np.float64),
@@ -571,11 +630,6 @@ def _build_index(wl: Workload) -> WorkloadIndex:
         action_commodity=_int_array([a.commodity for a in wl.actions]),
         action_pair=_int_array([int(pair_of[a.node, a.commodity]) for a in wl.actions]),
         action_signature=_int_array([a.signature for a in wl.actions]),
-        work=work,
-        loss=loss,
-        credit=credit,
-        penalty=loss - wl.eta * credit,
-        successor_law=law,
         gen_prob=np.asarray([a.gen_prob for a in wl.actions], dtype=np.float64).reshape(-1),
         route_link=route_link_arr,
         route_commodity=route_comm_arr,
@@ -588,34 +642,9 @@ def _build_index(wl: Workload) -> WorkloadIndex:
         retain_of=retain_of,
         arrival_pair=arrival_pair,
         arrival_share=arrival_share,
-        successor_cum=cum,
-        successor_pair=targets,
         fast=None,  # type: ignore[arg-type]
+        **_action_laws(wl, pair_of),
     )
-    fast = {name: getattr(index, name).tolist() for name in FastLists.__dataclass_fields__}
-    object.__setattr__(index, "fast", FastLists(**fast))
-    # Raveled (N * S + 1,) lookup position of each action's signature; actions with no
-    # signature point at the extra last slot, which always reads "not held".
-    slot = np.where(
-        index.action_signature >= 0,
-        index.action_node * n_sig + index.action_signature,
-        n_nodes * n_sig,
-    )
-    object.__setattr__(index, "hit_slot", slot.astype(np.int64))
-    object.__setattr__(
-        index, "transfer_src_slot", link_src[index.transfer_link] * n_sig + index.transfer_signature
-    )
-    object.__setattr__(
-        index, "transfer_dst_slot", link_dst[index.transfer_link] * n_sig + index.transfer_signature
-    )
-    members: list[list[int]] = [[] for _ in range(index.num_retains)]
-    for a in np.flatnonzero(index.action_signature >= 0).tolist():
-        k = int(retain_of[index.action_node[a], index.action_signature[a]])
-        if k >= 0:
-            members[k].append(a)
-    object.__setattr__(index, "retain_actions", tuple(tuple(m) for m in members))
-    for arr in vars(index).values():
-        if isinstance(arr, np.ndarray):
-            arr.flags.writeable = False
+    _attach_lookups(index)
     wl._validate_memory(index)
     return index
