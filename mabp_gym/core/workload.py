@@ -282,7 +282,14 @@ class Workload:
 
     # -- validation ---------------------------------------------------------------------
     def _validate(self) -> None:
-        n_nodes, n_comm, n_sig = len(self.nodes), len(self.commodities), len(self.signatures)
+        """Every field checked, in this order; the first violation raises, naming its path."""
+        self._validate_network()
+        self._validate_actions()
+        self._validate_flows()
+
+    def _validate_network(self) -> None:
+        """Nodes, links, commodities and signatures."""
+        n_nodes, n_comm = len(self.nodes), len(self.commodities)
         if n_nodes == 0:
             _fail("nodes", "at least one node is required")
         if n_comm == 0:
@@ -318,6 +325,10 @@ class Workload:
             _fail("signatures", "signature names must be unique")
         for s, signature in enumerate(self.signatures):
             _check_number_at(f"signatures[{s}].size", signature.size, low=0.0, low_open=True)
+
+    def _validate_actions(self) -> None:
+        """Each action: its node, commodity and signature, costs and successor laws."""
+        n_nodes, n_comm, n_sig = len(self.nodes), len(self.commodities), len(self.signatures)
         served: set[tuple[int, int, int]] = set()
         for a, action in enumerate(self.actions):
             path = f"actions[{a}]"
@@ -343,26 +354,11 @@ class Workload:
                 _check_number_at(f"{path}.{key}", getattr(action, key))
             _check_number_at(f"{path}.gen_prob", action.gen_prob, low=0.0, high=1.0)
             for key in ("successors_hit", "successors_miss"):
-                total = 0.0
-                targets = set()
-                for k, (commodity, prob) in enumerate(getattr(action, key)):
-                    _check_number_at(
-                        f"{path}.{key}[{k}].commodity",
-                        commodity,
-                        low=0,
-                        high=n_comm - 1,
-                        integer=True,
-                    )
-                    _check_number_at(f"{path}.{key}[{k}].probability", prob, low=0.0, high=1.0)
-                    if commodity in targets:
-                        _fail(f"{path}.{key}", f"commodity {commodity} listed twice")
-                    targets.add(commodity)
-                    total += prob
-                if total > 1.0 + 1e-9:
-                    _fail(
-                        f"{path}.{key}",
-                        f"probabilities must sum to at most 1 (the rest exits), got {total:.6g}",
-                    )
+                _check_successors(f"{path}.{key}", getattr(action, key), n_comm)
+
+    def _validate_flows(self) -> None:
+        """Transit pairs, the arrival mix and the scalar parameters."""
+        n_nodes, n_comm = len(self.nodes), len(self.commodities)
         for k, (node_id, commodity) in enumerate(self.transit):
             _check_number_at(f"transit[{k}].node", node_id, low=0, high=n_nodes - 1, integer=True)
             _check_number_at(
@@ -567,6 +563,21 @@ def _attach_lookups(index: WorkloadIndex) -> None:
     for arr in vars(index).values():
         if isinstance(arr, np.ndarray):
             arr.flags.writeable = False
+
+
+def _check_successors(path: str, successors: tuple[tuple[int, float], ...], n_comm: int) -> None:
+    """A successor law: known commodities, each once, probabilities summing to at most 1."""
+    total = 0.0
+    targets = set()
+    for k, (commodity, prob) in enumerate(successors):
+        _check_number_at(f"{path}[{k}].commodity", commodity, low=0, high=n_comm - 1, integer=True)
+        _check_number_at(f"{path}[{k}].probability", prob, low=0.0, high=1.0)
+        if commodity in targets:
+            _fail(path, f"commodity {commodity} listed twice")
+        targets.add(commodity)
+        total += prob
+    if total > 1.0 + 1e-9:
+        _fail(path, f"probabilities must sum to at most 1 (the rest exits), got {total:.6g}")
 
 
 def _build_index(wl: Workload) -> WorkloadIndex:
