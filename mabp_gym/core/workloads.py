@@ -396,36 +396,17 @@ def _copy_name(node: str, copy: int) -> str:
     return node if copy == 0 else f"{node}.{copy}"
 
 
-def _service_graph(
-    name: str, p: dict[str, Any], shares: dict[str, float], copies: int = 1
-) -> Workload:
-    families = [f for f in _FAMILIES if shares.get(f, 0.0) > 0]
-    if not families:
-        raise ValueError("rag_share, moe_share and agentic_share must not all be 0")
-    total_share = sum(shares[f] for f in families)
-    # The gateway is shared; every worker exists once per copy, copy 0 first (so that one
-    # copy is exactly the single service graph).
-    node_list = [_NODES[0]] + [
-        (_copy_name(n, j), role) for j in range(copies) for n, role in _NODES[1:]
-    ]
-    node_id = {n: i for i, (n, _) in enumerate(node_list)}
-    z_types = p["Z"]
-    zipf = np.arange(1, z_types + 1, dtype=float) ** -p["skew"]
-    zipf /= zipf.sum()
-
-    commodities: list[Commodity] = []
-    comm_id: dict[tuple[str, str, int], int] = {}
-    signatures: list[Signature] = []
-    sig_id: dict[tuple[str, int], int] = {}
-    for family in families:
-        for k, (stage, _, kind, size) in enumerate(_FAMILIES[family]):
-            for z in range(z_types):
-                comm_id[family, stage, z] = len(commodities)
-                commodities.append(Commodity(f"{family}/{stage}/z{z}", family, k, z))
-                if kind and (kind, z) not in sig_id:
-                    sig_id[kind, z] = len(signatures)
-                    signatures.append(Signature(f"{kind}[{z}]", size, kind))
-
+def _service_actions(
+    p: dict[str, Any],
+    families: list[str],
+    z_types: int,
+    comm_id: dict[tuple[str, str, int], int],
+    sig_id: dict[tuple[str, int], int],
+    node_id: dict[str, int],
+    copies: int,
+) -> list[Action]:
+    """Every stage of every family served by each of its servers in each copy, with its
+    successor laws (the next stage; verify by hit and miss; agentic's rethink)."""
     verify_law = {
         "rag": (p["verify_rag_hit"], p["verify_rag_miss"]),
         "moe": (p["verify_moe_hit"], p["verify_moe_miss"]),
@@ -460,11 +441,11 @@ def _service_graph(
                                 commodity=comm_id[family, stage, z],
                             )
                         )
-    budgets = _budgets(len(node_list), actions, signatures, p["beta"])
-    nodes = tuple(
-        Node(n, role, mu=0.0 if role == "ingress" else p["mu"], budget=budgets[i])
-        for i, (n, role) in enumerate(node_list)
-    )
+    return actions
+
+
+def _service_links(p: dict[str, Any], node_id: dict[str, int], copies: int) -> tuple[Link, ...]:
+    """The links of each copy, and with several copies a ring of cross links."""
     pairs = [
         (_copy_name(a, j) if a != "gw" else a, _copy_name(b, j))
         for j in range(copies)
@@ -477,7 +458,7 @@ def _service_graph(
             nxt = (j + 1) % copies
             pairs += [(_copy_name(a, j), _copy_name(b, nxt)) for a, b in _CROSS_LINKS]
     pairs = list(dict.fromkeys(pairs))  # two copies: the ring's two directions coincide
-    links = tuple(
+    return tuple(
         Link(
             node_id[a],
             node_id[b],
@@ -487,6 +468,45 @@ def _service_graph(
         )
         for a, b in pairs
     )
+
+
+def _service_graph(
+    name: str, p: dict[str, Any], shares: dict[str, float], copies: int = 1
+) -> Workload:
+    families = [f for f in _FAMILIES if shares.get(f, 0.0) > 0]
+    if not families:
+        raise ValueError("rag_share, moe_share and agentic_share must not all be 0")
+    total_share = sum(shares[f] for f in families)
+    # The gateway is shared; every worker exists once per copy, copy 0 first (so that one
+    # copy is exactly the single service graph).
+    node_list = [_NODES[0]] + [
+        (_copy_name(n, j), role) for j in range(copies) for n, role in _NODES[1:]
+    ]
+    node_id = {n: i for i, (n, _) in enumerate(node_list)}
+    z_types = p["Z"]
+    zipf = np.arange(1, z_types + 1, dtype=float) ** -p["skew"]
+    zipf /= zipf.sum()
+
+    commodities: list[Commodity] = []
+    comm_id: dict[tuple[str, str, int], int] = {}
+    signatures: list[Signature] = []
+    sig_id: dict[tuple[str, int], int] = {}
+    for family in families:
+        for k, (stage, _, kind, size) in enumerate(_FAMILIES[family]):
+            for z in range(z_types):
+                comm_id[family, stage, z] = len(commodities)
+                commodities.append(Commodity(f"{family}/{stage}/z{z}", family, k, z))
+                if kind and (kind, z) not in sig_id:
+                    sig_id[kind, z] = len(signatures)
+                    signatures.append(Signature(f"{kind}[{z}]", size, kind))
+
+    actions = _service_actions(p, families, z_types, comm_id, sig_id, node_id, copies)
+    budgets = _budgets(len(node_list), actions, signatures, p["beta"])
+    nodes = tuple(
+        Node(n, role, mu=0.0 if role == "ingress" else p["mu"], budget=budgets[i])
+        for i, (n, role) in enumerate(node_list)
+    )
+    links = _service_links(p, node_id, copies)
     arrival_mix = tuple(
         (
             node_id["gw"],
