@@ -264,9 +264,8 @@ class SFMSNParallelEnv(ParallelEnv):
 
     def _build_tables(self) -> None:
         """Padded per-agent gathers, so that an observation is a few array operations."""
-        wl, ix = self.workload, self.workload.index
+        ix = self.workload.index
         lays = self.layouts
-        n_ag = len(lays)
         a_max = max(len(x.actions) for x in lays)
         r_max = max(len(x.routes) for x in lays)
         t_max = max(len(x.transfers) for x in lays)
@@ -275,6 +274,29 @@ class SFMSNParallelEnv(ParallelEnv):
         self._sizes = (a_max, r_max, t_max, k_max)
         self._nb_max = nb_max
         n, c, s = ix.num_nodes, ix.num_commodities, ix.num_signatures
+        up_index = self._build_upstream()
+        self._build_candidates()
+        self._build_static_parts(up_index)
+        self._build_score_map()
+        inf = np.inf
+        self._obs_spaces = {x.name: self._observation_space() for x in lays}
+        self._act_spaces = {
+            x.name: spaces.Box(-1.0, 1.0, (self._d_local,), dtype=np.float32) for x in lays
+        }
+        self.state_space = spaces.Box(0.0, inf, (n * c + n * s,), dtype=np.float32)
+
+    def _pad(self, rows: list[Any], width: int, fill: int) -> np.ndarray:
+        """``rows`` (one per agent) as a table of ``width`` columns, padded with ``fill``."""
+        table = np.full((len(self.layouts), width), fill, dtype=np.int64)
+        for q, row in enumerate(rows):
+            table[q, : len(row)] = row
+        return table
+
+    def _build_upstream(self) -> np.ndarray:
+        """The routes into every node, for the upstream telemetry; returns their index
+        rows ``(N + 1, 2, U)`` (commodity, fan-out of the source pair)."""
+        ix = self.workload.index
+        n = ix.num_nodes
         # Routes into every node (ascending), for the upstream telemetry: an agent's own
         # and, relayed, its out-neighbours'. Row n (no neighbour) and padding read node n.
         route_dst = ix.link_dst[ix.route_link]
@@ -297,26 +319,31 @@ class SFMSNParallelEnv(ParallelEnv):
         self._up_valid = up_src < n
         self._fanout_max = int(fanout.max(initial=0))
 
-        def pad(rows: list[np.ndarray], width: int, fill: int) -> np.ndarray:
-            table = np.full((n_ag, width), fill, dtype=np.int64)
-            for q, row in enumerate(rows):
-                table[q, : len(row)] = row
-            return table
+        return up_index
 
+    def _build_candidates(self) -> None:
+        """Each agent's candidates (service, route, transfer, retain) and neighbours as
+        padded gathers, and what the route and transfer features read."""
+        ix = self.workload.index
+        lays = self.layouts
+        n_ag = len(lays)
+        a_max, r_max, t_max, k_max = self._sizes
+        nb_max = self._nb_max
+        n, s = ix.num_nodes, ix.num_signatures
         self._agent_node = np.asarray([x.node for x in lays], dtype=np.int64)
-        self._svc = pad([x.actions for x in lays], a_max, ix.num_actions)
-        self._route = pad([x.routes for x in lays], r_max, ix.num_routes)
-        self._transfer = pad([x.transfers for x in lays], t_max, ix.num_transfers)
-        self._retain = pad([x.retains for x in lays], k_max, ix.num_retains)
-        self._nb_node = pad([x.neighbours for x in lays], nb_max, n)
-        self._nb_delay = pad([x.neighbour_delays for x in lays], nb_max, 0)
+        self._svc = self._pad([x.actions for x in lays], a_max, ix.num_actions)
+        self._route = self._pad([x.routes for x in lays], r_max, ix.num_routes)
+        self._transfer = self._pad([x.transfers for x in lays], t_max, ix.num_transfers)
+        self._retain = self._pad([x.retains for x in lays], k_max, ix.num_retains)
+        self._nb_node = self._pad([x.neighbours for x in lays], nb_max, n)
+        self._nb_delay = self._pad([x.neighbour_delays for x in lays], nb_max, 0)
         self._svc_valid = self._svc < ix.num_actions
         self._route_valid = self._route < ix.num_routes
         self._transfer_valid = self._transfer < ix.num_transfers
         self._retain_valid = self._retain < ix.num_retains
         self._nb_valid = self._nb_node < n
-        self._route_slot = pad([x.route_neighbour for x in lays], r_max, 0)
-        self._transfer_slot = pad([x.transfer_neighbour for x in lays], t_max, 0)
+        self._route_slot = self._pad([x.route_neighbour for x in lays], r_max, 0)
+        self._transfer_slot = self._pad([x.transfer_neighbour for x in lays], t_max, 0)
         route_comm = np.append(ix.route_commodity, 0)[self._route]
         self._route_comm = route_comm
         self._transfer_sig = np.append(ix.transfer_signature, 0)[self._transfer]
@@ -342,7 +369,15 @@ class SFMSNParallelEnv(ParallelEnv):
         self._transfer_bw = bandwidth[np.append(ix.transfer_link, ix.num_links)[self._transfer]]
         self._budget = ix.budget if self.memory else np.zeros(n)
 
-        # Static observation parts.
+    def _build_static_parts(self, up_index: np.ndarray) -> None:
+        """The observation parts that never change: candidate indices, neighbour roles,
+        capacities and costs, relays."""
+        wl, ix = self.workload, self.workload.index
+        lays = self.layouts
+        n_ag = len(lays)
+        nb_max = self._nb_max
+        n = ix.num_nodes
+        route_comm = self._route_comm
         sig = np.append(ix.action_signature, -1)
         comm = np.append(ix.action_commodity, -1)
         self._service_index = np.stack([comm[self._svc], sig[self._svc]], axis=1)
@@ -367,7 +402,7 @@ class SFMSNParallelEnv(ParallelEnv):
         static[..., : len(ROLES)] = roles[self._nb_node]
         static[..., len(ROLES)] = np.append(ix.mu, 0.0)[self._nb_node]
         static[..., len(ROLES) + 1] = np.append(self._budget, 0.0)[self._nb_node]
-        links = pad([x.neighbour_links for x in lays], nb_max, ix.num_links)
+        links = self._pad([x.neighbour_links for x in lays], nb_max, ix.num_links)
         for f, values in enumerate((ix.link_capacity, ix.link_cost, ix.link_bandwidth)):
             static[..., len(ROLES) + 2 + f] = np.append(values.astype(np.float64), 0.0)[links]
         self._nb_static = static
@@ -380,7 +415,11 @@ class SFMSNParallelEnv(ParallelEnv):
             np.float32
         )
 
-        # Where each agent's action entries go in the global score vector.
+    def _build_score_map(self) -> None:
+        """Where each agent's action entries go in the global score vector."""
+        ix = self.workload.index
+        n_ag = len(self.layouts)
+        a_max, r_max, t_max, k_max = self._sizes
         offsets = np.cumsum([0, a_max, r_max, t_max])
         global_offsets = np.cumsum([0, ix.num_actions, ix.num_routes, ix.num_transfers])
         local_pos, global_pos = [], []
@@ -402,13 +441,6 @@ class SFMSNParallelEnv(ParallelEnv):
         if np.unique(self._global_pos).size != ix.num_scores:
             raise AssertionError("every candidate must belong to exactly one agent")
         self._d_local = d_local
-
-        inf = np.inf
-        self._obs_spaces = {x.name: self._observation_space() for x in lays}
-        self._act_spaces = {
-            x.name: spaces.Box(-1.0, 1.0, (d_local,), dtype=np.float32) for x in lays
-        }
-        self.state_space = spaces.Box(0.0, inf, (n * c + n * s,), dtype=np.float32)
 
     def _observation_space(self) -> spaces.Dict:
         ix = self.workload.index
