@@ -629,7 +629,6 @@ class SFMSNParallelEnv(ParallelEnv):
 
     # -- observations ---------------------------------------------------------------------
     def _observe(self, global_obs: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-        ix = self.workload.index
         state = self.sim.state
         t = state.t
         depth = self._history
@@ -662,53 +661,14 @@ class SFMSNParallelEnv(ParallelEnv):
             ],
             np.float32(0.0),
         )  # (n_ag, Nb, U)
-        rows = self._rows
         own_queues = queues[self._agent_node]  # (n_ag, C)
         own_memory = memory[self._agent_node]  # (n_ag, S)
 
         service = _gather_rows(global_obs["service"], self._svc)
         retain = _gather_rows(global_obs["retain"], self._retain)
-        route = np.zeros((*self._route.shape, len(ROUTE_FEATURES)), dtype=np.float32)
-        src = own_queues[rows, self._route_comm]
-        dst = nb_queues[rows, self._route_slot, self._route_comm]
-        padded_memory = np.concatenate(
-            [nb_memory, np.zeros((*nb_memory.shape[:2], 1), dtype=np.float32)], axis=2
-        )
-        compatible = padded_memory[
-            rows[:, :, None], self._route_slot[:, :, None], self._route_sigs
-        ].max(axis=2, initial=0.0)
-        valid = self._route_valid
-        route[..., 0] = np.where(valid, src - dst, 0.0)
-        route[..., 1] = self._route_cost
-        route[..., 2] = np.where(valid, compatible, 0.0)
-        route[..., 3] = np.where(valid, src, 0.0)
-
-        transfer = np.zeros((*self._transfer.shape, len(TRANSFER_FEATURES)), dtype=np.float32)
-        if ix.num_signatures:
-            holds = own_memory[rows, self._transfer_sig] > 0
-            dst_holds = nb_memory[rows, self._transfer_slot, self._transfer_sig] > 0
-        else:
-            holds = dst_holds = np.zeros(self._transfer.shape, dtype=bool)
-        dst_free = nb_free[rows, self._transfer_slot]
-        valid = self._transfer_valid
-        transfer[..., 0] = holds & valid
-        transfer[..., 1] = self._transfer_size
-        transfer[..., 2] = np.where(valid, dst_free, 0.0)
-
-        mask = global_obs["action_mask"]
-        n_act, n_route = ix.num_actions, ix.num_routes
-        a, r, tt, _ = self._sizes
-        local_mask = np.zeros((len(self.layouts), self._d_local), dtype=np.int8)
-        local_mask[:, :a] = np.append(mask[:n_act], 0)[self._svc]
-        local_mask[:, a : a + r] = np.append(mask[n_act : n_act + n_route], 0)[self._route]
-        local_mask[:, a + r : a + r + tt] = (
-            holds
-            & ~dst_holds
-            & valid
-            & (self._transfer_size <= self._transfer_bw)
-            & (self._transfer_size <= dst_free + 1e-9)
-        )
-        local_mask[:, a + r + tt :] = self._retain_valid
+        route = self._route_features(own_queues, nb_queues, nb_memory)
+        transfer, movable = self._transfer_features(own_memory, nb_memory, nb_free)
+        local_mask = self._local_mask(global_obs["action_mask"], movable)
 
         nodes = global_obs["node_features"][self._agent_node]
         ages = self._queue_ages(state, t)[self._agent_node]
@@ -739,6 +699,70 @@ class SFMSNParallelEnv(ParallelEnv):
                 "candidate_mask": local_mask[q],
             }
         return obs
+
+    def _route_features(
+        self, own_queues: np.ndarray, nb_queues: np.ndarray, nb_memory: np.ndarray
+    ) -> np.ndarray:
+        """Each agent's route candidates: backlog difference as the agent sees it, link cost,
+        compatible memory at the destination, own backlog.  # (n_ag, R, 4) float32"""
+        rows = self._rows
+        route = np.zeros((*self._route.shape, len(ROUTE_FEATURES)), dtype=np.float32)
+        src = own_queues[rows, self._route_comm]
+        dst = nb_queues[rows, self._route_slot, self._route_comm]
+        padded_memory = np.concatenate(
+            [nb_memory, np.zeros((*nb_memory.shape[:2], 1), dtype=np.float32)], axis=2
+        )
+        compatible = padded_memory[
+            rows[:, :, None], self._route_slot[:, :, None], self._route_sigs
+        ].max(axis=2, initial=0.0)
+        valid = self._route_valid
+        route[..., 0] = np.where(valid, src - dst, 0.0)
+        route[..., 1] = self._route_cost
+        route[..., 2] = np.where(valid, compatible, 0.0)
+        route[..., 3] = np.where(valid, src, 0.0)
+
+        return route
+
+    def _transfer_features(
+        self, own_memory: np.ndarray, nb_memory: np.ndarray, nb_free: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each agent's transfer candidates (held here, size, room at the destination) and
+        which of them could move now (held here, not there, fits the link and the room)."""
+        rows = self._rows
+        ix = self.workload.index
+        transfer = np.zeros((*self._transfer.shape, len(TRANSFER_FEATURES)), dtype=np.float32)
+        if ix.num_signatures:
+            holds = own_memory[rows, self._transfer_sig] > 0
+            dst_holds = nb_memory[rows, self._transfer_slot, self._transfer_sig] > 0
+        else:
+            holds = dst_holds = np.zeros(self._transfer.shape, dtype=bool)
+        dst_free = nb_free[rows, self._transfer_slot]
+        valid = self._transfer_valid
+        transfer[..., 0] = holds & valid
+        transfer[..., 1] = self._transfer_size
+        transfer[..., 2] = np.where(valid, dst_free, 0.0)
+
+        movable = (
+            holds
+            & ~dst_holds
+            & valid
+            & (self._transfer_size <= self._transfer_bw)
+            & (self._transfer_size <= dst_free + 1e-9)
+        )
+        return transfer, movable
+
+    def _local_mask(self, mask: np.ndarray, movable: np.ndarray) -> np.ndarray:
+        """Each agent's candidate mask: the global mask's service and route entries, the
+        movable transfers, every retain candidate.  # (n_ag, D_local) int8"""
+        ix = self.workload.index
+        n_act, n_route = ix.num_actions, ix.num_routes
+        a, r, tt, _ = self._sizes
+        local_mask = np.zeros((len(self.layouts), self._d_local), dtype=np.int8)
+        local_mask[:, :a] = np.append(mask[:n_act], 0)[self._svc]
+        local_mask[:, a : a + r] = np.append(mask[n_act : n_act + n_route], 0)[self._route]
+        local_mask[:, a + r : a + r + tt] = movable
+        local_mask[:, a + r + tt :] = self._retain_valid
+        return local_mask
 
     def _queue_ages(self, state, t: int) -> np.ndarray:
         ix = self.workload.index
