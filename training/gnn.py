@@ -229,28 +229,7 @@ def train(args: GNNArgs) -> dict[str, Any]:
         candidates["ppo"] = ppo_path
 
     # -- model selection on held-out seeds, then the report ------------------------------------
-    scores = {
-        name: quick_stable_load(path, args, args.select_loads) for name, path in candidates.items()
-    }
-    chosen = max(scores, key=lambda name: scores[name])
-    chosen_model, chosen_info = load_checkpoint(candidates[chosen], workload)
-    notes = {
-        k: v
-        for k, v in chosen_info.items()
-        if k not in ("dims", "hidden", "layers", "workload", "shape", "workload_identity")
-    }
-    save_checkpoint(
-        final_path,
-        chosen_model,
-        workload,
-        **{
-            **notes,
-            "selected": chosen,
-            "selection": scores,
-            "ppo_steps": ppo_steps_done,
-            "command": command,
-        },
-    )
+    chosen, scores = _select(args, workload, candidates, final_path, ppo_steps_done, command)
 
     from mabp_gym.harness.evaluation import evaluate
     from mabp_gym.harness.summaries import stable_load
@@ -276,6 +255,41 @@ def train(args: GNNArgs) -> dict[str, Any]:
     }
     (out / "report.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def _select(
+    args: GNNArgs,
+    workload: Any,
+    candidates: dict[str, Path],
+    final_path: Path,
+    ppo_steps: int,
+    command: str,
+) -> tuple[str, dict[str, float]]:
+    """Keep the candidate (imitation or PPO) with the higher stable load on held-out seeds
+    as the final checkpoint, recording the choice; returns it and every score."""
+    scores = {
+        name: quick_stable_load(path, args, args.select_loads) for name, path in candidates.items()
+    }
+    chosen = max(scores, key=lambda name: scores[name])
+    chosen_model, chosen_info = load_checkpoint(candidates[chosen], workload)
+    notes = {
+        k: v
+        for k, v in chosen_info.items()
+        if k not in ("dims", "hidden", "layers", "workload", "shape", "workload_identity")
+    }
+    save_checkpoint(
+        final_path,
+        chosen_model,
+        workload,
+        **{
+            **notes,
+            "selected": chosen,
+            "selection": scores,
+            "ppo_steps": ppo_steps,
+            "command": command,
+        },
+    )
+    return chosen, scores
 
 
 def _ppo(
