@@ -224,3 +224,15 @@ def test_fleet_env__edge_arguments_are_refused_naming_them():
     env = make_v1()
     with pytest.raises(ValueError, match="options are not supported"):
         env.reset(options={"x": 1})
+
+
+def test_fleet_env__spread_bursts_spreads_the_conversation_traces_equal_times():
+    literal = make_v1(trace="conversation", num_requests=100, load=None).unwrapped
+    spread = make_v1(trace="conversation", num_requests=100, load=None, spread_bursts=True)
+    times, original = spread.unwrapped.trace.timestamps_s(), literal.trace.timestamps_s()
+    assert (np.diff(original) == 0).mean() > 0.5
+    last_run = int((original == original[-1]).sum())  # nothing to spread it up to: kept
+    assert (np.diff(times)[: -(last_run - 1)] > 0).all()
+    rollout(spread, 0)
+    with pytest.raises(ValueError, match="spread_bursts must be True or False"):
+        make_v1(spread_bursts="yes")

@@ -72,8 +72,10 @@ class FleetEnv(gymnasium.Env):
     ``trace``: a shipped trace name (``synthetic``, ``conversation``) or a Mooncake file path;
     ``num_requests``: its first requests used (default 400); ``load``: target nominal load
     (default 0.8, ``None`` keeps the timestamps); ``engine``: the worker model
-    (``"simple"``, default, or ``"step"``: continuous batching); any ``FleetConfig`` field
-    as a keyword (e.g. ``num_workers=4``).
+    (``"simple"``, default, or ``"step"``: continuous batching); ``spread_bursts``: spread
+    each run of equal timestamps up to the next one (:meth:`Trace.spread_bursts`; the
+    conversation trace's 3-s clock otherwise delivers about ten requests at one instant);
+    any ``FleetConfig`` field as a keyword (e.g. ``num_workers=4``).
 
     ## Version History
     * v0: initial version.
@@ -87,10 +89,13 @@ class FleetEnv(gymnasium.Env):
         num_requests: int | None = 400,
         load: float | None = 0.8,
         engine: str = "simple",
+        spread_bursts: bool = False,
         **overrides: Any,
     ) -> None:
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        if not isinstance(spread_bursts, (bool, np.bool_)):
+            raise ValueError(f"spread_bursts must be True or False, got {spread_bursts!r}")
         self.engine = engine
         known = {f.name for f in fields(FleetConfig)}
         unknown = sorted(set(overrides) - known)
@@ -98,7 +103,8 @@ class FleetEnv(gymnasium.Env):
             # TypeError, as Python raises for an unknown argument (wrappers rely on it).
             raise TypeError(
                 f"FleetEnv.__init__() got an unexpected keyword argument {unknown[0]!r}; "
-                f"its arguments: trace, num_requests, load and the FleetConfig fields "
+                f"its arguments: trace, num_requests, load, engine, spread_bursts and the "
+                f"FleetConfig fields "
                 f"{sorted(known)}"
             )
         self.config = make_config(**overrides)
@@ -122,6 +128,8 @@ class FleetEnv(gymnasium.Env):
                 f"trace's timestamps), got {load!r}"
             )
         base = _trace(trace, num_requests)
+        if spread_bursts:
+            base = base.spread_bursts()
         if num_requests is not None and num_requests > len(base):
             raise ValueError(
                 f"num_requests must be at most the trace's {len(base)} requests (None: all of "
