@@ -473,7 +473,11 @@ def _where_served(wl: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
 
 
 def _routes(
-    wl: Workload, serves: np.ndarray, relays: np.ndarray, admissible: np.ndarray
+    wl: Workload,
+    serves: np.ndarray,
+    relays: np.ndarray,
+    admissible: np.ndarray,
+    link_src: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``route_link`` and ``route_commodity`` of every route; refuses a queue that cannot
     drain (neither served where it is nor routable toward a server)."""
@@ -485,7 +489,6 @@ def _routes(
                 route_commodity.append(c)
     route_link_arr = _int_array(route_link)
     route_comm_arr = _int_array(route_commodity)
-    link_src = _int_array([link.src for link in wl.links])
     routable = np.zeros_like(admissible)
     routable[link_src[route_link_arr], route_comm_arr] = True
     stuck = admissible & ~serves & ~routable
@@ -590,7 +593,7 @@ def _build_index(wl: Workload) -> WorkloadIndex:
 
     link_src = _int_array([link.src for link in wl.links])
     link_dst = _int_array([link.dst for link in wl.links])
-    route_link_arr, route_comm_arr = _routes(wl, serves, relays, admissible)
+    route_link_arr, route_comm_arr = _routes(wl, serves, relays, admissible, link_src)
 
     transfer_link, transfer_signature = [], []
     for e, link in enumerate(() if wl.fixed_memory else wl.links):

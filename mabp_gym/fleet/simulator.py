@@ -225,7 +225,19 @@ def leading_hits(cache: dict[int, Any], hash_ids: Sequence[int]) -> int:
     return count
 
 
-class ScrapedMetrics:
+class _EngineMetrics:
+    """Waiting and running requests and KV blocks held per worker, and the KV use they give."""
+
+    config: FleetConfig
+    running_blocks: np.ndarray  # (W,) int64
+
+    def kv_used_fraction(self) -> np.ndarray:
+        """KV blocks held by running requests over capacity, as vLLM reports it (cached but
+        unreferenced blocks count as free).  # (W,) float64"""
+        return np.minimum(1.0, self.running_blocks / self.config.cache_blocks)
+
+
+class ScrapedMetrics(_EngineMetrics):
     """The engines' own metrics as a router's scraper last read them.
 
     vLLM exports each engine's waiting and running requests and its KV-cache usage
@@ -248,13 +260,8 @@ class ScrapedMetrics:
         self.taken_at = 0.0
         """When the values were read (s)."""
 
-    def kv_used_fraction(self) -> np.ndarray:
-        """KV blocks held by running requests over capacity, as vLLM reports it (cached but
-        unreferenced blocks count as free).  # (W,) float64"""
-        return np.minimum(1.0, self.running_blocks / self.config.cache_blocks)
 
-
-class ExactState:
+class ExactState(_EngineMetrics):
     """The engines' exact state now, which no production router sees: for the labelled
     references (``oracle-ttft``, ``mabp-route-exact``), Fleet-v0's observation and tests.
 
@@ -272,10 +279,6 @@ class ExactState:
         self.active_blocks = sim.active_blocks  # (W,) int64
         self.running_blocks = sim.running_blocks  # (W,) int64
         self.prefill_free = sim.prefill_free  # (W,) float64
-
-    def kv_used_fraction(self) -> np.ndarray:
-        """KV blocks held by running requests over capacity, now.  # (W,) float64"""
-        return np.minimum(1.0, self.running_blocks / self.config.cache_blocks)
 
     def prefill_backlog_s(self) -> np.ndarray:
         """Seconds of admitted prefill work left on each worker.  # (W,) float64"""
