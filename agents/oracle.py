@@ -43,14 +43,13 @@ public :meth:`~mabp_gym.agents.mabp.MABP.weights`,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from scipy import sparse
 
 from mabp_gym.agents.base import Policy
-from mabp_gym.agents.highs import Columns, matvec, solve
+from mabp_gym.agents.highs import Columns, solve
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.agents.oracle_core import (
     SlotModel,
@@ -69,7 +68,7 @@ from mabp_gym.core.control import (
     holders_after,
 )
 from mabp_gym.core.encoding import ObservationEncoder
-from mabp_gym.core.kernels import check_core, slotcore
+from mabp_gym.core.kernels import check_core, jit
 from mabp_gym.core.kernels.transition_core import CompiledTransition
 from mabp_gym.core.projection import project
 from mabp_gym.core.state import SimState
@@ -82,73 +81,6 @@ _KNAPSACK_SCALES = (1, 2, 4, 5, 8, 10, 16, 20, 25, 50, 100, 1000)
 _KNAPSACK_MAX_UNITS = 100_000
 _ENUMERATE_MAX_ITEMS = 16
 _PAIR_POOL = 40  # largest transfer pool for which the search tries adding two at once
-
-
-@dataclass(frozen=True, eq=False)
-class SlotProgram:
-    """The routing-and-service integer program of one slot, given the post-transfer memory.
-
-    Variables (columns), in four blocks: whole-unit service ``S_a`` of the actions in
-    ``serve``, routing ``F_r`` of the routes in ``routes``, and for the actions in
-    ``starts`` (work above the node's ``mu``: they can only start multi-slot service) a
-    start binary ``x_a`` and the compute ``c_a`` it receives. Variables of weight <= 0 are
-    left out: every constraint packs, so they are 0 at an optimum. The objective,
-    maximized, is ``sum S_a W_a + sum F_r W_r + sum c_a W_a / w_a``.
-
-    Packing rows ``sum data * var[cols] <= rhs``, as COO entries (``rows``, ``cols``,
-    ``data``), in three blocks: node compute (``S_a w_a`` and ``c_a``), link capacity
-    (``F_r``) and queue per pair (``S_a``, ``F_r`` and ``x_a``). Every row and every
-    variable belongs to one node (``row_node``, ``node``), so the program separates by
-    node. The coupling ``c_a <= avail_i x_a`` and one start per node are added by
-    :class:`HardProgram` for the nodes that need the solver.
-    """
-
-    gain: np.ndarray  # (A,) float64, W_a under the post-transfer hit bits
-    work: np.ndarray  # (A,) float64, w_a under those hit bits
-    avail: np.ndarray  # (N,) float64, compute left after the units in service
-    serve: np.ndarray  # (ns,) int64, actions with a service variable
-    serve_upper: np.ndarray  # (ns,) float64, queue and compute bound of S_a
-    routes: np.ndarray  # (nr,) int64, routes with a routing variable
-    route_upper: np.ndarray  # (nr,) queue and link bound of F_r
-    starts: np.ndarray  # (nx,) int64, actions with a start
-    start_node: np.ndarray  # (nx,) int64, their nodes
-    serve_cols: np.ndarray  # (ns,) int64, the column of each S_a
-    route_cols: np.ndarray  # (nr,) int64, of each F_r
-    binary_cols: np.ndarray  # (nx,) int64, of each x_a
-    compute_cols: np.ndarray  # (nx,) int64, of each c_a
-    node: np.ndarray  # (n,) int64, the node of each column
-    upper: np.ndarray  # (n,) float64, upper bound of each column (lower bounds are 0)
-    value: np.ndarray  # (n,) float64, objective coefficient of each column
-    integral: np.ndarray  # (n,) float64, 1 for S, F and x, 0 for c (HiGHS integrality)
-    compute_rows: slice  # node compute rows, one per node
-    link_rows: slice  # link capacity rows, one per link
-    queue_rows: slice  # queue rows, one per admissible pair
-    rows: np.ndarray  # (nnz,) int64, packing entries: row,
-    cols: np.ndarray  # (nnz,) int64, column,
-    data: np.ndarray  # (nnz,) float64, coefficient
-    rhs: np.ndarray  # (N + L + P,) float64, right-hand side of each packing row
-    row_node: np.ndarray  # (N + L + P,) int64, the node of each packing row
-
-    @property
-    def num_variables(self) -> int:
-        return len(self.node)
-
-
-@dataclass(frozen=True, eq=False)
-class HardProgram:
-    """The MILP over the "hard" nodes of a :class:`SlotProgram`: those whose variables'
-    upper bounds violate one of their packing rows, or that can both serve and start.
-
-    Its variables are the slot program's columns ``kept`` (in that order); its rows are
-    the hard nodes' binding packing rows, then one coupling row ``c_a - avail_i x_a <= 0``
-    per start candidate in ``hard_starts``, then one row ``sum x_a <= 1`` per node with a
-    start candidate (empty where the node has only one).
-    """
-
-    kept: np.ndarray  # (n_kept,) int64, slot-program columns of the hard nodes
-    hard_starts: np.ndarray  # (m,) int64, positions in SlotProgram.starts at hard nodes
-    matrix: Columns | sparse.csr_array  # (rows, n_kept)
-    bound: np.ndarray  # (rows,) float64, right-hand sides (every row is <=)
 
 
 class OracleSur(Policy):
@@ -202,10 +134,7 @@ class OracleSur(Policy):
         self.time_limit = None if time_limit is None else float(time_limit)
         ix = self.ix
         self._encoder: ObservationEncoder | None = None
-        # The compiled feasibility check and slot program where numba is there (else the
-        # reference's; ``compiled = False`` asks for the reference program).
-        self._core = CompiledTransition.shared(workload) if slotcore.AVAILABLE else None
-        self.compiled = slotcore.AVAILABLE
+        self._core = CompiledTransition.shared(workload)  # for the feasibility kernel
         # Within one control() call: (gain, work) per set of transfers, by their indices.
         self._slot: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] | None = None
         self._arange = np.arange(ix.num_actions)
@@ -275,7 +204,7 @@ class OracleSur(Policy):
         ix = self.ix
         transfers = np.asarray(control.transfers, dtype=np.int64)
         if self._core is None or not check_core.accepts(self._core, state, control, self.memory):
-            # The reference check: raises with the reason (or accepts another dtype).
+            # The explainer: raises with the reason (or accepts another dtype).
             check_control(self.workload, state, control, memory=self.memory)
         gain, work = self._gain_work(state, transfers, weight)
         service = np.asarray(control.service, dtype=np.float64)
@@ -344,13 +273,12 @@ class OracleSur(Policy):
 
         statuses: list[Any] = []
         chosen, source, objective = fallback, "mabp", baseline
-        no_routes = np.full_like(route_weight, -1.0)
         for transfers, label in plans:
             # Service before routing, as in the shared projection (SPEC 3.2, 9.4): first the
             # exact service and starts, then the exact routing of what is left. One joint
             # program lets a queue differential outbid service and bounces units between
             # sibling servers (v1: backlog 42 at load 0.1 against MABP's 3).
-            candidate, status = self._solve(state, transfers, weight, no_routes)
+            candidate, status = self._solve(state, transfers, weight)
             statuses.append(status)
             if candidate is None:
                 break  # the solver failed or timed out empty-handed: MABP's control
@@ -469,42 +397,23 @@ class OracleSur(Policy):
 
     # -- routing and service --------------------------------------------------------------
     def _solve(
-        self, state: SimState, transfers: np.ndarray, weight: np.ndarray, route_weight: np.ndarray
+        self, state: SimState, transfers: np.ndarray, weight: np.ndarray
     ) -> tuple[Control | None, Any]:
-        """Optimal integer routing, service and starts given the transfers.
+        """Optimal integer service and starts given the transfers (routing is solved after,
+        on what they leave: :meth:`_route_leftover`).
 
-        The program separates by node: every constraint (compute, link capacity, queue,
-        start) involves only the service, starts and outgoing routes of one node. Nodes
-        whose upper bounds are jointly feasible are solved in closed form (every variable
-        at its bound; a node that can only start picks its best start) and only the
-        others go to HiGHS, which keeps the MILP small.
+        The program separates by node: every constraint (compute, queue, start) involves
+        only the service and starts of one node. Nodes whose upper bounds are jointly
+        feasible are solved in closed form (every variable at its bound; a node that can
+        only start picks its best start) and only the others go to HiGHS, which keeps the
+        MILP small. :func:`mabp_gym.agents.oracle_core.slot_program` builds the program and
+        :func:`~mabp_gym.agents.oracle_core.read_solution` reads its solution.
 
         Returns:
             The control (retention placeholder -1 everywhere) and the solver status
-            (``"trivial"`` when no MILP was needed), or ``(None, status)`` when the solver
-            found no solution.
+            (``"trivial"`` when no MILP was needed, ``"lp"`` when the LP relaxation's
+            vertex was integral), or ``(None, status)`` when the solver found no solution.
         """
-        if self.compiled and not (route_weight > 0).any():
-            return self._solve_compiled(state, transfers, weight)
-        program = self._program(state, transfers, weight, route_weight)
-        binding, hard = self._hard_nodes(program)
-        service, route, start = self._closed_form(program, hard)
-        kept = np.flatnonzero(hard[program.node])
-        if kept.size == 0:
-            return self._make(transfers, route, service, start), "trivial"
-        milp_program = self._hard_program(program, binding, hard, kept)
-        x, status = self._run_milp(program, milp_program)
-        if x is None:
-            return None, status
-        self._read_solution(program, milp_program, hard, x, service, route, start)
-        return self._make(transfers, route, service, start), status
-
-    def _solve_compiled(
-        self, state: SimState, transfers: np.ndarray, weight: np.ndarray
-    ) -> tuple[Control | None, Any]:
-        """:meth:`_solve` without routing variables, its program built and its solution
-        read by :mod:`mabp_gym.agents.oracle_core` (the same model for HiGHS, the same
-        control)."""
         ix = self.ix
         gain, work = self._gain_work(state, transfers, weight)
         avail = self._available(state)
@@ -574,239 +483,6 @@ class OracleSur(Policy):
             **({} if self.time_limit is None else {"time_limit": self.time_limit}),
         }
 
-    def _program(
-        self, state: SimState, transfers: np.ndarray, weight: np.ndarray, route_weight: np.ndarray
-    ) -> SlotProgram:
-        """The slot's :class:`SlotProgram` after ``transfers``."""
-        ix = self.ix
-        gain, work = self._gain_work(state, transfers, weight)
-        queue = state.queue_len
-        avail = self._available(state)
-        node_avail = avail[ix.action_node]
-        waiting = queue[ix.action_pair]
-        fits = work <= self._node_mu + EPS
-
-        # Variables with weight <= 0 are left out (0 at an optimum).
-        serve = np.flatnonzero(fits & (gain > 0) & (waiting > 0) & (node_avail >= work - EPS))
-        serve_upper = np.minimum(
-            waiting[serve], np.floor((node_avail[serve] + EPS) / np.maximum(work[serve], EPS))
-        )
-        starts = np.flatnonzero(~fits & (gain > 0) & (waiting > 0) & (node_avail > EPS))
-        route_queue = queue[ix.route_src_pair]
-        routes = np.flatnonzero((route_weight > 0) & (route_queue > 0) & (self._route_capacity > 0))
-        route_upper = np.minimum(route_queue[routes], self._route_capacity[routes])
-        ns, nr, nx = len(serve), len(routes), len(starts)
-        serve_cols = np.arange(ns)
-        route_cols = ns + np.arange(nr)
-        binary_cols = ns + nr + np.arange(nx)
-        compute_cols = ns + nr + nx + np.arange(nx)
-        start_node = ix.action_node[starts]
-
-        n_nodes, n_links = ix.num_nodes, ix.num_links
-        compute_rows = slice(0, n_nodes)
-        link_rows = slice(n_nodes, n_nodes + n_links)
-        queue_rows = slice(n_nodes + n_links, n_nodes + n_links + ix.num_pairs)
-        rows = np.concatenate(
-            [
-                compute_rows.start + ix.action_node[serve],  # compute: S w_a, c_a
-                compute_rows.start + start_node,
-                link_rows.start + ix.route_link[routes],  # link: F
-                queue_rows.start + ix.action_pair[serve],  # queue: S, F, x
-                queue_rows.start + ix.route_src_pair[routes],
-                queue_rows.start + ix.action_pair[starts],
-            ]
-        )
-        cols = np.concatenate(
-            [serve_cols, compute_cols, route_cols, serve_cols, route_cols, binary_cols]
-        )
-        data = np.concatenate(
-            [work[serve], np.ones(nx), np.ones(nr), np.ones(ns), np.ones(nr), np.ones(nx)]
-        )
-        return SlotProgram(
-            gain=gain,
-            work=work,
-            avail=avail,
-            serve=serve,
-            serve_upper=serve_upper,
-            routes=routes,
-            route_upper=route_upper,
-            starts=starts,
-            start_node=start_node,
-            serve_cols=serve_cols,
-            route_cols=route_cols,
-            binary_cols=binary_cols,
-            compute_cols=compute_cols,
-            node=np.concatenate(
-                [ix.action_node[serve], ix.link_src[ix.route_link[routes]], start_node, start_node]
-            ),
-            upper=np.concatenate([serve_upper, route_upper, np.ones(nx), node_avail[starts]]),
-            value=np.concatenate(
-                [gain[serve], route_weight[routes], np.zeros(nx), gain[starts] / work[starts]]
-            ),
-            integral=np.concatenate([np.ones(ns + nr + nx), np.zeros(nx)]),
-            compute_rows=compute_rows,
-            link_rows=link_rows,
-            queue_rows=queue_rows,
-            rows=rows,
-            cols=cols,
-            data=data,
-            rhs=np.concatenate(
-                [avail, ix.link_capacity.astype(np.float64), queue.astype(np.float64)]
-            ),
-            row_node=np.concatenate([np.arange(n_nodes), ix.link_src, ix.pair_node]),
-        )
-
-    def _hard_nodes(self, program: SlotProgram) -> tuple[np.ndarray, np.ndarray]:
-        """The binding packing rows ``(N + L + P,)`` and the hard nodes ``(N,)``, bool.
-
-        A row that even the upper bounds cannot violate is redundant. A start's compute
-        row counts only when the node also serves: one start per node, ``c_a <= avail``.
-        """
-        ix = self.ix
-        is_compute = program.integral[program.cols] == 0.0
-        rows, cols = program.rows[~is_compute], program.cols[~is_compute]
-        reach = np.bincount(
-            rows,
-            weights=program.data[~is_compute] * program.upper[cols],
-            minlength=len(program.rhs),
-        ).astype(np.float64)
-        has_start = np.bincount(program.start_node, minlength=ix.num_nodes) > 0
-        has_serve = np.bincount(ix.action_node[program.serve], minlength=ix.num_nodes) > 0
-        reach[program.compute_rows] += np.where(has_start & has_serve, program.avail, 0.0)
-        binding = reach > program.rhs + EPS
-        hard = np.zeros(ix.num_nodes, dtype=bool)
-        hard[program.row_node[binding]] = True
-        hard |= has_start & has_serve
-        return binding, hard
-
-    def _closed_form(
-        self, program: SlotProgram, hard: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Service ``(A,)``, routing ``(R,)`` and starts ``(N,)`` of the nodes that are not
-        hard: every variable at its upper bound, and the best single start."""
-        ix = self.ix
-        service = np.zeros(ix.num_actions, dtype=np.int64)
-        route = np.zeros(ix.num_routes, dtype=np.int64)
-        start = np.full(ix.num_nodes, -1, dtype=np.int64)
-        easy_serve = ~hard[program.node[program.serve_cols]]
-        service[program.serve[easy_serve]] = program.serve_upper[easy_serve].astype(np.int64)
-        easy_route = ~hard[program.node[program.route_cols]]
-        route[program.routes[easy_route]] = program.route_upper[easy_route].astype(np.int64)
-        if len(program.starts):
-            starts, start_node = program.starts, program.start_node
-            rate = program.gain[starts] / program.work[starts]
-            for q in np.argsort(rate, kind="stable").tolist():  # the best start wins
-                if not hard[start_node[q]]:
-                    start[start_node[q]] = starts[q]
-        return service, route, start
-
-    def _hard_program(
-        self, program: SlotProgram, binding: np.ndarray, hard: np.ndarray, kept: np.ndarray
-    ) -> HardProgram:
-        """The MILP over the hard nodes: their binding packing rows, ``c_a <= avail_i x_a``,
-        and at most one start per node where a node has several start candidates."""
-        renumber_row = np.full(len(program.rhs), -1, dtype=np.int64)
-        used_rows = np.flatnonzero(binding & hard[program.row_node])
-        renumber_row[used_rows] = np.arange(used_rows.size)
-        n_rows = used_rows.size
-        row_rhs = [program.rhs[used_rows]]
-        rows, cols, data = renumber_row[program.rows], program.cols, program.data
-        hard_starts = np.flatnonzero(hard[program.start_node])
-        if hard_starts.size:
-            m = hard_starts.size
-            coupling_rows = n_rows + np.arange(m)
-            nodes_with, node_row, count = np.unique(
-                program.start_node[hard_starts], return_inverse=True, return_counts=True
-            )
-            one_start_rows = n_rows + m + node_row
-            several = count[node_row] > 1
-            binary = program.binary_cols[hard_starts]
-            rows = np.concatenate([rows, coupling_rows, coupling_rows, one_start_rows[several]])
-            cols = np.concatenate(
-                [cols, program.compute_cols[hard_starts], binary, binary[several]]
-            )
-            data = np.concatenate(
-                [
-                    data,
-                    np.ones(m),
-                    -program.avail[program.start_node[hard_starts]],
-                    np.ones(int(several.sum())),
-                ]
-            )
-            row_rhs += [np.zeros(m), np.ones(len(nodes_with))]
-            n_rows += m + len(nodes_with)
-        renumber_col = np.full(program.num_variables, -1, dtype=np.int64)
-        renumber_col[kept] = np.arange(kept.size)
-        keep = (rows >= 0) & (renumber_col[cols] >= 0)
-        matrix = Columns.from_entries(
-            rows[keep], renumber_col[cols[keep]], data[keep], (n_rows, kept.size)
-        )
-        return HardProgram(
-            kept=kept, hard_starts=hard_starts, matrix=matrix, bound=np.concatenate(row_rhs)
-        )
-
-    def _run_milp(self, program: SlotProgram, hard: HardProgram) -> tuple[np.ndarray | None, Any]:
-        """Solve ``hard``: the slot program's solution vector ``(n,)`` (zero outside the
-        kept columns) and the status, or ``(None, status)`` when HiGHS found none."""
-        kept = hard.kept
-        options = self._milp_options()
-        cost, lower, upper = -program.value[kept], np.zeros(kept.size), program.upper[kept]
-        x = np.zeros(program.num_variables)
-        try:
-            # The LP relaxation first: it bounds the MILP, and on these programs its vertex
-            # is usually integral once each start's binary is opened where its compute
-            # flows (x_a gates c_a only and carries no objective). Then it is optimal and
-            # the branch-and-bound solve, several times slower, is skipped.
-            relaxed_status, relaxed = solve(
-                cost, hard.matrix, hard.bound, lower, upper, np.zeros(kept.size), options
-            )
-            status: Any = "lp"
-            if relaxed_status != 0 or not self._integral_fix(x, program, hard, relaxed):
-                status, solution = solve(
-                    cost, hard.matrix, hard.bound, lower, upper, program.integral[kept], options
-                )
-                if solution is None:
-                    return None, status
-                x[kept] = solution
-        except (ValueError, RuntimeError):  # a solver failure is a fallback, not a crash
-            return None, "error"
-        return x, status
-
-    def _read_solution(
-        self,
-        program: SlotProgram,
-        hard_program: HardProgram,
-        hard: np.ndarray,
-        x: np.ndarray,
-        service: np.ndarray,
-        route: np.ndarray,
-        start: np.ndarray,
-    ) -> None:
-        """Write the hard nodes' service, routing and starts from ``x`` into the
-        closed-form ``service``, ``route`` and ``start`` (in place)."""
-        ix = self.ix
-        hard_serve = hard[program.node[program.serve_cols]]
-        service[program.serve[hard_serve]] = np.rint(x[program.serve_cols][hard_serve]).astype(
-            np.int64
-        )
-        hard_route = hard[program.node[program.route_cols]]
-        route[program.routes[hard_route]] = np.rint(x[program.route_cols][hard_route]).astype(
-            np.int64
-        )
-        hard_starts = hard_program.hard_starts
-        if hard_starts.size:
-            spent = np.bincount(
-                ix.action_node, weights=service * program.work, minlength=ix.num_nodes
-            )
-            chosen = hard_starts[
-                (np.rint(x[program.binary_cols[hard_starts]]) >= 1)
-                & (x[program.compute_cols[hard_starts]] > EPS)
-            ]
-            for q in chosen.tolist():
-                a, i = int(program.starts[q]), int(program.start_node[q])
-                if start[i] < 0 and program.avail[i] - spent[i] > EPS:
-                    start[i] = a
-
     def _route_leftover(
         self, state: SimState, control: Control, route_weight: np.ndarray
     ) -> Control:
@@ -818,35 +494,18 @@ class OracleSur(Policy):
         """
         ix = self.ix
         route = np.zeros(ix.num_routes, dtype=np.int64)
-        if self.compiled:
-            routes, upper, free, bound = leftover_routes(
-                state.queue_len,
-                control.service,
-                control.start,
-                ix.action_pair,
-                route_weight,
-                ix.route_src_pair,
-                ix.route_link,
-                self._route_capacity,
-                ix.link_capacity,
-            )
-            pair, link = ix.route_src_pair[routes], ix.route_link[routes]
-        else:
-            left = state.queue_len - np.bincount(
-                ix.action_pair, weights=control.service, minlength=ix.num_pairs
-            ).astype(np.int64)
-            started = control.start[control.start >= 0]
-            if started.size:
-                left -= np.bincount(ix.action_pair[started], minlength=ix.num_pairs)
-            routes = np.flatnonzero(
-                (route_weight > 0) & (left[ix.route_src_pair] > 0) & (self._route_capacity > 0)
-            )
-            pair, link = ix.route_src_pair[routes], ix.route_link[routes]
-            upper = np.minimum(left[pair], self._route_capacity[routes])
-            pair_load = np.bincount(pair, weights=upper, minlength=ix.num_pairs)
-            link_load = np.bincount(link, weights=upper, minlength=ix.num_links)
-            free = bool((pair_load <= left).all() and (link_load <= ix.link_capacity).all())
-            bound = np.concatenate([np.maximum(left, 0), ix.link_capacity]).astype(np.float64)
+        routes, upper, free, bound = leftover_routes(
+            state.queue_len,
+            control.service,
+            control.start,
+            ix.action_pair,
+            route_weight,
+            ix.route_src_pair,
+            ix.route_link,
+            self._route_capacity,
+            ix.link_capacity,
+        )
+        pair, link = ix.route_src_pair[routes], ix.route_link[routes]
         if routes.size and free:
             route[routes] = upper
         elif routes.size:
@@ -864,26 +523,6 @@ class OracleSur(Policy):
             if solution is not None:  # None cannot happen for a bounded packing LP
                 route[routes] = np.floor(solution + 1e-7).astype(np.int64)
         return Control(control.transfers, route, control.service, control.start, control.retain)
-
-    @staticmethod
-    def _integral_fix(
-        x: np.ndarray, program: SlotProgram, hard: HardProgram, relaxed: np.ndarray | None
-    ) -> bool:
-        """Write the LP solution into ``x`` with start binaries opened where compute flows;
-        True when the result is integral and feasible (then it is MILP-optimal)."""
-        if relaxed is None:
-            return False
-        x[hard.kept] = relaxed
-        compute_cols = program.compute_cols[hard.hard_starts]
-        compute = x[compute_cols]
-        x[program.binary_cols[hard.hard_starts]] = compute > EPS
-        x[compute_cols] = np.where(compute > EPS, compute, 0.0)
-        integer = program.integral == 1.0
-        rounded = np.rint(x[integer])
-        if np.abs(x[integer] - rounded).max(initial=0.0) > 1e-7:
-            return False
-        x[integer] = rounded
-        return bool(np.all(matvec(hard.matrix, x[hard.kept]) <= hard.bound + 1e-7))
 
     def _make(
         self, transfers: np.ndarray, route: np.ndarray, service: np.ndarray, start: np.ndarray
@@ -938,16 +577,12 @@ class OracleSur(Policy):
         candidates = np.flatnonzero(item & (net > 0))  # ascending: grouped by node
         if not candidates.size:
             return priority
-        if slotcore.AVAILABLE:
-            take, unsolved = _knapsacks(
-                net[candidates], size[candidates], ix.retain_node[candidates], ix.budget
-            )
-            chosen = candidates[take]
-            priority[chosen] = 1.0 + density[chosen]
-            nodes = np.flatnonzero(unsolved)  # no scale fits their sizes: the reference
-        else:
-            nodes = np.unique(ix.retain_node[candidates])
-        for i in nodes.tolist():
+        take, unsolved = _knapsacks(
+            net[candidates], size[candidates], ix.retain_node[candidates], ix.budget
+        )
+        chosen = candidates[take]
+        priority[chosen] = 1.0 + density[chosen]
+        for i in np.flatnonzero(unsolved).tolist():  # no scale fits their sizes
             members = candidates[ix.retain_node[candidates] == i]
             take = knapsack(net[members], size[members], float(ix.budget[i]))
             chosen = members[take]
@@ -1087,7 +722,5 @@ def _knapsack_kernel_dp(values, sizes, scale, first, end, capacity, take):  # pr
             room -= units[k - first]
 
 
-_knapsacks: Any = _knapsacks_kernel  # without numba: the reference knapsack runs instead
-if slotcore.AVAILABLE:
-    _knapsack_kernel_dp = slotcore.njit(cache=True)(_knapsack_kernel_dp)
-    _knapsacks = slotcore.njit(cache=True)(_knapsacks_kernel)
+_knapsack_kernel_dp = jit.kernel(_knapsack_kernel_dp)
+_knapsacks = jit.kernel(_knapsacks_kernel)

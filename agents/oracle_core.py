@@ -1,14 +1,9 @@
-"""Oracle-Sur's compiled slot program: the service-and-starts program of one slot, built
-for HiGHS, and the reading of its solution, in numba.
-
-:meth:`OracleSur._program <mabp_gym.agents.oracle.OracleSur._program>`,
-``_hard_nodes``, ``_closed_form``, ``_hard_program``, ``_integral_fix`` and
-``_read_solution`` are the readable reference (numpy) and stay the authority. These
-kernels do the same for the program Oracle-Sur solves each slot (service and multi-slot
-starts; the routing of what is left is a program of its own) and hand HiGHS the same
-model, entry for entry and bit for bit, so HiGHS returns the same vertex and the control
-is the same. ``tests/test_oracle_core.py`` holds the two equal, model and control, slot
-by slot on several workloads and loads.
+"""Oracle-Sur's slot program as kernels: the service-and-starts program of one slot, built
+for HiGHS, and the reading of its solution (compiled by numba where it is there, plain
+Python otherwise: :mod:`mabp_gym.core.kernels.jit`). The routing of what service leaves
+is a program of its own (:func:`leftover_routes`). ``tests/test_oracle.py`` holds the
+controls to brute force on small workloads, and ``tests/test_slot_golden.py`` to golden
+digests.
 
 The program's columns are the service ``S_a`` of the actions in ``serve``, then a start
 binary ``x_a`` and its compute ``c_a`` per action in ``starts``; its packing rows are
@@ -25,9 +20,9 @@ from typing import NamedTuple
 import numpy as np
 
 from mabp_gym.core.control import EPS as _EPS
-from mabp_gym.core.kernels.slotcore import AVAILABLE, njit
+from mabp_gym.core.kernels import jit
 
-_compiled = njit(cache=True) if AVAILABLE else (lambda function: function)
+_compiled = jit.kernel
 
 SERVE, BINARY, COMPUTE = 0, 1, 2
 """The kinds of a kept column."""
@@ -79,7 +74,7 @@ def slot_program(
     queue_row0 = n_nodes + n_links
     n_rows_all = queue_row0 + n_pairs
 
-    # The variables (OracleSur._program): service of whole units that fit the node's mu,
+    # The variables: service of whole units that fit the node's mu,
     # a start for units that do not; weight <= 0 left out.
     serve = np.empty(n_act, dtype=np.int64)
     serve_upper = np.empty(n_act)
@@ -100,8 +95,8 @@ def slot_program(
             starts[nx] = a
             nx += 1
 
-    # Binding rows and hard nodes (OracleSur._hard_nodes): what the upper bounds reach,
-    # summed in the reference's entry order.
+    # Binding rows and hard nodes: what the upper bounds reach, summed in a fixed entry
+    # order (service compute, queues, starts).
     reach = np.zeros(n_rows_all)
     has_serve = np.zeros(n_nodes, dtype=np.bool_)
     has_start = np.zeros(n_nodes, dtype=np.bool_)
@@ -132,7 +127,7 @@ def slot_program(
         if has_start[i] and has_serve[i]:
             hard[i] = True
 
-    # The easy nodes in closed form (OracleSur._closed_form): every variable at its
+    # The easy nodes in closed form: every variable at its
     # bound; the best start by gain per work, the later of equal ones.
     service = np.zeros(n_act, dtype=np.int64)
     start = np.full(n_nodes, -1, dtype=np.int64)
@@ -148,7 +143,7 @@ def slot_program(
             best_rate[i] = rate
             start[i] = a
 
-    # The hard program (OracleSur._hard_program): rows renumbered in order, couplings,
+    # The hard program: rows renumbered in order, couplings,
     # one-start rows; columns serve, binaries, computes of the hard nodes.
     renumber = np.full(n_rows_all, -1, dtype=np.int64)
     n_used = 0
@@ -282,7 +277,7 @@ def slot_program(
 
 @_compiled
 def integral_fix(x, relaxed, kind, indptr, indices, data, bound):  # pragma: no cover
-    """``OracleSur._integral_fix`` in the kept columns: ``x`` gets the LP solution with
+    """In the kept columns: ``x`` gets the LP solution with
     each start's binary opened where its compute flows; True when that is integral and
     feasible (then it is MILP-optimal)."""
     n = kind.shape[0]
@@ -320,7 +315,7 @@ def integral_fix(x, relaxed, kind, indptr, indices, data, bound):  # pragma: no 
 
 @_compiled
 def read_solution(x, kind, action, work, avail, action_node, service, start):  # pragma: no cover
-    """``OracleSur._read_solution``: the hard nodes' service and starts from ``x`` written
+    """The hard nodes' service and starts from ``x`` written
     into the closed-form ``service`` and ``start`` (in place)."""
     n = kind.shape[0]
     m = 0
@@ -356,10 +351,10 @@ def leftover_routes(
     route_capacity,
     link_capacity,
 ):  # pragma: no cover - compiled
-    """The routing program of what service and starts leave (``OracleSur._route_leftover``
+    """The routing program of what service and starts leave (for ``OracleSur._route_leftover``
     up to the solve): the routes worth routing, their bounds, whether every one can take
     its bound (no queue or link row binds) and the rows' right-hand sides (queues, then
-    links). Integer arithmetic throughout, as the reference's."""
+    links). Integer arithmetic throughout."""
     n_pairs = queue_len.shape[0]
     n_links = link_capacity.shape[0]
     left = queue_len.copy()

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from mabp_gym import Simulator, make_workload
-from mabp_gym.core.control import compute_left, hit_bits, holders_after, in_service_spend
+from mabp_gym.core.control import compute_left, hit_bits, holders_after
+from mabp_gym.core.kernels.rules import in_service_spend
 from mabp_gym.core.scores import queue_length_scores
 
 
@@ -27,7 +28,8 @@ def test_compute_left__units_in_service_take_theirs_first():
     mu = wl.index.mu
     busy = state.service_action >= 0
     assert busy.any()
-    spend = in_service_spend(wl, state)
+    spend = np.empty(wl.index.num_nodes)
+    in_service_spend(mu, state.service_action, state.service_residual, spend)
     assert np.all(spend[~busy] == 0.0)
     assert np.allclose(spend[busy], np.minimum(mu[busy], state.service_residual[busy]))
     assert np.allclose(compute_left(wl, state), mu - spend)
@@ -54,5 +56,10 @@ def test_holders_after__a_transfer_moves_the_object_and_changes_only_its_hit_bit
     assert moved is not holder
     assert moved[dst[k], sig[k]] == holder[src[k], sig[k]] and moved[src[k], sig[k]] == -1
     assert holders_after(wl, holder, np.array([], dtype=np.int64)) is holder
-    # The sparse hit bits after the transfer are those of the moved memory.
-    assert hit_bits(wl, holder, True, [k]) == hit_bits(wl, moved, True)
+    # The hit bits after the transfer are those of the moved memory, and only the actions
+    # of its signature at its two ends change.
+    after, before = hit_bits(wl, holder, True, [k]), hit_bits(wl, holder, True)
+    assert np.array_equal(after, hit_bits(wl, moved, True))
+    ends = (ix.action_signature == sig[k]) & np.isin(ix.action_node, [src[k], dst[k]])
+    assert np.array_equal(after[~ends], before[~ends]) and (after[ends] != before[ends]).any()
+    assert not hit_bits(wl, holder, False, [k]).any()

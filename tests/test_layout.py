@@ -37,6 +37,8 @@ CORE = (
     "core.scores",
     "core.ego",
     "core.render",
+    "core.kernels.jit",
+    "core.kernels.rules",
     "core.kernels.slotcore",
     "core.kernels.transition_core",
     "core.kernels.check_core",

@@ -190,7 +190,7 @@ def _brute_force(
 @pytest.mark.parametrize("K", [2.0, 3.0])
 def test_milp__equals_brute_force_optimum_on_a_tiny_workload(K, lp_first, monkeypatch):
     if not lp_first:  # force branch and bound on every program
-        monkeypatch.setattr(OracleSur, "_integral_fix", staticmethod(lambda *args: False))
+        monkeypatch.setattr(oracle_module, "integral_fix", lambda *args: False)
     starts = 0
     for seed in range(12):
         wl, sim = _tiny_state(K, seed)
@@ -519,45 +519,3 @@ def test_records__reproducible_across_reruns():
     assert {k: v for k, v in first.items() if k not in TIMING_KEYS} == {
         k: v for k, v in second.items() if k not in TIMING_KEYS
     }
-
-
-def test_slot_program__its_blocks_and_rows_describe_the_oracles_service_and_objective():
-    sim, obs = _busy_state()
-    oracle = OracleSur(MIXED)
-    control = oracle.control(sim.state, obs)
-    assert oracle.last_info["source"] == "milp"
-    queues = np.asarray(obs["queues"], dtype=np.float64)
-    weight = oracle.weights(queues)
-    no_routes = np.full(MIXED.index.num_routes, -1.0)
-    program = oracle._program(sim.state, control.transfers, weight, no_routes)
-    n = program.num_variables
-    blocks = [program.serve_cols, program.route_cols, program.binary_cols, program.compute_cols]
-    np.testing.assert_array_equal(np.concatenate(blocks), np.arange(n))
-    assert len(program.route_cols) == 0 and len(program.starts) > 0
-    assert (program.integral[program.compute_cols] == 0).all()
-    assert (program.integral[np.concatenate(blocks[:3])] == 1).all()
-    # The oracle's service and starts as a point of the program: feasible on every packing
-    # row, and the program's objective there is the one-slot objective without routing.
-    x = np.zeros(n)
-    x[program.serve_cols] = control.service[program.serve]
-    assert control.service.sum() == x.sum() > 0
-    spent = np.bincount(
-        MIXED.index.action_node,
-        weights=control.service * program.work,
-        minlength=MIXED.index.num_nodes,
-    )
-    for q, (a, i) in enumerate(zip(program.starts, program.start_node, strict=True)):
-        if control.start[i] == a:
-            x[program.binary_cols[q]] = 1.0
-            x[program.compute_cols[q]] = program.avail[i] - spent[i]
-    assert x[program.binary_cols].sum() == (control.start >= 0).sum() > 0
-    packing = np.zeros(len(program.rhs))
-    np.add.at(packing, program.rows, program.data * x[program.cols])
-    assert (packing <= program.rhs + 1e-9).all()
-    assert (packing[program.compute_rows] > 0).any() and (packing[program.queue_rows] > 0).any()
-    served = dataclasses.replace(control, route=np.zeros_like(control.route))
-    assert program.value @ x == pytest.approx(
-        oracle.one_slot_objective(sim.state, served, obs)
-        + oracle.mabp.migration_cost
-        * MIXED.index.signature_size[MIXED.index.transfer_signature[control.transfers]].sum()
-    )

@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from mabp_gym import Simulator, make_workload
+from mabp_gym.core.kernels.transition_core import RunFifo
 from mabp_gym.core.scores import queue_length_scores
 from mabp_gym.core.state import SimState
 
 
 def test_empty__holds_nothing_and_serves_nothing():
     wl = make_workload("mixed")
-    state = SimState.empty(wl)
+    state = SimState.empty(wl, RunFifo(wl.index.num_pairs))
     ix = wl.index
     assert state.t == 0 and state.units == 0 and len(state.queues) == ix.num_pairs
     assert state.holder.shape == (ix.num_nodes, ix.num_signatures) and (state.holder < 0).all()

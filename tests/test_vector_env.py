@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import mabp_gym
-from mabp_gym.core.kernels import slotcore
+from mabp_gym.core.kernels import jit
 from mabp_gym.envs.vector_env import SFMSNVectorEnv
 
 compiled_only = pytest.mark.skipif(
-    not slotcore.AVAILABLE, reason="needs the compiled core (numba, MABP_GYM_PURE unset)"
+    not jit.COMPILED, reason="needs the compiled core (numba, MABP_GYM_PURE unset)"
 )
 
 

@@ -13,10 +13,13 @@ any constraint; the simulator calls it on every control it executes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from mabp_gym.core.kernels import rules
 
 if TYPE_CHECKING:
     from mabp_gym.core.state import SimState
@@ -105,64 +108,50 @@ def _as_int_list(name: str, value: np.ndarray, length: int | None) -> list[int]:
     return _as_int_array(name, value, length).tolist()
 
 
+def holders_after(
+    workload: Workload, holder: np.ndarray, transfers: Sequence[int] | np.ndarray
+) -> np.ndarray:
+    """``holder`` (``(N, S)`` identities) after the transfer candidates ``transfers`` (known
+    feasible), by the rule :func:`~mabp_gym.core.kernels.rules.move_objects`. A copy when
+    anything moves; ``holder`` itself otherwise."""
+    if not len(transfers):
+        return holder
+    ix = workload.index
+    moved = holder.copy()
+    rules.move_objects(
+        np.asarray(transfers, dtype=np.int64),
+        ix.transfer_link,
+        ix.transfer_signature,
+        ix.link_src,
+        ix.link_dst,
+        moved,
+    )
+    return moved
+
+
 def hit_bits(
     workload: Workload,
     holder: np.ndarray,
     memory: bool,
-    transfers: list[int] | tuple[int, ...] = (),
-) -> list[int]:
-    """Hit bit of every action given who holds what (``holder``: ``(N, S)`` identities).
-
-    ``transfers`` (transfer-candidate indices, already known to be feasible) are applied on
-    top of ``holder``: the hit bits are those of the post-transfer memory.
-    """
+    transfers: Sequence[int] | np.ndarray = (),
+) -> np.ndarray:
+    """Hit bit of every action, ``(A,)`` int64, under the memory ``holder`` (``(N, S)``
+    identities) after ``transfers`` (known feasible), by the rule
+    :func:`~mabp_gym.core.kernels.rules.hit_bits`; all 0 without memory."""
     ix = workload.index
-    if not memory or not ix.num_signatures:
-        return [0] * ix.num_actions
-    # Actions without a signature point one past the end: clipped, then masked out.
-    held = holder.ravel().take(ix.hit_slot, mode="clip") >= 0
-    hit = (held & (ix.hit_slot < holder.size)).astype(np.int64).tolist()
-    if transfers:
-        fx = ix.fast
-        retain_of, members = fx.retain_of, ix.retain_actions
-        # A node that held a signature at the start of the slot never receives it, so
-        # the order of the moves does not matter.
-        for k in transfers:
-            e, s = fx.transfer_link[k], fx.transfer_signature[k]
-            for a in members[retain_of[fx.link_src[e]][s]]:
-                hit[a] = 0
-            for a in members[retain_of[fx.link_dst[e]][s]]:
-                hit[a] = 1
+    hit = np.zeros(ix.num_actions, dtype=np.int64)
+    if memory and ix.num_signatures:
+        rules.hit_bits(holders_after(workload, holder, transfers), ix.hit_slot, hit)
     return hit
 
 
-def in_service_spend(workload: Workload, state: SimState) -> np.ndarray:
-    """Compute the units already in service take this slot, first, ``(N,)`` float64: all
-    that is left of their work, at most the node's ``mu`` (SPEC 1)."""
-    mu = workload.index.mu
-    busy = state.service_action >= 0
-    return np.where(busy, np.minimum(mu, state.service_residual), 0.0)
-
-
 def compute_left(workload: Workload, state: SimState) -> np.ndarray:
-    """Compute per node left for new service after the units in service, ``(N,)``."""
-    return workload.index.mu - in_service_spend(workload, state)
-
-
-def holders_after(workload: Workload, holder: np.ndarray, transfers: np.ndarray) -> np.ndarray:
-    """``holder`` (``(N, S)`` identities) after the transfer candidates ``transfers`` (known
-    feasible): each object leaves its source for its destination. A copy when anything
-    moves; ``holder`` itself otherwise."""
-    if not len(transfers):
-        return holder
-    ix = workload.index
-    k = np.asarray(transfers, dtype=np.int64)
-    src, dst = ix.link_src[ix.transfer_link[k]], ix.link_dst[ix.transfer_link[k]]
-    sig = ix.transfer_signature[k]
-    moved = holder.copy()
-    moved[dst, sig] = moved[src, sig]
-    moved[src, sig] = -1
-    return moved
+    """Compute per node left for new service after the units in service, ``(N,)``, by the
+    rule :func:`~mabp_gym.core.kernels.rules.in_service_spend`."""
+    mu = workload.index.mu
+    spend = np.empty(mu.shape[0])
+    rules.in_service_spend(mu, state.service_action, state.service_residual, spend)
+    return mu - spend
 
 
 def _link_name(workload: Workload, e: int) -> str:
@@ -210,7 +199,7 @@ def check_control(
     _check_retain(ix.num_retains, control.retain)
     if transfers:
         _check_transfers(workload, state, transfers, memory)
-    hit = hit_bits(workload, state.holder, memory, transfers)
+    hit = hit_bits(workload, state.holder, memory, transfers).tolist()
     # Units taken from each queue (pair), by routing, service and starts together.
     taken: dict[int, int] = {}
     _check_links(workload, route, taken)
@@ -272,7 +261,9 @@ def _check_compute(
     """
     fx = workload.index.fast
     work, mu, action_node, action_pair = fx.work, fx.mu, fx.action_node, fx.action_pair
-    spent = in_service_spend(workload, state).tolist()
+    spend = np.empty(len(mu))
+    rules.in_service_spend(workload.index.mu, state.service_action, state.service_residual, spend)
+    spent = spend.tolist()
     for a, n in service:
         if n < 0:
             raise InfeasibleControlError(

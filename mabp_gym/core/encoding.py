@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from mabp_gym.core.control import compute_left
 from mabp_gym.core.kernels import slotcore
 from mabp_gym.core.workload import ROLES, Workload
 
@@ -93,9 +92,7 @@ class ObservationEncoder:
         self._successor_probs = probs
         self._route_dst_node = ix.link_dst[ix.route_link]
         self._route_cost = ix.link_cost[ix.route_link].astype(np.float32)
-        self._transfer_src = ix.link_src[ix.transfer_link]
         self._transfer_dst = ix.link_dst[ix.transfer_link]
-        self._transfer_bandwidth = ix.link_bandwidth[ix.transfer_link]
         # Demand served by a retained signature: queued units of the commodities it makes a
         # hit at its node, (K, C).
         compat = np.zeros((n, s, c), dtype=bool)
@@ -109,16 +106,14 @@ class ObservationEncoder:
         for cand in range(k):
             served = np.flatnonzero(retain_commodities[cand])
             self._retain_positions[cand, : served.size] = ix.retain_node[cand] * c + served
-        # Scratch vectors with one extra entry that always reads "nothing" (-1 / 0), so that
-        # padded positions can be gathered without masks.
-        self._holder_flat = np.full(n * s + 1, -1, dtype=np.int64)
+        # Scratch queues with one extra entry that always reads 0, so that padded positions
+        # can be gathered without masks.
         self._queue_flat = np.zeros(n * c + 1, dtype=np.float32)
         sizes = ix.signature_size
         self._transfer_size = sizes[ix.transfer_signature].astype(np.float32)
         self._retain_size = sizes[ix.retain_signature].astype(np.float32)
         self._penalty = ix.penalty.astype(np.float32)
-        if slotcore.AVAILABLE:
-            self._compiled_statics(workload)
+        self._kernel_statics(workload)
         inf = np.inf
         self.layout: dict[str, ArraySpec] = {
             "node_features": _array((n, len(NODE_FEATURES))),
@@ -139,8 +134,8 @@ class ObservationEncoder:
         """Shape, dtype and bounds of every array of the observation (the env's
         ``spaces.Dict`` is built from it)."""
 
-    def _compiled_statics(self, workload: Workload) -> None:
-        """Static arrays of the compiled encoder (:mod:`mabp_gym.core.kernels.slotcore`)."""
+    def _kernel_statics(self, workload: Workload) -> None:
+        """Static arrays of the encoding kernel (:mod:`mabp_gym.core.kernels.slotcore`)."""
         ix = workload.index
         # Route r's destination holds memory compatible with its commodity when one of the
         # actions of that (node, commodity) is a hit: those actions, per route (CSR).
@@ -159,7 +154,7 @@ class ObservationEncoder:
         self._compat_action = np.asarray([a for m in members for a in m], dtype=np.int64)
         self._transfer_dst_node = np.ascontiguousarray(self._transfer_dst)
         self._transfer_bandwidth64 = np.ascontiguousarray(
-            self._transfer_bandwidth, dtype=np.float64
+            ix.link_bandwidth[ix.transfer_link], dtype=np.float64
         )
         self._retain_slot = (ix.retain_node * ix.num_signatures + ix.retain_signature).astype(
             np.int64
@@ -168,11 +163,6 @@ class ObservationEncoder:
 
     def encode(self, state) -> dict[str, np.ndarray]:
         """The observation of ``state`` (fresh arrays every call)."""
-        if slotcore.AVAILABLE:
-            return self._encode_compiled(state)
-        return self.encode_reference(state)
-
-    def _encode_compiled(self, state) -> dict[str, np.ndarray]:
         ix = self.workload.index
         n, c = ix.num_nodes, ix.num_commodities
         hit = np.empty(ix.num_actions, dtype=np.int64)
@@ -188,7 +178,7 @@ class ObservationEncoder:
             state.queue_len,
             state.service_action,
             state.service_residual,
-            state.holder.ravel(),
+            state.holder,
             state.memory_used,
             self.memory,
             ix.pair_node,
@@ -259,80 +249,3 @@ class ObservationEncoder:
             "retain_index": self._retain_index.copy(),
             "action_mask": mask,
         }
-
-    def encode_reference(self, state) -> dict[str, np.ndarray]:
-        """:meth:`encode` in numpy: the readable reference of the compiled encoder."""
-        ix = self.workload.index
-        n_act, n_route = ix.num_actions, ix.num_routes
-        pairs = state.backlog_pairs(self.workload)  # units in service included
-        busy = state.service_action >= 0
-        queues = np.zeros((ix.num_nodes, ix.num_commodities), dtype=np.float32)
-        queues[ix.pair_node, ix.pair_commodity] = pairs
-        resident = state.holder >= 0  # (N, S)
-        if self.memory and ix.num_signatures:
-            self._holder_flat[:-1] = state.holder.ravel()
-            hit = self._holder_flat[ix.hit_slot] >= 0
-        else:
-            hit = np.zeros(n_act, dtype=bool)
-        hit_int = hit.astype(np.int64)
-
-        service = np.empty((n_act, len(SERVICE_FEATURES)), dtype=np.float32)
-        service[:, 0] = ix.work[hit_int, self._arange_a]
-        service[:, 1] = self._penalty[hit_int, self._arange_a]
-        service[:, 2] = hit
-        flat = self._queue_flat
-        flat[:-1] = queues.ravel()
-        service[:, 3] = (
-            self._successor_probs[hit_int, self._arange_a] * flat[self._successor_positions]
-        ).sum(axis=1)
-        service[:, 4] = pairs[ix.action_pair]  # the input queue
-
-        route = np.empty((n_route, len(ROUTE_FEATURES)), dtype=np.float32)
-        src_q = pairs[ix.route_src_pair]
-        route[:, 0] = src_q - pairs[ix.route_dst_pair]
-        route[:, 1] = self._route_cost
-        # Does the destination hold a signature that makes this commodity a hit there?
-        compatible = np.zeros((ix.num_nodes, ix.num_commodities), dtype=bool)
-        compatible[ix.action_node[hit], ix.action_commodity[hit]] = True
-        route[:, 2] = compatible[self._route_dst_node, ix.route_commodity]
-        route[:, 3] = src_q
-
-        free = ix.budget - state.memory_used
-        transfer = np.empty((ix.num_transfers, len(TRANSFER_FEATURES)), dtype=np.float32)
-        src_holds = resident[self._transfer_src, ix.transfer_signature]
-        transfer[:, 0] = src_holds
-        transfer[:, 1] = self._transfer_size
-        transfer[:, 2] = free[self._transfer_dst]
-        retain = np.empty((ix.num_retains, len(RETAIN_FEATURES)), dtype=np.float32)
-        retain[:, 0] = resident[ix.retain_node, ix.retain_signature]
-        retain[:, 1] = self._retain_size
-        retain[:, 2] = flat[self._retain_positions].sum(axis=1)
-
-        # Masks: a service candidate can act when its queue has waiting units and its node
-        # is not fully taken by a unit in service; a route when its source queue has waiting
-        # units; a transfer when it could move now; every retain candidate is live (it also
-        # ranks objects generated this slot).
-        residual = np.where(busy, state.service_residual, 0.0)
-        mask = np.ones(ix.num_scores, dtype=np.int8)
-        waiting = state.queue_len
-        node_free = compute_left(self.workload, state) > 1e-9
-        mask[:n_act] = (waiting[ix.action_pair] > 0) & node_free[ix.action_node]
-        mask[n_act : n_act + n_route] = waiting[ix.route_src_pair] > 0
-        if ix.num_transfers:
-            dst = self._transfer_dst
-            mask[n_act + n_route : n_act + n_route + ix.num_transfers] = (
-                src_holds
-                & ~resident[dst, ix.transfer_signature]
-                & (self._transfer_size <= self._transfer_bandwidth)
-                & (self._transfer_size <= free[dst] + 1e-9)
-            )
-
-        nodes = np.empty((ix.num_nodes, len(NODE_FEATURES)), dtype=np.float32)
-        nodes[:, :-4] = self._static_nodes
-        nodes[:, -4] = state.memory_used
-        nodes[:, -3] = queues.sum(axis=1)
-        nodes[:, -2] = busy
-        nodes[:, -1] = residual
-        return self._observation(
-            nodes, queues, resident.astype(np.float32), service, route, transfer, retain, mask
-        )

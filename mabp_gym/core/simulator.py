@@ -13,9 +13,9 @@ node, then whole units by action), arrivals (by arrival pair). Completed units d
 successor in the same order, then arrivals are drawn: all randomness comes from the one
 ``numpy.random.Generator`` seeded by :meth:`Simulator.reset`.
 
-This module's phase methods are the readable reference of the transition;
-:mod:`mabp_gym.core.kernels.transition_core` runs the same transition compiled (with
-count-based queues) where numba is there, and the tests hold the two identical.
+The transition's rules are kernels (:mod:`mabp_gym.core.kernels.transition_core`: queues
+counted in runs of equal birth slots), compiled by numba where it is there and run as plain
+Python otherwise; this module drives them and states the outcome.
 
 A request born in slot ``t0`` (its arrival joins ``Q(t0 + 1)``) that leaves in slot ``t``
 has delay ``t - t0``.
@@ -23,17 +23,15 @@ has delay ``t - t0``.
 
 from __future__ import annotations
 
-import bisect
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from mabp_gym.core.control import CHECK_TOLERANCE, EPS, CheckedControl, Control, check_control
-from mabp_gym.core.kernels import check_core, slotcore
+from mabp_gym.core.control import CHECK_TOLERANCE, Control, check_control
+from mabp_gym.core.kernels import check_core
 from mabp_gym.core.kernels.transition_core import CompiledTransition, RunFifo
-from mabp_gym.core.projection import project, project_checked
-from mabp_gym.core.state import DequeFifo, SimState
+from mabp_gym.core.projection import project
+from mabp_gym.core.state import SimState
 from mabp_gym.core.workload import Workload
 
 
@@ -74,27 +72,6 @@ class SlotOutcome:
         return self.penalty_compute + self.penalty_transmission + self.penalty_memory
 
 
-@dataclass
-class _Served:
-    """The units served this slot (completed service, in order) and compute spent per node."""
-
-    action: list[int]
-    hit: list[int]
-    birth: list[int]
-    spent: list[float]
-
-
-@dataclass
-class _Done:
-    """What the served units did: exits' delays, generated objects, penalty, unit rows."""
-
-    delays: list[int]
-    generated: list[tuple[int, int, int]]  # (node, signature, identity)
-    penalty_compute: float
-    hits: int
-    units: list[tuple[int, int, int, float, float]]
-
-
 class Simulator:
     """Simulates a :class:`Workload` slot by slot.
 
@@ -103,9 +80,6 @@ class Simulator:
         memory: ``False`` for the no-memory system: every action a miss, generated objects
             discarded, budgets zero.
         check_invariants: assert SPEC 6's invariants after every slot (cheap; on in tests).
-        compiled: run the compiled transition (:mod:`mabp_gym.core.kernels.transition_core`) or this
-            module's reference; ``None`` (default) compiles where numba is there. Both give
-            identical states, outcomes and draws.
     """
 
     def __init__(
@@ -114,35 +88,17 @@ class Simulator:
         *,
         memory: bool = True,
         check_invariants: bool = False,
-        compiled: bool | None = None,
     ) -> None:
-        if compiled and not slotcore.AVAILABLE:
-            raise RuntimeError(
-                "the compiled transition needs numba (pip install numba), and MABP_GYM_PURE unset"
-            )
         self.workload = workload
         self.memory = bool(memory)
         self.check_invariants = bool(check_invariants)
-        self._core: CompiledTransition | None = None
-        if slotcore.AVAILABLE if compiled is None else compiled:
-            # The static arrays shared, the buffers its own.
-            self._core = CompiledTransition.shared(workload).copy()
+        # The static arrays shared, the buffers its own.
+        self._core = CompiledTransition.shared(workload).copy()
         self._replicas = workload.replicas
         self._generates = self.memory and not workload.fixed_memory
         self._ready = False
-        ix = workload.index
-        self._total_rate = workload.total_rate
-        self._arrival_pairs = ix.arrival_pair.tolist()
-        cum = np.cumsum(ix.arrival_share)
-        self._arrival_cum = cum[:-1].tolist()
         self.rng = np.random.default_rng()
         self.state = self._empty_state()
-        # Retain candidates per node (they are sorted by node, then signature).
-        self._retain_slot = ix.retain_node * ix.num_signatures + ix.retain_signature
-        self._retain_signature = ix.retain_signature.tolist()
-        self._node_retain_ptr = np.searchsorted(
-            ix.retain_node, np.arange(ix.num_nodes + 1)
-        ).tolist()
 
     # ----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> SimState:
@@ -163,9 +119,7 @@ class Simulator:
         return self.state
 
     def _empty_state(self) -> SimState:
-        pairs = self.workload.index.num_pairs
-        fifo = DequeFifo(pairs) if self._core is None else RunFifo(pairs)
-        return SimState.empty(self.workload, fifo)
+        return SimState.empty(self.workload, RunFifo(self.workload.index.num_pairs))
 
     def _place(self, node: int, signature: int) -> int:
         st = self.state
@@ -218,29 +172,23 @@ class Simulator:
         ``check_invariants`` is on; :meth:`step` checks every control it is given.
         """
         self._require_reset()
-        if self._core is not None and not self.check_invariants:
-            control = project(self.workload, self.state, scores, memory=self.memory)
-            return control, self._execute(control, None)
-        control, checked = project_checked(self.workload, self.state, scores, memory=self.memory)
+        control = project(self.workload, self.state, scores, memory=self.memory)
         if self.check_invariants:
-            checked = check_control(self.workload, self.state, control, memory=self.memory)
-        return control, self._execute(control, checked)
+            check_control(self.workload, self.state, control, memory=self.memory)
+        return control, self._execute(control)
 
     # ----------------------------------------------------------------------------------
     def step(self, control: Control) -> SlotOutcome:
         """Execute one slot under ``control`` (checked for feasibility first)."""
         self._require_reset()
-        if self._core is not None and self._feasible(control):
-            return self._execute(control, None)
-        # The reference check: raises with the reason, or (a control the compiled check
-        # leaves to it, such as one of another integer dtype) accepts it.
-        return self._execute(
-            control, check_control(self.workload, self.state, control, memory=self.memory)
-        )
+        if not self._feasible(control):
+            # The explainer: raises with the reason, or (a control the kernel leaves to
+            # it, such as one of another integer dtype) accepts it.
+            check_control(self.workload, self.state, control, memory=self.memory)
+        return self._execute(control)
 
     def _feasible(self, control: Control) -> bool:
-        """The compiled check's verdict (see :func:`~mabp_gym.core.kernels.check_core.accepts`)."""
-        assert self._core is not None
+        """The feasibility kernel's verdict (:func:`~mabp_gym.core.kernels.check_core.accepts`)."""
         return check_core.accepts(self._core, self.state, control, self.memory)
 
     def _require_reset(self) -> None:
@@ -250,68 +198,16 @@ class Simulator:
                 "randomness from the generator seeded there"
             )
 
-    def _execute(self, control: Control, checked: CheckedControl | None) -> SlotOutcome:
-        """The slot's transition under a feasible ``control`` (``checked``: its sparse form,
-        which only the reference needs), in SPEC 1's order; each phase is a method below."""
-        if self._core is not None:
-            outcome = self._execute_compiled(control)
-            if self.check_invariants:
-                self._assert_invariants(outcome)
-            return outcome
-        assert checked is not None, "the reference transition runs on the checked control"
-        st = self.state
-        t = st.t
-        touched: set[int] = set()  # pairs whose queue changed
-        transfer_cost = self._transfer(checked)  # (2)-(4)
-        served = self._serve(checked, touched)  # (5)
-        incoming: list[tuple[int, list[int]]] = []  # (pair, births) joining Q(t+1)
-        routed, penalty_transmission = self._route(checked, touched, incoming)
-        done = self._outcomes(served, incoming, t)  # (6)
-        # (7) Retention by the priority map fixed before outcomes.
-        insertions, held_size = 0, float(st.memory_used.sum())
-        evicted: list[tuple[int, int]] = []
-        if self._generates:
-            insertions, evicted, held_size = self._retain(control.retain, done.generated)
-        wl = self.workload
-        penalty_memory = transfer_cost + wl.theta * held_size + wl.omega * insertions
-        arrived = self._admit(incoming, touched, t)  # (8)
-        st.units += arrived - len(done.delays)
-        # (9) Penalty; the slot is over.
-        st.t = t + 1
-        served_by_action = np.bincount(served.action, minlength=wl.index.num_actions).astype(
-            np.int64, copy=False
-        )
-        outcome = SlotOutcome(
-            t=t,
-            arrivals=arrived,
-            served=len(served.action),
-            hits=done.hits,
-            started=len(checked.start),
-            work=float(sum(served.spent)),
-            routed=routed,
-            completed=len(done.delays),
-            delays=tuple(done.delays),
-            transfers=len(checked.transfers),
-            insertions=insertions,
-            evictions=len(evicted),
-            generated=tuple((i, s) for i, s, _ in done.generated),
-            evicted=tuple(evicted),
-            penalty_compute=done.penalty_compute,
-            penalty_transmission=penalty_transmission,
-            penalty_memory=penalty_memory,
-            backlog=st.units,
-            served_by_action=served_by_action,
-            units=tuple(done.units),
-        )
+    def _execute(self, control: Control) -> SlotOutcome:
+        """The slot's transition under a feasible ``control``, in SPEC 1's order."""
+        outcome = self._transition(control)
         if self.check_invariants:
             self._assert_invariants(outcome)
         return outcome
 
-    def _execute_compiled(self, control: Control) -> SlotOutcome:
-        """:meth:`_execute` by the compiled transition (same state, outcome and draws)."""
-        core = self._core
-        assert core is not None
-        st, wl = self.state, self.workload
+    def _transition(self, control: Control) -> SlotOutcome:
+        """Run the transition's kernels and read their outputs into a :class:`SlotOutcome`."""
+        core, st, wl = self._core, self.state, self.workload
         t = st.t
         served = core(st, self.rng, self._generates, control)
         started, routed, arrived, hits, completed, n_generated, insertions, evictions = (
@@ -354,253 +250,29 @@ class Simulator:
             ),
         )
 
-    def _transfer(self, checked: CheckedControl) -> float:
-        """(2)-(4) Move the transferred objects; the post-transfer resident set is active.
-        Returns the migration cost."""
-        wl, st = self.workload, self.state
-        fx = wl.index.fast
-        holder, owner, used, size = st.holder, st.owner, st.memory_used, fx.signature_size
-        cost = 0.0
-        for k in checked.transfers:
-            e, s = fx.transfer_link[k], fx.transfer_signature[k]
-            i, j = fx.link_src[e], fx.link_dst[e]
-            m = int(holder[i, s])
-            holder[i, s], holder[j, s], owner[m] = -1, m, j
-            used[i] -= size[s]
-            used[j] += size[s]
-            cost += wl.migration_cost * size[s]
-        return cost
-
-    def _serve(self, checked: CheckedControl, touched: set[int]) -> _Served:
-        """(5) Units in service take their compute first, then whole units, then starts."""
-        st, fx = self.state, self.workload.index.fast
-        hit, queues = checked.hit, self._deques()
-        served = _Served([], [], [], [0.0] * len(fx.mu))
-        done_action, done_hit, done_birth, spent = (
-            served.action,
-            served.hit,
-            served.birth,
-            served.spent,
-        )
-        busy = [i for i, a in enumerate(st.service_action.tolist()) if a >= 0]
-        for i in busy:
-            residual = float(st.service_residual[i])
-            spend = min(fx.mu[i], residual)
-            spent[i] = spend
-            if residual - spend <= EPS:
-                done_action.append(int(st.service_action[i]))
-                done_hit.append(int(st.service_hit[i]))
-                done_birth.append(int(st.service_birth[i]))
-                st.service_action[i] = -1
-                st.service_residual[i] = 0.0
-            else:
-                st.service_residual[i] = residual - spend
-        for a, n in checked.service:
-            h, p = hit[a], fx.action_pair[a]
-            queue = queues[p]
-            touched.add(p)
-            if n == 1:
-                done_action.append(a)
-                done_hit.append(h)
-                done_birth.append(queue.popleft())
-            else:
-                done_action.extend([a] * n)
-                done_hit.extend([h] * n)
-                done_birth.extend([queue.popleft() for _ in range(n)])
-            spent[fx.action_node[a]] += n * fx.work[h][a]
-        for i, a in checked.start:
-            h, p = hit[a], fx.action_pair[a]
-            touched.add(p)
-            st.service_action[i] = a
-            st.service_hit[i] = h
-            st.service_birth[i] = queues[p].popleft()
-            st.service_residual[i] = fx.work[h][a] - (fx.mu[i] - spent[i])
-            spent[i] = fx.mu[i]
-        return served
-
-    def _route(
-        self, checked: CheckedControl, touched: set[int], incoming: list[tuple[int, list[int]]]
-    ) -> tuple[int, float]:
-        """(5) Routing: units leave their queue now and join the next hop's at ``t + 1``.
-        Returns the units routed and their transmission penalty."""
-        queues, fx = self._deques(), self.workload.index.fast
-        routed = 0
-        penalty = 0.0
-        for r, n in checked.route:
-            p = fx.route_src_pair[r]
-            queue = queues[p]
-            touched.add(p)
-            births = [queue.popleft()] if n == 1 else [queue.popleft() for _ in range(n)]
-            incoming.append((fx.route_dst_pair[r], births))
-            routed += n
-            penalty += n * fx.link_cost[fx.route_link[r]]
-        return routed, penalty
-
-    def _outcomes(self, served: _Served, incoming: list[tuple[int, list[int]]], t: int) -> _Done:
-        """(6) Outcomes of the units served: successors at the same node, exits, and the
-        objects their service generates."""
-        ix, rng, holder = self.workload.index, self.rng, self.state.holder
-        fx = ix.fast
-        done_action, done_hit, done_birth = served.action, served.hit, served.birth
-        uniforms = rng.random(len(done_action)).tolist() if done_action else []
-        done = _Done([], [], 0.0, 0, [])
-        delays, generated, units = done.delays, done.generated, done.units
-        pending: set[tuple[int, int]] = set()
-        reserved: set[int] = set()
-        penalty_compute = 0.0
-        hits = 0
-        pair_commodity = fx.pair_commodity
-        penalty, work, signature_of = fx.penalty, fx.work, fx.action_signature
-        successor_cum, successor_pair = ix.successor_cum, ix.successor_pair
-        generates = self._generates
-        for k, a in enumerate(done_action):
-            h = done_hit[k]
-            hits += h
-            cost = penalty[h][a]
-            penalty_compute += cost
-            u = uniforms[k]
-            target = -1
-            for q, bound in enumerate(successor_cum[h][a]):
-                if u < bound:
-                    target = successor_pair[h][a][q]
-                    break
-            if target < 0:
-                delays.append(t - done_birth[k])
-                units.append((a, h, -1, work[h][a], cost))
-            else:
-                incoming.append((target, [done_birth[k]]))
-                units.append((a, h, pair_commodity[target], work[h][a], cost))
-            s = signature_of[a]
-            if s >= 0 and generates:
-                i = fx.action_node[a]
-                if holder[i, s] < 0 and (i, s) not in pending:
-                    free = self._free_identity(s, reserved)
-                    g = fx.gen_prob[a]
-                    if free >= 0 and (g >= 1.0 or rng.random() < g):
-                        pending.add((i, s))
-                        reserved.add(free)
-                        generated.append((i, s, free))
-        done.penalty_compute, done.hits = penalty_compute, hits
-        return done
-
-    def _admit(self, incoming: list[tuple[int, list[int]]], touched: set[int], t: int) -> int:
-        """(8) Arrivals, successors and routed units join Q(t+1). Returns the arrivals."""
-        st = self.state
-        arrivals = self._arrivals()
-        for p, n in arrivals.items():
-            incoming.append((p, [t] * n))
-        queues, queue_len = self._deques(), st.queue_len
-        for p, births in incoming:
-            queues[p].extend(births)
-            touched.add(p)
-        for p in touched:
-            queue_len[p] = len(queues[p])
-        return sum(arrivals.values())
-
-    def _deques(self) -> list[deque[int]]:
-        fifo = self.state.fifo
-        assert isinstance(fifo, DequeFifo), "the reference transition runs on DequeFifo"
-        return fifo.deques
-
-    def _arrivals(self) -> dict[int, int]:
-        """Poisson arrivals per pair, drawn as a Poisson total split by the mix.
-
-        Splitting a Poisson(``sum lambda``) total by independent categorical draws gives
-        independent Poisson(``lambda_p``) counts per pair, with two generator calls.
-        """
-        total = int(self.rng.poisson(self._total_rate))
-        counts: dict[int, int] = {}
-        if total:
-            for u in self.rng.random(total).tolist():
-                p = self._arrival_pairs[bisect.bisect_right(self._arrival_cum, u)]
-                counts[p] = counts.get(p, 0) + 1
-        return counts
-
-    def _free_identity(self, signature: int, reserved: set[int]) -> int:
-        base = signature * self._replicas
-        owner = self.state.owner
-        for m in range(base, base + self._replicas):
-            if owner[m] < 0 and m not in reserved:
-                return m
-        return -1
-
-    def _retain(
-        self, retain: np.ndarray, generated: list[tuple[int, int, int]]
-    ) -> tuple[int, list[tuple[int, int]], float]:
-        """Keep, per node, objects in descending priority while they fit (SPEC 3.2 step 3).
-
-        An object that does not fit is skipped and smaller ones after it may still be kept;
-        ties go to the lower signature index; negative priorities are dropped.
-
-        Returns:
-            Insertions, evicted ``(node, signature)`` pairs, total size held after retention.
-        """
-        ix, st = self.workload.index, self.state
-        fx = ix.fast
-        holder, owner, used = st.holder, st.owner, st.memory_used
-        size = fx.signature_size
-        # Only nodes that generated an object or hold one with a negative priority can
-        # change; every other node keeps all it holds (it fitted before and still does).
-        # Objects sit only at retain candidates, which are ordered by node then signature.
-        held = holder.ravel()[self._retain_slot]  # (K,) identity at each candidate, -1 none
-        dropping = ix.retain_node[(held >= 0) & (retain < 0)]
-        affected = set(dropping.tolist())
-        affected.update(i for i, _, _ in generated)
-        insertions = 0
-        evicted: list[tuple[int, int]] = []
-        if affected:
-            priority_of = retain.tolist()
-            by_node: dict[int, list[tuple[float, int, int, bool]]] = {i: [] for i in affected}
-            ptr, signature_of, held_of = (
-                self._node_retain_ptr,
-                self._retain_signature,
-                held.tolist(),
-            )
-            for i, ranked in by_node.items():
-                for k in range(ptr[i], ptr[i + 1]):
-                    if held_of[k] >= 0:
-                        ranked.append((-priority_of[k], signature_of[k], held_of[k], False))
-            for i, s, m in generated:
-                by_node[i].append((-priority_of[fx.retain_of[i][s]], s, m, True))
-            for i, ranked in sorted(by_node.items()):
-                ranked.sort()
-                budget = fx.budget[i] + EPS
-                kept = 0.0
-                for negative_priority, s, m, new in ranked:
-                    if negative_priority <= 0 and kept + size[s] <= budget:
-                        kept += size[s]
-                        if new:
-                            holder[i, s], owner[m] = m, i
-                            insertions += 1
-                    elif not new:
-                        holder[i, s], owner[m] = -1, -1
-                        evicted.append((i, s))
-                used[i] = kept
-        return insertions, evicted, float(used.sum())
-
     def _assert_invariants(self, outcome: SlotOutcome) -> None:
         """SPEC 6 invariants; the control was already checked for feasibility. The
-        compiled check answers whether they hold; the reference says which one fails."""
+        kernel answers whether they hold; the explainer says which one fails."""
         core, st = self._core, self.state
-        if core is not None and isinstance(st.fifo, RunFifo):
-            fifo = st.fifo
-            if check_core.invariants_hold(
-                self.memory and self.workload.index.num_signatures > 0,
-                st.units,
-                st.queue_len,
-                fifo.pool,
-                fifo.head,
-                st.service_action,
-                st.holder,
-                st.owner,
-                st.memory_used,
-                core.ints,
-                core.floats,
-            ):
-                return
-        self._assert_invariants_reference(outcome)
+        fifo = st.fifo
+        assert isinstance(fifo, RunFifo)
+        if check_core.invariants_hold(
+            self.memory and self.workload.index.num_signatures > 0,
+            st.units,
+            st.queue_len,
+            fifo.pool,
+            fifo.head,
+            st.service_action,
+            st.holder,
+            st.owner,
+            st.memory_used,
+            core.ints,
+            core.floats,
+        ):
+            return
+        self._explain_invariants(outcome)
 
-    def _assert_invariants_reference(self, outcome: SlotOutcome) -> None:
+    def _explain_invariants(self, outcome: SlotOutcome) -> None:
         """SPEC 6 invariants, in numpy: raises :class:`InvariantError` naming the one that
         fails."""
         ix, st = self.workload.index, self.state

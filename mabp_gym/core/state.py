@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -12,12 +11,9 @@ from mabp_gym.core.workload import Workload
 
 
 class Fifo(Protocol):
-    """The waiting units of every admissible pair: their birth slots, oldest first.
-
-    Two implementations hold the same contents: :class:`DequeFifo` (the reference
-    transition's) and :class:`mabp_gym.core.kernels.transition_core.RunFifo` (the compiled
-    transition's, runs of equal birth slots in flat arrays).
-    """
+    """The waiting units of every admissible pair: their birth slots, oldest first
+    (:class:`mabp_gym.core.kernels.transition_core.RunFifo`: runs of equal birth slots in
+    flat arrays, which the transition's kernels update in place)."""
 
     def births(self, pair: int) -> list[int]:
         """Birth slots of the units waiting at ``pair``, oldest first."""
@@ -34,27 +30,6 @@ class Fifo(Protocol):
     def extend(self, pair: int, birth: int, count: int) -> None:
         """Append ``count`` units born in ``birth`` to ``pair``."""
         ...
-
-
-class DequeFifo:
-    """One ``deque`` of birth slots per pair: the reference transition's FIFO."""
-
-    def __init__(self, num_pairs: int) -> None:
-        self.deques: list[deque[int]] = [deque() for _ in range(num_pairs)]
-
-    def births(self, pair: int) -> list[int]:
-        return list(self.deques[pair])
-
-    def lengths(self) -> list[int]:
-        return list(map(len, self.deques))
-
-    def heads(self) -> tuple[np.ndarray, np.ndarray]:
-        pairs = [p for p, q in enumerate(self.deques) if q]
-        births = [self.deques[p][0] for p in pairs]
-        return np.asarray(pairs, dtype=np.int64), np.asarray(births, dtype=np.int64)
-
-    def extend(self, pair: int, birth: int, count: int) -> None:
-        self.deques[pair].extend([birth] * count)
 
 
 @dataclass
@@ -78,12 +53,12 @@ class SimState:
     units: int = 0  # ||Q||_1 kept by arrivals minus exits; invariant mode recounts it
 
     @classmethod
-    def empty(cls, workload: Workload, fifo: Fifo | None = None) -> SimState:
-        """No units, no objects, slot 0; ``fifo`` (empty) defaults to a :class:`DequeFifo`."""
+    def empty(cls, workload: Workload, fifo: Fifo) -> SimState:
+        """No units, no objects, slot 0, waiting units in ``fifo`` (empty)."""
         ix = workload.index
         return cls(
             t=0,
-            fifo=DequeFifo(ix.num_pairs) if fifo is None else fifo,
+            fifo=fifo,
             queue_len=np.zeros(ix.num_pairs, dtype=np.int64),
             holder=np.full((ix.num_nodes, ix.num_signatures), -1, dtype=np.int64),
             owner=np.full(ix.num_objects, -1, dtype=np.int64),

@@ -26,7 +26,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from mabp_gym.core.encoding import SERVICE_FEATURES, symlog
-from mabp_gym.core.kernels import slotcore, transition_core
+from mabp_gym.core.kernels import jit, slotcore, transition_core
 from mabp_gym.core.kernels.transition_core import CompiledTransition, RunFifo
 from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv, checked_action
 
@@ -88,7 +88,6 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
     counts, sums, affected, unit_succ, unit_floats, delays, generated, evicted = out[10:18]
     queue_flat, hit_e, t = out[18:]
     n_pairs, n_nodes = head.shape[1], holder.shape[1]
-    flat_size = holder.shape[1] * holder.shape[2]
     st = (
         holder[i],
         owner[i],
@@ -108,7 +107,7 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
         scores[i],
         memory,
         *sizes,
-        holder[i].reshape(flat_size),
+        holder[i],
         memory_used[i],
         *proj_a,
         s_action[i],
@@ -214,12 +213,11 @@ def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
     holder, owner, memory_used, s_action, s_residual, s_hit, s_birth, queue_len = state
     queue_flat, hit_e = out[18], out[19]
     nodes, queues, resident, service_o, route_o, transfer_o, retain_o, mask = obs
-    flat_size = holder.shape[1] * holder.shape[2]
     _encode(
         queue_len[i],
         s_action[i],
         s_residual[i],
-        holder[i].reshape(flat_size),
+        holder[i],
         memory_used[i],
         memory,
         *enc_statics,
@@ -243,17 +241,17 @@ def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
             service_o[i, a, _PRESSURE] = total
 
 
-if slotcore.AVAILABLE:
+if jit.COMPILED:
     from numba.typed import List as NumbaList
 
     _project = slotcore._project_compiled
     _encode = slotcore.encode_compiled
     _serve = transition_core._serve_kernel
     _outcome = transition_core._outcome_kernel
-    _outcomes = slotcore.njit(cache=True)(_outcomes)
-    _slot = slotcore.njit(cache=True)(_slot)
-    _observe = slotcore.njit(cache=True)(_observe)
-    _step_all = slotcore.njit(cache=True)(_step_all)
+    _outcomes = jit.kernel(_outcomes)
+    _slot = jit.kernel(_slot)
+    _observe = jit.kernel(_observe)
+    _step_all = jit.kernel(_step_all)
 
 
 class SFMSNVectorEnv(gym.vector.VectorEnv):
@@ -325,7 +323,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._generates = first.memory and not workload.fixed_memory
         core = CompiledTransition.shared(workload)
         self.compiled = (
-            slotcore.AVAILABLE
+            jit.COMPILED
             and not first.diagnostics
             and not first.sim.check_invariants
             and first._reward_fn is None  # a reward of your own: each env steps on its own
@@ -349,7 +347,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 *(ix.transfer_link, ix.transfer_signature, ix.transfer_src_slot),
                 *(ix.transfer_dst_slot, ix.link_src, ix.link_dst, ix.link_bandwidth),
                 *(ix.link_capacity, ix.signature_size, ix.budget, ix.hit_slot),
-                *(proj.retain_of_flat, proj.member_ptr, proj.member_action, ix.mu),
+                ix.mu,
             ),
             (ix.action_pair, ix.action_node, proj.work, ix.route_src_pair, ix.route_link),
             (core.ints, core.floats, core.work),
@@ -456,7 +454,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._units[i] = state.units
         if self.compiled:
             self._rngs[i] = sim.rng
-        self._rates[i] = sim._total_rate
+        self._rates[i] = sim.workload.total_rate
 
     def _rebind_fifo(self, i: int) -> None:
         fifo = cast(RunFifo, self.envs[i].sim.state.fifo)

@@ -2,9 +2,10 @@
 workload (controls, outcomes, states, generator streams, observations), memory on and off,
 and of Oracle-Sur's controls.
 
-The file was first written by the numpy reference the kernels replaced (issue 27), and the
-compiled kernels gave the same digests; ``tests/test_slot_golden.py`` holds both the
-compiled and the plain-Python run of the kernels to it. Rewrite it only when behaviour is
+The file was first written by the numpy reference the kernels replaced (issue 27: commit
+781e551 with ``MABP_GYM_PURE=1``, Oracle-Sur's reference program included), and the
+kernels, compiled and as plain Python, gave the same digests; ``tests/test_slot_golden.py``
+holds both runs of the kernels to it. Rewrite it only when behaviour is
 *meant* to change, and say so in the commit. Usage: ``python tests/data/make_slot_golden.py``.
 """
 
@@ -34,6 +35,7 @@ CASES = [
 ]
 EVERY = 25  # one digest per this many slots, so that a failure names where it starts
 ORACLE_CASES = [("mixed", {"load": 0.8}), ("agentic", {}), ("multihop", {})]
+PROGRAM_CASES = [("mixed", {"load": 0.8}), ("boundary", {"load": 0.8, "K": 2.5})]
 
 
 def _bytes(value) -> bytes:
@@ -93,7 +95,7 @@ def trajectory(name: str, overrides: dict, memory: bool) -> list[str]:
     policy.reset(7)
     rng = np.random.default_rng(8)
     digests = _Digests()
-    for t in range(200 if memory else 60):
+    for t in range(300 if memory else 100):
         obs = encoder.encode(sim.state)
         if t % 3 == 2:
             scores = rng.uniform(-1, 1, wl.index.num_scores)
@@ -128,6 +130,37 @@ def oracle(name: str, overrides: dict) -> list[str]:
     return digests.done()
 
 
+def programs(name: str, overrides: dict) -> list[str]:
+    """Oracle-Sur's service-and-starts program on 300 random slots: random gains, work,
+    compute left and queues, with compute left on the EPS boundaries of its comparisons (a
+    unit that just fits, a row that binds by less than EPS): its controls and statuses."""
+    from types import SimpleNamespace
+
+    from mabp_gym.agents.oracle import OracleSur
+    from mabp_gym.core.control import EPS
+
+    wl = make_workload(name, **overrides)
+    ix = wl.index
+    rng = np.random.default_rng(5)
+    no_transfers = np.zeros(0, dtype=np.int64)
+    digests = _Digests()
+    for _ in range(300):
+        gain = rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0, 3.5], ix.num_actions)
+        gain[rng.random(ix.num_actions) < 0.5] = rng.uniform(0.1, 5.0)
+        work = rng.choice([0.25, 0.5, 1.0, 2.0, 2.5, 3.0], ix.num_actions)
+        avail = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0], ix.num_nodes)
+        near = rng.random(ix.num_nodes) < 0.3  # on a boundary, either side of EPS
+        avail[near] += rng.choice([-0.5, 0.5, -2.0, 2.0], int(near.sum())) * EPS
+        avail = np.maximum(avail, 0.0)
+        state = SimpleNamespace(queue_len=rng.integers(0, 4, ix.num_pairs))
+        oracle = OracleSur(wl)
+        oracle._gain_work = lambda *args, g=gain, w=work: (g, w)  # type: ignore[method-assign]
+        oracle._available = lambda *args, a=avail: a  # type: ignore[method-assign]
+        control, status = oracle._solve(state, no_transfers, np.zeros((2, ix.num_actions)))
+        digests.add(status, *(() if control is None else control.as_dict().values()))
+    return digests.done()
+
+
 def key(name: str, overrides: dict, memory: bool | None = None) -> str:
     tail = "" if memory is None else f"/memory={memory}"
     return f"{Path(name).name}{json.dumps(overrides, sort_keys=True)}{tail}"
@@ -140,7 +173,12 @@ def main() -> None:
             for name, overrides in CASES
             for memory in (True, False)
         },
-        "oracle": {key(name, overrides): oracle(name, overrides) for name, overrides in ORACLE_CASES},
+        "oracle": {
+            key(name, overrides): oracle(name, overrides) for name, overrides in ORACLE_CASES
+        },
+        "programs": {
+            key(name, overrides): programs(name, overrides) for name, overrides in PROGRAM_CASES
+        },
     }
     (HERE / "slot_golden.json").write_text(json.dumps(golden, indent=1) + "\n")
 

@@ -1,12 +1,11 @@
-"""The compiled checks of the evaluation harness: feasibility of a control, SPEC 6's
+"""The checks of the evaluation harness as kernels: feasibility of a control, SPEC 6's
 invariants after a slot.
 
-:func:`mabp_gym.core.control.check_control` and ``Simulator._assert_invariants_reference``
-are the readable references, and the authority: these kernels only answer *whether*
-everything holds. Where a kernel says no, the simulator runs the reference, which raises
-with the reason (so a refused control always gets the reference's error, constraint and
-numbers). ``tests/test_check_core.py`` holds the verdicts equal on feasible controls and
-on thousands of broken ones, and on broken states.
+These kernels only answer *whether* everything holds. Where one says no, the simulator
+runs the explainer (:func:`mabp_gym.core.control.check_control`,
+``Simulator._explain_invariants``: plain Python and numpy), which raises with the reason,
+constraint and numbers. ``tests/test_check_core.py`` holds the verdicts of the two equal
+on feasible controls, on thousands of broken ones, and on broken states.
 """
 
 from __future__ import annotations
@@ -17,12 +16,13 @@ import numpy as np
 
 from mabp_gym.core.control import CHECK_TOLERANCE as _TOLERANCE
 from mabp_gym.core.control import EPS as _EPS
+from mabp_gym.core.kernels.rules import hit_bits, in_service_spend, move_objects
 from mabp_gym.core.kernels.transition_core import (
     _ACTION_NODE,
     _ACTION_PAIR,
-    _ACTION_SIGNATURE,
     _BUDGET,
     _ELIGIBLE,
+    _HIT_SLOT,
     _LINK_BANDWIDTH,
     _LINK_CAPACITY,
     _LINK_DST,
@@ -47,9 +47,9 @@ if TYPE_CHECKING:
 
 def accepts(core: CompiledTransition, state: SimState, control: Control, memory: bool) -> bool:
     """True when the compiled check accepts ``control`` in ``state``. False when it refuses
-    it, or leaves it to the reference check :func:`~mabp_gym.core.control.check_control`
+    it, or leaves it to the explainer :func:`~mabp_gym.core.control.check_control`
     (anything but int64 / float64 vectors of the right shapes): either way the caller
-    runs the reference, which raises with the reason or accepts.
+    runs the explainer, which raises with the reason or accepts.
 
     Args:
         core: the workload's static arrays (:meth:`CompiledTransition.shared`).
@@ -115,7 +115,7 @@ def feasible(
     link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
     link_capacity = _field(ints, _LINK_CAPACITY)
     action_node, action_pair = _field(ints, _ACTION_NODE), _field(ints, _ACTION_PAIR)
-    action_signature = _field(ints, _ACTION_SIGNATURE)
+    hit_slot = _field(ints, _HIT_SLOT)
     route_link, route_src_pair = _field(ints, _ROUTE_LINK), _field(ints, _ROUTE_SRC_PAIR)
     signature_size, mu = _field(floats, _SIGNATURE_SIZE), _field(floats, _MU)
     budget, link_bandwidth = _field(floats, _BUDGET), _field(floats, _LINK_BANDWIDTH)
@@ -158,12 +158,9 @@ def feasible(
     # The hit bits under the post-transfer memory.
     hit = np.zeros(n_act, dtype=np.int64)
     if memory and n_sig > 0:
-        for a in range(n_act):
-            s = action_signature[a]
-            if s >= 0:
-                slot = action_node[a] * n_sig + s
-                held = holder[action_node[a], s] >= 0 and not flags[slot] & 1
-                hit[a] = 1 if held or flags[slot] & 2 else 0
+        after = holder.copy()
+        move_objects(transfers, transfer_link, transfer_signature, link_src, link_dst, after)
+        hit_bits(after, hit_slot, hit)
     # Links, then compute (units in service first), then starts, then queues.
     taken = np.zeros(n_pairs, dtype=np.int64)
     load = np.zeros(n_links, dtype=np.int64)
@@ -178,10 +175,8 @@ def feasible(
     for e in range(n_links):
         if load[e] > link_capacity[e]:
             return False
-    spent = np.zeros(n_nodes)
-    for i in range(n_nodes):
-        if service_action[i] >= 0:
-            spent[i] = min(mu[i], service_residual[i])
+    spent = np.empty(n_nodes)
+    in_service_spend(mu, service_action, service_residual, spent)
     for a in range(n_act):
         n = service[a]
         if n == 0:
@@ -223,7 +218,7 @@ def invariants_hold(
     ints,
     floats,
 ):  # pragma: no cover - compiled
-    """Whether ``Simulator._assert_invariants_reference`` passes (SPEC 6)."""
+    """Whether ``Simulator._explain_invariants`` passes (SPEC 6)."""
     n_nodes, n_sig = holder.shape
     lengths = np.empty(queue_len.shape[0], dtype=np.int64)
     _lengths(pool, head, lengths)

@@ -1,10 +1,9 @@
-"""The compiled slot core: the projection's loops compiled with numba, when numba is there.
+"""The projection (SPEC 3.2) and the observation encoding, as kernels over flat arrays.
 
-:mod:`mabp_gym.core.projection` is the readable reference; this module holds the same
-algorithm over flat arrays, compiled on first use (and cached on disk) by numba. Both give
-identical controls: ``tests/test_slotcore.py`` runs every built-in workload under both for
-hundreds of slots and compares controls and records. Without numba, or with the environment
-variable ``MABP_GYM_PURE=1``, everything runs the reference path.
+:mod:`mabp_gym.core.projection` states the projection's rule and calls
+:class:`CompiledProjection`; :class:`mabp_gym.core.encoding.ObservationEncoder` calls
+:func:`encode_compiled`. Both are compiled by numba where it is there and run as plain
+Python otherwise (:mod:`mabp_gym.core.kernels.jit`).
 
 Why compile: a profile of ``mixed`` at 0.85 spends a quarter of a slot in the projection's
 per-candidate Python loops; compiled, they take a few microseconds (see
@@ -13,23 +12,15 @@ per-candidate Python loops; compiled, they take a few microseconds (see
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mabp_gym.core.kernels.jit import kernel
+from mabp_gym.core.kernels.rules import hit_bits, in_service_spend, move_objects
+
 if TYPE_CHECKING:
     from mabp_gym.core.workload import Workload
-
-try:  # numba is optional: the reference path needs only numpy
-    if os.environ.get("MABP_GYM_PURE", "") not in ("", "0"):
-        raise ImportError("MABP_GYM_PURE is set")
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised on machines without numba
-    njit = None  # type: ignore[assignment]
-
-AVAILABLE = njit is not None
-"""Whether the compiled core is in use (numba importable and ``MABP_GYM_PURE`` unset)."""
 
 _EPS = 1e-9  # mabp_gym.core.control.EPS (not imported: keeps this module free of cycles)
 
@@ -73,7 +64,7 @@ def _project_kernel(
     n_act,
     n_route,
     n_transfer,
-    holder_flat,
+    holder,
     memory_used,
     transfer_link,
     transfer_signature,
@@ -86,9 +77,6 @@ def _project_kernel(
     signature_size,
     budget,
     hit_slot,
-    retain_of_flat,
-    member_ptr,
-    member_action,
     mu,
     service_action,
     service_residual,
@@ -133,9 +121,9 @@ def _project_kernel(
                 src = transfer_src_slot[k]
                 dst = transfer_dst_slot[k]
                 if (
-                    holder_flat[src] < 0
+                    holder[i, s] < 0
                     or flags[src] != 0
-                    or holder_flat[dst] >= 0
+                    or holder[j, s] >= 0
                     or flags[dst] & 2
                     or bandwidth[e] < size - _EPS
                     or used[j] + size > budget[j] + _EPS
@@ -150,26 +138,20 @@ def _project_kernel(
                 n_exec += 1
     # Hit bits of the post-transfer memory.
     if memory and n_sig > 0:
-        size_flat = holder_flat.shape[0]
-        for a in range(n_act):
-            slot = hit_slot[a]
-            hit[a] = 1 if slot < size_flat and holder_flat[slot] >= 0 else 0
         for q in range(n_exec):
-            k = transfers_out[q]
-            src = transfer_src_slot[k]
-            dst = transfer_dst_slot[k]
-            flags[src] = 0
-            flags[dst] = 0
-            for m in range(member_ptr[retain_of_flat[src]], member_ptr[retain_of_flat[src] + 1]):
-                hit[member_action[m]] = 0
-            for m in range(member_ptr[retain_of_flat[dst]], member_ptr[retain_of_flat[dst] + 1]):
-                hit[member_action[m]] = 1
+            flags[transfer_src_slot[transfers_out[q]]] = 0
+            flags[transfer_dst_slot[transfers_out[q]]] = 0
+        after = holder.copy()
+        move_objects(
+            transfers_out[:n_exec], transfer_link, transfer_signature, link_src, link_dst, after
+        )
+        hit_bits(after, hit_slot, hit)
 
     # 2. Units in service take their compute first; then service in descending score.
-    left = mu.copy()
+    left = np.empty(mu.shape[0])
+    in_service_spend(mu, service_action, service_residual, left)
     for i in range(mu.shape[0]):
-        if service_action[i] >= 0:
-            left[i] -= min(mu[i], service_residual[i])
+        left[i] = mu[i] - left[i]
     avail = queue_len.copy()
     block = scores[:n_act]
     live = np.empty(n_act, dtype=np.bool_)
@@ -221,9 +203,8 @@ def _project_kernel(
     return n_exec
 
 
-if AVAILABLE:
-    _descending = njit(cache=True)(_descending)
-    _project_compiled = njit(cache=True)(_project_kernel)
+_descending = kernel(_descending)
+_project_compiled = kernel(_project_kernel)
 
 
 class CompiledProjection:
@@ -233,10 +214,6 @@ class CompiledProjection:
         ix = workload.index
         n_sig = ix.num_signatures
         self.workload = workload
-        self.retain_of_flat = ix.retain_of.ravel().astype(np.int64)
-        sizes = np.asarray([len(m) for m in ix.retain_actions], dtype=np.int64)
-        self.member_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.member_action = np.asarray([a for m in ix.retain_actions for a in m], dtype=np.int64)
         self.flags = np.zeros(ix.num_nodes * n_sig, dtype=np.int8)
         self.work = np.ascontiguousarray(ix.work)
 
@@ -256,7 +233,7 @@ class CompiledProjection:
             ix.num_actions,
             ix.num_routes,
             ix.num_transfers,
-            state.holder.ravel(),
+            state.holder,
             state.memory_used,
             ix.transfer_link,
             ix.transfer_signature,
@@ -269,9 +246,6 @@ class CompiledProjection:
             ix.signature_size,
             ix.budget,
             ix.hit_slot,
-            self.retain_of_flat,
-            self.member_ptr,
-            self.member_action,
             ix.mu,
             state.service_action,
             state.service_residual,
@@ -295,7 +269,7 @@ def _encode_kernel(
     queue_len,
     service_action,
     service_residual,
-    holder_flat,
+    holder,
     memory_used,
     memory,
     pair_node,
@@ -351,12 +325,15 @@ def _encode_kernel(
         value = np.float32(pairs[p])
         queues[pair_node[p], pair_commodity[p]] = value
         queue_flat[pair_node[p] * n_comm + pair_commodity[p]] = value
-    size_flat = holder_flat.shape[0]
-    for q in range(size_flat):
-        resident[q // n_sig, q % n_sig] = 1.0 if holder_flat[q] >= 0 else 0.0
+    holder_flat = holder.reshape(n_nodes * n_sig)
+    for i in range(n_nodes):
+        for s in range(n_sig):
+            resident[i, s] = 1.0 if holder[i, s] >= 0 else 0.0
+    if memory and n_sig > 0:
+        hit_bits(holder, hit_slot, hit)
+    else:
+        hit[:] = 0
     for a in range(n_act):
-        slot = hit_slot[a]
-        hit[a] = 1 if memory and n_sig > 0 and slot < size_flat and holder_flat[slot] >= 0 else 0
         h = hit[a]
         service[a, 0] = work[h, a]
         service[a, 1] = penalty[h, a]
@@ -416,5 +393,4 @@ def _encode_kernel(
         mask[k] = 1
 
 
-if AVAILABLE:
-    encode_compiled = njit(cache=True)(_encode_kernel)
+encode_compiled = kernel(_encode_kernel)

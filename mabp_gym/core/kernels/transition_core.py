@@ -1,16 +1,12 @@
-"""The compiled transition: one slot of :class:`mabp_gym.core.simulator.Simulator` in numba.
-
-``Simulator._execute`` and its phase methods are the readable reference; this module holds
-the same transition over flat arrays, compiled on first use (and cached on disk). Both give
-identical states, outcomes and generator streams: ``tests/test_transition_core.py`` runs
-every built-in workload under both, slot by slot, and compares everything a slot changes.
-The compiled transition is used where :data:`mabp_gym.core.kernels.slotcore.AVAILABLE` holds (numba
-importable, ``MABP_GYM_PURE`` unset) unless a simulator is built with ``compiled=False``.
+"""One slot's transition (SPEC 1 steps 2-9) as two kernels over flat arrays, run by
+:class:`mabp_gym.core.simulator.Simulator`: :func:`_serve_kernel` (transfers, service,
+routes) and :func:`_outcome_kernel` (outcomes, retention, arrivals). Compiled by numba where
+it is there, plain Python otherwise (:mod:`mabp_gym.core.kernels.jit`).
 
 Queues are counted, not listed: a pair's waiting units are a linked list of runs
 ``(birth slot, units)`` in one pool of rows (:class:`RunFifo`), so a slot costs the runs
 it touches, not the units. The draws come from the simulator's own
-``numpy.random.Generator`` in the reference's order (the successor uniforms of the units
+``numpy.random.Generator`` in a fixed order (the successor uniforms of the units
 served, the generation draws, the Poisson total of arrivals, their uniforms): numpy makes
 them between the two kernels, except where an action generates with a probability strictly
 between 0 and 1; there the second kernel draws from the generator itself (numba draws
@@ -26,14 +22,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mabp_gym.core.control import EPS as _EPS
-from mabp_gym.core.kernels.slotcore import AVAILABLE, njit
+from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels.rules import hit_bits, in_service_spend, move_objects
 
 if TYPE_CHECKING:
     from mabp_gym.core.index import WorkloadIndex
     from mabp_gym.core.workload import Workload
 
-# Without numba these run as plain Python (correct, slow); simulators then use the reference.
-_compiled = njit(cache=True) if AVAILABLE else (lambda function: function)
+_compiled = jit.kernel
 _BIRTH, _COUNT, _NEXT = 0, 1, 2  # the columns of a pool row
 
 
@@ -143,11 +139,11 @@ def _field(pack, k):  # pragma: no cover - compiled
     return pack[int(pack[k]) : int(pack[k + 1])]
 
 
-if AVAILABLE:
+if jit.njit is not None:
     # Declared signatures: the field numbers are module constants, which numba types as
     # literals, and it compiled one specialization per field (20 of them, 1.5 s of a cold
     # start) until the signatures fixed ``k`` as a plain integer.
-    _field = njit(
+    _field = jit.njit(
         ["int64[::1](int64[::1], int64)", "float64[::1](float64[::1], int64)"], cache=True
     )(_field)
 
@@ -182,7 +178,7 @@ def _serve_kernel(
     """Steps (2)-(5) of ``Simulator._execute``: transfers, service, starts and routing.
 
     Writes the units whose service completes (action, hit bit, birth slot per row, in the
-    reference's order) into ``done`` and returns their number; or, with nothing changed,
+    fixed order) into ``done`` and returns their number; or, with nothing changed,
     -1 when ``done`` has too few rows and -2 when the pool may run out of free rows (the
     caller grows them and calls again). Routed units join the next hop's tail at once: the
     control takes at most ``Q(t)`` from any queue, so what joins a tail this slot is never
@@ -222,26 +218,21 @@ def _serve_kernel(
         s = transfer_signature[k]
         i = link_src[e]
         j = link_dst[e]
-        m = holder[i, s]
-        holder[i, s] = -1
-        holder[j, s] = m
-        owner[m] = j
+        owner[holder[i, s]] = j
         memory_used[i] -= signature_size[s]
         memory_used[j] += signature_size[s]
         transfer_cost += migration_cost * signature_size[s]
+    move_objects(transfers, transfer_link, transfer_signature, link_src, link_dst, holder)
     # (4) The hit bits of the post-transfer memory (what the check found).
-    for a in range(n_act):
-        slot = hit_slot[a]
-        hit[a] = 1 if slot < n_nodes * n_sig and holder[slot // n_sig, slot % n_sig] >= 0 else 0
+    hit_bits(holder, hit_slot, hit)
 
     # (5) Units in service take their compute first, then whole units, then starts.
     n_done = 0
+    in_service_spend(mu, service_action, service_residual, spent)
     for i in range(n_nodes):
-        spent[i] = 0.0
         if service_action[i] >= 0:
             residual = service_residual[i]
-            spend = min(mu[i], residual)
-            spent[i] = spend
+            spend = spent[i]
             if residual - spend <= _EPS:
                 done[n_done, 0] = service_action[i]
                 done[n_done, 1] = service_hit[i]
@@ -705,7 +696,7 @@ class CompiledTransition:
             else:
                 fifo.reserve(2 * fifo.pool.shape[0])
         fifo.reserve(n_done + state.queue_len.shape[0])
-        # The draws in the reference's order: successor uniforms, generation draws (only
+        # The draws in a fixed order: successor uniforms, generation draws (only
         # where 0 < gen_prob < 1: then the kernel draws them and the arrivals), arrivals.
         uniforms = rng.random(n_done) if n_done else self._no_draws
         if self.draws_in_kernel and generates:

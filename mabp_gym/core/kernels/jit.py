@@ -1,0 +1,33 @@
+"""How the kernels run: compiled by numba, or as the plain Python they are written in.
+
+Every rule of a slot is written once, as a kernel function in this package. Where numba is
+importable and ``MABP_GYM_PURE`` is unset, :func:`kernel` compiles it on first use (cached
+on disk); otherwise it returns the function itself, which runs the same loops as plain
+Python: slower, and giving the same controls, states, draws and records
+(``tests/test_slot_golden.py`` holds both runs to one set of golden digests).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+F = TypeVar("F", bound=Callable)
+
+try:
+    if os.environ.get("MABP_GYM_PURE", "") not in ("", "0"):
+        raise ImportError("MABP_GYM_PURE is set")
+    from numba import njit
+except ImportError:  # pragma: no cover - exercised on machines without numba
+    njit = None  # type: ignore[assignment]
+
+COMPILED = njit is not None
+"""Whether the kernels are compiled (numba importable and ``MABP_GYM_PURE`` unset)."""
+
+
+def kernel(function: F) -> F:
+    """``function`` compiled by numba (cached on disk) where :data:`COMPILED`, else itself."""
+    if njit is None:
+        return function
+    return njit(cache=True)(function)  # type: ignore[return-value]
