@@ -27,7 +27,11 @@ from _trees import trees
 
 PROBE = r"""
 import json, resource, sys, time
+from pathlib import Path
 started = time.perf_counter()
+sys.path.insert(0, sys.argv[3])
+from _trees import import_tree
+import_tree(Path(sys.argv[2]))  # mabp_gym and its agents from this tree alone
 import gymnasium as gym
 import mabp_gym
 from mabp_gym.agents import make_policy
@@ -54,7 +58,7 @@ def probe(tree: Path, cache: Path, steps: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree), "NUMBA_CACHE_DIR": str(cache)}
     env.pop("MABP_GYM_PURE", None)
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(steps)],
+        [sys.executable, "-c", PROBE, str(steps), str(tree), str(Path(__file__).parent)],
         env=env,
         capture_output=True,
         text=True,
