@@ -54,53 +54,18 @@ class Columns:
     indices: np.ndarray  # (nnz,) int32, row of each entry
     data: np.ndarray  # (nnz,) float64
     shape: tuple[int, int]
-    # (nnz,) the entries in row order, columns ascending within a row (None: worked out
-    # when a product needs it)
-    by_row: np.ndarray | None = None
-
-    @classmethod
-    def from_entries(
-        cls, rows: np.ndarray, cols: np.ndarray, data: np.ndarray, shape: tuple[int, int]
-    ) -> Columns | sparse.csr_array:
-        """The matrix with ``data[k]`` at ``(rows[k], cols[k])``; with repeated positions
-        (which scipy sums) it is scipy's ``csr_array`` instead."""
-        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-        data = np.asarray(data, dtype=np.float64)
-        order = np.lexsort((rows, cols))
-        r, c = rows[order], cols[order]
-        if r.size > 1 and bool(np.any((r[1:] == r[:-1]) & (c[1:] == c[:-1]))):
-            return sparse.csr_array((data, (rows, cols)), shape=shape)
-        counts = np.bincount(c, minlength=shape[1])
-        indptr = np.zeros(shape[1] + 1, dtype=np.int32)
-        np.cumsum(counts, out=indptr[1:])
-        by_row = np.lexsort((c, r))  # positions in ``order`` of the entries in row order
-        return cls(indptr, r.astype(np.int32), data[order], shape, by_row)
 
     @classmethod
     def two_per_column(cls, first: np.ndarray, second: np.ndarray, rows: int) -> Columns:
         """The 0/1 matrix with ones at ``(first[j], j)`` and ``(second[j], j)``, where
-        ``first[j] < second[j]`` (so already in canonical order): what
-        :meth:`from_entries` gives, without its sorts."""
+        ``first[j] < second[j]`` (so already in canonical order)."""
         n = first.size
         indices = np.empty(2 * n, dtype=np.int32)
         indices[0::2], indices[1::2] = first, second
         return cls(np.arange(0, 2 * n + 1, 2, dtype=np.int32), indices, np.ones(2 * n), (rows, n))
 
-    def matvec(self, x: np.ndarray) -> np.ndarray:
-        """``A @ x``, summed row by row in column order as scipy's ``csr_array @ x``."""
-        col_of = np.repeat(np.arange(self.shape[1]), np.diff(self.indptr))
-        k = np.lexsort((col_of, self.indices)) if self.by_row is None else self.by_row
-        return np.bincount(
-            self.indices[k], weights=self.data[k] * x[col_of[k]], minlength=self.shape[0]
-        )
-
     def to_scipy(self) -> sparse.csc_array:
         return sparse.csc_array((self.data, self.indices, self.indptr), shape=self.shape)
-
-
-def matvec(matrix: Columns | sparse.sparray, x: np.ndarray) -> np.ndarray:
-    """``matrix @ x`` for either kind of matrix :meth:`Columns.from_entries` returns."""
-    return matrix.matvec(x) if isinstance(matrix, Columns) else matrix @ x
 
 
 def solve(

@@ -437,7 +437,7 @@ class OracleSur(Policy):
         if n == 0:
             return self._make(transfers, route, service, start), "trivial"
         cost, upper, bound = model.cost, model.upper, model.bound
-        matrix = Columns(model.indptr, model.indices, model.data, (bound.size, n), model.by_row)
+        matrix = Columns(model.indptr, model.indices, model.data, (bound.size, n))
         options, lower = self._milp_options(), np.zeros(n)
         x = np.empty(n)
         try:

@@ -41,7 +41,6 @@ class SlotModel(NamedTuple):
     indptr: np.ndarray  # (n + 1,) int32, compressed columns
     indices: np.ndarray  # (nnz,) int32, row of each entry
     data: np.ndarray  # (nnz,) float64
-    by_row: np.ndarray  # (nnz,) int64, the entries in row order
     bound: np.ndarray  # (rows,) float64, right-hand side of each row (all <=)
 
 
@@ -65,7 +64,7 @@ def slot_program(
         ``service`` ``(A,)`` and ``start`` ``(N,)`` of the easy nodes; the kept columns'
         ``kind`` (:data:`SERVE`, :data:`BINARY`, :data:`COMPUTE`), ``action``, ``cost``,
         ``upper`` and ``integral``; the matrix as compressed columns (``indptr``,
-        ``indices``, ``data``, ``by_row``: the entries in row order); ``bound`` of each row.
+        ``indices``, ``data``); ``bound`` of each row.
     """
     n_act = gain.shape[0]
     n_nodes = avail.shape[0]
@@ -235,17 +234,6 @@ def slot_program(
         col += 1
         indptr[col] = nnz
 
-    # The entries in row order, columns ascending within a row (a counting sort by row).
-    row_start = np.zeros(n_rows + 1, dtype=np.int64)
-    for e in range(nnz):
-        row_start[indices[e] + 1] += 1
-    for r in range(n_rows):
-        row_start[r + 1] += row_start[r]
-    by_row = np.empty(nnz, dtype=np.int64)
-    for e in range(nnz):
-        by_row[row_start[indices[e]]] = e
-        row_start[indices[e]] += 1
-
     bound = np.empty(n_rows)
     for r in range(n_rows_all):
         if renumber[r] >= 0:
@@ -270,7 +258,6 @@ def slot_program(
         indptr,
         indices[:nnz].copy(),
         data[:nnz].copy(),
-        by_row,
         bound,
     )
 
@@ -301,7 +288,7 @@ def integral_fix(x, relaxed, kind, indptr, indices, data, bound):  # pragma: no 
     for c in range(n):
         if kind[c] != COMPUTE:
             x[c] = np.rint(x[c])
-    # A @ x summed row by row, columns ascending (as Columns.matvec).
+    # A @ x, column by column.
     rows = bound.shape[0]
     total = np.zeros(rows)
     for c in range(n):
