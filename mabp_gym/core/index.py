@@ -14,25 +14,19 @@ import numpy as np
 
 @dataclass(frozen=True, eq=False)
 class FastLists:
-    """Python-list mirrors of index arrays for the per-unit loops of the hot path
-    (indexing a list is several times cheaper than indexing a numpy array by a scalar)."""
+    """Python-list mirrors of index arrays for the Python loops of the explainer and
+    Oracle-Sur (indexing a list is several times cheaper than indexing a numpy array by a
+    scalar)."""
 
     action_node: list[int]
     action_pair: list[int]
-    action_signature: list[int]
     route_link: list[int]
     route_src_pair: list[int]
-    route_dst_pair: list[int]
     transfer_link: list[int]
     transfer_signature: list[int]
     link_src: list[int]
     link_dst: list[int]
-    link_cost: list[float]
-    pair_commodity: list[int]
-    retain_of: list[list[int]]
-    penalty: list[list[float]]
     work: list[list[float]]
-    gen_prob: list[float]
     signature_size: list[float]
     mu: list[float]
     budget: list[float]
