@@ -66,15 +66,70 @@ def slot_program(
         ``upper`` and ``integral``; the matrix as compressed columns (``indptr``,
         ``indices``, ``data``); ``bound`` of each row.
     """
-    n_act = gain.shape[0]
     n_nodes = avail.shape[0]
-    n_links = link_capacity.shape[0]
-    n_pairs = queue.shape[0]
-    queue_row0 = n_nodes + n_links
-    n_rows_all = queue_row0 + n_pairs
+    # Packing rows, in three blocks: node compute, link capacity, queue per pair.
+    queue_row0 = n_nodes + link_capacity.shape[0]
+    serve, serve_upper, starts = _variables(
+        gain, work, node_mu, avail, queue, action_node, action_pair
+    )
+    binding, hard = _hard_nodes(
+        serve,
+        serve_upper,
+        starts,
+        work,
+        avail,
+        queue,
+        action_node,
+        action_pair,
+        pair_node,
+        link_src,
+        link_capacity,
+    )
+    service, start = _closed_form(serve, serve_upper, starts, hard, gain, work, action_node)
+    # The hard program: its rows (binding rows renumbered in order, one coupling row per
+    # start at a hard node, one-start rows), then its columns and their entries.
+    renumber, n_used, n_rows, hard_start, per_node, one_start_row = _hard_rows(
+        binding, hard, starts, action_node, pair_node, link_src, queue_row0
+    )
+    m = hard_start.shape[0]
+    kind, action, cost, upper, integral, indptr, indices, data = _hard_columns(
+        serve,
+        serve_upper,
+        starts[hard_start],
+        hard,
+        renumber,
+        n_used,
+        per_node,
+        one_start_row,
+        gain,
+        work,
+        avail,
+        action_node,
+        action_pair,
+        queue_row0,
+    )
+    bound = np.empty(n_rows)
+    for r in range(renumber.shape[0]):
+        if renumber[r] >= 0:
+            if r < n_nodes:
+                bound[renumber[r]] = avail[r]
+            elif r < queue_row0:
+                bound[renumber[r]] = float(link_capacity[r - n_nodes])
+            else:
+                bound[renumber[r]] = float(queue[r - queue_row0])
+    for j in range(m):
+        bound[n_used + j] = 0.0
+    for r in range(n_used + m, bound.shape[0]):
+        bound[r] = 1.0
+    return service, start, kind, action, cost, upper, integral, indptr, indices, data, bound
 
-    # The variables: service of whole units that fit the node's mu,
-    # a start for units that do not; weight <= 0 left out.
+
+@jit.part
+def _variables(gain, work, node_mu, avail, queue, action_node, action_pair):  # pragma: no cover
+    """The program's variables: service of whole units that fit the node's ``mu`` (with
+    their queue and compute bound), a start for units that do not; weight <= 0 left out.
+    Returns ``(serve, serve_upper, starts)``."""
+    n_act = gain.shape[0]
     serve = np.empty(n_act, dtype=np.int64)
     serve_upper = np.empty(n_act)
     starts = np.empty(n_act, dtype=np.int64)
@@ -93,19 +148,40 @@ def slot_program(
         elif not fits and avail[i] > _EPS:
             starts[nx] = a
             nx += 1
+    return serve[:ns], serve_upper[:ns], starts[:nx]
 
-    # Binding rows and hard nodes: what the upper bounds reach, summed in a fixed entry
-    # order (service compute, queues, starts).
+
+@jit.part
+def _hard_nodes(
+    serve,
+    serve_upper,
+    starts,
+    work,
+    avail,
+    queue,
+    action_node,
+    action_pair,
+    pair_node,
+    link_src,
+    link_capacity,
+):  # pragma: no cover - compiled
+    """Binding rows and hard nodes: a row binds when what the variables' upper bounds reach
+    (summed in a fixed entry order: service compute, queues, starts) exceeds its right-hand
+    side; a node is hard when one of its rows binds or it can both serve and start.
+    Returns ``(binding (rows,), hard (N,))``."""
+    n_nodes = avail.shape[0]
+    queue_row0 = n_nodes + link_capacity.shape[0]
+    n_rows_all = queue_row0 + queue.shape[0]
     reach = np.zeros(n_rows_all)
     has_serve = np.zeros(n_nodes, dtype=np.bool_)
     has_start = np.zeros(n_nodes, dtype=np.bool_)
-    for k in range(ns):
+    for k in range(serve.shape[0]):
         a = serve[k]
         reach[action_node[a]] += work[a] * serve_upper[k]
         has_serve[action_node[a]] = True
-    for k in range(ns):
+    for k in range(serve.shape[0]):
         reach[queue_row0 + action_pair[serve[k]]] += serve_upper[k]
-    for q in range(nx):
+    for q in range(starts.shape[0]):
         reach[queue_row0 + action_pair[starts[q]]] += 1.0
         has_start[action_node[starts[q]]] = True
     hard = np.zeros(n_nodes, dtype=np.bool_)
@@ -125,28 +201,41 @@ def slot_program(
     for i in range(n_nodes):
         if has_start[i] and has_serve[i]:
             hard[i] = True
+    return binding, hard
 
-    # The easy nodes in closed form: every variable at its
-    # bound; the best start by gain per work, the later of equal ones.
-    service = np.zeros(n_act, dtype=np.int64)
-    start = np.full(n_nodes, -1, dtype=np.int64)
-    best_rate = np.full(n_nodes, -np.inf)
-    for k in range(ns):
+
+@jit.part
+def _closed_form(serve, serve_upper, starts, hard, gain, work, action_node):  # pragma: no cover
+    """The easy nodes in closed form: every variable at its bound; the best start by gain
+    per work, the later of equal ones. Returns ``(service (A,), start (N,))``."""
+    service = np.zeros(gain.shape[0], dtype=np.int64)
+    start = np.full(hard.shape[0], -1, dtype=np.int64)
+    best_rate = np.full(hard.shape[0], -np.inf)
+    for k in range(serve.shape[0]):
         if not hard[action_node[serve[k]]]:
             service[serve[k]] = np.int64(serve_upper[k])
-    for q in range(nx):
+    for q in range(starts.shape[0]):
         a = starts[q]
         i = action_node[a]
         rate = gain[a] / work[a]
         if not hard[i] and rate >= best_rate[i]:
             best_rate[i] = rate
             start[i] = a
+    return service, start
 
-    # The hard program: rows renumbered in order, couplings,
-    # one-start rows; columns serve, binaries, computes of the hard nodes.
-    renumber = np.full(n_rows_all, -1, dtype=np.int64)
+
+@jit.part
+def _hard_rows(
+    binding, hard, starts, action_node, pair_node, link_src, queue_row0
+):  # pragma: no cover
+    """The hard program's rows: the hard nodes' binding rows renumbered in order, then one
+    coupling row per start at a hard node, then one ``sum x_a <= 1`` row per node with such
+    starts. Returns ``(renumber, binding rows kept, rows in all, the positions in
+    ``starts`` of the hard nodes' starts, starts per node, each node's one-start row)``."""
+    n_nodes = hard.shape[0]
+    renumber = np.full(binding.shape[0], -1, dtype=np.int64)
     n_used = 0
-    for r in range(n_rows_all):
+    for r in range(binding.shape[0]):
         if binding[r]:
             if r < n_nodes:
                 node = r
@@ -157,10 +246,10 @@ def slot_program(
             if hard[node]:
                 renumber[r] = n_used
                 n_used += 1
-    hard_start = np.empty(nx, dtype=np.int64)  # positions q of the starts at hard nodes
+    hard_start = np.empty(starts.shape[0], dtype=np.int64)
     m = 0
     per_node = np.zeros(n_nodes, dtype=np.int64)
-    for q in range(nx):
+    for q in range(starts.shape[0]):
         i = action_node[starts[q]]
         if hard[i]:
             hard_start[m] = q
@@ -172,10 +261,33 @@ def slot_program(
         if per_node[i] > 0:
             one_start_row[i] = n_used + m + n_one
             n_one += 1
-    n_rows = n_used + m + n_one
+    return renumber, n_used, n_used + m + n_one, hard_start[:m], per_node, one_start_row
 
+
+@jit.part
+def _hard_columns(
+    serve,
+    serve_upper,
+    hard_starts,
+    hard,
+    renumber,
+    n_used,
+    per_node,
+    one_start_row,
+    gain,
+    work,
+    avail,
+    action_node,
+    action_pair,
+    queue_row0,
+):  # pragma: no cover - compiled
+    """The hard program's columns, in three blocks: the hard nodes' service, then a start
+    binary and then its compute per start at a hard node (``hard_starts``), with their
+    entries in compressed columns. Returns ``(kind, action, cost, upper, integral, indptr,
+    indices, data)``."""
+    m = hard_starts.shape[0]
     n_serve_kept = 0
-    for k in range(ns):
+    for k in range(serve.shape[0]):
         if hard[action_node[serve[k]]]:
             n_serve_kept += 1
     n_kept = n_serve_kept + 2 * m
@@ -189,7 +301,7 @@ def slot_program(
     data = np.empty(3 * n_kept)
     nnz = 0
     col = 0
-    for k in range(ns):
+    for k in range(serve.shape[0]):
         a = serve[k]
         i = action_node[a]
         if not hard[i]:
@@ -206,7 +318,7 @@ def slot_program(
         col += 1
         indptr[col] = nnz
     for j in range(m):
-        a = starts[hard_start[j]]
+        a = hard_starts[j]
         i = action_node[a]
         kind[col], action[col] = BINARY, a
         cost[col], upper[col], integral[col] = -0.0, 1.0, 1.0
@@ -222,7 +334,7 @@ def slot_program(
         col += 1
         indptr[col] = nnz
     for j in range(m):
-        a = starts[hard_start[j]]
+        a = hard_starts[j]
         i = action_node[a]
         kind[col], action[col] = COMPUTE, a
         cost[col], upper[col], integral[col] = -(gain[a] / work[a]), avail[i], 0.0
@@ -233,33 +345,7 @@ def slot_program(
         nnz += 1
         col += 1
         indptr[col] = nnz
-
-    bound = np.empty(n_rows)
-    for r in range(n_rows_all):
-        if renumber[r] >= 0:
-            if r < n_nodes:
-                bound[renumber[r]] = avail[r]
-            elif r < queue_row0:
-                bound[renumber[r]] = float(link_capacity[r - n_nodes])
-            else:
-                bound[renumber[r]] = float(queue[r - queue_row0])
-    for j in range(m):
-        bound[n_used + j] = 0.0
-    for r in range(n_used + m, n_rows):
-        bound[r] = 1.0
-    return (
-        service,
-        start,
-        kind,
-        action,
-        cost,
-        upper,
-        integral,
-        indptr,
-        indices[:nnz].copy(),
-        data[:nnz].copy(),
-        bound,
-    )
+    return kind, action, cost, upper, integral, indptr, indices[:nnz].copy(), data[:nnz].copy()
 
 
 @_compiled

@@ -31,3 +31,12 @@ def kernel(function: F) -> F:
     if njit is None:
         return function
     return njit(cache=True)(function)  # type: ignore[return-value]
+
+
+def part(function: F) -> F:
+    """A piece of a kernel, inlined into the kernels that call it where :data:`COMPILED`
+    (a separately compiled piece costs about 0.3 s of a cold start, an inlined one about a
+    tenth of a second: ``benchmarks/RESULTS.md``), itself otherwise."""
+    if njit is None:
+        return function
+    return njit(cache=True, inline="always")(function)  # type: ignore[return-value]
