@@ -19,7 +19,7 @@ from _report import emit
 from mabp_gym import make_workload
 from mabp_gym.agents.checkpoint_file import default_checkpoint
 from mabp_gym.agents.gnn import load_checkpoint
-from mabp_gym.cli.commands import TABLE_POLICIES
+from mabp_gym.cli.common import TABLE_POLICIES
 from mabp_gym.harness.evaluation import evaluate
 from mabp_gym.harness.results_file import _repair
 from mabp_gym.harness.runs import METRIC_KEYS, plan

@@ -263,7 +263,7 @@ def main() -> None:
                 for tree, row in result.items():
                     medians[tree]["env_step"] = row
                 if args.table:
-                    from mabp_gym.cli.commands import TABLE_POLICIES
+                    from mabp_gym.cli.common import TABLE_POLICIES
 
                     for policy in TABLE_POLICIES:
                         result = _measure(

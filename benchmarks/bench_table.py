@@ -16,7 +16,8 @@ from pathlib import Path
 
 from _report import emit
 
-from mabp_gym.cli.commands import DEFAULT_GRID, TABLE_COLUMNS, TABLE_POLICIES, table_rows
+from mabp_gym.cli.common import DEFAULT_GRID, TABLE_POLICIES
+from mabp_gym.cli.evaluate import TABLE_COLUMNS, table_rows
 from mabp_gym.harness.evaluation import execute
 from mabp_gym.harness.runs import plan
 

@@ -240,7 +240,7 @@ def test_verdicts__prints_stable_loads_per_seed_set_and_rejects_long_horizons(tm
     )
     assert ok.returncode == 0, ok.stderr
     assert "| bp | 0.30 / 0.30 | 0.30 / 0.30 |" in ok.stdout
-    from mabp_gym.cli.commands import VERDICTS_LEGEND
+    from mabp_gym.cli.evaluate import VERDICTS_LEGEND
 
     assert VERDICTS_LEGEND in ok.stdout
     bad = subprocess.run(
@@ -365,7 +365,7 @@ def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
     assert "stable load: mabp 0.5" in result.stdout
     assert "occupation bound is load 1" in result.stdout
     assert "300 slots: read 'stable' as a screen" in result.stdout
-    from mabp_gym.cli.commands import SUMMARY_LEGEND
+    from mabp_gym.cli.evaluate import SUMMARY_LEGEND
 
     assert SUMMARY_LEGEND in result.stdout  # every column of the table is defined
     below = run_cli(
@@ -452,7 +452,7 @@ def test_verdicts__meaningless_horizons_seed_sets_and_traces_are_refused(run_cli
 def test_table_rows__a_partial_grid_is_marked_and_not_credited():
     from test_evaluation import fake
 
-    from mabp_gym.cli.commands import table_rows
+    from mabp_gym.cli.evaluate import table_rows
 
     # Runs at 0.1, 0.2 and 0.4, all stable; 0.3 was never run.
     records = [fake("a", load, seed, 0.0, 10) for load in (0.1, 0.2, 0.4) for seed in (0, 1)]
@@ -485,7 +485,7 @@ def test_cli__plot_draws_a_users_own_workload_and_exits_2_when_it_can_draw_nothi
 
 
 def test_cli__one_name_per_concept_with_the_old_spellings_kept():
-    from mabp_gym.cli.commands import _build_parser
+    from mabp_gym.cli.parser import _build_parser
 
     parser = _build_parser()
     for flag in ("--policies", "--policy"):
@@ -507,7 +507,8 @@ def test_cli__a_run_states_its_size_before_it_starts(run_cli, tmp_path):
 
 
 def test_cli__table_and_fleet_print_a_column_legend(run_cli, tmp_path):
-    from mabp_gym.cli.commands import FLEET_LEGEND, TABLE_LEGEND
+    from mabp_gym.cli.evaluate import TABLE_LEGEND
+    from mabp_gym.cli.fleet import FLEET_LEGEND
 
     table = run_cli(
         "table", "--policies", "bp", "--loads", "0.3", "--seeds", "0", "--horizon", "100",

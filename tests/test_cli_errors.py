@@ -11,6 +11,7 @@ import pytest
 
 import mabp_gym
 from mabp_gym.cli import commands as cli
+from mabp_gym.cli import tools
 from mabp_gym.harness import dispatch
 
 EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
@@ -62,7 +63,7 @@ def test_cli__an_internal_error_keeps_its_traceback(monkeypatch):
     def broken(*args, **kw):
         raise ValueError("a bug, not a usage error")
 
-    monkeypatch.setattr(cli, "capacity", broken)
+    monkeypatch.setattr(tools, "capacity", broken)  # where _capacity looks it up
     with pytest.raises(ValueError, match="a bug, not a usage error"):
         cli.main(["capacity", "--workload", "work_reuse"])
 

@@ -270,7 +270,7 @@ def test_run__builds_a_built_in_workload_once_and_rereads_a_file(monkeypatch, tm
 
 
 def test_table_rows__mark_the_delays_of_a_policy_that_grows_at_the_table_load():
-    from mabp_gym.cli.commands import TABLE_COLUMNS, UNSTABLE_MARK, table_rows
+    from mabp_gym.cli.evaluate import TABLE_COLUMNS, UNSTABLE_MARK, table_rows
 
     records = []
     for seed in (0, 1, 2):

@@ -167,7 +167,7 @@ def test_fleet_cli__json_has_no_nan(run_cli, tmp_path):
 
 
 def test_finite__non_finite_floats_become_null_at_any_depth():
-    from mabp_gym.cli.commands import _finite
+    from mabp_gym.cli.common import _finite
 
     value = {"a": float("nan"), "b": [1.0, float("inf"), {"c": -float("inf")}], "d": "x"}
     assert _finite(value) == {"a": None, "b": [1.0, None, {"c": None}], "d": "x"}

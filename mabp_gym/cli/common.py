@@ -1,0 +1,197 @@
+"""What the ``mabp-gym`` commands share: :class:`UsageError` and :func:`user_input`, the
+checks and parsers of their arguments (all run before any work starts), the default policies,
+load grid and sweep parameters, and the formatting of their output (numbers, JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.core.workloads import WORKLOADS
+
+TABLE_POLICIES = (
+    "sp",
+    "jsq",
+    "bp",
+    "cost-bp",
+    "greedycache-bp",
+    "mabp",
+    "oracle-sur",
+    "mabp-no-transition",
+    "mabp-no-reuse",
+    "mabp-no-retention",
+)
+
+
+DEFAULT_GRID = tuple(round(0.1 * k, 1) for k in range(1, 11))
+
+
+SWEEPS = ("load", "beta", "K", "nu", "skew")
+
+
+SCREEN_HORIZON = 4000
+"""Below this many slots the growth verdict is a screen (benchmark v2's grid horizon)."""
+
+
+class UsageError(Exception):
+    """A bad command line: reported on one line with exit status 2."""
+
+
+@contextlib.contextmanager
+def user_input() -> Iterator[None]:
+    """Within this block a ``ValueError`` or ``TypeError`` is the user's (a bad argument),
+    reported as a :class:`UsageError`; outside it, it is a bug and keeps its traceback."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        text = str(error).strip().splitlines()
+        raise UsageError(text[0] if text else type(error).__name__) from error
+
+
+def _no_repeats(values: list[Any], option: str) -> None:
+    """A repeated name or load would count as another independent run."""
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ValueError(f"{option}: {seen[0]!r} is given twice; each must appear once")
+
+
+def _writable(path: str | None, option: str) -> None:
+    """Check an output file option before any work starts."""
+    if path is not None:
+        from mabp_gym.harness.results_file import check_output_path
+
+        check_output_path(path, option)
+
+
+def _no_grid_overrides(overrides: dict[str, Any], command: str, settings: dict[str, str]) -> None:
+    """Refuse a ``--set`` the command would ignore or that another option sets."""
+    for key, option in settings.items():
+        if key in overrides:
+            raise ValueError(f"--set {key}={overrides[key]!r}: {command} {option}")
+
+
+def _number(raw: str) -> Any:
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:
+        return float(raw)
+    except ValueError:
+        return None if raw.lower() == "none" else raw
+
+
+def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects NAME=VALUE, got {pair!r}")
+        overrides[key] = _number(raw)
+    return overrides
+
+
+def _workload_name(value: str) -> str:
+    from mabp_gym.core.workloads import is_workload_file
+
+    if value in WORKLOADS:
+        return value
+    if is_workload_file(value):
+        if not Path(value).is_file():
+            raise argparse.ArgumentTypeError(f"no workload file {value!r}")
+        return value
+    raise argparse.ArgumentTypeError(
+        f"{value!r} is neither a built-in workload ({', '.join(WORKLOADS)}) nor a .json / "
+        ".yaml workload file"
+    )
+
+
+def _parse_grid(tokens: list[str], name: str) -> list[float]:
+    """Numbers, or ``start:stop:step`` ranges (stop included)."""
+    values: list[float] = []
+    for token in tokens:
+        for part in token.split(","):
+            if not part:
+                continue
+            if ":" in part:
+                pieces = part.split(":")
+                if len(pieces) != 3:
+                    raise ValueError(f"{name}: a range is start:stop:step, got {part!r}")
+                start, stop, step = (float(x) for x in pieces)
+                if step <= 0 or stop < start:
+                    raise ValueError(f"{name}: bad range {part!r}")
+                count = int(round((stop - start) / step)) + 1
+                values.extend(round(start + k * step, 10) for k in range(count))
+            else:
+                try:
+                    values.append(float(part))
+                except ValueError:
+                    raise ValueError(f"{name}: not a number: {part!r}") from None
+    if not values:
+        raise ValueError(f"{name}: give at least one value")
+    return values
+
+
+def _policies(tokens: list[str]) -> list[str]:
+    from mabp_gym.agents import POLICIES
+
+    names = [p for token in tokens for p in token.split(",") if p]
+    for name in names:
+        if name not in POLICIES:
+            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    if not names:
+        raise ValueError("give at least one policy")
+    return names
+
+
+def _parse_seeds(token: str, option: str = "--seed-sets") -> list[int]:
+    try:
+        if ":" in token:
+            start, stop = (int(x) for x in token.split(":"))
+            seeds = list(range(start, stop))
+        else:
+            seeds = [int(x) for x in token.split(",") if x]
+    except ValueError:
+        raise ValueError(f"{option}: {token!r} is not 'a:b' or comma-separated seeds") from None
+    if not seeds:
+        raise ValueError(f"{option}: {token!r} holds no seed")
+    return seeds
+
+
+def _read_results(paths: list[str]) -> list[dict[str, Any]]:
+    """The records of ``--results`` files; a missing file or no record at all is an error."""
+    from mabp_gym.harness.results_file import read_records
+
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"--results: no such file {path!r}")
+        records += read_records(path)
+    if not records:
+        raise ValueError("--results: the files hold no records")
+    return records
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:.{digits}f}"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None`` (JSON's null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

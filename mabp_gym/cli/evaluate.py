@@ -1,0 +1,548 @@
+"""The evaluation commands: ``eval`` (policies over a grid of loads and seeds), ``table``
+(the paper's Table I), ``verdicts`` (the stable load per seed set and horizon, from saved runs)
+and ``sweep`` (paper VI-A), with the tables and legends they print."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mabp_gym.cli.common import (
+    DEFAULT_GRID,
+    SCREEN_HORIZON,
+    _fmt,
+    _no_grid_overrides,
+    _no_repeats,
+    _number,
+    _parse_grid,
+    _parse_overrides,
+    _parse_seeds,
+    _policies,
+    _read_results,
+    _writable,
+    user_input,
+)
+
+SUMMARY_LEGEND = (
+    "stable: the backlog's growth (slope / arrival rate, after the 20% warm-up), pooled over "
+    "the seeds, is under 1.5% of the arrivals with 95% confidence and, where significantly "
+    "above zero, halves when the run doubles (verdict v3; few seeds give wide intervals); slope: "
+    "backlog units per slot; backlog: mean units; "
+    "penalty: per completed request (compute + transmission + memory costs); "
+    "p95: P95 delay in slots of the requests that completed; p95 all: of every request born "
+    "after the warm-up, those still queued at their age so far; hit: hit ratio of served "
+    "units; churn: insertions + evictions per served unit; compl: fraction of the requests "
+    "born after the warm-up that completed; dec us: mean decision time per slot, the first "
+    "slot left out (compilation)"
+)
+
+
+def _print_summary(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"{'policy':<20} {'load':>5} {'stable':>6} {'slope':>7} {'backlog':>8} "
+        f"{'penalty':>8} {'p95':>7} {'p95 all':>7} {'hit':>5} {'churn':>6} {'compl':>6} "
+        f"{'dec us':>7}"
+    )
+    for row in rows:
+        print(
+            f"{row['policy']:<20} {row['load']:>5.2f} {_fmt(row['stable']):>6} "
+            f"{_fmt(row['slope']):>7} {_fmt(row['mean_backlog'], 1):>8} "
+            f"{_fmt(row['penalty'], 4):>8} {_fmt(row['p95_delay'], 1):>7} "
+            f"{_fmt(row.get('p95_delay_all'), 1):>7} "
+            f"{_fmt(row['hit_ratio'], 2):>5} {_fmt(row['churn']):>6} "
+            f"{_fmt(row['completion_ratio']):>6} {_fmt(row['decision_us_mean'], 0):>7}"
+        )
+
+
+def _grid_args(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(horizon=args.horizon, warmup=args.warmup, memory=not args.no_memory, nu=args.nu)
+
+
+def _run_args(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(
+        workers=args.workers,
+        backend=args.backend,
+        address=args.address,
+        progress=not args.no_progress,
+    )
+
+
+def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
+    """``stable load: bp 0.5, sp none of the tested loads (lowest 0.1)``."""
+    lowest = min(loads)
+    parts = [
+        f"{policy} {value:g}"
+        if value > 0 or lowest == 0
+        else f"{policy} none of the tested loads (lowest {lowest:g})"
+        for policy, value in stable.items()
+    ]
+    return "stable load: " + ", ".join(parts)
+
+
+def _eval(args: argparse.Namespace) -> None:
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+    from mabp_gym.harness.summaries import (
+        occupation_load,
+        stable_load,
+        summarize_records,
+        undecided,
+    )
+
+    with user_input():
+        loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
+        overrides = _parse_overrides(args.overrides)
+        _no_grid_overrides(
+            overrides,
+            "eval",
+            {"load": "sets the loads with --loads", "horizon": "sets it with --horizon"},
+        )
+        _writable(args.out, "--out")
+        _check_run_args(args)
+        if args.until_decided is not None and args.until_decided < 2 * args.horizon:
+            # Undecided cells rerun at twice the horizon: below that nothing would rerun.
+            raise ValueError(
+                f"--until-decided must be at least twice --horizon ({2 * args.horizon}: the "
+                f"first rerun doubles it), got {args.until_decided}"
+            )
+        specs = plan(
+            _policies(args.policy),
+            args.workload,
+            loads,
+            args.seeds,
+            **_grid_args(args),
+            **overrides,
+        )
+    if args.until_decided is None:
+        records = execute(specs, output=args.out, **_run_args(args))
+    else:
+        from mabp_gym.harness.summaries import decide_horizons
+
+        records, used = decide_horizons(
+            specs,
+            args.until_decided,
+            lambda batch: execute(batch, output=args.out, **_run_args(args)),
+        )
+        longer = {cell: h for cell, h in used.items() if h > args.horizon}
+        for (policy, load), horizon in sorted(longer.items()):
+            print(f"{policy} at load {load:g}: decided at {horizon:,} slots")
+        for policy, load in undecided(records):
+            print(
+                f"{policy} at load {load:g}: still undecided at {used[(policy, load)]:,} "
+                "slots (the interval contains the limit): not credited"
+            )
+    _print_summary(summarize_records(records))
+    print(SUMMARY_LEGEND)
+    print(_stable_load_line(stable_load(records), loads))
+    if args.horizon < SCREEN_HORIZON and args.until_decided is None:
+        print(
+            f"({args.horizon} slots: read 'stable' as a screen; near a boundary queues settle "
+            f"slowly, and the benchmark decides at {SCREEN_HORIZON:,} slots or more: "
+            "--horizon 4000, docs/results.md)"
+        )
+    bound = occupation_load(records)
+    if bound is not None and max(loads) >= bound - 1e-6:
+        print(
+            f"(the occupation bound is load {bound:.3g}: no load at or above it is credited, "
+            "whatever the backlog's slope; paper Thm. 1)"
+        )
+
+
+def _check_run_args(args: argparse.Namespace) -> None:
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be a positive integer, got {args.workers}")
+    if args.address is not None and args.backend != "ray":
+        raise ValueError("--address is for --backend ray")
+
+
+TABLE_COLUMNS = (
+    "Policy",
+    "Stable load",
+    "Paper load",
+    "Penalty",
+    "P95 delay",
+    "P95 delay (all)",
+    "Hit ratio",
+    "Churn",
+    "Completion",
+)
+
+
+UNSTABLE_MARK = " (grows)"
+"""Appended to the delay cells of a policy whose backlog grows at the table's load: its
+completed requests' P95 is then set by the run length (``P95 delay (all)`` counts the
+requests left in the network at their age)."""
+
+
+TABLE_LEGEND = (
+    "Stable load: the largest grid load at which it and every smaller grid load pass verdict "
+    "v3 (growth pooled over the seeds under 1.5% of the arrivals with 95% confidence and, "
+    "where significantly above zero, halving when the run doubles), below the occupation "
+    "bound; '<x': not even the lowest load run, x; '(partial: y not run)': capped before a "
+    "load missing from the grid. "
+    "Paper load: the paper's rule (slots 120-600: slope < 0.035 and mean backlog < 120). The "
+    "other columns at the --at load, mean +- std over seeds: penalty per completed request; "
+    "P95 delay (slots) of completed requests and, '(all)', of every request born after the "
+    "warm-up, still-queued ones at their age; '(grows)': the policy is not stable at that "
+    "load, so its delays are set by the run length; hit ratio of served units; churn: "
+    "insertions + evictions per served unit; completion: fraction of the window's requests "
+    "completed."
+)
+
+
+def table_rows(
+    records: list[dict[str, Any]],
+    policies: list[str],
+    grid: list[float],
+    at: float,
+    long: tuple[list[dict[str, Any]], int | None] | None = None,
+) -> list[list[str]]:
+    """Paper Table I rows: both verdicts over ``grid`` (SPEC 9.2), the other metrics as
+    mean +- std over seeds at load ``at``. ``long``: longer runs and the horizon to cut
+    them at; they decide the loads they cover in an extra first verdict column
+    (:func:`mabp_gym.harness.verdicts.long_run_stable_load`)."""
+    from mabp_gym.core.metrics import growth_verdict
+    from mabp_gym.harness.summaries import occupation_load, paper_load, stable_load
+    from mabp_gym.harness.verdicts import long_run_stable_load
+
+    on_grid = [r for r in records if any(abs(r["load"] - x) < 1e-9 for x in grid)]
+    bound = occupation_load(on_grid)
+    stable = stable_load(on_grid, bound=bound)
+    paper = paper_load(on_grid)
+    longer = None if long is None else long_run_stable_load(on_grid, long[0], long[1], bound)
+    rows = []
+    for policy in policies:
+        fixed = [r for r in records if r["policy"] == policy and abs(r["load"] - at) < 1e-9]
+        ran = [r["load"] for r in on_grid if r["policy"] == policy]
+        lowest = min(ran) if ran else float("nan")
+        cells = [policy]
+        verdicts = [stable, paper] if longer is None else [longer, stable, paper]
+        covered = set(ran)
+        if long is not None:
+            covered |= {r["load"] for r in long[0] if r["policy"] == policy}
+        for verdict in verdicts:
+            # A load never run caps every column (the long runs' too): no credit unseen.
+            value, gap = _capped_at_gap(verdict.get(policy, 0.0), covered, grid)
+            cell = _verdict_cell(value, lowest, min(grid))
+            cells.append(cell if gap is None else f"{cell} (partial: {gap:g} not run)")
+        grows = bool(fixed) and not growth_verdict(fixed)["stable"]
+        for key, digits in (
+            ("penalty", 4),
+            ("p95_delay", 1),
+            ("p95_delay_all", 1),
+            ("hit_ratio", 2),
+            ("churn", 3),
+            ("completion_ratio", 3),
+        ):
+            values = np.array([r[key] for r in fixed if r.get(key) is not None], dtype=float)
+            cell = f"{values.mean():.{digits}f} ± {values.std():.{digits}f}" if values.size else "-"
+            if grows and key.startswith("p95") and values.size:
+                cell += UNSTABLE_MARK
+            cells.append(cell)
+        rows.append(cells)
+    return rows
+
+
+def _capped_at_gap(value: float, ran: set[float], grid: list[float]) -> tuple[float, float | None]:
+    """A stable load credited over an incomplete grid: the first grid load at or below it
+    that has no runs caps it at the grid load before (a partial results file must not
+    credit loads it never tested); ``(value, the missing load or None)``."""
+    done = {round(load, 9) for load in ran}
+    below = [x for x in sorted(grid) if x <= value + 1e-9]
+    for k, load in enumerate(below):
+        if round(load, 9) not in done:
+            return (below[k - 1] if k else 0.0), load
+    return value, None
+
+
+def _table(args: argparse.Namespace) -> None:
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+
+    with user_input():
+        loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
+        policies = _policies(args.policies)
+        overrides = _parse_overrides(args.overrides)
+        _no_grid_overrides(
+            overrides,
+            "table",
+            {"load": "sets the loads with --loads and --at", "horizon": "sets it with --horizon"},
+        )
+        _writable(args.markdown, "--markdown")
+        _writable(args.csv, "--csv")
+        long = _long_runs(args, policies)
+        if args.from_results:
+            from mabp_gym.harness.results_file import read_records
+
+            if not Path(args.out).is_file():
+                raise ValueError(f"--from-results: no results file {args.out!r}")
+        else:
+            _check_run_args(args)
+            grid = dict(**_grid_args(args), **overrides)
+            specs = plan(
+                policies, args.workload, sorted(set(loads) | {args.at}), args.seeds, **grid
+            )
+            out = Path(args.out)
+            if not out.parent.exists():  # the default, results/, is made on first use
+                out.parent.mkdir(parents=True, exist_ok=True)
+            _writable(args.out, "--out")
+    if args.from_results:
+        records = [r for r in read_records(args.out) if r["policy"] in policies]
+    elif args.search:
+        records = _search_loads(policies, args, sorted(loads), grid)
+        records += execute(
+            plan(policies, args.workload, [args.at], args.seeds, **grid),
+            output=args.out,
+            **_run_args(args),
+        )
+    else:
+        records = execute(specs, output=args.out, **_run_args(args))
+    rows = table_rows(records, policies, loads, args.at, long)
+    columns = list(TABLE_COLUMNS)
+    if long is not None:
+        top = max(r["horizon"] for r in long[0])
+        label = f"{long[1]:,} slots" if long[1] is not None else f"decided, up to {top:,} slots"
+        columns.insert(1, f"Stable load (--long runs, {label})")
+        short = min((r["horizon"] for r in records), default=args.horizon)
+        columns[2] = f"Stable load ({short:,} slots)"
+    markdown = [
+        "| " + " | ".join(columns) + " |",
+        "| " + " | ".join("---" for _ in columns) + " |",
+    ]
+    markdown += ["| " + " | ".join(row) + " |" for row in rows]
+    text = "\n".join(markdown)
+    print(text)
+    print(TABLE_LEGEND)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(columns)
+            writer.writerows(rows)
+
+
+def _long_runs(
+    args: argparse.Namespace, policies: list[str]
+) -> tuple[list[dict[str, Any]], int | None] | None:
+    """The ``--long`` records of ``policies`` and the horizon to cut them at, checked."""
+    if not args.long:
+        if args.long_horizon is not None:
+            raise ValueError("--long-horizon needs --long")
+        return None
+    records = [r for r in _read_results(args.long) if r["policy"] in policies]
+    if not records:
+        raise ValueError(f"--long: no runs of the policies {policies}")
+    workloads = {r["workload"] for r in records}
+    if workloads != {args.workload}:
+        raise ValueError(
+            f"--long: the runs are of {sorted(workloads)}, the table of {args.workload!r}"
+        )
+    from mabp_gym.harness.verdicts import check_record_trace
+
+    for record in records:
+        check_record_trace(record)
+    shortest = min(r["horizon"] for r in records)
+    if args.long_horizon == "longest":
+        return records, None
+    horizon = shortest if args.long_horizon is None else _long_horizon(args.long_horizon)
+    if not 0 < horizon <= shortest:
+        raise ValueError(
+            f"--long-horizon: must be in 1..{shortest} (the shortest --long run), got {horizon}"
+        )
+    _check_cut_horizons([horizon], "--long-horizon")
+    return records, horizon
+
+
+def _long_horizon(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"--long-horizon: must be a whole number of slots or 'longest', got {text!r}"
+        ) from None
+
+
+def _search_loads(
+    policies: list[str], args: argparse.Namespace, loads: list[float], grid: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Run the loads in ascending order; a policy stops at its first load that grows."""
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+    from mabp_gym.harness.summaries import summarize_records
+
+    records: list[dict[str, Any]] = []
+    active = list(policies)
+    for load in loads:
+        batch = execute(
+            plan(active, args.workload, [load], args.seeds, **grid),
+            output=args.out,
+            **_run_args(args),
+        )
+        records += batch
+        verdict = {row["policy"]: row["stable"] for row in summarize_records(batch)}
+        active = [p for p in active if verdict.get(p)]
+        if not active:
+            break
+    return records
+
+
+VERDICTS_LEGEND = (
+    "Each cell: the stable load (verdict v3) on each seed set, separated by '/', of the runs "
+    "cut at H slots; bold where the sets disagree; '<x': not even the lowest load run on that "
+    "set, x."
+)
+
+
+def _verdicts(args: argparse.Namespace) -> None:
+    from mabp_gym.harness.verdicts import check_record_trace, horizon_sensitivity
+
+    with user_input():
+        _writable(args.markdown, "--markdown")
+        records = _read_results(args.results)
+        seed_sets = [_parse_seeds(token) for token in args.seed_sets]
+        _check_seed_sets(seed_sets, records)
+        shortest = min(r["horizon"] for r in records)
+        if max(args.horizons) > shortest:
+            raise ValueError(f"--horizons: the shortest saved run has {shortest} slots")
+        _check_cut_horizons(args.horizons, "--horizons")
+        for record in records:
+            check_record_trace(record)
+    from mabp_gym.harness.summaries import occupation_load
+
+    bound = occupation_load(records)
+    if bound is not None:
+        print(f"loads at or above the occupation bound ({bound:.3f}) are not credited")
+    rows = horizon_sensitivity(records, args.horizons, seed_sets, bound)
+    header = ["policy", *(f"H={h}" for h in args.horizons)]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    for policy in sorted({row["policy"] for row in rows}):
+        cells = [policy]
+        for horizon in args.horizons:
+            (row,) = [r for r in rows if r["policy"] == policy and r["horizon"] == horizon]
+            text = " / ".join(
+                _verdict_cell(load, low)
+                for load, low in zip(row["stable_loads"], row["lowest"], strict=True)
+            )
+            cells.append(text if row["agree"] else f"**{text}**")
+        lines.append("| " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print(text)
+    print(VERDICTS_LEGEND)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+
+
+def _verdict_cell(load: float, lowest: float, start: float = 0.05) -> str:
+    """A stable load; ``<x`` when even the lowest load run, ``x``, fails and lies above the
+    grid's ``start``; ``-`` when the policy has no run."""
+    if np.isnan(lowest):
+        return "-"
+    return f"<{lowest:.2f}" if load == 0.0 and lowest > start + 1e-9 else f"{load:.2f}"
+
+
+def _check_cut_horizons(horizons: list[int], option: str) -> None:
+    """Each horizon must leave enough stored trace points after the warm-up to fit a
+    slope, and none may repeat."""
+    from mabp_gym.harness.verdicts import MIN_TRACE_POINTS, min_horizon
+
+    shortest = min_horizon()
+    for horizon in horizons:
+        if horizon < shortest:
+            raise ValueError(
+                f"{option}: {horizon} slots keep fewer than {MIN_TRACE_POINTS} stored backlog "
+                f"points after the 20% warm-up (one every 5 slots); use {shortest} or more"
+            )
+    _no_repeats(list(horizons), option)
+
+
+def _check_seed_sets(seed_sets: list[list[int]], records: list[dict[str, Any]]) -> None:
+    """Seed sets must be disjoint, and each must hold records."""
+    seen: dict[int, int] = {}
+    for k, seeds in enumerate(seed_sets):
+        for seed in seeds:
+            if seed in seen and seen[seed] != k:
+                raise ValueError(
+                    f"--seed-sets: seed {seed} is in set {seen[seed] + 1} and set {k + 1}; the "
+                    "sets must be disjoint"
+                )
+            seen[seed] = k
+    have = {r["seed"] for r in records}
+    for k, seeds in enumerate(seed_sets):
+        if not have & set(seeds):
+            raise ValueError(
+                f"--seed-sets: set {k + 1} ({seeds[0]}..{seeds[-1]}) has no record in the "
+                "results files"
+            )
+
+
+def _sweep(args: argparse.Namespace) -> None:
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+    from mabp_gym.harness.summaries import summarize_records
+
+    with user_input():
+        values = _parse_grid(args.values, "--values")
+        policies = _policies(args.policies)
+        overrides = _parse_overrides(args.overrides)
+        _no_grid_overrides(
+            overrides,
+            "sweep",
+            {
+                "load": "sets the load with --values (--param load) or --at",
+                "horizon": "sets it with --horizon",
+                args.param: "sweeps it with --param and --values",
+            },
+        )
+        _writable(args.out, "--out")
+        _check_run_args(args)
+        base = _grid_args(args)
+        specs = []
+        if args.param == "load":
+            specs = plan(policies, args.workload, values, args.seeds, **base, **overrides)
+        else:
+            for value in values:
+                if args.param == "nu":
+                    specs += plan(
+                        policies,
+                        args.workload,
+                        [args.at],
+                        args.seeds,
+                        **{**base, "nu": value},
+                        **overrides,
+                    )
+                else:
+                    specs += plan(
+                        policies,
+                        args.workload,
+                        [args.at],
+                        args.seeds,
+                        **base,
+                        **{**overrides, args.param: _number(str(value))},
+                    )
+    records = execute(specs, output=args.out, **_run_args(args))
+    print(
+        f"{args.param:>8} {'policy':<20} {'stable':>6} {'backlog':>8} {'penalty':>8} "
+        f"{'p95':>7} {'hit':>5}"
+    )
+    for value in values:
+        chosen = [r for r in records if _sweep_value(r, args.param) == value]
+        for row in summarize_records(chosen):
+            print(
+                f"{value:>8g} {row['policy']:<20} {_fmt(row['stable']):>6} "
+                f"{_fmt(row['mean_backlog'], 1):>8} {_fmt(row['penalty'], 4):>8} "
+                f"{_fmt(row['p95_delay'], 1):>7} {_fmt(row['hit_ratio'], 2):>5}"
+            )
+
+
+def _sweep_value(record: dict[str, Any], param: str) -> float | None:
+    if param == "load":
+        return record["load"]
+    if param == "nu":
+        return record["nu"]
+    value = record.get("overrides", {}).get(param)
+    return None if value is None else float(value)

@@ -1,0 +1,114 @@
+"""``mabp-gym fleet``: routers over a replayed trace (SPEC 11, Table II), its records
+appended to ``--out`` as each run ends and skipped when the command is run again."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mabp_gym.cli.common import _finite, _no_repeats, _parse_overrides, _writable, user_input
+
+FLEET_LEGEND = (
+    "Thr.: completed trace requests per second; Goodput: those within both SLOs (TTFT and "
+    "TPOT, FleetConfig.slo_ttft_s / slo_tpot_s) per second; P95 TTFT: time to first token; "
+    "P95 TPOT: time per output token after the first; P95 E2E: arrival to last token; GPU "
+    "s/req: GPU busy seconds per completed request; KV hit: prompt tokens found in the prefix "
+    "cache; Jobs/req: downstream tool jobs per completed request; Drops: share of arrivals "
+    "dropped (queue full or timeout); P95 sched.: the router's decision time (Python). "
+    "Mean +- 95% Student-t half-width over the runs."
+)
+
+
+def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
+    """The fleet records already in ``--out`` by key (a truncated last line is dropped, and
+    the file is ended with a newline so that the next record starts a line of its own)."""
+    if path is None or not Path(path).is_file():
+        return {}
+    with open(path, "rb+") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell():
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+    done = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # an interrupted write: that run is made again
+            if isinstance(record, dict) and isinstance(record.get("key"), str):
+                # JSON has no NaN: an undefined figure was written as null.
+                done[record["key"]] = {k: math.nan if v is None else v for k, v in record.items()}
+    return done
+
+
+def _append_record(path: str, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(_finite(record)) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fleet(args: argparse.Namespace) -> None:
+    from mabp_gym.fleet import ROUTERS, load_trace, make_config
+    from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
+
+    with user_input():
+        config = make_config(num_workers=args.workers, **_parse_overrides(args.overrides))
+        routers = [r for token in (args.routers or list(ROUTERS)) for r in token.split(",") if r]
+        if not routers:
+            raise ValueError(f"--routers: name at least one router of {sorted(ROUTERS)}")
+        for router in routers:
+            if router not in ROUTERS:
+                raise ValueError(
+                    f"--routers: unknown router {router!r}; choose from {sorted(ROUTERS)}"
+                )
+        _no_repeats(routers, "--routers")
+        for load in args.loads:
+            if not (math.isfinite(load) and load > 0):
+                raise ValueError(f"--loads: each load must be a finite number > 0, got {load}")
+        _no_repeats(args.loads, "--loads")
+        if args.runs < 1:
+            raise ValueError(f"--runs must be a positive integer, got {args.runs}")
+        if args.seed < 0:
+            raise ValueError(f"--seed must be an integer >= 0, got {args.seed}")
+        _writable(args.markdown, "--markdown")
+        _writable(args.json, "--json")
+        _writable(args.out, "--out")
+        done = _fleet_records(args.out)
+        if args.requests is not None and args.requests < 2:
+            raise ValueError(f"--requests must be >= 2, got {args.requests}")
+        # A bad line is named in the error; with --requests the rest is never read.
+        trace = load_trace(args.trace, args.requests)
+        if args.spread_bursts:
+            trace = trace.spread_bursts()
+    records = evaluate_fleet(
+        trace,
+        routers,
+        args.loads,
+        args.runs,
+        config,
+        seed=args.seed,
+        progress=lambda line: print(line, file=sys.stderr),
+        engine=args.engine,
+        done=done,
+        on_record=None if args.out is None else lambda record: _append_record(args.out, record),
+    )
+    table = format_table(records, routers, args.layout)
+    print(
+        f"trace {trace.name}: {len(trace)} requests, {config.num_workers} workers, "
+        f"{args.engine} engine"
+    )
+    print(table)
+    print(FLEET_LEGEND)
+    if args.markdown:
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    if args.json:
+        # NaN is not JSON: an undefined figure (no request of a kind) is written as null.
+        Path(args.json).write_text(json.dumps(_finite(records), indent=2), encoding="utf-8")

@@ -1,0 +1,222 @@
+"""The other commands: ``plot`` (figures from saved results), ``capacity`` (a workload's
+capacities), ``simulate`` (the queue-length score rule), ``train`` (the learned schedulers)
+and ``bench`` (benchmark v3's task suite and its leaderboard)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mabp_gym.cli.common import (
+    SCREEN_HORIZON,
+    _finite,
+    _fmt,
+    _no_grid_overrides,
+    _parse_overrides,
+    _parse_seeds,
+    _policies,
+    _read_results,
+    _writable,
+    user_input,
+)
+from mabp_gym.core.capacity import capacity
+from mabp_gym.core.workloads import make_workload
+from mabp_gym.extras import require
+
+
+def _plot(args: argparse.Namespace) -> None:
+    require("plot", "mabp-gym plot")
+    from mabp_gym.harness.plots import make_figures
+
+    with user_input():
+        out_dir = Path(args.out_dir)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ValueError(f"--out-dir {args.out_dir!r} exists and is not a directory")
+        records = _read_results(args.results)
+    made, skipped = make_figures(records, Path(args.out_dir), policy=args.policy)
+    for path in made:
+        print(f"wrote {path}")
+    for name, reason in skipped.items():
+        print(f"skipped {name}: {reason}")
+    if not made:
+        sys.stderr.write(
+            "mabp-gym plot: error: no figure can be drawn from these results (each needs "
+            "the runs named above)\n"
+        )
+        raise SystemExit(2)
+
+
+def _capacity(args: argparse.Namespace) -> dict[str, Any]:
+    with user_input():
+        overrides = _parse_overrides(args.overrides)
+        _no_grid_overrides(
+            overrides,
+            "capacity",
+            {"load": "does not depend on the load", "horizon": "does not depend on the horizon"},
+        )
+        _writable(args.json, "--json")
+        wl = make_workload(args.workload, **overrides)
+    nomem, full = capacity(wl, "nomem"), capacity(wl, "full")
+    result: dict[str, Any] = {
+        "workload": wl.name,
+        "nomem": nomem,
+        "full": full,
+        "ratio": nomem / full,
+    }
+    print(
+        f"{wl.name}: no-memory capacity {nomem:.4f}, all-hit capacity (lambda_ref) "
+        f"{full:.4f} requests/slot; ratio {nomem / full:.3f}"
+    )
+    if "occ" in args.reference or args.exact:
+        from mabp_gym.core.occupation import occupation_bound
+
+        result["occ"] = capacity(wl, "occ")
+        print(
+            f"{wl.name}: occupation bound (relaxation, SPEC 9.1) {result['occ']:.4f} "
+            f"requests/slot; occ / full {result['occ'] / full:.3f}"
+        )
+        if args.exact:
+            with user_input():  # too large for the enumeration: the user's choice of workload
+                result["occ_exact"] = occupation_bound(wl, exact=True)
+            print(
+                f"{wl.name}: occupation bound (exact LP, paper (6)-(9)) "
+                f"{result['occ_exact']:.4f} requests/slot"
+            )
+    if args.figure:
+        require("plot", "mabp-gym capacity --figure")
+        from mabp_gym.harness.plots_occupation import plot_occupation
+
+        with user_input():
+            _writable(args.figure, "--figure")
+            if wl.name not in ("mixed", "rag", "moe", "agentic"):
+                raise ValueError(
+                    f"--figure sweeps beta and skew of mixed, rag, moe or agentic, got {wl.name!r}"
+                )
+        plot_occupation(args.figure, wl.name)
+        print(f"wrote {args.figure}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+def _simulate(args: argparse.Namespace) -> None:
+    from mabp_gym.core.metrics import summarize
+    from mabp_gym.core.scores import queue_length_scores
+    from mabp_gym.rollout import rollout
+
+    with user_input():
+        if not 0.0 <= args.warmup < 1.0:
+            raise ValueError(f"--warmup must be in [0, 1), got {args.warmup}")
+        overrides = _parse_overrides(args.overrides)
+        for key in ("load", "horizon"):
+            if getattr(args, key) is not None:
+                if key in overrides:
+                    raise ValueError(f"give --{key} or --set {key}=..., not both")
+                overrides[key] = getattr(args, key)
+        if any(seed < 0 for seed in args.seeds):
+            raise ValueError(f"--seeds must be integers >= 0, got {args.seeds}")
+        _writable(args.json, "--json")
+        wl = make_workload(args.workload, **overrides)
+    records = []
+    print(
+        f"{wl.name} at load {wl.load:g} ({wl.total_rate:.3f} requests/slot), "
+        f"{wl.horizon} slots, queue-length scores, memory={'off' if args.no_memory else 'on'}"
+    )
+    for seed in args.seeds:
+        started = time.perf_counter()
+        trace = rollout(wl, queue_length_scores, seed, memory=not args.no_memory)
+        elapsed = time.perf_counter() - started
+        records.append(
+            {
+                "policy": "queue-length",
+                "workload": wl.name,
+                "load": wl.load,
+                "seed": seed,
+                "memory": not args.no_memory,
+                **summarize(trace, args.warmup),
+                "slots_per_s": wl.horizon / elapsed,
+            }
+        )
+    for record in records:
+        print(
+            f"seed {record['seed']}: stable {_fmt(record['stable'])}, backlog "
+            f"{record['mean_backlog']:.1f}, hit ratio {_fmt(record['hit_ratio'], 2)}, "
+            f"completion {_fmt(record['completion_ratio'])}, "
+            f"{record['slots_per_s']:.0f} slots/s"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=2, default=str), encoding="utf-8")
+
+
+def _train(args: argparse.Namespace) -> None:
+    require("learn", "mabp-gym train")
+    if args.learner == "gnn":
+        from mabp_gym.training import gnn as learner
+    elif args.learner == "residual-mabp":
+        from mabp_gym.training import residual_mabp as learner
+    else:
+        from mabp_gym.training import learn_mabp as learner
+    with user_input():
+        options = learner.parse(args.rest)
+    learner.report(learner.train(options))
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from mabp_gym.harness import bench
+
+    if args.list:
+        for task in bench.TASKS:
+            extra = ", ".join(f"{k}={v}" for k, v in task.overrides)
+            print(
+                f"{task.name}: {task.workload}{f' ({extra})' if extra else ''} at load "
+                f"{task.load:g}; {task.why}"
+            )
+        return
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.results_file import read_records
+
+    with user_input():
+        tasks = bench.tasks_named(args.tasks)
+        policies = list(bench.POLICIES) if args.policies is None else _policies(args.policies)
+        seeds = bench.check_seeds(_parse_seeds(args.seeds, "--seeds"))
+        if args.horizon < SCREEN_HORIZON:
+            raise ValueError(
+                f"--horizon must be at least {SCREEN_HORIZON} for the benchmark, got {args.horizon}"
+            )
+        _writable(args.markdown, "--markdown")
+        _writable(args.json, "--json")
+        if args.from_results:
+            if args.out is None or not Path(args.out).is_file():
+                raise ValueError("--from-results needs --out naming an existing results file")
+            records = read_records(args.out)
+            skipped: list[tuple[str, str, str]] = []
+        else:
+            _writable(args.out, "--out")
+            if args.workers is not None and args.workers < 1:
+                raise ValueError(f"--workers must be a positive integer, got {args.workers}")
+            specs, skipped = bench.plan_bench(tasks, policies, seeds, args.horizon)
+    if not args.from_results:
+        records = execute(
+            specs, output=args.out, workers=args.workers, progress=not args.no_progress
+        )
+    wanted = set(policies)
+    records = [
+        r
+        for r in records
+        if r["policy"] in wanted and r["seed"] in seeds and r["horizon"] == args.horizon
+    ]
+    rows = bench.leaderboard(records, tasks)
+    if not rows:
+        raise SystemExit(f"mabp-gym bench: no runs of these tasks and policies in {args.out}")
+    text = bench.markdown(rows, skipped, tasks)
+    print(text, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(_finite({"rows": rows, "standings": bench.standings(rows)}), indent=2)
+        )
