@@ -58,6 +58,7 @@ def test_descending__is_numpys_stable_argsort_of_the_negated_scores():
     rng = np.random.default_rng(0)
     for _ in range(2000):
         block = np.round(rng.uniform(-1, 1, int(rng.integers(1, 70))), 1)  # many ties
-        wanted = np.flatnonzero(block > 0)
+        live = block > 0
+        wanted = np.flatnonzero(live)
         expected = wanted[np.argsort(-block[wanted], kind="mergesort")]
-        assert np.array_equal(slotcore._descending(block, wanted), expected)
+        assert np.array_equal(slotcore._descending(block, live), expected)

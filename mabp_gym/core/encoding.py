@@ -160,6 +160,7 @@ class ObservationEncoder:
             np.int64
         )
         self._work = np.ascontiguousarray(ix.work)
+        self._hit_slot = np.array(ix.hit_slot)  # writable, as the transition hands hit_bits
 
     def encode(self, state) -> dict[str, np.ndarray]:
         """The observation of ``state`` (fresh arrays every call)."""
@@ -185,7 +186,7 @@ class ObservationEncoder:
             ix.pair_commodity,
             ix.action_pair,
             ix.action_node,
-            ix.hit_slot,
+            self._hit_slot,
             self._work,
             self._penalty,
             ix.route_src_pair,

@@ -78,6 +78,12 @@ def _take(pool, head, tail, meta, p, wanted):  # pragma: no cover - compiled
 
 
 @_compiled
+def _one():  # pragma: no cover - compiled
+    """1 typed as int64: numba compiles a callee once more for a literal ``1`` argument."""
+    return np.int64(1)
+
+
+@_compiled
 def _lengths(pool, head, lengths):  # pragma: no cover - compiled
     """Units per pair, recounted from the runs."""
     for p in range(head.shape[0]):
@@ -266,7 +272,7 @@ def _serve_kernel(
             continue
         h = hit[a]
         p = action_pair[a]
-        birth, _ = _take(pool, head, tail, meta, p, 1)
+        birth, _ = _take(pool, head, tail, meta, p, _one())
         queue_len[p] -= 1
         service_action[i] = a
         service_hit[i] = h
@@ -389,7 +395,7 @@ def _outcome_kernel(
             n_exit += 1
             unit_succ[k] = -1
         else:
-            _push(pool, head, tail, meta, target, done[k, 2], 1)
+            _push(pool, head, tail, meta, target, done[k, 2], _one())
             queue_len[target] += 1
             unit_succ[k] = pair_commodity[target]
         s = action_signature[a]
@@ -466,10 +472,9 @@ def _outcome_kernel(
                     new[n] = True
                     n += 1
             # Insertion sort by (minus priority, signature): a node holds a few objects.
-            order = np.arange(n)
-            for x in range(1, n):
-                y = order[x]
-                z = x - 1
+            order = np.empty(n, dtype=np.int64)
+            for y in range(n):
+                z = y - 1
                 while z >= 0 and (
                     key[order[z]] > key[y] or (key[order[z]] == key[y] and sig[order[z]] > sig[y])
                 ):
