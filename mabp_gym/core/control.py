@@ -169,7 +169,8 @@ def _pair_name(workload: Workload, p: int) -> str:
 
 @dataclass(frozen=True)
 class CheckedControl:
-    """A control that passed :func:`check_control`, in the sparse form the transition uses."""
+    """A control that passed :func:`check_control`, in sparse form, with the hit bits the
+    explainer worked out (for a caller that wants them; the transition reads the control)."""
 
     hit: list[int]  # (A,) hit bit of every action under the post-transfer memory
     transfers: list[int]  # transfer-candidate indices
