@@ -116,14 +116,14 @@ def holders_after(
     anything moves; ``holder`` itself otherwise."""
     if not len(transfers):
         return holder
-    ix = workload.index
+    arrays = rules.rule_arrays(workload.index)
     moved = holder.copy()
     rules.move_objects(
         np.asarray(transfers, dtype=np.int64),
-        ix.transfer_link,
-        ix.transfer_signature,
-        ix.link_src,
-        ix.link_dst,
+        arrays.transfer_link,
+        arrays.transfer_signature,
+        arrays.link_src,
+        arrays.link_dst,
         moved,
     )
     return moved
@@ -141,14 +141,15 @@ def hit_bits(
     ix = workload.index
     hit = np.zeros(ix.num_actions, dtype=np.int64)
     if memory and ix.num_signatures:
-        rules.hit_bits(holders_after(workload, holder, transfers), ix.hit_slot, hit)
+        after = holders_after(workload, holder, transfers)
+        rules.hit_bits(after, rules.rule_arrays(ix).hit_slot, hit)
     return hit
 
 
 def compute_left(workload: Workload, state: SimState) -> np.ndarray:
     """Compute per node left for new service after the units in service, ``(N,)``, by the
     rule :func:`~mabp_gym.core.kernels.rules.in_service_spend`."""
-    mu = workload.index.mu
+    mu = rules.rule_arrays(workload.index).mu
     spend = np.empty(mu.shape[0])
     rules.in_service_spend(mu, state.service_action, state.service_residual, spend)
     return mu - spend
@@ -263,7 +264,8 @@ def _check_compute(
     fx = workload.index.fast
     work, mu, action_node, action_pair = fx.work, fx.mu, fx.action_node, fx.action_pair
     spend = np.empty(len(mu))
-    rules.in_service_spend(workload.index.mu, state.service_action, state.service_residual, spend)
+    mu_rule = rules.rule_arrays(workload.index).mu
+    rules.in_service_spend(mu_rule, state.service_action, state.service_residual, spend)
     spent = spend.tolist()
     for a, n in service:
         if n < 0:

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from mabp_gym.core.kernels import slotcore
+from mabp_gym.core.kernels.rules import rule_arrays
 from mabp_gym.core.workload import ROLES, Workload
 
 NODE_FEATURES = (
@@ -160,7 +161,7 @@ class ObservationEncoder:
             np.int64
         )
         self._work = np.ascontiguousarray(ix.work)
-        self._hit_slot = np.array(ix.hit_slot)  # writable, as the transition hands hit_bits
+        self._hit_slot = rule_arrays(ix).hit_slot  # writable, as hit_bits is handed elsewhere
 
     def encode(self, state) -> dict[str, np.ndarray]:
         """The observation of ``state`` (fresh arrays every call)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mabp_gym.core.kernels.jit import kernel
-from mabp_gym.core.kernels.rules import hit_bits, in_service_spend, move_objects
+from mabp_gym.core.kernels.rules import hit_bits, in_service_spend, move_objects, rule_arrays
 
 if TYPE_CHECKING:
     from mabp_gym.core.workload import Workload
@@ -224,13 +224,7 @@ class CompiledProjection:
         n_sig = ix.num_signatures
         self.workload = workload
         self.flags = np.zeros(ix.num_nodes * n_sig, dtype=np.int8)
-        # Writable copies of what the projection hands the shared rules (rules.py): the
-        # transition hands them slices of its writable packs, and numba compiles a rule
-        # once more for a read-only array (the index's are frozen).
-        self.transfer_link = np.array(ix.transfer_link)
-        self.transfer_signature = np.array(ix.transfer_signature)
-        self.link_src, self.link_dst = np.array(ix.link_src), np.array(ix.link_dst)
-        self.hit_slot, self.mu = np.array(ix.hit_slot), np.array(ix.mu)
+        self.rules = rule_arrays(ix)  # what it hands the shared rules: writable
         self.work = np.ascontiguousarray(ix.work)
 
     def __call__(
@@ -251,18 +245,18 @@ class CompiledProjection:
             ix.num_transfers,
             state.holder,
             state.memory_used,
-            self.transfer_link,
-            self.transfer_signature,
+            self.rules.transfer_link,
+            self.rules.transfer_signature,
             ix.transfer_src_slot,
             ix.transfer_dst_slot,
-            self.link_src,
-            self.link_dst,
+            self.rules.link_src,
+            self.rules.link_dst,
             ix.link_bandwidth,
             ix.link_capacity,
             ix.signature_size,
             ix.budget,
-            self.hit_slot,
-            self.mu,
+            self.rules.hit_slot,
+            self.rules.mu,
             state.service_action,
             state.service_residual,
             state.queue_len,
