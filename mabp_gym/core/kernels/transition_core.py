@@ -190,7 +190,7 @@ def _serve_kernel(
     control takes at most ``Q(t)`` from any queue, so what joins a tail this slot is never
     taken this slot.
     """
-    n_nodes, n_sig = holder.shape
+    n_nodes = holder.shape[0]
     n_act = work.shape[1]
     bound = 0
     for i in range(n_nodes):
