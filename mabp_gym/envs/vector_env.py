@@ -350,12 +350,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 ix.mu,
             ),
             (ix.action_pair, ix.action_node, proj.work, ix.route_src_pair, ix.route_link),
-            (core.ints, core.floats, core.work),
-            (
-                *(core.ints, core.floats, core.work, core.penalty, core.successor_ptr),
-                *(core.successor_bound, core.successor_pair, core.arrival_cum),
-                *(core.arrival_pair, core.retain_ptr),
-            ),
+            (core.ints, core.floats),
+            (core.ints, core.floats),
             (
                 *(ix.pair_node, ix.pair_commodity, ix.action_pair, ix.action_node, ix.hit_slot),
                 *(enc._work, enc._penalty, ix.route_src_pair, ix.route_dst_pair),

@@ -34,6 +34,7 @@ from mabp_gym.core.kernels.transition_core import (
     _SIGNATURE_SIZE,
     _TRANSFER_LINK,
     _TRANSFER_SIGNATURE,
+    _WORK,
     CompiledTransition,
     _compiled,
     _field,
@@ -83,7 +84,6 @@ def accepts(core: CompiledTransition, state: SimState, control: Control, memory:
             state.queue_len,
             core.ints,
             core.floats,
-            core.work,
         )
     )
 
@@ -103,7 +103,6 @@ def feasible(
     queue_len,
     ints,
     floats,
-    work,
 ):  # pragma: no cover - compiled
     """Whether :func:`~mabp_gym.core.control.check_control` accepts the control (same
     families, same arithmetic in the same order)."""
@@ -119,6 +118,7 @@ def feasible(
     route_link, route_src_pair = _field(ints, _ROUTE_LINK), _field(ints, _ROUTE_SRC_PAIR)
     signature_size, mu = _field(floats, _SIGNATURE_SIZE), _field(floats, _MU)
     budget, link_bandwidth = _field(floats, _BUDGET), _field(floats, _LINK_BANDWIDTH)
+    work = _field(floats, _WORK)  # work[h * A + a]
     n_links = link_capacity.shape[0]
     for k in range(retain.shape[0]):
         if not np.isfinite(retain[k]):
@@ -183,7 +183,7 @@ def feasible(
             continue
         if n < 0:
             return False
-        spent[action_node[a]] += n * work[hit[a], a]
+        spent[action_node[a]] += n * work[hit[a] * n_act + a]
         taken[action_pair[a]] += n
     for i in range(n_nodes):
         if spent[i] > mu[i] + _TOLERANCE:
@@ -195,7 +195,7 @@ def feasible(
         if a < 0 or a >= n_act or action_node[a] != i:
             return False
         left = mu[i] - spent[i]
-        if left <= 1e-3 * _EPS or work[hit[a], a] <= mu[i] + _EPS:
+        if left <= 1e-3 * _EPS or work[hit[a] * n_act + a] <= mu[i] + _EPS:
             return False
         taken[action_pair[a]] += 1
     for p in range(n_pairs):  # noqa: SIM110 - numba compiles loops, not generators

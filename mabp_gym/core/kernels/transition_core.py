@@ -116,8 +116,23 @@ INT_FIELDS = (
     "hit_slot",  # (A,) raveled position of each action's signature, N * S for none
     "link_capacity",
     "eligible",  # (N * S,) raveled, 0 or 1
+    "successor_ptr",  # (2A + 1,) the successor law of row h * A + a: its entries' bounds
+    "successor_pair",  # each entry's target pair
+    "arrival_pair",  # the pair of each arrival-mix bin
+    "retain_ptr",  # (N + 1,) each node's retention candidates (sorted by node)
 )
-FLOAT_FIELDS = ("signature_size", "mu", "budget", "link_cost", "gen_prob", "link_bandwidth")
+FLOAT_FIELDS = (
+    "signature_size",
+    "mu",
+    "budget",
+    "link_cost",
+    "gen_prob",
+    "link_bandwidth",
+    "work",  # (2A,) raveled: work[h * A + a]
+    "penalty",  # (2A,) raveled
+    "successor_bound",  # each successor entry's cumulative probability
+    "arrival_cum",  # the arrival mix's cumulative shares, the last one left out
+)
 # Each field's number in its pack (module constants: numba freezes them into the kernels).
 _LINK_SRC, _LINK_DST = INT_FIELDS.index("link_src"), INT_FIELDS.index("link_dst")
 _TRANSFER_LINK = INT_FIELDS.index("transfer_link")
@@ -132,9 +147,15 @@ _RETAIN_NODE = INT_FIELDS.index("retain_node")
 _RETAIN_SIGNATURE = INT_FIELDS.index("retain_signature")
 _RETAIN_OF, _HIT_SLOT = INT_FIELDS.index("retain_of"), INT_FIELDS.index("hit_slot")
 _LINK_CAPACITY, _ELIGIBLE = INT_FIELDS.index("link_capacity"), INT_FIELDS.index("eligible")
+_SUCCESSOR_PTR = INT_FIELDS.index("successor_ptr")
+_SUCCESSOR_PAIR = INT_FIELDS.index("successor_pair")
+_ARRIVAL_PAIR, _RETAIN_PTR = INT_FIELDS.index("arrival_pair"), INT_FIELDS.index("retain_ptr")
 _SIGNATURE_SIZE, _MU = FLOAT_FIELDS.index("signature_size"), FLOAT_FIELDS.index("mu")
 _BUDGET, _LINK_COST = FLOAT_FIELDS.index("budget"), FLOAT_FIELDS.index("link_cost")
 _GEN_PROB, _LINK_BANDWIDTH = FLOAT_FIELDS.index("gen_prob"), FLOAT_FIELDS.index("link_bandwidth")
+_WORK, _PENALTY = FLOAT_FIELDS.index("work"), FLOAT_FIELDS.index("penalty")
+_SUCCESSOR_BOUND = FLOAT_FIELDS.index("successor_bound")
+_ARRIVAL_CUM = FLOAT_FIELDS.index("arrival_cum")
 # The scalars after each pack's bounds (see _pack).
 _REPLICAS = len(INT_FIELDS) + 1
 _TOTAL_RATE, _MIGRATION_COST = len(FLOAT_FIELDS) + 1, len(FLOAT_FIELDS) + 2
@@ -152,6 +173,55 @@ if jit.njit is not None:
     _field = jit.njit(
         ["int64[::1](int64[::1], int64)", "float64[::1](float64[::1], int64)"], cache=True
     )(_field)
+
+
+@jit.part
+def _transfer(transfers, ints, floats, holder, owner, memory_used, hit):  # pragma: no cover
+    """SPEC 1 steps 2-4: the feasible ``transfers`` move their objects and memory use, and
+    ``hit`` takes the hit bits of the post-transfer memory (what the check found). Returns
+    the transfers' migration cost."""
+    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
+    transfer_link = _field(ints, _TRANSFER_LINK)
+    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
+    signature_size = _field(floats, _SIGNATURE_SIZE)
+    cost = 0.0
+    for q in range(transfers.shape[0]):
+        k = transfers[q]
+        e = transfer_link[k]
+        s = transfer_signature[k]
+        owner[holder[link_src[e], s]] = link_dst[e]
+        memory_used[link_src[e]] -= signature_size[s]
+        memory_used[link_dst[e]] += signature_size[s]
+        cost += floats[_MIGRATION_COST] * signature_size[s]
+    move_objects(transfers, transfer_link, transfer_signature, link_src, link_dst, holder)
+    hit_bits(holder, _field(ints, _HIT_SLOT), hit)
+    return cost
+
+
+@jit.part
+def _route_units(route, ints, floats, queue_len, pool, head, tail, meta):  # pragma: no cover
+    """SPEC 1 step 5's routing: units leave their queue now and join the next hop's tail
+    (they are served there from t + 1). Returns (units routed, transmission penalty)."""
+    route_src_pair, route_dst_pair = _field(ints, _ROUTE_SRC_PAIR), _field(ints, _ROUTE_DST_PAIR)
+    route_link, link_cost = _field(ints, _ROUTE_LINK), _field(floats, _LINK_COST)
+    routed = 0
+    penalty = 0.0
+    for r in range(route.shape[0]):
+        n = route[r]
+        if n == 0:
+            continue
+        p = route_src_pair[r]
+        target = route_dst_pair[r]
+        left = n
+        while left > 0:
+            birth, taken = _take(pool, head, tail, meta, p, left)
+            _push(pool, head, tail, meta, target, birth, taken)
+            left -= taken
+        queue_len[p] -= n
+        queue_len[target] += n
+        routed += n
+        penalty += n * link_cost[route_link[r]]
+    return routed, penalty
 
 
 @_compiled
@@ -175,7 +245,6 @@ def _serve_kernel(
     meta,
     ints,
     floats,
-    work,
     done,
     spent,
     counts,
@@ -191,8 +260,8 @@ def _serve_kernel(
     taken this slot.
     """
     n_nodes = holder.shape[0]
-    n_act = work.shape[1]
-    bound = 0
+    n_act = service.shape[0]
+    bound = 0  # rows of done the slot may fill
     for i in range(n_nodes):
         if service_action[i] >= 0:
             bound += 1
@@ -205,49 +274,24 @@ def _serve_kernel(
         moved += route[r]
     if moved > meta[1]:
         return -2
-    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
-    transfer_link = _field(ints, _TRANSFER_LINK)
-    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
     action_pair, action_node = _field(ints, _ACTION_PAIR), _field(ints, _ACTION_NODE)
-    route_src_pair, route_dst_pair = _field(ints, _ROUTE_SRC_PAIR), _field(ints, _ROUTE_DST_PAIR)
-    route_link = _field(ints, _ROUTE_LINK)
-    signature_size, mu = _field(floats, _SIGNATURE_SIZE), _field(floats, _MU)
-    link_cost = _field(floats, _LINK_COST)
-    migration_cost = floats[_MIGRATION_COST]
-    hit_slot = _field(ints, _HIT_SLOT)
-
-    # (2)-(4) Transfers; the post-transfer resident set is active.
-    transfer_cost = 0.0
-    for q in range(transfers.shape[0]):
-        k = transfers[q]
-        e = transfer_link[k]
-        s = transfer_signature[k]
-        i = link_src[e]
-        j = link_dst[e]
-        owner[holder[i, s]] = j
-        memory_used[i] -= signature_size[s]
-        memory_used[j] += signature_size[s]
-        transfer_cost += migration_cost * signature_size[s]
-    move_objects(transfers, transfer_link, transfer_signature, link_src, link_dst, holder)
-    # (4) The hit bits of the post-transfer memory (what the check found).
-    hit_bits(holder, hit_slot, hit)
+    mu, work = _field(floats, _MU), _field(floats, _WORK)
+    sums[0] = _transfer(transfers, ints, floats, holder, owner, memory_used, hit)
 
     # (5) Units in service take their compute first, then whole units, then starts.
     n_done = 0
     in_service_spend(mu, service_action, service_residual, spent)
     for i in range(n_nodes):
-        if service_action[i] >= 0:
-            residual = service_residual[i]
-            spend = spent[i]
-            if residual - spend <= _EPS:
-                done[n_done, 0] = service_action[i]
-                done[n_done, 1] = service_hit[i]
-                done[n_done, 2] = service_birth[i]
-                n_done += 1
-                service_action[i] = -1
-                service_residual[i] = 0.0
-            else:
-                service_residual[i] = residual - spend
+        if service_action[i] < 0:
+            continue
+        if service_residual[i] - spent[i] > _EPS:
+            service_residual[i] -= spent[i]
+            continue
+        done[n_done, 0], done[n_done, 1] = service_action[i], service_hit[i]
+        done[n_done, 2] = service_birth[i]
+        n_done += 1
+        service_action[i] = -1
+        service_residual[i] = 0.0
     for a in range(n_act):
         n = service[a]
         if n == 0:
@@ -258,14 +302,12 @@ def _serve_kernel(
         while left > 0:
             birth, taken = _take(pool, head, tail, meta, p, left)
             for _ in range(taken):
-                done[n_done, 0] = a
-                done[n_done, 1] = h
-                done[n_done, 2] = birth
+                done[n_done, 0], done[n_done, 1], done[n_done, 2] = a, h, birth
                 n_done += 1
             left -= taken
         queue_len[p] -= n
-        spent[action_node[a]] += n * work[h, a]
-    started = 0
+        spent[action_node[a]] += n * work[h * n_act + a]
+    counts[0] = 0  # starts
     for i in range(n_nodes):
         a = start[i]
         if a < 0:
@@ -274,40 +316,137 @@ def _serve_kernel(
         p = action_pair[a]
         birth, _ = _take(pool, head, tail, meta, p, _one())
         queue_len[p] -= 1
-        service_action[i] = a
-        service_hit[i] = h
-        service_birth[i] = birth
-        service_residual[i] = work[h, a] - (mu[i] - spent[i])
+        service_action[i], service_hit[i], service_birth[i] = a, h, birth
+        service_residual[i] = work[h * n_act + a] - (mu[i] - spent[i])
         spent[i] = mu[i]
-        started += 1
-
-    # (5) Routing: units leave their queue now and join the next hop's at t + 1.
-    routed = 0
-    penalty_transmission = 0.0
-    for r in range(route.shape[0]):
-        n = route[r]
-        if n == 0:
-            continue
-        p = route_src_pair[r]
-        target = route_dst_pair[r]
-        left = n
-        while left > 0:
-            birth, taken = _take(pool, head, tail, meta, p, left)
-            _push(pool, head, tail, meta, target, birth, taken)
-            left -= taken
-        queue_len[p] -= n
-        queue_len[target] += n
-        routed += n
-        penalty_transmission += n * link_cost[route_link[r]]
-    work_spent = 0.0
+        counts[0] += 1
+    counts[1], sums[1] = _route_units(route, ints, floats, queue_len, pool, head, tail, meta)
+    sums[2] = 0.0  # work spent
     for i in range(n_nodes):
-        work_spent += spent[i]
-    counts[0] = started
-    counts[1] = routed
-    sums[0] = transfer_cost
-    sums[1] = penalty_transmission
-    sums[2] = work_spent
+        sums[2] += spent[i]
     return n_done
+
+
+@jit.part
+def _generate(a, rng, ints, floats, holder, owner, generated, n_gen):  # pragma: no cover
+    """SPEC 1 step 6: a unit of action ``a`` served may generate an object of the action's
+    signature at its node (recorded in ``generated``, row ``n_gen``). None is generated when
+    the node holds the signature, a generation of it there is pending this slot, or every
+    replica is owned or reserved; else with probability ``gen_prob[a]`` (a draw from
+    ``rng`` only strictly between 0 and 1; ``rng`` is ``None`` when no action has such a
+    probability). Returns the new ``n_gen``."""
+    s, i = _field(ints, _ACTION_SIGNATURE)[a], _field(ints, _ACTION_NODE)[a]
+    if s < 0 or holder[i, s] >= 0:
+        return n_gen
+    for g in range(n_gen):
+        if generated[g, 0] == i and generated[g, 1] == s:
+            return n_gen
+    replicas = ints[_REPLICAS]
+    free = -1
+    for m in range(s * replicas, (s + 1) * replicas):
+        reserved = owner[m] >= 0
+        for g in range(n_gen):
+            if generated[g, 2] == m:
+                reserved = True
+        if not reserved:
+            free = m
+            break
+    p = _field(floats, _GEN_PROB)[a]
+    if free < 0 or (p < 1.0 and (rng is None or not rng.random() < p)):
+        return n_gen
+    generated[n_gen, 0] = i
+    generated[n_gen, 1] = s
+    generated[n_gen, 2] = free
+    return n_gen + 1
+
+
+@jit.part
+def _retain(
+    retain, ints, floats, generated, n_gen, holder, owner, memory_used, evicted, affected
+):  # pragma: no cover
+    """SPEC 1 step 7, by the priority map fixed before outcomes: at each node whose memory
+    may change, in descending priority (ties to the lower signature) keep what fits, drop
+    negative priorities, insert the kept generated objects. Returns (objects inserted,
+    objects evicted, listed in ``evicted``)."""
+    n_nodes, n_sig = holder.shape
+    retain_node, retain_signature = _field(ints, _RETAIN_NODE), _field(ints, _RETAIN_SIGNATURE)
+    retain_of, retain_ptr = _field(ints, _RETAIN_OF), _field(ints, _RETAIN_PTR)
+    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
+    for k in range(retain.shape[0]):
+        if holder[retain_node[k], retain_signature[k]] >= 0 and retain[k] < 0:
+            affected[retain_node[k]] = True
+    for g in range(n_gen):
+        affected[generated[g, 0]] = True
+    insertions = 0
+    n_evicted = 0
+    for i in range(n_nodes):
+        if not affected[i]:
+            continue
+        affected[i] = False
+        width = retain_ptr[i + 1] - retain_ptr[i] + n_gen
+        key = np.empty(width)  # minus the priority
+        sig = np.empty(width, dtype=np.int64)
+        ident = np.empty(width, dtype=np.int64)
+        new = np.empty(width, dtype=np.bool_)
+        n = 0
+        for k in range(retain_ptr[i], retain_ptr[i + 1]):
+            m = holder[i, retain_signature[k]]
+            if m >= 0:
+                key[n], sig[n], ident[n], new[n] = -retain[k], retain_signature[k], m, False
+                n += 1
+        for g in range(n_gen):
+            if generated[g, 0] == i:
+                s = generated[g, 1]
+                key[n], sig[n], new[n] = -retain[retain_of[i * n_sig + s]], s, True
+                ident[n] = generated[g, 2]
+                n += 1
+        # Insertion sort by (minus priority, signature): a node holds a few objects.
+        order = np.empty(n, dtype=np.int64)
+        for y in range(n):
+            z = y - 1
+            while z >= 0 and (
+                key[order[z]] > key[y] or (key[order[z]] == key[y] and sig[order[z]] > sig[y])
+            ):
+                order[z + 1] = order[z]
+                z -= 1
+            order[z + 1] = y
+        kept = 0.0
+        for x in range(n):
+            y = order[x]
+            s = sig[y]
+            m = ident[y]
+            if key[y] <= 0 and kept + signature_size[s] <= budget[i] + _EPS:
+                kept += signature_size[s]
+                if new[y]:
+                    holder[i, s] = m
+                    owner[m] = i
+                    insertions += 1
+            elif not new[y]:
+                holder[i, s] = -1
+                owner[m] = -1
+                evicted[n_evicted, 0] = i
+                evicted[n_evicted, 1] = s
+                n_evicted += 1
+        memory_used[i] = kept
+    return insertions, n_evicted
+
+
+@jit.part
+def _arrive(t, uniforms, ints, floats, pool, head, tail, meta, queue_len):  # pragma: no cover
+    """SPEC 1 step 8: each arrival's uniform picks its pair by the mix's cumulative shares
+    (bisect right over a few entries); each pair's arrivals join its tail as one run."""
+    arrival_cum, arrival_pair = _field(floats, _ARRIVAL_CUM), _field(ints, _ARRIVAL_PAIR)
+    arrivals = np.zeros(queue_len.shape[0], dtype=np.int64)
+    for k in range(uniforms.shape[0]):
+        u = uniforms[k]
+        bin_ = 0
+        while bin_ < arrival_cum.shape[0] and arrival_cum[bin_] <= u:
+            bin_ += 1
+        arrivals[arrival_pair[bin_]] += 1
+    for p in range(queue_len.shape[0]):
+        if arrivals[p] > 0:
+            _push(pool, head, tail, meta, p, t, arrivals[p])
+            queue_len[p] += arrivals[p]
 
 
 @_compiled
@@ -329,14 +468,6 @@ def _outcome_kernel(
     meta,
     ints,
     floats,
-    work,
-    penalty,
-    successor_ptr,
-    successor_bound,
-    successor_pair,
-    arrival_cum,
-    arrival_pair,
-    retain_ptr,
     affected,
     done,
     unit_succ,
@@ -356,17 +487,11 @@ def _outcome_kernel(
     the units served per action; the rest goes into the output arrays and ``counts``. The
     pool must have ``n_done`` free rows and one per pair (:meth:`RunFifo.reserve`).
     """
-    n_nodes, n_sig = holder.shape
-    n_act = work.shape[1]
-    n_pairs = queue_len.shape[0]
-    n_retain = retain.shape[0]
-    action_node, action_signature = _field(ints, _ACTION_NODE), _field(ints, _ACTION_SIGNATURE)
     pair_commodity = _field(ints, _PAIR_COMMODITY)
-    retain_node, retain_signature = _field(ints, _RETAIN_NODE), _field(ints, _RETAIN_SIGNATURE)
-    retain_of = _field(ints, _RETAIN_OF)
-    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
-    gen_prob = _field(floats, _GEN_PROB)
-    replicas = ints[_REPLICAS]
+    work, penalty = _field(floats, _WORK), _field(floats, _PENALTY)
+    successor_ptr, successor_pair = _field(ints, _SUCCESSOR_PTR), _field(ints, _SUCCESSOR_PAIR)
+    successor_bound = _field(floats, _SUCCESSOR_BOUND)
+    n_act = work.shape[0] // 2
 
     # (6) Outcomes: successors at the same node, exits, generated objects.
     served_by_action = np.zeros(n_act, dtype=np.int64)
@@ -379,17 +504,15 @@ def _outcome_kernel(
         h = done[k, 1]
         served_by_action[a] += 1
         hits += h
-        cost = penalty[h, a]
-        penalty_compute += cost
-        u = uniforms[k]
-        row = h * n_act + a
+        row = h * n_act + a  # of the (hit, action) tables
+        penalty_compute += penalty[row]
+        unit_floats[k, 0] = work[row]
+        unit_floats[k, 1] = penalty[row]
         target = -1
         for q in range(successor_ptr[row], successor_ptr[row + 1]):
-            if u < successor_bound[q]:
+            if uniforms[k] < successor_bound[q]:
                 target = successor_pair[q]
                 break
-        unit_floats[k, 0] = work[h, a]
-        unit_floats[k, 1] = cost
         if target < 0:
             delays[n_exit] = t - done[k, 2]
             n_exit += 1
@@ -398,125 +521,22 @@ def _outcome_kernel(
             _push(pool, head, tail, meta, target, done[k, 2], _one())
             queue_len[target] += 1
             unit_succ[k] = pair_commodity[target]
-        s = action_signature[a]
-        if s < 0 or not generates:
-            continue
-        i = action_node[a]
-        if holder[i, s] >= 0:
-            continue
-        pending = False
-        for g in range(n_gen):
-            if generated[g, 0] == i and generated[g, 1] == s:
-                pending = True
-        if pending:
-            continue
-        free = -1
-        for m in range(s * replicas, (s + 1) * replicas):
-            if owner[m] >= 0:
-                continue
-            reserved = False
-            for g in range(n_gen):
-                if generated[g, 2] == m:
-                    reserved = True
-            if not reserved:
-                free = m
-                break
-        if free < 0:
-            continue
-        if gen_prob[a] >= 1.0:
-            accept = True
-        elif rng is None:  # no draw: the probability is 0
-            accept = False
-        else:
-            accept = rng.random() < gen_prob[a]
-        if accept:
-            generated[n_gen, 0] = i
-            generated[n_gen, 1] = s
-            generated[n_gen, 2] = free
-            n_gen += 1
+        if generates:
+            n_gen = _generate(a, rng, ints, floats, holder, owner, generated, n_gen)
 
-    # (7) Retention by the priority map fixed before outcomes: per node, in descending
-    # priority (ties to the lower signature), keep what fits; negative priorities drop.
-    insertions = 0
-    n_evicted = 0
+    # (7) Retention.
+    insertions, n_evicted = 0, 0
     if generates:
-        for k in range(n_retain):
-            if holder[retain_node[k], retain_signature[k]] >= 0 and retain[k] < 0:
-                affected[retain_node[k]] = True
-        for g in range(n_gen):
-            affected[generated[g, 0]] = True
-        for i in range(n_nodes):
-            if not affected[i]:
-                continue
-            affected[i] = False
-            width = retain_ptr[i + 1] - retain_ptr[i] + n_gen
-            key = np.empty(width)  # minus the priority
-            sig = np.empty(width, dtype=np.int64)
-            ident = np.empty(width, dtype=np.int64)
-            new = np.empty(width, dtype=np.bool_)
-            n = 0
-            for k in range(retain_ptr[i], retain_ptr[i + 1]):
-                m = holder[i, retain_signature[k]]
-                if m >= 0:
-                    key[n] = -retain[k]
-                    sig[n] = retain_signature[k]
-                    ident[n] = m
-                    new[n] = False
-                    n += 1
-            for g in range(n_gen):
-                if generated[g, 0] == i:
-                    s = generated[g, 1]
-                    key[n] = -retain[retain_of[i * n_sig + s]]
-                    sig[n] = s
-                    ident[n] = generated[g, 2]
-                    new[n] = True
-                    n += 1
-            # Insertion sort by (minus priority, signature): a node holds a few objects.
-            order = np.empty(n, dtype=np.int64)
-            for y in range(n):
-                z = y - 1
-                while z >= 0 and (
-                    key[order[z]] > key[y] or (key[order[z]] == key[y] and sig[order[z]] > sig[y])
-                ):
-                    order[z + 1] = order[z]
-                    z -= 1
-                order[z + 1] = y
-            limit = budget[i] + _EPS
-            kept = 0.0
-            for x in range(n):
-                y = order[x]
-                s = sig[y]
-                m = ident[y]
-                if key[y] <= 0 and kept + signature_size[s] <= limit:
-                    kept += signature_size[s]
-                    if new[y]:
-                        holder[i, s] = m
-                        owner[m] = i
-                        insertions += 1
-                elif not new[y]:
-                    holder[i, s] = -1
-                    owner[m] = -1
-                    evicted[n_evicted, 0] = i
-                    evicted[n_evicted, 1] = s
-                    n_evicted += 1
-            memory_used[i] = kept
+        insertions, n_evicted = _retain(
+            retain, ints, floats, generated, n_gen, holder, owner, memory_used, evicted, affected
+        )
 
     # (8) Poisson arrivals: a Poisson total split by the mix; one run per pair.
     if rng is not None:
         arrival_uniforms = np.empty(rng.poisson(floats[_TOTAL_RATE]))
         for k in range(arrival_uniforms.shape[0]):
             arrival_uniforms[k] = rng.random()
-    arrivals = np.zeros(n_pairs, dtype=np.int64)
-    for k in range(arrival_uniforms.shape[0]):
-        u = arrival_uniforms[k]
-        bin_ = 0  # bisect_right over the mix's cumulative shares (a few entries)
-        while bin_ < arrival_cum.shape[0] and arrival_cum[bin_] <= u:
-            bin_ += 1
-        arrivals[arrival_pair[bin_]] += 1
-    for p in range(n_pairs):
-        if arrivals[p] > 0:
-            _push(pool, head, tail, meta, p, t, arrivals[p])
-            queue_len[p] += arrivals[p]
+    _arrive(t, arrival_uniforms, ints, floats, pool, head, tail, meta, queue_len)
     counts[2] = arrival_uniforms.shape[0]
     counts[3] = hits
     counts[4] = n_exit
@@ -594,20 +614,6 @@ class CompiledTransition:
 
     def __init__(self, workload: Workload) -> None:
         ix = workload.index
-        self.ints = _pack(
-            [getattr(ix, name) for name in INT_FIELDS],
-            [workload.replicas],
-            np.int64,
-        )
-        self.floats = _pack(
-            [getattr(ix, name) for name in FLOAT_FIELDS],
-            [workload.total_rate, workload.migration_cost],
-            np.float64,
-        )
-        self.work = np.ascontiguousarray(ix.work, dtype=np.float64)
-        self.num_nodes, self.num_actions = ix.num_nodes, ix.num_actions
-        self.num_routes, self.num_retains = ix.num_routes, ix.num_retains
-        self.penalty = np.ascontiguousarray(ix.penalty, dtype=np.float64)
         # The successor law of each (hit, action) row as cumulative bounds and targets.
         ptr, bounds, targets = [0], [], []
         for h in range(2):
@@ -615,15 +621,24 @@ class CompiledTransition:
                 bounds.extend(ix.successor_cum[h][a])
                 targets.extend(ix.successor_pair[h][a])
                 ptr.append(len(bounds))
-        self.successor_ptr = np.asarray(ptr, dtype=np.int64)
-        self.successor_bound = np.asarray(bounds, dtype=np.float64)
-        self.successor_pair = np.asarray(targets, dtype=np.int64)
-        cum = np.cumsum(ix.arrival_share)
-        self.arrival_cum = np.ascontiguousarray(cum[:-1], dtype=np.float64)
-        self.arrival_pair = np.asarray(ix.arrival_pair, dtype=np.int64)
-        self.retain_ptr = np.searchsorted(ix.retain_node, np.arange(ix.num_nodes + 1)).astype(
-            np.int64
+        fields = {
+            name: getattr(ix, name) for name in INT_FIELDS + FLOAT_FIELDS if hasattr(ix, name)
+        }
+        fields.update(
+            successor_ptr=np.asarray(ptr),
+            successor_pair=np.asarray(targets, dtype=np.int64),
+            successor_bound=np.asarray(bounds, dtype=np.float64),
+            arrival_cum=np.cumsum(ix.arrival_share)[:-1],
+            retain_ptr=np.searchsorted(ix.retain_node, np.arange(ix.num_nodes + 1)),
         )
+        self.ints = _pack([fields[name] for name in INT_FIELDS], [workload.replicas], np.int64)
+        self.floats = _pack(
+            [fields[name] for name in FLOAT_FIELDS],
+            [workload.total_rate, workload.migration_cost],
+            np.float64,
+        )
+        self.num_nodes, self.num_actions = ix.num_nodes, ix.num_actions
+        self.num_routes, self.num_retains = ix.num_routes, ix.num_retains
         self.total_rate = float(workload.total_rate)
         # Generation draws exist only where some action generates with 0 < gen_prob < 1.
         self.draws_in_kernel = bool(((ix.gen_prob > 0) & (ix.gen_prob < 1)).any())
@@ -647,7 +662,7 @@ class CompiledTransition:
         return twin
 
     def _new_buffers(self) -> None:
-        n_nodes, n_act = self.retain_ptr.shape[0] - 1, self.work.shape[1]
+        n_nodes, n_act = self.num_nodes, self.num_actions
         self.affected = np.zeros(n_nodes, dtype=np.bool_)
         self.hit = np.zeros(n_act, dtype=np.int64)
         self.spent = np.zeros(n_nodes)
@@ -688,7 +703,6 @@ class CompiledTransition:
                 fifo.meta,
                 self.ints,
                 self.floats,
-                self.work,
                 self.done,
                 self.spent,
                 self.counts,
@@ -727,14 +741,6 @@ class CompiledTransition:
             fifo.meta,
             self.ints,
             self.floats,
-            self.work,
-            self.penalty,
-            self.successor_ptr,
-            self.successor_bound,
-            self.successor_pair,
-            self.arrival_cum,
-            self.arrival_pair,
-            self.retain_ptr,
             self.affected,
             self.done,
             self.unit_succ,
