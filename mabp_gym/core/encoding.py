@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from mabp_gym.core.kernels import slotcore
-from mabp_gym.core.kernels.rules import rule_arrays
+from mabp_gym.core.kernels.transition_core import CompiledTransition
 from mabp_gym.core.workload import ROLES, Workload
 
 NODE_FEATURES = (
@@ -154,14 +154,8 @@ class ObservationEncoder:
         )
         self._compat_action = np.asarray([a for m in members for a in m], dtype=np.int64)
         self._transfer_dst_node = np.ascontiguousarray(self._transfer_dst)
-        self._transfer_bandwidth64 = np.ascontiguousarray(
-            ix.link_bandwidth[ix.transfer_link], dtype=np.float64
-        )
-        self._retain_slot = (ix.retain_node * ix.num_signatures + ix.retain_signature).astype(
-            np.int64
-        )
         self._work = np.ascontiguousarray(ix.work)
-        self._hit_slot = rule_arrays(ix).hit_slot  # writable, as hit_bits is handed elsewhere
+        self._packs = CompiledTransition.shared(workload)  # the static arrays, packed
 
     def encode(self, state) -> dict[str, np.ndarray]:
         """The observation of ``state`` (fresh arrays every call)."""
@@ -183,28 +177,11 @@ class ObservationEncoder:
             state.holder,
             state.memory_used,
             self.memory,
-            ix.pair_node,
-            ix.pair_commodity,
-            ix.action_pair,
-            ix.action_node,
-            self._hit_slot,
-            self._work,
-            self._penalty,
-            ix.route_src_pair,
-            ix.route_dst_pair,
-            self._route_cost,
+            self._packs.ints,
+            self._packs.floats,
             self._compat_ptr,
             self._compat_action,
-            ix.transfer_src_slot,
-            ix.transfer_dst_slot,
-            self._transfer_dst_node,
-            self._transfer_size,
-            self._transfer_bandwidth64,
-            ix.budget,
-            self._retain_slot,
-            self._retain_size,
             self._retain_positions,
-            ix.mu,
             self._static_nodes,
             self._queue_flat,
             hit,

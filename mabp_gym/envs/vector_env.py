@@ -81,7 +81,7 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
     transition, its draws from its own generator (numba draws exactly as numpy), steps
     (6)-(8). Returns 0, or -1 / -2 (rows short, nothing changed)."""
     memory, generates, in_kernel, retain_at = flags
-    sizes, proj_a, proj_b, serve_statics, finish_statics, enc_statics, pressure = statics
+    packs = statics[0]  # the transition's packs of the workload's static arrays
     holder, owner, memory_used, s_action, s_residual, s_hit, s_birth, queue_len = state
     pool, head, tail, meta = fifo
     transfers, n_transfers, hit, route, service, start, scratch, hit_t, done, spent = out[:10]
@@ -106,14 +106,12 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
     n_transfers[i] = _project(
         scores[i],
         memory,
-        *sizes,
         holder[i],
         memory_used[i],
-        *proj_a,
         s_action[i],
         s_residual[i],
         queue_len[i],
-        *proj_b,
+        *packs,
         scratch[i],
         transfers[i],
         hit[i],
@@ -135,7 +133,7 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
         start[i],
         *st,
         *fifo_i,
-        *serve_statics,
+        *packs,
         done[i],
         spent[i],
         counts[i],
@@ -149,7 +147,7 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out):  
     """Env ``i``'s draws (its ``served`` units' successor uniforms, then the arrivals, or
     the kernel draws generations and arrivals itself) and steps (6)-(8)."""
     memory, generates, in_kernel, retain_at = flags
-    finish_statics = statics[4]
+    packs = statics[0]
     holder, owner, memory_used = state[0], state[1], state[2]
     queue_len = state[7]
     pool, head, tail, meta = fifo
@@ -184,7 +182,7 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out):  
             retain,
             *st,
             *fifo_i,
-            *finish_statics,
+            *packs,
             *rest,
         )
     else:
@@ -201,7 +199,7 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out):  
             retain,
             *st,
             *fifo_i,
-            *finish_statics,
+            *packs,
             *rest,
         )
     t[i] += 1
@@ -209,7 +207,7 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out):  
 
 def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
     """Env ``i``'s observation into row ``i`` of the batch."""
-    enc_statics, pressure = statics[5], statics[6]
+    enc_statics, pressure = statics[1], statics[2]
     holder, owner, memory_used, s_action, s_residual, s_hit, s_birth, queue_len = state
     queue_flat, hit_e = out[18], out[19]
     nodes, queues, resident, service_o, route_o, transfer_o, retain_o, mask = obs
@@ -220,6 +218,7 @@ def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
         holder[i],
         memory_used[i],
         memory,
+        *statics[0],
         *enc_statics,
         queue_flat[i],
         hit_e[i],
@@ -340,26 +339,9 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
     def _statics(self, core: CompiledTransition) -> None:
         """The workload's static arrays in the order the kernels take them."""
         ix, enc = self._workload.index, self.envs[0]._encoder
-        proj = slotcore.CompiledProjection(self._workload)
         self._statics_all = (
-            (ix.num_actions, ix.num_routes, ix.num_transfers),
-            (
-                *(ix.transfer_link, ix.transfer_signature, ix.transfer_src_slot),
-                *(ix.transfer_dst_slot, ix.link_src, ix.link_dst, ix.link_bandwidth),
-                *(ix.link_capacity, ix.signature_size, ix.budget, ix.hit_slot),
-                ix.mu,
-            ),
-            (ix.action_pair, ix.action_node, proj.work, ix.route_src_pair, ix.route_link),
             (core.ints, core.floats),
-            (core.ints, core.floats),
-            (
-                *(ix.pair_node, ix.pair_commodity, ix.action_pair, ix.action_node, ix.hit_slot),
-                *(enc._work, enc._penalty, ix.route_src_pair, ix.route_dst_pair),
-                *(enc._route_cost, enc._compat_ptr, enc._compat_action, ix.transfer_src_slot),
-                *(ix.transfer_dst_slot, enc._transfer_dst_node, enc._transfer_size),
-                *(enc._transfer_bandwidth64, ix.budget, enc._retain_slot, enc._retain_size),
-                *(enc._retain_positions, ix.mu, enc._static_nodes),
-            ),
+            (enc._compat_ptr, enc._compat_action, enc._retain_positions, enc._static_nodes),
             (enc._successor_probs, enc._successor_positions),
         )
         self._flags = (

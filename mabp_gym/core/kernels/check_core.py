@@ -16,13 +16,13 @@ import numpy as np
 
 from mabp_gym.core.control import CHECK_TOLERANCE as _TOLERANCE
 from mabp_gym.core.control import EPS as _EPS
-from mabp_gym.core.kernels.rules import hit_bits, in_service_spend, move_objects
+from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels.rules import in_service_spend
 from mabp_gym.core.kernels.transition_core import (
     _ACTION_NODE,
     _ACTION_PAIR,
     _BUDGET,
     _ELIGIBLE,
-    _HIT_SLOT,
     _LINK_BANDWIDTH,
     _LINK_CAPACITY,
     _LINK_DST,
@@ -38,6 +38,7 @@ from mabp_gym.core.kernels.transition_core import (
     CompiledTransition,
     _compiled,
     _field,
+    _hits_after,
     _lengths,
 )
 
@@ -88,6 +89,48 @@ def accepts(core: CompiledTransition, state: SimState, control: Control, memory:
     )
 
 
+@jit.part
+def _transfers_fit(transfers, holder, memory_used, ints, floats):  # pragma: no cover
+    """SPEC 1 step 2: every transfer names a candidate whose source holds the object and
+    whose destination does not, no object moves twice or arrives twice, and each link's
+    bandwidth and each receiving node's budget hold after all of them."""
+    n_nodes, n_sig = holder.shape
+    transfer_link = _field(ints, _TRANSFER_LINK)
+    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
+    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
+    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
+    link_bandwidth = _field(floats, _LINK_BANDWIDTH)
+    flags = np.zeros(n_nodes * n_sig, dtype=np.int8)  # 1 moved out, 2 arriving
+    bandwidth = np.zeros(link_bandwidth.shape[0])
+    used = memory_used.copy()
+    received = np.zeros(n_nodes, dtype=np.bool_)
+    for q in range(transfers.shape[0]):
+        k = transfers[q]
+        if k < 0 or k >= transfer_link.shape[0]:
+            return False
+        e = transfer_link[k]
+        s = transfer_signature[k]
+        i = link_src[e]
+        j = link_dst[e]
+        if holder[i, s] < 0 or flags[i * n_sig + s] & 1:
+            return False
+        if holder[j, s] >= 0 or flags[j * n_sig + s] & 2:
+            return False
+        flags[i * n_sig + s] |= 1
+        flags[j * n_sig + s] |= 2
+        received[j] = True
+        bandwidth[e] += signature_size[s]
+        used[i] -= signature_size[s]
+        used[j] += signature_size[s]
+    for e in range(bandwidth.shape[0]):
+        if bandwidth[e] > link_bandwidth[e] + _TOLERANCE:
+            return False
+    for i in range(n_nodes):  # noqa: SIM110 - numba compiles loops, not generators
+        if received[i] and used[i] > budget[i] + _TOLERANCE:
+            return False
+    return True
+
+
 @_compiled
 def feasible(
     memory,
@@ -109,61 +152,24 @@ def feasible(
     n_nodes, n_sig = holder.shape
     n_act = service.shape[0]
     n_pairs = queue_len.shape[0]
-    transfer_link = _field(ints, _TRANSFER_LINK)
-    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
-    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
-    link_capacity = _field(ints, _LINK_CAPACITY)
-    action_node, action_pair = _field(ints, _ACTION_NODE), _field(ints, _ACTION_PAIR)
-    hit_slot = _field(ints, _HIT_SLOT)
-    route_link, route_src_pair = _field(ints, _ROUTE_LINK), _field(ints, _ROUTE_SRC_PAIR)
-    signature_size, mu = _field(floats, _SIGNATURE_SIZE), _field(floats, _MU)
-    budget, link_bandwidth = _field(floats, _BUDGET), _field(floats, _LINK_BANDWIDTH)
-    work = _field(floats, _WORK)  # work[h * A + a]
-    n_links = link_capacity.shape[0]
     for k in range(retain.shape[0]):
         if not np.isfinite(retain[k]):
             return False
-    # Transfers (SPEC 1 step 2); flags per (node, signature): 1 moved out, 2 arriving.
-    flags = np.zeros(n_nodes * n_sig, dtype=np.int8)
-    if transfers.shape[0] > 0:
-        if not memory:
-            return False
-        bandwidth = np.zeros(n_links)
-        used = memory_used.copy()
-        received = np.zeros(n_nodes, dtype=np.bool_)
-        for q in range(transfers.shape[0]):
-            k = transfers[q]
-            if k < 0 or k >= transfer_link.shape[0]:
-                return False
-            e = transfer_link[k]
-            s = transfer_signature[k]
-            i = link_src[e]
-            j = link_dst[e]
-            if holder[i, s] < 0 or flags[i * n_sig + s] & 1:
-                return False
-            if holder[j, s] >= 0 or flags[j * n_sig + s] & 2:
-                return False
-            flags[i * n_sig + s] |= 1
-            flags[j * n_sig + s] |= 2
-            received[j] = True
-            bandwidth[e] += signature_size[s]
-            used[i] -= signature_size[s]
-            used[j] += signature_size[s]
-        for e in range(n_links):
-            if bandwidth[e] > link_bandwidth[e] + _TOLERANCE:
-                return False
-        for i in range(n_nodes):
-            if received[i] and used[i] > budget[i] + _TOLERANCE:
-                return False
+    if transfers.shape[0] > 0 and not (
+        memory and _transfers_fit(transfers, holder, memory_used, ints, floats)
+    ):
+        return False
     # The hit bits under the post-transfer memory.
     hit = np.zeros(n_act, dtype=np.int64)
     if memory and n_sig > 0:
-        after = holder.copy()
-        move_objects(transfers, transfer_link, transfer_signature, link_src, link_dst, after)
-        hit_bits(after, hit_slot, hit)
+        _hits_after(transfers, ints, holder, hit)
     # Links, then compute (units in service first), then starts, then queues.
+    link_capacity = _field(ints, _LINK_CAPACITY)
+    action_node, action_pair = _field(ints, _ACTION_NODE), _field(ints, _ACTION_PAIR)
+    route_link, route_src_pair = _field(ints, _ROUTE_LINK), _field(ints, _ROUTE_SRC_PAIR)
+    mu, work = _field(floats, _MU), _field(floats, _WORK)  # work[h * A + a]
     taken = np.zeros(n_pairs, dtype=np.int64)
-    load = np.zeros(n_links, dtype=np.int64)
+    load = np.zeros(link_capacity.shape[0], dtype=np.int64)
     for r in range(route.shape[0]):
         n = route[r]
         if n == 0:
@@ -172,7 +178,7 @@ def feasible(
             return False
         load[route_link[r]] += n
         taken[route_src_pair[r]] += n
-    for e in range(n_links):
+    for e in range(load.shape[0]):
         if load[e] > link_capacity[e]:
             return False
     spent = np.empty(n_nodes)

@@ -16,8 +16,38 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mabp_gym.core.kernels import jit
 from mabp_gym.core.kernels.jit import kernel
-from mabp_gym.core.kernels.rules import hit_bits, in_service_spend, move_objects, rule_arrays
+from mabp_gym.core.kernels.rules import hit_bits, in_service_spend
+from mabp_gym.core.kernels.transition_core import (
+    _ACTION_NODE,
+    _ACTION_PAIR,
+    _BUDGET,
+    _HIT_SLOT,
+    _LINK_BANDWIDTH,
+    _LINK_CAPACITY,
+    _LINK_COST,
+    _LINK_DST,
+    _LINK_SRC,
+    _MU,
+    _PAIR_COMMODITY,
+    _PAIR_NODE,
+    _PENALTY,
+    _RETAIN_NODE,
+    _RETAIN_SIGNATURE,
+    _ROUTE_DST_PAIR,
+    _ROUTE_LINK,
+    _ROUTE_SRC_PAIR,
+    _SIGNATURE_SIZE,
+    _TRANSFER_DST_SLOT,
+    _TRANSFER_LINK,
+    _TRANSFER_SIGNATURE,
+    _TRANSFER_SRC_SLOT,
+    _WORK,
+    CompiledTransition,
+    _field,
+    _hits_after,
+)
 
 if TYPE_CHECKING:
     from mabp_gym.core.workload import Workload
@@ -67,34 +97,64 @@ def _descending(block, live):  # pragma: no cover
     return order
 
 
+@jit.part
+def _project_transfers(block, holder, memory_used, ints, floats, flags, out):  # pragma: no cover
+    """The projection's step 1: the transfers of positive score in descending score (ties
+    by index), each kept when its object is still at the source, the destination neither
+    holds nor receives it, and the link's bandwidth and the destination's budget still
+    take it. Writes the kept ones into ``out`` and returns their count."""
+    n_transfer = block.shape[0]
+    live = np.empty(n_transfer, dtype=np.bool_)
+    for k in range(n_transfer):
+        live[k] = block[k] > 0
+    order = _descending(block, live)
+    if order.size == 0:
+        return 0
+    transfer_link = _field(ints, _TRANSFER_LINK)
+    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
+    src_slot, dst_slot = _field(ints, _TRANSFER_SRC_SLOT), _field(ints, _TRANSFER_DST_SLOT)
+    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
+    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
+    used = memory_used.copy()
+    bandwidth = _field(floats, _LINK_BANDWIDTH).copy()
+    n_exec = 0
+    for k in order:
+        e = transfer_link[k]
+        s = transfer_signature[k]
+        i = link_src[e]
+        j = link_dst[e]
+        size = signature_size[s]
+        src = src_slot[k]
+        dst = dst_slot[k]
+        if (
+            holder[i, s] < 0
+            or flags[src] != 0
+            or holder[j, s] >= 0
+            or flags[dst] & 2
+            or bandwidth[e] < size - _EPS
+            or used[j] + size > budget[j] + _EPS
+        ):
+            continue
+        flags[src] |= 1
+        flags[dst] |= 2
+        used[i] -= size
+        used[j] += size
+        bandwidth[e] -= size
+        out[n_exec] = k
+        n_exec += 1
+    return n_exec
+
+
 def _project_kernel(
     scores,
     memory,
-    n_act,
-    n_route,
-    n_transfer,
     holder,
     memory_used,
-    transfer_link,
-    transfer_signature,
-    transfer_src_slot,
-    transfer_dst_slot,
-    link_src,
-    link_dst,
-    link_bandwidth,
-    link_capacity,
-    signature_size,
-    budget,
-    hit_slot,
-    mu,
     service_action,
     service_residual,
     queue_len,
-    action_pair,
-    action_node,
-    work,
-    route_src_pair,
-    route_link,
+    ints,
+    floats,
     flags,
     transfers_out,
     hit,
@@ -108,57 +168,28 @@ def _project_kernel(
     bits of the post-transfer memory into ``hit`` and the control into ``route``,
     ``service`` and ``start`` (which arrive zeroed, ``start`` at -1). ``flags`` is an
     ``(N * S,)`` int8 scratch vector that arrives and leaves all zero (bit 1: the object
-    at the position moved out this slot; bit 2: one arrived).
+    at the position moved out this slot; bit 2: one arrived). The workload's static
+    arrays come in the transition's packs ``ints`` and ``floats``.
     """
-    n_sig = signature_size.shape[0]
+    n_act, n_route, n_transfer = service.shape[0], route.shape[0], transfers_out.shape[0]
+    n_sig = holder.shape[1]
     n_exec = 0
     # 1. Transfers in descending score, ties by index.
     if memory and n_transfer > 0:
         offset = n_act + n_route
         block = scores[offset : offset + n_transfer]
-        live = np.empty(n_transfer, dtype=np.bool_)
-        for k in range(n_transfer):
-            live[k] = block[k] > 0
-        order = _descending(block, live)
-        if order.size > 0:
-            used = memory_used.copy()
-            bandwidth = link_bandwidth.copy()
-            for k in order:
-                e = transfer_link[k]
-                s = transfer_signature[k]
-                i = link_src[e]
-                j = link_dst[e]
-                size = signature_size[s]
-                src = transfer_src_slot[k]
-                dst = transfer_dst_slot[k]
-                if (
-                    holder[i, s] < 0
-                    or flags[src] != 0
-                    or holder[j, s] >= 0
-                    or flags[dst] & 2
-                    or bandwidth[e] < size - _EPS
-                    or used[j] + size > budget[j] + _EPS
-                ):
-                    continue
-                flags[src] |= 1
-                flags[dst] |= 2
-                used[i] -= size
-                used[j] += size
-                bandwidth[e] -= size
-                transfers_out[n_exec] = k
-                n_exec += 1
+        n_exec = _project_transfers(block, holder, memory_used, ints, floats, flags, transfers_out)
     # Hit bits of the post-transfer memory.
     if memory and n_sig > 0:
+        src_slot, dst_slot = _field(ints, _TRANSFER_SRC_SLOT), _field(ints, _TRANSFER_DST_SLOT)
         for q in range(n_exec):
-            flags[transfer_src_slot[transfers_out[q]]] = 0
-            flags[transfer_dst_slot[transfers_out[q]]] = 0
-        after = holder.copy()
-        move_objects(
-            transfers_out[:n_exec], transfer_link, transfer_signature, link_src, link_dst, after
-        )
-        hit_bits(after, hit_slot, hit)
+            flags[src_slot[transfers_out[q]]] = 0
+            flags[dst_slot[transfers_out[q]]] = 0
+        _hits_after(transfers_out[:n_exec], ints, holder, hit)
 
     # 2. Units in service take their compute first; then service in descending score.
+    mu, work = _field(floats, _MU), _field(floats, _WORK)  # work[h * A + a]
+    action_pair, action_node = _field(ints, _ACTION_PAIR), _field(ints, _ACTION_NODE)
     left = np.empty(mu.shape[0])
     in_service_spend(mu, service_action, service_residual, left)
     for i in range(mu.shape[0]):
@@ -168,47 +199,44 @@ def _project_kernel(
     live = np.empty(n_act, dtype=np.bool_)
     for a in range(n_act):
         live[a] = block[a] > 0 and queue_len[action_pair[a]] > 0
-    order = _descending(block, live)
-    if order.size > 0:
-        for a in order:
-            i = action_node[a]
-            if left[i] <= _EPS:
-                continue
-            p = action_pair[a]
-            q = avail[p]
-            if q == 0:
-                continue
-            w = work[hit[a], a]
-            if w > mu[i] + _EPS:
-                # The unit can never fit whole: it starts with all the compute left.
-                start[i] = a
-                q -= 1
-                left[i] = 0.0
-            else:
-                n = q if w <= 0 else min(q, int((left[i] + _EPS) // w))
-                if n >= 1:
-                    service[a] = n
-                    q -= n
-                    left[i] -= n * w
-            avail[p] = q
+    for a in _descending(block, live):
+        i = action_node[a]
+        if left[i] <= _EPS:
+            continue
+        p = action_pair[a]
+        q = avail[p]
+        if q == 0:
+            continue
+        w = work[hit[a] * n_act + a]
+        if w > mu[i] + _EPS:
+            # The unit can never fit whole: it starts with all the compute left.
+            start[i] = a
+            q -= 1
+            left[i] = 0.0
+        else:
+            n = q if w <= 0 else min(q, int((left[i] + _EPS) // w))
+            if n >= 1:
+                service[a] = n
+                q -= n
+                left[i] -= n * w
+        avail[p] = q
 
     # 3. Routing in descending score with what is left of each queue.
     if n_route > 0:
+        route_src_pair, route_link = _field(ints, _ROUTE_SRC_PAIR), _field(ints, _ROUTE_LINK)
         block = scores[n_act : n_act + n_route]
         live = np.empty(n_route, dtype=np.bool_)
         for r in range(n_route):
             live[r] = block[r] > 0 and queue_len[route_src_pair[r]] > 0
-        order = _descending(block, live)
-        if order.size > 0:
-            capacity = link_capacity.copy()
-            for r in order:
-                p = route_src_pair[r]
-                e = route_link[r]
-                n = min(avail[p], capacity[e])
-                if n > 0:
-                    route[r] = n
-                    avail[p] -= n
-                    capacity[e] -= n
+        capacity = _field(ints, _LINK_CAPACITY).copy()
+        for r in _descending(block, live):
+            p = route_src_pair[r]
+            e = route_link[r]
+            n = min(avail[p], capacity[e])
+            if n > 0:
+                route[r] = n
+                avail[p] -= n
+                capacity[e] -= n
     return n_exec
 
 
@@ -224,8 +252,7 @@ class CompiledProjection:
         n_sig = ix.num_signatures
         self.workload = workload
         self.flags = np.zeros(ix.num_nodes * n_sig, dtype=np.int8)
-        self.rules = rule_arrays(ix)  # what it hands the shared rules: writable
-        self.work = np.ascontiguousarray(ix.work)
+        self.core = CompiledTransition.shared(workload)  # the static arrays, packed
 
     def __call__(
         self, state, scores: np.ndarray, memory: bool
@@ -240,31 +267,13 @@ class CompiledProjection:
         count = _project_compiled(
             scores,
             memory,
-            ix.num_actions,
-            ix.num_routes,
-            ix.num_transfers,
             state.holder,
             state.memory_used,
-            self.rules.transfer_link,
-            self.rules.transfer_signature,
-            ix.transfer_src_slot,
-            ix.transfer_dst_slot,
-            self.rules.link_src,
-            self.rules.link_dst,
-            ix.link_bandwidth,
-            ix.link_capacity,
-            ix.signature_size,
-            ix.budget,
-            self.rules.hit_slot,
-            self.rules.mu,
             state.service_action,
             state.service_residual,
             state.queue_len,
-            ix.action_pair,
-            ix.action_node,
-            self.work,
-            ix.route_src_pair,
-            ix.route_link,
+            self.core.ints,
+            self.core.floats,
             self.flags,
             transfers,
             hit,
@@ -275,6 +284,47 @@ class CompiledProjection:
         return transfers[:count], hit, route, service, start
 
 
+@jit.part
+def _encode_memory(
+    holder, memory_used, queue_flat, ints, floats, retain_positions, transfer, retain, mask
+):  # pragma: no cover
+    """The transfer and retention features and the transfers' action mask: a transfer is
+    feasible alone when its source holds the object, its destination does not, and its
+    size (as the float32 feature) fits the link's bandwidth and the destination's free
+    memory."""
+    n_nodes, n_sig = holder.shape
+    holder_flat = holder.reshape(n_nodes * n_sig)
+    src_slot, dst_slot = _field(ints, _TRANSFER_SRC_SLOT), _field(ints, _TRANSFER_DST_SLOT)
+    transfer_link = _field(ints, _TRANSFER_LINK)
+    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
+    link_dst, signature_size = _field(ints, _LINK_DST), _field(floats, _SIGNATURE_SIZE)
+    link_bandwidth = _field(floats, _LINK_BANDWIDTH)
+    offset = mask.shape[0] - transfer.shape[0]  # the transfers' scores come last but one
+    offset -= retain.shape[0]
+    free = _field(floats, _BUDGET) - memory_used
+    for k in range(transfer.shape[0]):
+        src_holds = holder_flat[src_slot[k]] >= 0
+        dst = link_dst[transfer_link[k]]
+        size = np.float32(signature_size[transfer_signature[k]])
+        transfer[k, 0] = 1.0 if src_holds else 0.0
+        transfer[k, 1] = size
+        transfer[k, 2] = free[dst]
+        mask[offset + k] = (
+            src_holds
+            and holder_flat[dst_slot[k]] < 0
+            and np.float64(size) <= link_bandwidth[transfer_link[k]]
+            and np.float64(size) <= free[dst] + 1e-9
+        )
+    retain_node, retain_signature = _field(ints, _RETAIN_NODE), _field(ints, _RETAIN_SIGNATURE)
+    for k in range(retain.shape[0]):
+        retain[k, 0] = 1.0 if holder[retain_node[k], retain_signature[k]] >= 0 else 0.0
+        retain[k, 1] = signature_size[retain_signature[k]]
+        demand = np.float32(0.0)
+        for w in range(retain_positions.shape[1]):
+            demand += queue_flat[retain_positions[k, w]]
+        retain[k, 2] = demand
+
+
 def _encode_kernel(
     queue_len,
     service_action,
@@ -282,28 +332,11 @@ def _encode_kernel(
     holder,
     memory_used,
     memory,
-    pair_node,
-    pair_commodity,
-    action_pair,
-    action_node,
-    hit_slot,
-    work,
-    penalty,
-    route_src_pair,
-    route_dst_pair,
-    route_cost,
+    ints,
+    floats,
     compat_ptr,
     compat_action,
-    transfer_src_slot,
-    transfer_dst_slot,
-    transfer_dst_node,
-    transfer_size,
-    transfer_bandwidth,
-    budget,
-    retain_slot,
-    retain_size,
     retain_positions,
-    mu,
     static_nodes,
     queue_flat,
     hit,
@@ -320,13 +353,19 @@ def _encode_kernel(
 
     Fills every output but the successor-pressure column ``service[:, 3]`` (a float32 sum
     whose order numpy fixes; the caller computes it with numpy from ``queue_flat`` and
-    ``hit``). Sums of queue counts are exact in float32 in any order.
+    ``hit``). Sums of queue counts are exact in float32 in any order. The workload's static
+    arrays come in the transition's packs; ``compat_ptr``/``compat_action`` list, per route,
+    the actions at its destination whose hit makes the route memory-compatible, and
+    ``retain_positions`` the queue entries each retention candidate serves.
     """
     n_nodes, n_comm = queues.shape
-    n_act = action_pair.shape[0]
-    n_route = route_src_pair.shape[0]
-    n_transfer = transfer_src_slot.shape[0]
-    n_sig = resident.shape[1]
+    n_act, n_route, n_sig = service.shape[0], route.shape[0], resident.shape[1]
+    pair_node, pair_commodity = _field(ints, _PAIR_NODE), _field(ints, _PAIR_COMMODITY)
+    action_pair, action_node = _field(ints, _ACTION_PAIR), _field(ints, _ACTION_NODE)
+    route_src_pair, route_dst_pair = _field(ints, _ROUTE_SRC_PAIR), _field(ints, _ROUTE_DST_PAIR)
+    work, penalty = _field(floats, _WORK), _field(floats, _PENALTY)  # [h * A + a]
+    route_link, link_cost = _field(ints, _ROUTE_LINK), _field(floats, _LINK_COST)
+    mu = _field(floats, _MU)
     pairs = queue_len.copy()  # the backlog per pair, units in service included
     for i in range(n_nodes):
         if service_action[i] >= 0:
@@ -335,24 +374,23 @@ def _encode_kernel(
         value = np.float32(pairs[p])
         queues[pair_node[p], pair_commodity[p]] = value
         queue_flat[pair_node[p] * n_comm + pair_commodity[p]] = value
-    holder_flat = holder.reshape(n_nodes * n_sig)
     for i in range(n_nodes):
         for s in range(n_sig):
             resident[i, s] = 1.0 if holder[i, s] >= 0 else 0.0
     if memory and n_sig > 0:
-        hit_bits(holder, hit_slot, hit)
+        hit_bits(holder, _field(ints, _HIT_SLOT), hit)
     else:
         hit[:] = 0
     for a in range(n_act):
         h = hit[a]
-        service[a, 0] = work[h, a]
-        service[a, 1] = penalty[h, a]
+        service[a, 0] = work[h * n_act + a]
+        service[a, 1] = penalty[h * n_act + a]
         service[a, 2] = h
         service[a, 4] = pairs[action_pair[a]]
     for r in range(n_route):
         src_q = pairs[route_src_pair[r]]
         route[r, 0] = src_q - pairs[route_dst_pair[r]]
-        route[r, 1] = route_cost[r]
+        route[r, 1] = link_cost[route_link[r]]
         compatible = 0.0
         for m in range(compat_ptr[r], compat_ptr[r + 1]):
             if hit[compat_action[m]]:
@@ -360,26 +398,9 @@ def _encode_kernel(
                 break
         route[r, 2] = compatible
         route[r, 3] = src_q
-    free = budget - memory_used
-    for k in range(n_transfer):
-        src_holds = holder_flat[transfer_src_slot[k]] >= 0
-        dst = transfer_dst_node[k]
-        transfer[k, 0] = 1.0 if src_holds else 0.0
-        transfer[k, 1] = transfer_size[k]
-        transfer[k, 2] = free[dst]
-        mask[n_act + n_route + k] = (
-            src_holds
-            and holder_flat[transfer_dst_slot[k]] < 0
-            and np.float64(transfer_size[k]) <= transfer_bandwidth[k]
-            and np.float64(transfer_size[k]) <= free[dst] + 1e-9
-        )
-    for k in range(retain_slot.shape[0]):
-        retain[k, 0] = 1.0 if holder_flat[retain_slot[k]] >= 0 else 0.0
-        retain[k, 1] = retain_size[k]
-        demand = np.float32(0.0)
-        for w in range(retain_positions.shape[1]):
-            demand += queue_flat[retain_positions[k, w]]
-        retain[k, 2] = demand
+    _encode_memory(
+        holder, memory_used, queue_flat, ints, floats, retain_positions, transfer, retain, mask
+    )
     width = static_nodes.shape[1]
     for i in range(n_nodes):
         busy = service_action[i] >= 0
@@ -394,12 +415,11 @@ def _encode_kernel(
         nodes[i, width + 3] = service_residual[i] if busy else 0.0
     for a in range(n_act):
         i = action_node[a]
-        busy = service_action[i] >= 0
-        residual = service_residual[i] if busy else 0.0
+        residual = service_residual[i] if service_action[i] >= 0 else 0.0
         mask[a] = queue_len[action_pair[a]] > 0 and (mu[i] - min(mu[i], residual)) > 1e-9
     for r in range(n_route):
         mask[n_act + r] = queue_len[route_src_pair[r]] > 0
-    for k in range(n_act + n_route + n_transfer, mask.shape[0]):
+    for k in range(mask.shape[0] - retain.shape[0], mask.shape[0]):
         mask[k] = 1
 
 

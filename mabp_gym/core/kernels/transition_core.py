@@ -120,6 +120,9 @@ INT_FIELDS = (
     "successor_pair",  # each entry's target pair
     "arrival_pair",  # the pair of each arrival-mix bin
     "retain_ptr",  # (N + 1,) each node's retention candidates (sorted by node)
+    "transfer_src_slot",  # (T,) raveled (source node, signature) of each transfer candidate
+    "transfer_dst_slot",  # (T,) raveled (destination node, signature)
+    "pair_node",
 )
 FLOAT_FIELDS = (
     "signature_size",
@@ -150,6 +153,9 @@ _LINK_CAPACITY, _ELIGIBLE = INT_FIELDS.index("link_capacity"), INT_FIELDS.index(
 _SUCCESSOR_PTR = INT_FIELDS.index("successor_ptr")
 _SUCCESSOR_PAIR = INT_FIELDS.index("successor_pair")
 _ARRIVAL_PAIR, _RETAIN_PTR = INT_FIELDS.index("arrival_pair"), INT_FIELDS.index("retain_ptr")
+_TRANSFER_SRC_SLOT = INT_FIELDS.index("transfer_src_slot")
+_TRANSFER_DST_SLOT = INT_FIELDS.index("transfer_dst_slot")
+_PAIR_NODE = INT_FIELDS.index("pair_node")
 _SIGNATURE_SIZE, _MU = FLOAT_FIELDS.index("signature_size"), FLOAT_FIELDS.index("mu")
 _BUDGET, _LINK_COST = FLOAT_FIELDS.index("budget"), FLOAT_FIELDS.index("link_cost")
 _GEN_PROB, _LINK_BANDWIDTH = FLOAT_FIELDS.index("gen_prob"), FLOAT_FIELDS.index("link_bandwidth")
@@ -173,6 +179,22 @@ if jit.njit is not None:
     _field = jit.njit(
         ["int64[::1](int64[::1], int64)", "float64[::1](float64[::1], int64)"], cache=True
     )(_field)
+
+
+@jit.part
+def _hits_after(transfers, ints, holder, hit):  # pragma: no cover
+    """SPEC 1 steps 2-4 without changing ``holder``: the hit bits of the memory after the
+    feasible ``transfers``, written into ``hit``."""
+    after = holder.copy()
+    move_objects(
+        transfers,
+        _field(ints, _TRANSFER_LINK),
+        _field(ints, _TRANSFER_SIGNATURE),
+        _field(ints, _LINK_SRC),
+        _field(ints, _LINK_DST),
+        after,
+    )
+    hit_bits(after, _field(ints, _HIT_SLOT), hit)
 
 
 @jit.part
