@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from mabp_gym.core.kernels import slotcore
-from mabp_gym.core.kernels.transition_core import CompiledTransition
+from mabp_gym.core.kernels.transition_core import CompiledTransition, state_arrays
 from mabp_gym.core.workload import ROLES, Workload
 
 NODE_FEATURES = (
@@ -171,28 +171,12 @@ class ObservationEncoder:
         retain = np.empty((ix.num_retains, len(RETAIN_FEATURES)), dtype=np.float32)
         mask = np.empty(ix.num_scores, dtype=np.int8)
         slotcore.encode_compiled(
-            state.queue_len,
-            state.service_action,
-            state.service_residual,
-            state.holder,
-            state.memory_used,
             self.memory,
+            state_arrays(state),
             self._packs.ints,
             self._packs.floats,
-            self._compat_ptr,
-            self._compat_action,
-            self._retain_positions,
-            self._static_nodes,
-            self._queue_flat,
-            hit,
-            nodes,
-            queues,
-            memory,
-            service,
-            route,
-            transfer,
-            retain,
-            mask,
+            (self._compat_ptr, self._compat_action, self._retain_positions, self._static_nodes),
+            (self._queue_flat, hit, nodes, queues, memory, service, route, transfer, retain, mask),
         )
         # The successor pressure is a float32 sum whose order numpy fixes: numpy's.
         service[:, 3] = (

@@ -29,7 +29,7 @@ import numpy as np
 
 from mabp_gym.core.control import CHECK_TOLERANCE, Control, check_control
 from mabp_gym.core.kernels import check_core
-from mabp_gym.core.kernels.transition_core import CompiledTransition, RunFifo
+from mabp_gym.core.kernels.transition_core import CompiledTransition, RunFifo, state_arrays
 from mabp_gym.core.projection import project
 from mabp_gym.core.state import SimState
 from mabp_gym.core.workload import Workload
@@ -259,13 +259,8 @@ class Simulator:
         if check_core.invariants_hold(
             self.memory and self.workload.index.num_signatures > 0,
             st.units,
-            st.queue_len,
-            fifo.pool,
-            fifo.head,
-            st.service_action,
-            st.holder,
-            st.owner,
-            st.memory_used,
+            state_arrays(st),
+            (fifo.pool, fifo.head, fifo.tail, fifo.meta),
             core.ints,
             core.floats,
         ):

@@ -76,19 +76,10 @@ def _step_all(
     return scores.shape[0], 0
 
 
-def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no cover
-    """Env ``i``'s slot in the single env's order: the projection, steps (1)-(5) of the
-    transition, its draws from its own generator (numba draws exactly as numpy), steps
-    (6)-(8). Returns 0, or -1 / -2 (rows short, nothing changed)."""
-    memory, generates, in_kernel, retain_at = flags
-    packs = statics[0]  # the transition's packs of the workload's static arrays
+def _state_row(i, state):  # pragma: no cover
+    """Env ``i``'s ``state`` tuple (the transition's ``STATE_FIELDS``)."""
     holder, owner, memory_used, s_action, s_residual, s_hit, s_birth, queue_len = state
-    pool, head, tail, meta = fifo
-    transfers, n_transfers, hit, route, service, start, scratch, hit_t, done, spent = out[:10]
-    counts, sums, affected, unit_succ, unit_floats, delays, generated, evicted = out[10:18]
-    queue_flat, hit_e, t = out[18:]
-    n_pairs, n_nodes = head.shape[1], holder.shape[1]
-    st = (
+    return (
         holder[i],
         owner[i],
         memory_used[i],
@@ -98,63 +89,58 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
         s_birth[i],
         queue_len[i],
     )
-    fifo_i = (pool[i], head[i], tail[i], meta[i])
+
+
+def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no cover
+    """Env ``i``'s slot in the single env's order: the projection, steps (1)-(5) of the
+    transition, its draws from its own generator (numba draws exactly as numpy), steps
+    (6)-(8). Returns 0, or -1 / -2 (rows short, nothing changed)."""
+    ints, floats = statics[0]  # the transition's packs of the workload's static arrays
+    pool, head, tail, meta = fifo
+    transfers, n_transfers, hit, route, service, start, scratch, hit_t, done, spent = out[:10]
+    counts, sums = out[10], out[11]
+    st = _state_row(i, state)
     hit[i, :] = 0
     route[i, :] = 0
     service[i, :] = 0
     start[i, :] = -1
     n_transfers[i] = _project(
         scores[i],
-        memory,
-        holder[i],
-        memory_used[i],
-        s_action[i],
-        s_residual[i],
-        queue_len[i],
-        *packs,
+        flags[0],
+        st,
+        ints,
+        floats,
         scratch[i],
-        transfers[i],
-        hit[i],
-        route[i],
-        service[i],
-        start[i],
+        (transfers[i], hit[i], route[i], service[i], start[i]),
     )
     # Rows the slot may take: one per unit served, routed or arriving in a new run.
-    bound = n_nodes + service[i].sum()
+    bound = state[0].shape[1] + service[i].sum()
     if bound > done.shape[1]:
         return -1
-    if meta[i, 1] < bound + route[i].sum() + n_pairs:
+    if meta[i, 1] < bound + route[i].sum() + head.shape[1]:
         return -2
     served = _serve(
-        transfers[i, : n_transfers[i]],
-        hit_t[i],
-        route[i],
-        service[i],
-        start[i],
-        *st,
-        *fifo_i,
-        *packs,
-        done[i],
-        spent[i],
-        counts[i],
-        sums[i],
+        (transfers[i, : n_transfers[i]], route[i], service[i], start[i]),
+        st,
+        (pool[i], head[i], tail[i], meta[i]),
+        ints,
+        floats,
+        (hit_t[i], done[i], spent[i], counts[i], sums[i]),
     )
-    _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out)
+    _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out)
     return 0
 
 
-def _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no cover
+def _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out):  # pragma: no cover
     """Env ``i``'s draws (its ``served`` units' successor uniforms, then the arrivals, or
-    the kernel draws generations and arrivals itself) and steps (6)-(8)."""
+    the kernel draws generations and arrivals itself) and steps (6)-(8); ``st`` is its
+    state tuple."""
     memory, generates, in_kernel, retain_at = flags
-    packs = statics[0]
-    holder, owner, memory_used = state[0], state[1], state[2]
-    queue_len = state[7]
+    ints, floats = statics[0]
     pool, head, tail, meta = fifo
     done, counts, sums = out[8], out[10], out[11]
     affected, unit_succ, unit_floats, delays, generated, evicted = out[12:18]
     t = out[20]
-    st = (holder[i], owner[i], memory_used[i], queue_len[i])
     fifo_i = (pool[i], head[i], tail[i], meta[i])
     uniforms = np.empty(served)
     for k in range(served):
@@ -172,64 +158,40 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, state, fifo, out):  
     )
     retain = scores[i, retain_at:]
     if in_kernel:  # generation draws: the kernel draws them and the arrivals
-        _outcome(
-            rng,
-            t[i],
-            served,
-            uniforms,
-            uniforms[:0],
-            generates,
-            retain,
-            *st,
-            *fifo_i,
-            *packs,
-            *rest,
-        )
+        draws = (uniforms, uniforms[:0])
+        _outcome(rng, t[i], served, draws, generates, retain, st, fifo_i, ints, floats, rest)
     else:
         arrivals = np.empty(rng.poisson(rate))
         for k in range(arrivals.shape[0]):
             arrivals[k] = rng.random()
-        _outcome(
-            None,
-            t[i],
-            served,
-            uniforms,
-            arrivals,
-            generates,
-            retain,
-            *st,
-            *fifo_i,
-            *packs,
-            *rest,
-        )
+        draws = (uniforms, arrivals)
+        _outcome(None, t[i], served, draws, generates, retain, st, fifo_i, ints, floats, rest)
     t[i] += 1
 
 
 def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
     """Env ``i``'s observation into row ``i`` of the batch."""
-    enc_statics, pressure = statics[1], statics[2]
-    holder, owner, memory_used, s_action, s_residual, s_hit, s_birth, queue_len = state
+    (ints, floats), enc_statics, pressure = statics
     queue_flat, hit_e = out[18], out[19]
     nodes, queues, resident, service_o, route_o, transfer_o, retain_o, mask = obs
     _encode(
-        queue_len[i],
-        s_action[i],
-        s_residual[i],
-        holder[i],
-        memory_used[i],
         memory,
-        *statics[0],
-        *enc_statics,
-        queue_flat[i],
-        hit_e[i],
-        nodes[i],
-        queues[i],
-        resident[i],
-        service_o[i],
-        route_o[i],
-        transfer_o[i],
-        retain_o[i],
-        mask[i],
+        _state_row(i, state),
+        ints,
+        floats,
+        enc_statics,
+        (
+            queue_flat[i],
+            hit_e[i],
+            nodes[i],
+            queues[i],
+            resident[i],
+            service_o[i],
+            route_o[i],
+            transfer_o[i],
+            retain_o[i],
+            mask[i],
+        ),
     )
     probs, positions = pressure
     if positions.shape[1] < 8:  # numpy adds fewer than 8 terms one by one from zero
@@ -248,6 +210,7 @@ if jit.COMPILED:
     _serve = transition_core._serve_kernel
     _outcome = transition_core._outcome_kernel
     _outcomes = jit.kernel(_outcomes)
+    _state_row = jit.kernel(_state_row)
     _slot = jit.kernel(_slot)
     _observe = jit.kernel(_observe)
     _step_all = jit.kernel(_step_all)

@@ -40,6 +40,7 @@ from mabp_gym.core.kernels.transition_core import (
     _field,
     _hits_after,
     _lengths,
+    state_arrays,
 )
 
 if TYPE_CHECKING:
@@ -76,13 +77,9 @@ def accepts(core: CompiledTransition, state: SimState, control: Control, memory:
     return bool(
         feasible(
             memory,
-            *integer,
+            integer,
             retain,
-            state.holder,
-            state.memory_used,
-            state.service_action,
-            state.service_residual,
-            state.queue_len,
+            state_arrays(state),
             core.ints,
             core.floats,
         )
@@ -132,23 +129,14 @@ def _transfers_fit(transfers, holder, memory_used, ints, floats):  # pragma: no 
 
 
 @_compiled
-def feasible(
-    memory,
-    transfers,
-    route,
-    service,
-    start,
-    retain,
-    holder,
-    memory_used,
-    service_action,
-    service_residual,
-    queue_len,
-    ints,
-    floats,
-):  # pragma: no cover - compiled
-    """Whether :func:`~mabp_gym.core.control.check_control` accepts the control (same
-    families, same arithmetic in the same order)."""
+def feasible(memory, control, retain, state, ints, floats):  # pragma: no cover - compiled
+    """Whether :func:`~mabp_gym.core.control.check_control` accepts the control
+    ``(transfers, route, service, start)`` with ``retain`` in ``state`` (the arrays of
+    :data:`~mabp_gym.core.kernels.transition_core.STATE_FIELDS`): same families, same
+    arithmetic in the same order."""
+    transfers, route, service, start = control
+    holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
+    queue_len = state[7]
     n_nodes, n_sig = holder.shape
     n_act = service.shape[0]
     n_pairs = queue_len.shape[0]
@@ -211,20 +199,12 @@ def feasible(
 
 
 @_compiled
-def invariants_hold(
-    memory,
-    units,
-    queue_len,
-    pool,
-    head,
-    service_action,
-    holder,
-    owner,
-    memory_used,
-    ints,
-    floats,
-):  # pragma: no cover - compiled
-    """Whether ``Simulator._explain_invariants`` passes (SPEC 6)."""
+def invariants_hold(memory, units, state, fifo, ints, floats):  # pragma: no cover - compiled
+    """Whether ``Simulator._explain_invariants`` passes (SPEC 6); ``state`` and ``fifo``
+    as for the transition's kernels."""
+    holder, owner, memory_used, service_action = state[0], state[1], state[2], state[3]
+    queue_len = state[7]
+    pool, head = fifo[0], fifo[1]
     n_nodes, n_sig = holder.shape
     lengths = np.empty(queue_len.shape[0], dtype=np.int64)
     _lengths(pool, head, lengths)

@@ -47,6 +47,7 @@ from mabp_gym.core.kernels.transition_core import (
     CompiledTransition,
     _field,
     _hits_after,
+    state_arrays,
 )
 
 if TYPE_CHECKING:
@@ -145,32 +146,21 @@ def _project_transfers(block, holder, memory_used, ints, floats, flags, out):  #
     return n_exec
 
 
-def _project_kernel(
-    scores,
-    memory,
-    holder,
-    memory_used,
-    service_action,
-    service_residual,
-    queue_len,
-    ints,
-    floats,
-    flags,
-    transfers_out,
-    hit,
-    route,
-    service,
-    start,
-):  # pragma: no cover
+def _project_kernel(scores, memory, state, ints, floats, flags, out):  # pragma: no cover
     """The projection of :func:`mabp_gym.core.projection.project` over flat arrays.
 
-    Writes the executed transfers into ``transfers_out`` (returns their count), the hit
-    bits of the post-transfer memory into ``hit`` and the control into ``route``,
-    ``service`` and ``start`` (which arrive zeroed, ``start`` at -1). ``flags`` is an
-    ``(N * S,)`` int8 scratch vector that arrives and leaves all zero (bit 1: the object
-    at the position moved out this slot; bit 2: one arrived). The workload's static
-    arrays come in the transition's packs ``ints`` and ``floats``.
+    ``state`` holds the arrays of
+    :data:`~mabp_gym.core.kernels.transition_core.STATE_FIELDS`, ``ints`` and ``floats``
+    the workload's static arrays (the transition's packs), ``out`` is ``(transfers_out,
+    hit, route, service, start)``. Writes the executed transfers into ``transfers_out``
+    (returns their count), the hit bits of the post-transfer memory into ``hit`` and the
+    control into ``route``, ``service`` and ``start`` (which arrive zeroed, ``start`` at
+    -1). ``flags`` is an ``(N * S,)`` int8 scratch vector that arrives and leaves all zero
+    (bit 1: the object at the position moved out this slot; bit 2: one arrived).
     """
+    holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
+    queue_len = state[7]
+    transfers_out, hit, route, service, start = out
     n_act, n_route, n_transfer = service.shape[0], route.shape[0], transfers_out.shape[0]
     n_sig = holder.shape[1]
     n_exec = 0
@@ -267,19 +257,11 @@ class CompiledProjection:
         count = _project_compiled(
             scores,
             memory,
-            state.holder,
-            state.memory_used,
-            state.service_action,
-            state.service_residual,
-            state.queue_len,
+            state_arrays(state),
             self.core.ints,
             self.core.floats,
             self.flags,
-            transfers,
-            hit,
-            route,
-            service,
-            start,
+            (transfers, hit, route, service, start),
         )
         return transfers[:count], hit, route, service, start
 
@@ -325,39 +307,22 @@ def _encode_memory(
         retain[k, 2] = demand
 
 
-def _encode_kernel(
-    queue_len,
-    service_action,
-    service_residual,
-    holder,
-    memory_used,
-    memory,
-    ints,
-    floats,
-    compat_ptr,
-    compat_action,
-    retain_positions,
-    static_nodes,
-    queue_flat,
-    hit,
-    nodes,
-    queues,
-    resident,
-    service,
-    route,
-    transfer,
-    retain,
-    mask,
-):  # pragma: no cover
+def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cover
     """The observation of :class:`mabp_gym.core.encoding.ObservationEncoder` over flat arrays.
 
-    Fills every output but the successor-pressure column ``service[:, 3]`` (a float32 sum
-    whose order numpy fixes; the caller computes it with numpy from ``queue_flat`` and
-    ``hit``). Sums of queue counts are exact in float32 in any order. The workload's static
-    arrays come in the transition's packs; ``compat_ptr``/``compat_action`` list, per route,
-    the actions at its destination whose hit makes the route memory-compatible, and
-    ``retain_positions`` the queue entries each retention candidate serves.
+    ``state``, ``ints`` and ``floats`` as for the projection; ``statics`` is the encoder's
+    ``(compat_ptr, compat_action, retain_positions, static_nodes)``: per route, the actions
+    at its destination whose hit makes the route memory-compatible, the queue entries each
+    retention candidate serves, the static node features. ``out`` is ``(queue_flat, hit,
+    nodes, queues, resident, service, route, transfer, retain, mask)``. Fills every output
+    but the successor-pressure column ``service[:, 3]`` (a float32 sum whose order numpy
+    fixes; the caller computes it with numpy from ``queue_flat`` and ``hit``). Sums of
+    queue counts are exact in float32 in any order.
     """
+    holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
+    queue_len = state[7]
+    compat_ptr, compat_action, retain_positions, static_nodes = statics
+    queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask = out
     n_nodes, n_comm = queues.shape
     n_act, n_route, n_sig = service.shape[0], route.shape[0], resident.shape[1]
     pair_node, pair_commodity = _field(ints, _PAIR_NODE), _field(ints, _PAIR_COMMODITY)

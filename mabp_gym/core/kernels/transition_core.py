@@ -221,11 +221,12 @@ def _transfer(transfers, ints, floats, holder, owner, memory_used, hit):  # prag
 
 
 @jit.part
-def _route_units(route, ints, floats, queue_len, pool, head, tail, meta):  # pragma: no cover
+def _route_units(route, queue_len, fifo, ints, floats):  # pragma: no cover
     """SPEC 1 step 5's routing: units leave their queue now and join the next hop's tail
     (they are served there from t + 1). Returns (units routed, transmission penalty)."""
     route_src_pair, route_dst_pair = _field(ints, _ROUTE_SRC_PAIR), _field(ints, _ROUTE_DST_PAIR)
     route_link, link_cost = _field(ints, _ROUTE_LINK), _field(floats, _LINK_COST)
+    pool, head, tail, meta = fifo
     routed = 0
     penalty = 0.0
     for r in range(route.shape[0]):
@@ -247,40 +248,23 @@ def _route_units(route, ints, floats, queue_len, pool, head, tail, meta):  # pra
 
 
 @_compiled
-def _serve_kernel(
-    transfers,
-    hit,
-    route,
-    service,
-    start,
-    holder,
-    owner,
-    memory_used,
-    service_action,
-    service_residual,
-    service_hit,
-    service_birth,
-    queue_len,
-    pool,
-    head,
-    tail,
-    meta,
-    ints,
-    floats,
-    done,
-    spent,
-    counts,
-    sums,
-):  # pragma: no cover - compiled
+def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover - compiled
     """Steps (2)-(5) of ``Simulator._execute``: transfers, service, starts and routing.
 
-    Writes the units whose service completes (action, hit bit, birth slot per row, in the
-    fixed order) into ``done`` and returns their number; or, with nothing changed,
-    -1 when ``done`` has too few rows and -2 when the pool may run out of free rows (the
-    caller grows them and calls again). Routed units join the next hop's tail at once: the
-    control takes at most ``Q(t)`` from any queue, so what joins a tail this slot is never
-    taken this slot.
+    ``control`` is ``(transfers, route, service, start)``, ``state`` the arrays of
+    :data:`STATE_FIELDS`, ``fifo`` the :class:`RunFifo`'s ``(pool, head, tail, meta)``
+    and ``out`` ``(hit, done, spent, counts, sums)``. Writes the units whose service
+    completes (action, hit bit, birth slot per row, in the fixed order) into ``done`` and
+    returns their number; or, with nothing changed, -1 when ``done`` has too few rows and
+    -2 when the pool may run out of free rows (the caller grows them and calls again).
+    Routed units join the next hop's tail at once: the control takes at most ``Q(t)``
+    from any queue, so what joins a tail this slot is never taken this slot.
     """
+    transfers, route, service, start = control
+    holder, owner, memory_used, service_action, service_residual = state[:5]
+    service_hit, service_birth, queue_len = state[5:]
+    pool, head, tail, meta = fifo
+    hit, done, spent, counts, sums = out
     n_nodes = holder.shape[0]
     n_act = service.shape[0]
     bound = 0  # rows of done the slot may fill
@@ -342,7 +326,7 @@ def _serve_kernel(
         service_residual[i] = work[h * n_act + a] - (mu[i] - spent[i])
         spent[i] = mu[i]
         counts[0] += 1
-    counts[1], sums[1] = _route_units(route, ints, floats, queue_len, pool, head, tail, meta)
+    counts[1], sums[1] = _route_units(route, queue_len, fifo, ints, floats)
     sums[2] = 0.0  # work spent
     for i in range(n_nodes):
         sums[2] += spent[i]
@@ -454,10 +438,11 @@ def _retain(
 
 
 @jit.part
-def _arrive(t, uniforms, ints, floats, pool, head, tail, meta, queue_len):  # pragma: no cover
+def _arrive(t, uniforms, queue_len, fifo, ints, floats):  # pragma: no cover
     """SPEC 1 step 8: each arrival's uniform picks its pair by the mix's cumulative shares
     (bisect right over a few entries); each pair's arrivals join its tail as one run."""
     arrival_cum, arrival_pair = _field(floats, _ARRIVAL_CUM), _field(ints, _ARRIVAL_PAIR)
+    pool, head, tail, meta = fifo
     arrivals = np.zeros(queue_len.shape[0], dtype=np.int64)
     for k in range(uniforms.shape[0]):
         u = uniforms[k]
@@ -473,42 +458,24 @@ def _arrive(t, uniforms, ints, floats, pool, head, tail, meta, queue_len):  # pr
 
 @_compiled
 def _outcome_kernel(
-    rng,
-    t,
-    n_done,
-    uniforms,
-    arrival_uniforms,
-    generates,
-    retain,
-    holder,
-    owner,
-    memory_used,
-    queue_len,
-    pool,
-    head,
-    tail,
-    meta,
-    ints,
-    floats,
-    affected,
-    done,
-    unit_succ,
-    unit_floats,
-    delays,
-    generated,
-    evicted,
-    counts,
-    sums,
+    rng, t, n_done, draws, generates, retain, state, fifo, ints, floats, out
 ):  # pragma: no cover - compiled
     """Steps (6)-(8) of ``Simulator._execute``: outcomes of the ``n_done`` units in
-    ``done`` (successor uniforms given), retention, arrivals (their uniforms given).
+    ``done`` (their successor uniforms given), retention, arrivals (their uniforms given):
+    ``draws`` is ``(successor uniforms, arrival uniforms)``.
 
     ``rng`` is ``None`` when no action generates with a probability strictly between 0
     and 1; otherwise the generation draws come from it, between the successor uniforms
-    and the arrivals, which it then draws too (``arrival_uniforms`` unused). Returns
-    the units served per action; the rest goes into the output arrays and ``counts``. The
-    pool must have ``n_done`` free rows and one per pair (:meth:`RunFifo.reserve`).
+    and the arrivals, which it then draws too (the arrival uniforms given are unused).
+    ``state`` and ``fifo`` are as for :func:`_serve_kernel`, ``out`` is ``(affected,
+    done, unit_succ, unit_floats, delays, generated, evicted, counts, sums)``. Returns
+    the units served per action; the rest goes into ``out``. The pool must have
+    ``n_done`` free rows and one per pair (:meth:`RunFifo.reserve`).
     """
+    uniforms, arrival_uniforms = draws
+    holder, owner, memory_used, queue_len = state[0], state[1], state[2], state[7]
+    pool, head, tail, meta = fifo
+    affected, done, unit_succ, unit_floats, delays, generated, evicted, counts, sums = out
     pair_commodity = _field(ints, _PAIR_COMMODITY)
     work, penalty = _field(floats, _WORK), _field(floats, _PENALTY)
     successor_ptr, successor_pair = _field(ints, _SUCCESSOR_PTR), _field(ints, _SUCCESSOR_PAIR)
@@ -558,7 +525,7 @@ def _outcome_kernel(
         arrival_uniforms = np.empty(rng.poisson(floats[_TOTAL_RATE]))
         for k in range(arrival_uniforms.shape[0]):
             arrival_uniforms[k] = rng.random()
-    _arrive(t, arrival_uniforms, ints, floats, pool, head, tail, meta, queue_len)
+    _arrive(t, arrival_uniforms, queue_len, fifo, ints, floats)
     counts[2] = arrival_uniforms.shape[0]
     counts[3] = hits
     counts[4] = n_exit
@@ -567,6 +534,34 @@ def _outcome_kernel(
     counts[7] = n_evicted
     sums[3] = penalty_compute
     return served_by_action
+
+
+STATE_FIELDS = (
+    "holder",
+    "owner",
+    "memory_used",
+    "service_action",
+    "service_residual",
+    "service_hit",
+    "service_birth",
+    "queue_len",
+)
+"""The arrays of a :class:`~mabp_gym.core.state.SimState` the kernels take, as one tuple
+in this order (:func:`state_arrays`)."""
+
+
+def state_arrays(state) -> tuple[np.ndarray, ...]:
+    """The kernels' ``state`` tuple of ``state`` (:data:`STATE_FIELDS`)."""
+    return (
+        state.holder,
+        state.owner,
+        state.memory_used,
+        state.service_action,
+        state.service_residual,
+        state.service_hit,
+        state.service_birth,
+        state.queue_len,
+    )
 
 
 def _pack(arrays: list[np.ndarray], extra: list[float], dtype: type) -> np.ndarray:
@@ -701,34 +696,21 @@ class CompiledTransition:
         returns the units whose service completed.
         The outcome is left in :attr:`counts`, :attr:`sums` and the output arrays."""
         fifo = state.fifo
-        args = (
+        control_arrays = (
             np.asarray(control.transfers, dtype=np.int64),
-            self.hit,
             np.asarray(control.route, dtype=np.int64),
             np.asarray(control.service, dtype=np.int64),
             np.asarray(control.start, dtype=np.int64),
         )
+        arrays = state_arrays(state)
         while True:
             n_done = _serve_kernel(
-                *args,
-                state.holder,
-                state.owner,
-                state.memory_used,
-                state.service_action,
-                state.service_residual,
-                state.service_hit,
-                state.service_birth,
-                state.queue_len,
-                fifo.pool,
-                fifo.head,
-                fifo.tail,
-                fifo.meta,
+                control_arrays,
+                arrays,
+                (fifo.pool, fifo.head, fifo.tail, fifo.meta),
                 self.ints,
                 self.floats,
-                self.done,
-                self.spent,
-                self.counts,
-                self.sums,
+                (self.hit, self.done, self.spent, self.counts, self.sums),
             )
             if n_done >= 0:
                 break
@@ -749,29 +731,24 @@ class CompiledTransition:
             in_kernel,
             state.t,
             n_done,
-            uniforms,
-            arrival_uniforms,
+            (uniforms, arrival_uniforms),
             generates,
             np.asarray(control.retain, dtype=np.float64),
-            state.holder,
-            state.owner,
-            state.memory_used,
-            state.queue_len,
-            fifo.pool,
-            fifo.head,
-            fifo.tail,
-            fifo.meta,
+            arrays,
+            (fifo.pool, fifo.head, fifo.tail, fifo.meta),
             self.ints,
             self.floats,
-            self.affected,
-            self.done,
-            self.unit_succ,
-            self.unit_floats,
-            self.delays,
-            self.generated,
-            self.evicted,
-            self.counts,
-            self.sums,
+            (
+                self.affected,
+                self.done,
+                self.unit_succ,
+                self.unit_floats,
+                self.delays,
+                self.generated,
+                self.evicted,
+                self.counts,
+                self.sums,
+            ),
         )
         return n_done
 
