@@ -20,15 +20,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mabp_gym.core.kernels import rules
+from mabp_gym.core.kernels.rules import CHECK_TOLERANCE, EPS
+from mabp_gym.core.kernels.transition_core import CompiledTransition
 
 if TYPE_CHECKING:
     from mabp_gym.core.state import SimState
     from mabp_gym.core.workload import Workload
 
-EPS = 1e-9
-# The check accepts a little more than the projection fills: both sum the same floats in a
-# different order, and the last bit must never turn a projected control into a rejected one.
-CHECK_TOLERANCE = 1e-6
+__all__ = [
+    "CHECK_TOLERANCE",
+    "EPS",
+    "CheckedControl",
+    "Control",
+    "InfeasibleControlError",
+    "check_control",
+    "compute_left",
+    "hit_bits",
+    "holders_after",
+]
 
 
 class InfeasibleControlError(ValueError):
@@ -116,14 +125,14 @@ def holders_after(
     anything moves; ``holder`` itself otherwise."""
     if not len(transfers):
         return holder
-    arrays = rules.rule_arrays(workload.index)
+    core = CompiledTransition.shared(workload)
     moved = holder.copy()
     rules.move_objects(
         np.asarray(transfers, dtype=np.int64),
-        arrays.transfer_link,
-        arrays.transfer_signature,
-        arrays.link_src,
-        arrays.link_dst,
+        core.field("transfer_link"),
+        core.field("transfer_signature"),
+        core.field("link_src"),
+        core.field("link_dst"),
         moved,
     )
     return moved
@@ -142,14 +151,14 @@ def hit_bits(
     hit = np.zeros(ix.num_actions, dtype=np.int64)
     if memory and ix.num_signatures:
         after = holders_after(workload, holder, transfers)
-        rules.hit_bits(after, rules.rule_arrays(ix).hit_slot, hit)
+        rules.hit_bits(after, CompiledTransition.shared(workload).field("hit_slot"), hit)
     return hit
 
 
 def compute_left(workload: Workload, state: SimState) -> np.ndarray:
     """Compute per node left for new service after the units in service, ``(N,)``, by the
     rule :func:`~mabp_gym.core.kernels.rules.in_service_spend`."""
-    mu = rules.rule_arrays(workload.index).mu
+    mu = CompiledTransition.shared(workload).field("mu")
     spend = np.empty(mu.shape[0])
     rules.in_service_spend(mu, state.service_action, state.service_residual, spend)
     return mu - spend
@@ -264,7 +273,7 @@ def _check_compute(
     fx = workload.index.fast
     work, mu, action_node, action_pair = fx.work, fx.mu, fx.action_node, fx.action_pair
     spend = np.empty(len(mu))
-    mu_rule = rules.rule_arrays(workload.index).mu
+    mu_rule = CompiledTransition.shared(workload).field("mu")
     rules.in_service_spend(mu_rule, state.service_action, state.service_residual, spend)
     spent = spend.tolist()
     for a, n in service:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mabp_gym.core.control import CHECK_TOLERANCE as _TOLERANCE
-from mabp_gym.core.control import EPS as _EPS
 from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels.rules import CHECK_TOLERANCE as _TOLERANCE
+from mabp_gym.core.kernels.rules import EPS as _EPS
 from mabp_gym.core.kernels.rules import in_service_spend
 from mabp_gym.core.kernels.transition_core import (
     _ACTION_NODE,

@@ -11,41 +11,14 @@ compiled by numba or as plain Python (:mod:`~mabp_gym.core.kernels.jit`).
 
 from __future__ import annotations
 
-import weakref
-from typing import TYPE_CHECKING, NamedTuple
-
-import numpy as np
-
 from mabp_gym.core.kernels.jit import kernel
 
-if TYPE_CHECKING:
-    from mabp_gym.core.index import WorkloadIndex
-
-
-class RuleArrays(NamedTuple):
-    """Writable copies of the index arrays the rules read. numba compiles a function once
-    per argument type and a read-only array is a type of its own: the index's arrays are
-    frozen, the transition's pack slices are not, so every caller hands the rules these."""
-
-    transfer_link: np.ndarray
-    transfer_signature: np.ndarray
-    link_src: np.ndarray
-    link_dst: np.ndarray
-    hit_slot: np.ndarray
-    mu: np.ndarray
-
-
-def rule_arrays(ix: WorkloadIndex) -> RuleArrays:
-    """The :class:`RuleArrays` of ``ix``, built once per index."""
-    found = _RULE_ARRAYS.get(ix)
-    if found is None:
-        found = _RULE_ARRAYS[ix] = RuleArrays(
-            *(np.array(getattr(ix, name)) for name in RuleArrays._fields)
-        )
-    return found
-
-
-_RULE_ARRAYS: weakref.WeakKeyDictionary[WorkloadIndex, RuleArrays] = weakref.WeakKeyDictionary()
+EPS = 1e-9
+"""The rules' slack for float comparisons (a fill, a fit, a finished unit)."""
+CHECK_TOLERANCE = 1e-6
+"""How much more the feasibility check accepts than the projection fills: both sum the same
+floats in a different order, and the last bit must never turn a projected control into a
+rejected one."""
 
 
 @kernel

@@ -18,6 +18,7 @@ import numpy as np
 
 from mabp_gym.core.kernels import jit
 from mabp_gym.core.kernels.jit import kernel
+from mabp_gym.core.kernels.rules import EPS as _EPS
 from mabp_gym.core.kernels.rules import hit_bits, in_service_spend
 from mabp_gym.core.kernels.transition_core import (
     _ACTION_NODE,
@@ -52,8 +53,6 @@ from mabp_gym.core.kernels.transition_core import (
 
 if TYPE_CHECKING:
     from mabp_gym.core.workload import Workload
-
-_EPS = 1e-9  # mabp_gym.core.control.EPS (not imported: keeps this module free of cycles)
 
 
 def _descending(block, live):  # pragma: no cover

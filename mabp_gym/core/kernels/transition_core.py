@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mabp_gym.core.control import EPS as _EPS
 from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels.rules import EPS as _EPS
 from mabp_gym.core.kernels.rules import hit_bits, in_service_spend, move_objects
 
 if TYPE_CHECKING:
@@ -661,6 +661,17 @@ class CompiledTransition:
         self.draws_in_kernel = bool(((ix.gen_prob > 0) & (ix.gen_prob < 1)).any())
         self._no_draws = np.zeros(0)
         self._new_buffers()
+
+    def field(self, name: str) -> np.ndarray:
+        """The packed field ``name`` of :data:`INT_FIELDS` or :data:`FLOAT_FIELDS` as a
+        view (read only by convention: the packs are shared), the same array type the
+        kernels read, so that a rule called from Python compiles once."""
+        pack, k = (
+            (self.ints, INT_FIELDS.index(name))
+            if name in INT_FIELDS
+            else (self.floats, FLOAT_FIELDS.index(name))
+        )
+        return pack[int(pack[k]) : int(pack[k + 1])]
 
     @classmethod
     def shared(cls, workload: Workload) -> CompiledTransition:
