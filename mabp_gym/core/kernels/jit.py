@@ -35,8 +35,9 @@ def kernel(function: F) -> F:
 
 def part(function: F) -> F:
     """A piece of a kernel, inlined into the kernels that call it where :data:`COMPILED`
-    (a separately compiled piece costs about 0.3 s of a cold start, an inlined one about a
-    tenth of a second: ``benchmarks/RESULTS.md``), itself otherwise."""
+    (the eight pieces on the env's path cost 0.45 s of a cold start inlined, 1.6 s compiled
+    on their own, even without their Python wrappers: ``benchmarks/RESULTS.md``), itself
+    otherwise."""
     if njit is None:
         return function
     return njit(cache=True, inline="always")(function)  # type: ignore[return-value]
