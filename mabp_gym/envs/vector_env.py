@@ -27,20 +27,10 @@ from gymnasium.vector.utils import batch_space
 
 from mabp_gym.core.encoding import SERVICE_FEATURES, symlog
 from mabp_gym.core.kernels import jit, slotcore, transition_core
-from mabp_gym.core.kernels.transition_core import CompiledTransition, RunFifo
+from mabp_gym.core.kernels.transition_core import STATE_FIELDS, CompiledTransition, RunFifo
 from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv, checked_action
 
 _AUTORESET = getattr(gym.vector, "AutoresetMode", None)
-_STATE_FIELDS = (
-    "holder",
-    "owner",
-    "memory_used",
-    "service_action",
-    "service_residual",
-    "service_hit",
-    "service_birth",
-    "queue_len",
-)
 _PRESSURE = SERVICE_FEATURES.index("successor_pressure")
 _NEXT = 2  # the pool's "next row" column (transition_core)
 _STATIC_KEYS = (
@@ -322,7 +312,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         state = env.sim.state
         self._state: tuple[np.ndarray, ...] = tuple(
             np.zeros((n_envs, *getattr(state, name).shape), dtype=getattr(state, name).dtype)
-            for name in _STATE_FIELDS
+            for name in STATE_FIELDS
         )
         self._fifo: tuple[np.ndarray, ...] = (
             np.zeros((n_envs, _OUT_ROWS, 3), dtype=np.int64),  # pool
@@ -380,7 +370,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         empty after a reset: its row of the pool starts as one free list)."""
         sim = self.envs[i].sim
         state = sim.state
-        for name, stacked in zip(_STATE_FIELDS, self._state, strict=True):
+        for name, stacked in zip(STATE_FIELDS, self._state, strict=True):
             stacked[i] = getattr(state, name)
             setattr(state, name, stacked[i])
         pool, head, tail, meta = self._fifo
