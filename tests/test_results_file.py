@@ -5,6 +5,7 @@ no orphaned workers, and kills at random moments (during repair too)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -236,9 +237,21 @@ def _failing_run(spec):
 _real_run = dispatch.run
 
 
+@pytest.fixture
+def forked_workers():
+    """Process-pool workers forked for the test's length, whatever an earlier import set
+    (torchrl switches the start method to spawn): a forked worker sees the test's patches."""
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method("fork", force=True)
+    yield
+    multiprocessing.set_start_method(previous, force=True)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
-def test_execute__a_failing_run_keeps_the_finished_ones(workers, tmp_path, monkeypatch):
-    # Workers are forked, so they see the patched module attribute too.
+def test_execute__a_failing_run_keeps_the_finished_ones(
+    workers, tmp_path, monkeypatch, forked_workers
+):
+    # Workers are forked (the fixture), so they see the patched module attribute too.
     monkeypatch.setattr(dispatch, "run", _failing_run)
     out = tmp_path / "runs.jsonl"
     specs = plan(["bp"], "work_reuse", [0.3], [0, 1, 2, 3, 4, 5], horizon=30)
