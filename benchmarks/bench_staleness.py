@@ -45,7 +45,8 @@ def _key(record: dict[str, Any]) -> tuple:
     )
 
 
-def main() -> None:
+def _arguments() -> tuple[argparse.Namespace, dict[str, list[float]]]:
+    """The command line, and each policy's load grid."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="mixed", help="a workload name or a workload file")
     parser.add_argument("--policies", nargs="+", default=["bp", "mabp"])
@@ -76,7 +77,6 @@ def main() -> None:
     parser.add_argument("--figure", default=None, help="write the figure (PNG) here")
     parser.add_argument("--json", default=None, help="also write the JSON result here")
     args = parser.parse_args()
-
     grids = {p: list(args.loads) for p in args.policies}
     for item in args.policy_loads:
         policy, _, values = item.partition("=")
@@ -86,12 +86,16 @@ def main() -> None:
                 f"{args.policies}, got {item!r}"
             )
         grids[policy] = [float(v) for v in values.split(",")]
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    name = make_workload(args.workload).name
-    # Loads run in ascending order per (policy, staleness), and a series stops at its
-    # first load whose seed-mean is unstable: the stable load never looks further, and
-    # unstable runs (growing queues) are the slow ones.
+    return args, grids
+
+
+def _simulate(
+    args: argparse.Namespace, grids: dict[str, list[float]], path: Path, name: str
+) -> None:
+    """Append the runs not yet in ``path``: each (policy, staleness) series over its loads
+    in ascending order, stopping at its first load whose seed-mean is unstable (the stable
+    load never looks further, and unstable runs, with growing queues, are the slow ones);
+    then the probes."""
     series = [(p, d) for p in args.policies for d in args.staleness]
     with (
         path.open("a", encoding="utf-8") as sink,
@@ -113,18 +117,25 @@ def main() -> None:
                 if not summarize_records([done[key] for key in keys])[0]["stable"]:
                     break
         probes = [(p, float(load)) for p, load in (x.split(":") for x in args.probe)]
-        done = {_key(r) for r in read_records(path)}
+        finished = {_key(r) for r in read_records(path)}
         jobs = [
             (p, d, load, seed, args.horizon, args.workload)
             for p, load in probes
             for d in args.probe_staleness
             for seed in args.probe_seeds
-            if (p, d, round(load, 6), seed, args.horizon, name) not in done
+            if (p, d, round(load, 6), seed, args.horizon, name) not in finished
         ]
         for record in pool.map(_run, jobs):
             sink.write(json.dumps(record) + "\n")
             sink.flush()
 
+
+def main() -> None:
+    args, grids = _arguments()
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name = make_workload(args.workload).name
+    _simulate(args, grids, path, name)
     wanted = {
         (p, d, round(load, 6), seed, args.horizon, name)
         for p in args.policies
