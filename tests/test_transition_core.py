@@ -91,6 +91,12 @@ def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
             assert target[rows].tolist() == list(ix.successor_pair[h][a])
     cum = tc._field(core.floats, tc._ARRIVAL_CUM)
     assert np.array_equal(cum, np.cumsum(ix.arrival_share)[:-1])
+    for name in tc.INT_FIELDS + tc.FLOAT_FIELDS:  # the views the explainer reads
+        pack = core.ints if name in tc.INT_FIELDS else core.floats
+        k = tc.INT_FIELDS.index(name) if name in tc.INT_FIELDS else tc.FLOAT_FIELDS.index(name)
+        assert np.array_equal(core.field(name), tc._field(pack, k)), name
+    with pytest.raises(KeyError, match="no packed field 'nope'"):
+        core.field("nope")
     starts = tc._field(core.ints, tc._RETAIN_PTR)
     assert starts[0] == 0 and starts[-1] == ix.num_retains
     for i in range(ix.num_nodes):

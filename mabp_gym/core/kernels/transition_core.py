@@ -666,11 +666,12 @@ class CompiledTransition:
         """The packed field ``name`` of :data:`INT_FIELDS` or :data:`FLOAT_FIELDS` as a
         view (read only by convention: the packs are shared), the same array type the
         kernels read, so that a rule called from Python compiles once."""
-        pack, k = (
-            (self.ints, INT_FIELDS.index(name))
-            if name in INT_FIELDS
-            else (self.floats, FLOAT_FIELDS.index(name))
-        )
+        if name in INT_FIELDS:
+            pack, k = self.ints, INT_FIELDS.index(name)
+        elif name in FLOAT_FIELDS:
+            pack, k = self.floats, FLOAT_FIELDS.index(name)
+        else:
+            raise KeyError(f"no packed field {name!r}; the fields: {INT_FIELDS + FLOAT_FIELDS}")
         return pack[int(pack[k]) : int(pack[k + 1])]
 
     @classmethod
