@@ -134,7 +134,13 @@ def main() -> None:
     args, grids = _arguments()
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    name = make_workload(args.workload).name
+    workload = make_workload(args.workload)
+    if workload.index.num_links == 0:
+        raise SystemExit(
+            f"bench_staleness: workload {workload.name!r} has no links, so telemetry "
+            "staleness changes nothing there; pick one with links (mixed, multihop14, ...)"
+        )
+    name = workload.name
     _simulate(args, grids, path, name)
     wanted = {
         (p, d, round(load, 6), seed, args.horizon, name)
