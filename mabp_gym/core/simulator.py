@@ -260,7 +260,7 @@ class Simulator:
             self.memory and self.workload.index.num_signatures > 0,
             st.units,
             state_arrays(st),
-            (fifo.pool, fifo.head, fifo.tail, fifo.meta),
+            fifo.arrays(),
             core.ints,
             core.floats,
         ):

@@ -587,6 +587,11 @@ class RunFifo:
         self.head = np.full(num_pairs, -1, dtype=np.int64)
         self.tail = np.full(num_pairs, -1, dtype=np.int64)
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The kernels' ``fifo`` tuple ``(pool, head, tail, meta)`` (ask again after
+        :meth:`reserve`, which may replace the pool)."""
+        return self.pool, self.head, self.tail, self.meta
+
     def births(self, pair: int) -> list[int]:
         out: list[int] = []
         k = int(self.head[pair])
@@ -672,7 +677,7 @@ class CompiledTransition:
             pack, k = self.floats, FLOAT_FIELDS.index(name)
         else:
             raise KeyError(f"no packed field {name!r}; the fields: {INT_FIELDS + FLOAT_FIELDS}")
-        return pack[int(pack[k]) : int(pack[k + 1])]
+        return _field(pack, k)
 
     @classmethod
     def shared(cls, workload: Workload) -> CompiledTransition:
@@ -719,7 +724,7 @@ class CompiledTransition:
             n_done = _serve_kernel(
                 control_arrays,
                 arrays,
-                (fifo.pool, fifo.head, fifo.tail, fifo.meta),
+                fifo.arrays(),
                 self.ints,
                 self.floats,
                 (self.hit, self.done, self.spent, self.counts, self.sums),
@@ -747,7 +752,7 @@ class CompiledTransition:
             generates,
             np.asarray(control.retain, dtype=np.float64),
             arrays,
-            (fifo.pool, fifo.head, fifo.tail, fifo.meta),
+            fifo.arrays(),
             self.ints,
             self.floats,
             (
