@@ -584,7 +584,7 @@ class OracleSur(Policy):
         priority[chosen] = 1.0 + density[chosen]
         for i in np.flatnonzero(unsolved).tolist():  # no scale fits their sizes
             members = candidates[ix.retain_node[candidates] == i]
-            take = knapsack(net[members], size[members], float(ix.budget[i]))
+            take = _knapsack_unscaled(net[members], size[members], float(ix.budget[i]))
             chosen = members[take]
             priority[chosen] = 1.0 + density[chosen]
         return priority
@@ -594,9 +594,9 @@ def knapsack(values: np.ndarray, sizes: np.ndarray, capacity: float) -> np.ndarr
     """Exact 0/1 knapsack: which items to take, ``(n,)`` bool.
 
     Sizes are scaled to integers (the smallest of a few scales that makes them integral)
-    and solved by dynamic programming over capacity units; when no scale works, up to 16
-    items are enumerated, and beyond that items are taken greedily by value density (an
-    approximation no built-in workload reaches).
+    and solved by dynamic programming over capacity units (:func:`_knapsacks_kernel`, one
+    node); when no scale works, up to 16 items are enumerated, and beyond that items are
+    taken greedily by value density (an approximation no built-in workload reaches).
 
     Args:
         values: item values (only positive ones can be worth taking).
@@ -606,25 +606,22 @@ def knapsack(values: np.ndarray, sizes: np.ndarray, capacity: float) -> np.ndarr
     Returns:
         A mask of the items in an optimal set (no item of value <= 0 is taken).
     """
+    values, sizes = np.asarray(values, dtype=np.float64), np.asarray(sizes, dtype=np.float64)
+    one_node = np.zeros(values.shape[0], dtype=np.int64)
+    take, unsolved = _knapsacks(values, sizes, one_node, np.array([float(capacity)]))
+    return _knapsack_unscaled(values, sizes, capacity) if unsolved[0] else take
+
+
+def _knapsack_unscaled(values: np.ndarray, sizes: np.ndarray, capacity: float) -> np.ndarray:
+    """:func:`knapsack` where no scale makes the sizes integral: enumeration up to 16 items,
+    value density beyond."""
     n = len(values)
-    take = np.zeros(n, dtype=bool)
-    if n == 0 or capacity <= 0:
-        return take
-    for scale in _KNAPSACK_SCALES:
-        scaled = sizes * scale
-        units = np.rint(scaled)
-        if (
-            np.all(np.abs(scaled - units) <= 1e-9 * scale)
-            and capacity * scale <= _KNAPSACK_MAX_UNITS
-        ):
-            return _knapsack_dp(
-                values, units.astype(np.int64), int(math.floor(capacity * scale + 1e-9))
-            )
     if n <= _ENUMERATE_MAX_ITEMS:
         subsets = (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1
         fit = subsets @ sizes <= capacity + EPS
         best = int(np.argmax(np.where(fit, subsets @ values, -np.inf)))
         return subsets[best].astype(bool)
+    take = np.zeros(n, dtype=bool)
     room = capacity + EPS
     for k in np.argsort(-values / sizes, kind="stable").tolist():
         if values[k] > 0 and sizes[k] <= room:
@@ -633,37 +630,17 @@ def knapsack(values: np.ndarray, sizes: np.ndarray, capacity: float) -> np.ndarr
     return take
 
 
-def _knapsack_dp(values: np.ndarray, units: np.ndarray, capacity: int) -> np.ndarray:
-    best = np.zeros(capacity + 1)  # best value within each capacity
-    took = np.zeros((len(values), capacity + 1), dtype=bool)
-    for k, (value, size) in enumerate(zip(values.tolist(), units.tolist(), strict=True)):
-        if value <= 0 or size > capacity:
-            continue
-        with_item = best[: capacity + 1 - size] + value
-        better = with_item > best[size:] + 1e-12
-        took[k, size:] = better
-        best[size:] = np.where(better, with_item, best[size:])
-    take = np.zeros(len(values), dtype=bool)
-    room = capacity
-    for k in range(len(values) - 1, -1, -1):
-        if took[k, room]:
-            take[k] = True
-            room -= int(units[k])
-    return take
-
-
 _SCALES = np.asarray(_KNAPSACK_SCALES, dtype=np.float64)
 
 
 def _knapsacks_kernel(values, sizes, item_node, budget):  # pragma: no cover - compiled
-    """:func:`knapsack` for every node at once, where a scale makes the node's sizes
-    integral: the items ``(n,)`` are grouped by node (``item_node`` ascending). The same
-    dynamic program in the same arithmetic (a capacity loop run downwards reads the
-    previous item's row, as the vectorized update does), so the same optimal set.
+    """The knapsack of every node at once by dynamic programming over capacity units,
+    where a scale makes the node's sizes integral: the items ``(n,)`` are grouped by node
+    (``item_node`` ascending); of equal values the earlier set is kept.
 
     Returns:
         ``take`` ``(n,)`` and ``unsolved`` ``(N,)``: the nodes no scale fits, left to
-        :func:`knapsack`'s other methods.
+        :func:`_knapsack_unscaled`.
     """
     n = values.shape[0]
     take = np.zeros(n, dtype=np.bool_)
