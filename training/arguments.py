@@ -14,6 +14,8 @@ import sys
 import textwrap
 from typing import Any, get_type_hints
 
+from mabp_gym.core.workloads import make_workload
+
 
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr and exit status 2."""
@@ -100,6 +102,23 @@ def parse_into(
     args = from_namespace(cls, parser.parse_args(argv))
     validate(args)
     return args
+
+
+def require_at_least(args: Any, minimum: int, *names: str) -> None:
+    """Refuse the first of the fields ``names`` of ``args`` below ``minimum``, naming its
+    option."""
+    for name in names:
+        value = getattr(args, name)
+        if value < minimum:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {minimum}, got {value}")
+
+
+def check_loads(args: Any, *names: str) -> None:
+    """Refuse a load in the list fields ``names`` of ``args`` that ``args.workload`` does not
+    take (``make_workload``'s error names it)."""
+    for name in names:
+        for load in getattr(args, name):
+            make_workload(args.workload, load=load, horizon=10)
 
 
 def check_out_dir(out: str) -> None:

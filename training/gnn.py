@@ -32,7 +32,13 @@ from mabp_gym.agents.gnn import (
 from mabp_gym.core.encoding import ObservationEncoder
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.envs.pyg import to_pyg
-from mabp_gym.training.arguments import check_out_dir, command_line, parse_into
+from mabp_gym.training.arguments import (
+    check_loads,
+    check_out_dir,
+    command_line,
+    parse_into,
+    require_at_least,
+)
 from mabp_gym.training.common import rollout, seed_everything
 
 
@@ -419,7 +425,9 @@ def validate(args: GNNArgs) -> None:
     resolve_device(args.device)
     if args.teacher not in POLICIES:
         raise ValueError(f"--teacher must be one of {POLICIES}, got {args.teacher!r}")
-    for name in (
+    require_at_least(
+        args,
+        1,
         "imitation_slots",
         "imitation_epochs",
         "batch_size",
@@ -430,14 +438,9 @@ def validate(args: GNNArgs) -> None:
         "checkpoint_every",
         "eval_seeds",
         "threads",
-    ):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.ppo_steps < 0:
-        raise ValueError(f"--ppo-steps must be >= 0, got {args.ppo_steps}")
-    for name in ("imitation_loads", "select_loads", "eval_loads"):
-        for load in getattr(args, name):
-            make_workload(args.workload, load=load, horizon=10)
+    )
+    require_at_least(args, 0, "ppo_steps")
+    check_loads(args, "imitation_loads", "select_loads", "eval_loads")
     check_out_dir(args.out)
     if args.resume and not Path(args.resume).is_file():
         raise ValueError(f"--resume: no such file {args.resume!r}")

@@ -22,7 +22,13 @@ from mabp_gym.agents import make_policy
 from mabp_gym.agents.gnn import resolve_device
 from mabp_gym.agents.learn_mabp import PrimitiveEstimate
 from mabp_gym.core.workloads import make_workload
-from mabp_gym.training.arguments import check_out_dir, command_line, parse_into
+from mabp_gym.training.arguments import (
+    check_loads,
+    check_out_dir,
+    command_line,
+    parse_into,
+    require_at_least,
+)
 from mabp_gym.training.common import rollout, seed_everything
 
 
@@ -134,14 +140,10 @@ def validate(args: LearnMABPArgs) -> None:
     """Raise ``ValueError`` naming the first bad argument, before any work starts."""
     make_workload(args.workload)
     resolve_device(args.device)
-    for name in ("explore_slots", "eval_seeds"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    require_at_least(args, 1, "explore_slots", "eval_seeds")
     if not args.explore_noise >= 0:
         raise ValueError(f"--explore-noise must be >= 0, got {args.explore_noise}")
-    for name in ("explore_loads", "eval_loads"):
-        for load in getattr(args, name):
-            make_workload(args.workload, load=load, horizon=10)
+    check_loads(args, "explore_loads", "eval_loads")
     check_out_dir(args.out)
 
 

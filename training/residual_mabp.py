@@ -25,7 +25,13 @@ from mabp_gym.core.metrics import GROWTH_LIMIT, Trace, summarize
 from mabp_gym.core.simulator import Simulator
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.rollout import episode
-from mabp_gym.training.arguments import check_out_dir, command_line, parse_into
+from mabp_gym.training.arguments import (
+    check_loads,
+    check_out_dir,
+    command_line,
+    parse_into,
+    require_at_least,
+)
 
 EVALUATION_SEEDS = range(9000, 10000)
 """The benchmark's published evaluation seeds: training and tuning must not use them."""
@@ -154,9 +160,7 @@ def train(args: ResidualArgs) -> dict[str, Any]:
 def validate(args: ResidualArgs) -> None:
     """Raise ``ValueError`` naming the first bad argument, before any work starts."""
     make_workload(args.workload)
-    for name in ("slots", "rounds", "population", "elite"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    require_at_least(args, 1, "slots", "rounds", "population", "elite")
     if args.elite > args.population:
         raise ValueError(f"--elite ({args.elite}) must be at most --population ({args.population})")
     if not (np.isfinite(args.init_std) and args.init_std > 0):
@@ -168,8 +172,7 @@ def validate(args: ResidualArgs) -> None:
         raise ValueError(
             f"--train-seeds {used} are benchmark evaluation seeds (9000-9999); train on others"
         )
-    for load in args.loads:
-        make_workload(args.workload, load=load, horizon=10)
+    check_loads(args, "loads")
     check_out_dir(args.out)
 
 
