@@ -352,6 +352,24 @@ def test_rewards__own_shares_sum_to_the_single_agent_reward(reward):
     assert penalties > 0  # the memory part of the split was exercised
 
 
+def test_load_interval__each_episode_steps_its_own_simulator_as_the_single_env_does():
+    """With ``load=(lo, hi)`` the single env makes a simulator per episode; the agents step
+    that one (a kept reference to the first would refuse to step, never reset)."""
+    env = parallel_env("mixed", horizon=15, load=(0.3, 1.5))
+    single = SFMSNEnv("mixed", horizon=15, load=(0.3, 1.5))
+    policies = local_policies("mabp", env)
+    for seed in (3, 4):
+        obs, _ = env.reset(seed=seed)
+        single.reset(seed=seed)
+        assert env.workload is env._single.workload
+        while env.agents:
+            obs, rewards, *_ = env.step({a: policies[a].scores(obs[a]) for a in env.agents})
+            _, reward, *_ = single.step(env.last_scores)
+            assert sum(rewards.values()) == pytest.approx(reward, rel=1e-9, abs=1e-12)
+        assert env.sim.state.t == 15 and env.state().any()
+        np.testing.assert_array_equal(env.sim.state.queue_len, single.sim.state.queue_len)
+
+
 def test_info__telemetry_volume_counts_the_neighbours_messages():
     env = parallel_env("mixed")
     _, infos = env.reset(seed=0)

@@ -69,7 +69,7 @@ from mabp_gym.core.encoding import (
     TRANSFER_FEATURES,
     ObservationEncoder,
 )
-from mabp_gym.core.simulator import SlotOutcome
+from mabp_gym.core.simulator import Simulator, SlotOutcome
 from mabp_gym.core.workload import ROLES, Workload
 from mabp_gym.envs.env import SFMSNEnv, checked_action
 
@@ -222,8 +222,6 @@ class SFMSNParallelEnv(ParallelEnv):
                 "single env's"
             )
         self._single = SFMSNEnv(workload, **env_kw)
-        self.workload: Workload = self._single.workload
-        self.sim = self._single.sim
         self.nu = self._single.nu
         self.memory = self._single.memory
         self.reward_kind = self._single.reward_kind
@@ -243,6 +241,16 @@ class SFMSNParallelEnv(ParallelEnv):
         self.last_scores: np.ndarray | None = None
         self.last_control: Control | None = None
         self.last_outcome: SlotOutcome | None = None
+
+    @property
+    def workload(self) -> Workload:
+        """The single env's workload: with a ``load`` interval, the episode's load."""
+        return self._single.workload
+
+    @property
+    def sim(self) -> Simulator:
+        """The single env's simulator (a new one each episode with a ``load`` interval)."""
+        return self._single.sim
 
     # -- static layout --------------------------------------------------------------------
     def layout(self, agent: str) -> AgentLayout:
