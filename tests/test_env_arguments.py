@@ -89,6 +89,32 @@ def test_reward_function__reproduces_the_builtins_and_is_checked():
         gym.make("mabp_gym/Rag-v0", reward=3)
 
 
+@pytest.mark.parametrize(
+    ("value", "reward"),
+    [(np.array(1.5), 1.5), (np.float32(2.0), 2.0), (np.int64(3), 3.0), (4, 4.0)],
+)
+def test_reward_function__numpy_scalars_and_0d_arrays_are_numbers(value, reward):
+    """What a numpy or torch reward computation returns is one real number, taken as such;
+    a 1-element array, a bool or a complex number is not."""
+    env = gym.make("mabp_gym/Rag-v0", reward=lambda o, b, a, nu: value, reward_scale=1.0)
+    env.reset(seed=0)
+    assert env.step(env.action_space.sample())[1] == reward
+    for bad in (np.array([1.0]), np.array(True), 1j):
+        env = gym.make("mabp_gym/Rag-v0", reward=lambda o, b, a, nu, bad=bad: bad)
+        env.reset(seed=0)
+        with pytest.raises(ValueError, match="must return a real number"):
+            env.step(env.action_space.sample())
+
+
+def test_reward_function__a_torch_scalar_is_a_number():
+    torch = pytest.importorskip("torch", reason="a torch reward needs torch (extra learn)")
+    env = gym.make(
+        "mabp_gym/Rag-v0", reward=lambda o, b, a, nu: torch.tensor(2.5), reward_scale=1.0
+    )
+    env.reset(seed=0)
+    assert env.step(env.action_space.sample())[1] == 2.5
+
+
 def test_reward_function__vector_env_steps_each_env_on_its_own():
     from mabp_gym.envs.vector_env import SFMSNVectorEnv
 

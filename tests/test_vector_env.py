@@ -195,6 +195,16 @@ def test_batched__closed_env_refuses_to_step_and_seeds_are_checked_per_env():
     vec.reset(seed=np.array([3, 4]))
     with pytest.raises(ValueError, match=r"env\(s\) \[1\]"):
         vec.reset(seed=[3, 4.5])
+    # A negative seed is refused before any env is reset: env 0 keeps its episode.
+    vec.reset(seed=[7, 8])
+    vec.step(np.zeros(vec.action_space.shape))
+    queues = vec.envs[0].unwrapped.sim.state.queue_len.copy()
+    with pytest.raises(ValueError, match=r"env\(s\) \[1\] must be an integer >= 0"):
+        vec.reset(seed=[5, -1])
+    np.testing.assert_array_equal(vec.envs[0].unwrapped.sim.state.queue_len, queues)
+    assert vec.envs[0].unwrapped.sim.state.t == 1
+    with pytest.raises(ValueError, match="an integer >= 0 or a sequence"):
+        vec.reset(seed=-3)
     vec.close()
     with pytest.raises(RuntimeError, match="closed"):
         vec.step(np.zeros(vec.action_space.shape))

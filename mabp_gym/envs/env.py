@@ -426,14 +426,12 @@ class SFMSNEnv(gym.Env):
         after = self.sim.state.backlog_pairs(self.workload)
         value = self._reward_fn(outcome, before, after, self.nu)
         name = getattr(self._reward_fn, "__name__", self._reward_fn)
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        number = _real(value)
+        if number is None:
             raise ValueError(
-                f"the reward function {name!r} must return a real number, got {value!r}"
+                f"the reward function {name!r} must return a real number (a float, an int, "
+                f"or a numpy or torch scalar), got {value!r}"
             )
-        try:
-            number = float(value)
-        except (OverflowError, TypeError, ValueError):
-            number = math.nan
         if not math.isfinite(number):
             raise ValueError(
                 f"the reward function {name!r} returned {value!r} at slot {outcome.t}: rewards "
@@ -459,6 +457,24 @@ class SFMSNEnv(gym.Env):
 
             return render_rgb(self.workload, self.sim.state)
         return None
+
+
+def _real(value: Any) -> float | None:
+    """``value`` as a float where it is one real number (a Python or numpy number, a 0-d
+    array, a CPU torch scalar), else None (bools, complex numbers, strings, arrays)."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if not isinstance(value, numbers.Real):
+        try:
+            value = np.asarray(value)
+        except Exception:  # noqa: BLE001 - anything numpy cannot read is no number
+            return None
+        if value.shape != () or value.dtype.kind not in "iuf":
+            return None
+    try:
+        return float(value)
+    except (OverflowError, TypeError, ValueError):
+        return math.nan
 
 
 def _check_reward_signature(fn: Callable[..., Any]) -> None:

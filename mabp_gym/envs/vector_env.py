@@ -435,10 +435,15 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             raise RuntimeError("the vector env is closed: make a new one")
 
     def _seeds(self, seed: Any) -> list[int | None]:
-        """One seed (or None) per env: ``seed + i`` for an integer, or a sequence of them."""
+        """One seed (or None) per env: ``seed + i`` for an integer, or a sequence of them;
+        every one checked before any env is reset."""
 
         def whole(value: Any) -> bool:
-            return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+            return (
+                isinstance(value, (int, np.integer))
+                and not isinstance(value, (bool, np.bool_))
+                and value >= 0
+            )
 
         if seed is None or whole(seed):
             return [None if seed is None else int(seed) + i for i in range(self.num_envs)]
@@ -447,10 +452,11 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             if not bad:
                 return [None if s is None else int(s) for s in seed]
             raise ValueError(
-                f"seed of env(s) {bad} must be an integer or None, got {[seed[i] for i in bad]!r}"
+                f"seed of env(s) {bad} must be an integer >= 0 or None, got "
+                f"{[seed[i] for i in bad]!r}"
             )
         raise ValueError(
-            f"seed must be None, an integer or a sequence of {self.num_envs} seeds "
+            f"seed must be None, an integer >= 0 or a sequence of {self.num_envs} seeds "
             f"(one per env), got {seed!r}"
         )
 
