@@ -442,7 +442,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             return (
                 isinstance(value, (int, np.integer))
                 and not isinstance(value, (bool, np.bool_))
-                and value >= 0
+                and bool(value >= 0)
             )
 
         if seed is None or whole(seed):
