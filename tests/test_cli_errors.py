@@ -53,6 +53,64 @@ def test_cli__a_bad_argument_is_one_line_with_status_2_before_any_work(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # nothing written
 
 
+EVAL_LINE = '{"policy": "bp", "workload": "mixed", "load": 0.5, "seed": 0, "key": "k"}\n'  # a stub
+FLEET_LINE = '{"trace": "synthetic", "router": "jsq", "load": 1.0, "run": 0, "key": "f"}\n'
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("table", "--from-results", "--out", "e.jsonl", "--markdown", "e.jsonl"),
+            "--markdown 'e.jsonl' names the file of --out",
+        ),
+        (
+            ("table", "--from-results", "--out", "e.jsonl", "--markdown", "t.md", "--csv", "t.md"),
+            "--csv 't.md' names the file of --markdown",
+        ),
+        (
+            ("table", "--long", "missing.jsonl", "--from-results", "--out", "e.jsonl"),
+            "--long: no such file 'missing.jsonl'",
+        ),
+        (
+            ("verdicts", "--results", "e.jsonl", "--markdown", "./e.jsonl", "--horizons", "100")
+            + ("--seed-sets", "0"),
+            "--markdown './e.jsonl' names the file of --results",
+        ),
+        (("capacity", "--workload", "w.json", "--json", "w.json"), "names the file of --workload"),
+        (("simulate", "--workload", "w.json", "--json", "w.json"), "names the file of --workload"),
+        (("eval", "--workload", "w.json", "--out", "w.json"), "names the file of --workload"),
+        (("eval", "--loads", "0.5", "--out", "f.jsonl"), "holds fleet replays"),
+        (("sweep", "--param", "K", "--values", "1", "--out", "f.jsonl"), "holds fleet replays"),
+        (("fleet", "--out", "e.jsonl"), "holds policy evaluations"),
+        (("fleet", "--out", "f2.jsonl", "--json", "f2.jsonl"), "--json 'f2.jsonl' names the file"),
+        (("fleet", "--trace", "t.jsonl", "--markdown", "t.jsonl"), "names the file of --trace"),
+        (("fleet", "--set", "num_workers=3"), "give the fleet's size with --fleet-size"),
+        (("fleet", "--trace", "Synthetic"), "(the shipped traces: conversation, synthetic)"),
+        (("fleet", "--requests", "100000"), "at most the trace's 3993 requests"),
+        (("eval", "--policy", "nope"), "mabp-gym eval: error: unknown policy 'nope'"),
+    ],
+)
+def test_cli__an_output_never_overwrites_an_input_or_another_commands_results(
+    run_cli, args, message, tmp_path
+):
+    """Two options naming one file, or an output on a file the command reads or on another
+    command's results file, are refused before anything is written: every file is as it was."""
+    files = {
+        "e.jsonl": EVAL_LINE,
+        "f.jsonl": FLEET_LINE,
+        "w.json": Path(EXAMPLE).read_text(),
+        "t.jsonl": '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n',
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == files
+
+
 def test_cli__train_help_lists_the_learners(run_cli):
     result = run_cli("train", "--help")
     assert result.returncode == 0 and "usage:" in result.stdout

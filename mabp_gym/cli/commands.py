@@ -53,10 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except (UsageError, MissingExtraError) as error:
-        parser.error(str(error))
-    except ResultsFileBusyError as error:
-        parser.error(str(error))
+    except (UsageError, MissingExtraError, ResultsFileBusyError) as error:
+        _command_parser(parser, args.command).error(str(error))
     except RunsFailedError as error:
         # The failing run's traceback (an internal error keeps it), then the summary.
         sys.stderr.write(error.details[0].rstrip() + "\n")
@@ -66,6 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: {_interrupted(args)}\n")
         return 130
     return 0
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of ``command``, so that its errors read ``mabp-gym COMMAND: error: ...``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
 
 
 def _interrupted(args: argparse.Namespace) -> str:

@@ -61,12 +61,44 @@ def _no_repeats(values: list[Any], option: str) -> None:
         raise ValueError(f"{option}: {seen[0]!r} is given twice; each must appear once")
 
 
-def _writable(path: str | None, option: str) -> None:
-    """Check an output file option before any work starts."""
+def _writable(path: str | None, option: str, results: str | None = None) -> None:
+    """Check an output file option before any work starts; ``results``: the kind of results
+    file it is (``"eval"``, ``"fleet"``), which one of the other kind must not be."""
     if path is not None:
-        from mabp_gym.harness.results_file import check_output_path
+        from mabp_gym.harness.results_file import check_output_path, check_results_kind
 
         check_output_path(path, option)
+        if results is not None:
+            check_results_kind(path, results, option)
+
+
+def _distinct_files(
+    args: argparse.Namespace, outputs: tuple[str, ...], inputs: tuple[str, ...] = ()
+) -> None:
+    """Refuse two of the file options ``outputs`` (``args``' attribute names) naming one
+    file, or one naming a file an option of ``inputs`` reads (a path or a list of paths; a
+    workload given by name is no file): it would be overwritten before or after it is read."""
+    seen: dict[Path, str] = {}
+    for name in inputs:
+        value = getattr(args, name, None)
+        for path in value if isinstance(value, list) else [value]:
+            if path is not None and Path(path).is_file():
+                seen.setdefault(Path(path).resolve(), _option(name))
+    for name in outputs:
+        path = getattr(args, name, None)
+        if path is None:
+            continue
+        where = Path(path).resolve()
+        if where in seen:
+            raise ValueError(
+                f"{_option(name)} {path!r} names the file of {seen[where]}: give each output "
+                "a file of its own, apart from the files the command reads"
+            )
+        seen[where] = _option(name)
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def _no_grid_overrides(overrides: dict[str, Any], command: str, settings: dict[str, str]) -> None:
@@ -164,17 +196,18 @@ def _parse_seeds(token: str, option: str = "--seed-sets") -> list[int]:
     return seeds
 
 
-def _read_results(paths: list[str]) -> list[dict[str, Any]]:
-    """The records of ``--results`` files; a missing file or no record at all is an error."""
+def _read_results(paths: list[str], option: str = "--results") -> list[dict[str, Any]]:
+    """The records of the results files of ``option``; a missing file or no record at all is
+    an error."""
     from mabp_gym.harness.results_file import read_records
 
     records: list[dict[str, Any]] = []
     for path in paths:
         if not Path(path).is_file():
-            raise ValueError(f"--results: no such file {path!r}")
+            raise ValueError(f"{option}: no such file {path!r}")
         records += read_records(path)
     if not records:
-        raise ValueError("--results: the files hold no records")
+        raise ValueError(f"{option}: the files hold no records")
     return records
 
 

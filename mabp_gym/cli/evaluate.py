@@ -14,6 +14,7 @@ import numpy as np
 from mabp_gym.cli.common import (
     DEFAULT_GRID,
     SCREEN_HORIZON,
+    _distinct_files,
     _fmt,
     _no_grid_overrides,
     _no_repeats,
@@ -101,7 +102,8 @@ def _eval(args: argparse.Namespace) -> None:
             "eval",
             {"load": "sets the loads with --loads", "horizon": "sets it with --horizon"},
         )
-        _writable(args.out, "--out")
+        _writable(args.out, "--out", results="eval")
+        _distinct_files(args, ("out",), ("workload",))
         _check_run_args(args)
         if args.until_decided is not None and args.until_decided < 2 * args.horizon:
             # Undecided cells rerun at twice the horizon: below that nothing would rerun.
@@ -274,6 +276,7 @@ def _table(args: argparse.Namespace) -> None:
         )
         _writable(args.markdown, "--markdown")
         _writable(args.csv, "--csv")
+        _distinct_files(args, ("out", "markdown", "csv"), ("long", "workload"))
         long = _long_runs(args, policies)
         if args.from_results:
             from mabp_gym.harness.results_file import read_records
@@ -289,7 +292,7 @@ def _table(args: argparse.Namespace) -> None:
             out = Path(args.out)
             if not out.parent.exists():  # the default, results/, is made on first use
                 out.parent.mkdir(parents=True, exist_ok=True)
-            _writable(args.out, "--out")
+            _writable(args.out, "--out", results="eval")
     if args.from_results:
         records = [r for r in read_records(args.out) if r["policy"] in policies]
     elif args.search:
@@ -334,7 +337,7 @@ def _long_runs(
         if args.long_horizon is not None:
             raise ValueError("--long-horizon needs --long")
         return None
-    records = [r for r in _read_results(args.long) if r["policy"] in policies]
+    records = [r for r in _read_results(args.long, "--long") if r["policy"] in policies]
     if not records:
         raise ValueError(f"--long: no runs of the policies {policies}")
     workloads = {r["workload"] for r in records}
@@ -403,6 +406,7 @@ def _verdicts(args: argparse.Namespace) -> None:
 
     with user_input():
         _writable(args.markdown, "--markdown")
+        _distinct_files(args, ("markdown",), ("results",))
         records = _read_results(args.results)
         seed_sets = [_parse_seeds(token) for token in args.seed_sets]
         _check_seed_sets(seed_sets, records)
@@ -498,7 +502,8 @@ def _sweep(args: argparse.Namespace) -> None:
                 args.param: "sweeps it with --param and --values",
             },
         )
-        _writable(args.out, "--out")
+        _writable(args.out, "--out", results="eval")
+        _distinct_files(args, ("out",), ("workload",))
         _check_run_args(args)
         base = _grid_args(args)
         specs = []

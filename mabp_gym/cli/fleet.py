@@ -11,7 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mabp_gym.cli.common import _finite, _no_repeats, _parse_overrides, _writable, user_input
+from mabp_gym.cli.common import (
+    _distinct_files,
+    _finite,
+    _no_repeats,
+    _parse_overrides,
+    _writable,
+    user_input,
+)
 
 FLEET_LEGEND = (
     "Thr.: completed trace requests per second; Goodput: those within both SLOs (TTFT and "
@@ -60,7 +67,13 @@ def _fleet(args: argparse.Namespace) -> None:
     from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
 
     with user_input():
-        config = make_config(num_workers=args.workers, **_parse_overrides(args.overrides))
+        overrides = _parse_overrides(args.overrides)
+        if "num_workers" in overrides:
+            raise ValueError(
+                f"--set num_workers={overrides['num_workers']!r}: give the fleet's size with "
+                "--fleet-size"
+            )
+        config = make_config(num_workers=args.workers, **overrides)
         routers = [r for token in (args.routers or list(ROUTERS)) for r in token.split(",") if r]
         if not routers:
             raise ValueError(f"--routers: name at least one router of {sorted(ROUTERS)}")
@@ -80,12 +93,18 @@ def _fleet(args: argparse.Namespace) -> None:
             raise ValueError(f"--seed must be an integer >= 0, got {args.seed}")
         _writable(args.markdown, "--markdown")
         _writable(args.json, "--json")
-        _writable(args.out, "--out")
+        _writable(args.out, "--out", results="fleet")
+        _distinct_files(args, ("out", "markdown", "json"), ("trace",))
         done = _fleet_records(args.out)
         if args.requests is not None and args.requests < 2:
             raise ValueError(f"--requests must be >= 2, got {args.requests}")
         # A bad line is named in the error; with --requests the rest is never read.
         trace = load_trace(args.trace, args.requests)
+        if args.requests is not None and args.requests > len(trace):
+            raise ValueError(
+                f"--requests must be at most the trace's {len(trace)} requests (leave it out "
+                f"for all of them), got {args.requests}"
+            )
         if args.spread_bursts:
             trace = trace.spread_bursts()
     records = evaluate_fleet(

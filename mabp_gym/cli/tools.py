@@ -13,6 +13,7 @@ from typing import Any
 
 from mabp_gym.cli.common import (
     SCREEN_HORIZON,
+    _distinct_files,
     _finite,
     _fmt,
     _no_grid_overrides,
@@ -59,6 +60,7 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
             {"load": "does not depend on the load", "horizon": "does not depend on the horizon"},
         )
         _writable(args.json, "--json")
+        _distinct_files(args, ("json", "figure"), ("workload",))
         wl = make_workload(args.workload, **overrides)
     nomem, full = capacity(wl, "nomem"), capacity(wl, "full")
     result: dict[str, Any] = {
@@ -120,6 +122,7 @@ def _simulate(args: argparse.Namespace) -> None:
         if any(seed < 0 for seed in args.seeds):
             raise ValueError(f"--seeds must be integers >= 0, got {args.seeds}")
         _writable(args.json, "--json")
+        _distinct_files(args, ("json",), ("workload",))
         wl = make_workload(args.workload, **overrides)
     records = []
     print(
@@ -189,13 +192,14 @@ def _bench(args: argparse.Namespace) -> None:
             )
         _writable(args.markdown, "--markdown")
         _writable(args.json, "--json")
+        _distinct_files(args, ("out", "markdown", "json"))
         if args.from_results:
             if args.out is None or not Path(args.out).is_file():
                 raise ValueError("--from-results needs --out naming an existing results file")
             records = read_records(args.out)
             skipped: list[tuple[str, str, str]] = []
         else:
-            _writable(args.out, "--out")
+            _writable(args.out, "--out", results="eval")
             if args.workers is not None and args.workers < 1:
                 raise ValueError(f"--workers must be a positive integer, got {args.workers}")
             specs, skipped = bench.plan_bench(tasks, policies, seeds, args.horizon)

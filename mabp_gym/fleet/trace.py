@@ -215,7 +215,10 @@ def read_mooncake(path: str | Path, limit: int | None = None) -> Trace:
     """
     path = Path(path)
     if not path.exists():
-        raise ValueError(f"trace file {str(path)!r} does not exist")
+        raise ValueError(
+            f"trace file {str(path)!r} does not exist (the shipped traces: "
+            f"{', '.join(SHIPPED_TRACES)})"
+        )
     if not path.is_file():
         raise ValueError(f"trace file {str(path)!r} is not a regular file")
     opener = gzip.open if path.suffix == ".gz" else open

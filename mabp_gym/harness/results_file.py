@@ -96,6 +96,40 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     return [value for _, value in records]
 
 
+def results_kind(path: str | os.PathLike) -> str | None:
+    """Whose results ``path`` holds, by its first JSON object line: ``"fleet"`` (a router
+    over a trace: ``mabp-gym fleet``), ``"eval"`` (a policy on a workload: ``evaluate``,
+    ``mabp-gym eval``, ``table``, ``sweep``, ``bench``); None for a missing or empty file or
+    one with neither."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    with path.open("rb") as handle:
+        for raw in handle:
+            try:
+                value = json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                continue
+            if isinstance(value, dict) and {"router", "trace"} <= value.keys():
+                return "fleet"
+            if isinstance(value, dict) and {"policy", "workload"} <= value.keys():
+                return "eval"
+    return None
+
+
+def check_results_kind(path: str | os.PathLike, kind: str, what: str = "output") -> None:
+    """Refuse a results file ``path`` that holds another command's records (``kind``:
+    ``"eval"`` or ``"fleet"``): read as this kind's, its lines would be set aside as not
+    records, or this kind's records appended among them."""
+    found = results_kind(path)
+    if found is not None and found != kind:
+        names = {"eval": "policy evaluations", "fleet": "fleet replays (mabp-gym fleet)"}
+        raise ValueError(
+            f"{what} {str(path)!r} holds {names[found]}, not {names[kind]}: give it a results "
+            "file of its own"
+        )
+
+
 def _sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
@@ -134,6 +168,7 @@ def _repair(path: Path) -> dict[str, dict[str, Any]]:
     """
     if not path.exists():
         return {}
+    check_results_kind(path, "eval", "results file")  # before anything is set aside
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         keep = data.rfind(b"\n") + 1
