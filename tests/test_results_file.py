@@ -77,6 +77,18 @@ def test_read_records__a_line_that_is_not_a_record_is_set_aside_and_recomputed(l
         assert sorted(r["seed"] for r in read_records(out)) == [0, 1]
 
 
+def test_evaluate__refuses_a_fleet_results_file_and_leaves_it_as_it_was(tmp_path):
+    """A fleet replay's results are not an evaluation's: read as such, every line would be
+    set aside as 'not a record' and its runs said to be recomputed."""
+    path = tmp_path / "fleet.jsonl"
+    text = '{"trace": "synthetic", "router": "jsq", "load": 1.0, "run": 0, "key": "f"}\n'
+    path.write_text(text + text[:20])  # a torn last line too: nothing is cut before refusing
+    with pytest.raises(ValueError, match="holds fleet replays"):
+        evaluate("bp", "mixed", loads=[0.5], seeds=[0], horizon=50, output=path)
+    assert path.read_text() == text + text[:20]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.jsonl", "fleet.jsonl.lock"]
+
+
 def test_read_records__a_duplicated_run_counts_once(tmp_path):
     out = tmp_path / "runs.jsonl"
     evaluate("bp", "work_reuse", output=out, **GRID)
