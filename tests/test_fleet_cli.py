@@ -192,3 +192,29 @@ def test_fleet_cli__streams_records_to_out_and_a_rerun_resumes(run_cli, tmp_path
     # Another engine is another run.
     step = run_cli(*common, "--runs", "1", "--engine", "step")
     assert "jsq: 1 runs" in step.stderr and "from the results file" not in step.stderr
+
+
+def test_fleet_cli__a_second_writer_of_out_is_refused(run_cli, tmp_path):
+    """Two replays appending to one ``--out`` would both run and write the same runs: the
+    second is refused while the first holds the file (the evaluations' lock)."""
+    from mabp_gym.harness.results_file import _ResultsFile
+
+    out = tmp_path / "fleet.jsonl"
+    args = [
+        "fleet",
+        "--trace",
+        "synthetic",
+        "--requests",
+        "60",
+        "--routers",
+        "jsq",
+        "--loads",
+        "0.5",
+    ]
+    with _ResultsFile(out):
+        busy = run_cli(*args, "--out", str(out))
+    assert busy.returncode == 2 and "being written by another process" in busy.stderr
+    assert not out.exists() or out.read_text() == ""
+    done = run_cli(*args, "--out", str(out), "--runs", "1")
+    assert done.returncode == 0, done.stderr
+    assert len(out.read_text().splitlines()) == 1

@@ -4,6 +4,7 @@ appended to ``--out`` as each run ends and skipped when the command is run again
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -55,16 +56,10 @@ def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
     return done
 
 
-def _append_record(path: str, record: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(_finite(record)) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 def _fleet(args: argparse.Namespace) -> None:
     from mabp_gym.fleet import ROUTERS, load_trace, make_config
     from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
+    from mabp_gym.harness.results_file import _ResultsFile
 
     with user_input():
         overrides = _parse_overrides(args.overrides)
@@ -95,7 +90,6 @@ def _fleet(args: argparse.Namespace) -> None:
         _writable(args.json, "--json")
         _writable(args.out, "--out", results="fleet")
         _distinct_files(args, ("out", "markdown", "json"), ("trace",))
-        done = _fleet_records(args.out)
         if args.requests is not None and args.requests < 2:
             raise ValueError(f"--requests must be >= 2, got {args.requests}")
         # A bad line is named in the error; with --requests the rest is never read.
@@ -107,18 +101,26 @@ def _fleet(args: argparse.Namespace) -> None:
             )
         if args.spread_bursts:
             trace = trace.spread_bursts()
-    records = evaluate_fleet(
-        trace,
-        routers,
-        args.loads,
-        args.runs,
-        config,
-        seed=args.seed,
-        progress=lambda line: print(line, file=sys.stderr),
-        engine=args.engine,
-        done=done,
-        on_record=None if args.out is None else lambda record: _append_record(args.out, record),
-    )
+    with contextlib.ExitStack() as held:
+        done: dict[str, dict[str, Any]] = {}
+        sink = None
+        if args.out is not None:
+            # Under the evaluations' lock: a second writer would run and append the same runs.
+            sink = held.enter_context(_ResultsFile(Path(args.out)))
+            done = _fleet_records(args.out)
+            sink.open_for_append()
+        records = evaluate_fleet(
+            trace,
+            routers,
+            args.loads,
+            args.runs,
+            config,
+            seed=args.seed,
+            progress=lambda line: print(line, file=sys.stderr),
+            engine=args.engine,
+            done=done,
+            on_record=None if sink is None else lambda record: sink.write(_finite(record)),
+        )
     table = format_table(records, routers, args.layout)
     print(
         f"trace {trace.name}: {len(trace)} requests, {config.num_workers} workers, "
