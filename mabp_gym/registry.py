@@ -91,6 +91,19 @@ def register_policy(
     _REGISTRY[name] = PolicySpec(name, entry_point, dict(kwargs), needs, checkpoint)
 
 
+def policy_identity(name: str) -> str | None:
+    """What a policy registered by the user is (its entry point and fixed arguments), for
+    the run key: two processes may register one name for two policies. ``None`` for the
+    built-in names, whose keys it leaves as they were."""
+    spec = _REGISTRY.get(name)
+    if spec is None or name in POLICIES:
+        return None
+    entry = spec.entry_point
+    if callable(entry):
+        entry = f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', entry)}"
+    return f"{entry} {sorted(spec.kwargs.items())!r}"
+
+
 def policy_names() -> tuple[str, ...]:
     """Every registered name: the built-in ones in Table I order, then those added."""
     return tuple(_REGISTRY)
@@ -115,11 +128,12 @@ def resolve_workload(env_or_workload: Any) -> tuple[Workload, dict[str, Any]]:
 
 def checkpoint_path(name: str, policy_kw: dict[str, Any], workload_name: str) -> Path | None:
     """The checkpoint file policy ``name`` reads with ``policy_kw`` for a workload: its
-    ``checkpoint`` argument, else the shipped default (``None``: it reads none)."""
+    ``checkpoint`` argument, else the shipped default (``None``: it reads none, as a policy
+    given its ``weights`` does not)."""
     if policy_kw.get("checkpoint"):
         return Path(policy_kw["checkpoint"])
     spec = _REGISTRY.get(name)
-    if spec is None or spec.checkpoint is None:
+    if spec is None or spec.checkpoint is None or "weights" in policy_kw:
         return None
     return _checkpoint_dir() / spec.checkpoint.format(workload=workload_name)
 
@@ -145,6 +159,12 @@ def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Any:
     spec = _REGISTRY.get(name) if isinstance(name, str) else None
     if spec is None:
         raise ValueError(f"unknown policy {name!r}; choose one of {policy_names()}")
+    fixed = sorted(set(spec.kwargs) & set(kw))
+    if fixed:
+        raise ValueError(
+            f"policy {name!r} is defined by {', '.join(f'{k}={spec.kwargs[k]!r}' for k in fixed)}"
+            f"; it takes no {', '.join(fixed)} argument (choose another policy)"
+        )
     workload, settings = resolve_workload(env_or_workload)
     policy = spec.load()(workload, **{**settings, **spec.kwargs, **kw})
     policy.name = name

@@ -145,7 +145,7 @@ def test_evaluate__rejects_bad_arguments_before_running():
     with pytest.raises(ValueError, match="warmup must be in"):
         evaluate("bp", "mixed", loads=[0.5], seeds=[0], warmup=1.0)
     with pytest.raises(ValueError, match="backend must be one of"):
-        evaluate("bp", "mixed", loads=[0.5], seeds=[0], backend="mpi", horizon=10)
+        evaluate("bp", "mixed", loads=[0.5], seeds=[0], backend="mpi", horizon=20)
     with pytest.raises(ValueError, match=r"load must be in \[0, 10\]"):
         evaluate("bp", "mixed", loads=[-1], seeds=[0])
 
@@ -310,3 +310,99 @@ def test_run__the_first_decision_is_reported_apart_from_the_mean():
     record = run(RunSpec("slow-start-bp", "mixed", 0.3, 0, horizon=40))
     assert record["decision_us_first"] >= 50_000
     assert record["decision_us_mean"] < 10_000 and record["decision_us_p95"] < 10_000
+
+
+# -- what the harness takes and what it writes (a review of the Python API) ---------------
+def test_evaluate__paths_and_numpy_arrays_in_policy_kw_are_written_as_json(tmp_path):
+    """A ``Path`` checkpoint or a numpy weight vector ran, then could not be written: the
+    record was lost and the file stayed empty."""
+    import numpy as np
+
+    from mabp_gym.registry import checkpoint_path
+
+    shipped = checkpoint_path("residual-mabp", {}, "mixed")
+    assert shipped is not None
+    out = tmp_path / "r.jsonl"
+    kw = {"policy_kw": {"checkpoint": shipped}, "horizon": 30, "output": out}
+    first = evaluate("residual-mabp", "mixed", [0.5], [0], **kw)
+    assert first[0]["policy_kw"] == {"checkpoint": str(shipped)}
+    second = evaluate(
+        "residual-mabp", "mixed", [0.5], [0], **{**kw, "policy_kw": {"weights": np.zeros(8)}}
+    )
+    assert second[0]["policy_kw"] == {"weights": [0.0] * 8}
+    assert len(read_records(out)) == 2
+    with pytest.raises(ValueError, match=r"policy_kw\['decay'\] must be a JSON value"):
+        evaluate("greedycache-bp", "mixed", [0.5], [0], horizon=30, policy_kw={"decay": {1}})
+
+
+def test_evaluate__a_warm_up_that_leaves_too_few_slots_is_refused():
+    """One slot after the warm-up has slope 0: every load read stable."""
+    with pytest.raises(ValueError, match="leaves 1 slot"):
+        evaluate("bp", "mixed", [0.9], [0], horizon=600, warmup=0.999)
+    with pytest.raises(ValueError, match="leaves 8 slot"):
+        evaluate("bp", "mixed", [0.9], [0], horizon=10)
+    import numpy as np
+
+    assert evaluate("bp", "mixed", [0.5], [0], horizon=30, warmup=np.float32(0.2))
+
+
+def test_make_policy__an_ablation_keeps_its_defining_switch():
+    from mabp_gym.agents import make_policy
+
+    with pytest.raises(ValueError, match="'mabp-no-reuse' is defined by reuse=False"):
+        make_policy("mabp-no-reuse", "mixed", reuse=True)
+    with pytest.raises(ValueError, match="decay must be a number in"):
+        evaluate("greedycache-bp", "mixed", [0.5], [0], horizon=30, policy_kw={"decay": 5})
+
+
+def test_run_key__a_policy_of_your_own_is_keyed_by_what_it_is():
+    """Two processes may register one name for two policies: the key tells them apart (and
+    the built-in names keep their keys)."""
+    from mabp_gym.harness.runs import plan
+    from mabp_gym.registry import policy_identity, policy_names, register_policy
+
+    if "own-bp" not in policy_names():
+        register_policy("own-bp", "mabp_gym.agents.backpressure:make_bp")
+    assert policy_identity("bp") is None
+    own = plan(["own-bp"], "mixed", [0.5], [0], horizon=30)[0]
+    assert "make_bp" in policy_identity("own-bp")
+    elsewhere = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from mabp_gym.registry import register_policy; from mabp_gym.harness.runs import "
+            "plan; register_policy('own-bp', 'mabp_gym.agents.mabp:MABP'); "
+            "print(plan(['own-bp'], 'mixed', [0.5], [0], horizon=30)[0].key)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert elsewhere.stdout.strip() != own.key
+
+
+def test_occupation_load__a_changed_workload_under_a_built_in_name_gets_no_bound():
+    """A ``Workload`` object keeps its name (``mixed``) in the records; its bound is not the
+    named workload's (0.27 against 1.0 at beta 0.1)."""
+    from mabp_gym import make_workload
+    from mabp_gym.harness.summaries import occupation_load
+
+    named = evaluate("bp", "mixed", [0.5], [0], horizon=30, beta=0.1)
+    assert occupation_load(named) == pytest.approx(0.2706, abs=1e-3)
+    changed = evaluate("bp", make_workload("mixed", beta=0.1), [0.5], [0], horizon=30)
+    assert changed[0]["workload"] == "mixed" and changed[0]["overrides"] == {}
+    assert occupation_load(changed) is None
+
+
+def test_evaluate__weights_need_no_shipped_checkpoint_and_object_loads_are_bounded():
+    """``residual-mabp`` with ``weights=`` reads no file (boundary ships none); a Workload
+    object's loads are held to [0, 10] as a name's are."""
+    from mabp_gym import make_workload
+
+    runs = evaluate(
+        "residual-mabp", "boundary", [0.5], [0], horizon=30, policy_kw={"weights": [0.0] * 8}
+    )
+    assert runs[0]["policy_kw"] == {"weights": [0.0] * 8}
+    for loads in ([1e6], [0.5, 12]):
+        with pytest.raises(ValueError, match="load: must be <= 10"):
+            evaluate("bp", make_workload("successor"), loads, [0], horizon=30)

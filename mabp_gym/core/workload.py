@@ -274,10 +274,11 @@ class Workload:
         }
 
     def with_load(self, load: float) -> Workload:
-        """The same network at another normalized load (``lambda_ref`` is kept)."""
+        """The same network at another normalized load (``lambda_ref`` is kept), in [0, 10]
+        as everywhere a load is given."""
         from dataclasses import replace
 
-        _check_number_at("load", load, low=0.0)
+        _check_number_at("load", load, low=0.0, high=10.0)
         return replace(self, load=float(load))
 
     # -- validation ---------------------------------------------------------------------

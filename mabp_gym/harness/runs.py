@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -24,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.core.fileformat import file_digest, workload_digest_of
-from mabp_gym.core.metrics import TRACE_STRIDE, Trace, summarize
+from mabp_gym.core.metrics import MIN_TRACE_POINTS, TRACE_STRIDE, Trace, summarize
 from mabp_gym.core.simulator import Simulator
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import WORKLOADS, make_workload
-from mabp_gym.registry import checkpoint_path, make_policy, policy_names
+from mabp_gym.registry import checkpoint_path, make_policy, policy_identity, policy_names
 from mabp_gym.rollout import episode
 from mabp_gym.version import __version__
 
@@ -103,8 +104,10 @@ class RunSpec:
                 self.workload if self.workload_object is None else self.workload_object.name,
             )
         policy_kw = {k: v for k, v in self.policy_kw if k != "checkpoint"}
+        identity = policy_identity(self.policy)  # a policy of your own: what it is
         payload = json.dumps(
             {
+                **({} if identity is None else {"policy_identity": identity}),
                 "key_version": KEY_VERSION,
                 "package": __version__,
                 "policy": self.policy,
@@ -175,7 +178,8 @@ def run(spec: RunSpec) -> dict[str, Any]:
         # A learned policy scores one small graph per slot: one thread is several times
         # faster than several threads fighting over the cores the other runs use.
         sys.modules["torch"].set_num_threads(1)
-    key = spec.key_with(spec.workload_digest or workload_digest_of(workload))
+    digest = workload_digest_of(workload)  # the workload simulated, its horizon included
+    key = spec.key_with(spec.workload_digest or digest)
     trace = Trace()
     decisions = np.empty(spec.horizon)
     residency = np.zeros((workload.index.num_nodes, workload.index.num_signatures))
@@ -207,6 +211,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "residency": (residency / spec.horizon).round(4).tolist(),
         "nodes": [node.name for node in workload.nodes],
         "signatures": [s.name for s in workload.signatures],
+        "workload_digest": digest,  # the whole workload, so that it is never mistaken
         "key": key,
         "wall_s": time.perf_counter() - started,
     }
@@ -226,6 +231,30 @@ def _clean(value: Any) -> Any:
     if isinstance(value, np.bool_):
         return bool(value)
     return value
+
+
+def _json_values(policy_kw: dict[str, Any]) -> dict[str, Any]:
+    """``policy_kw`` as JSON values, paths as strings and numpy arrays as lists: every
+    record holds them, so one that JSON cannot write would lose each run's record after it
+    ran."""
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, (np.ndarray, np.generic)):
+            return value.tolist()
+        raise TypeError(type(value).__name__)
+
+    plain = {}
+    for key, value in policy_kw.items():
+        try:
+            plain[key] = json.loads(json.dumps(value, default=convert))
+        except (TypeError, ValueError, RecursionError):
+            raise ValueError(
+                f"policy_kw[{key!r}] must be a JSON value (numbers, strings, lists, dicts; "
+                f"paths and numpy arrays are converted), got {value!r}"
+            ) from None
+    return plain
 
 
 def _check_seeds(seeds: Iterable[Any]) -> list[int]:
@@ -269,11 +298,20 @@ def plan(
     Raises:
         ValueError: naming the bad argument and what is allowed.
     """
-    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0.0 <= warmup < 1.0:
+    real = (int, float, np.integer, np.floating)
+    if isinstance(warmup, bool) or not isinstance(warmup, real) or not 0.0 <= warmup < 1.0:
         raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 2:
         raise ValueError(f"horizon must be an integer >= 2, got {horizon!r}")
-    if isinstance(nu, bool) or not isinstance(nu, (int, float)) or not math.isfinite(nu) or nu < 0:
+    window = int(horizon) - int(int(horizon) * float(warmup))
+    if window < MIN_TRACE_POINTS:
+        # One slot's backlog has slope 0: every run would read stable.
+        raise ValueError(
+            f"horizon {horizon} with warmup {warmup} leaves {window} slot(s) after the warm-up; "
+            f"a run's growth needs at least {MIN_TRACE_POINTS} (a longer horizon or a shorter "
+            "warm-up)"
+        )
+    if isinstance(nu, bool) or not isinstance(nu, real) or not math.isfinite(nu) or nu < 0:
         raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
     if not isinstance(memory, (bool, np.bool_)):
         raise ValueError(f"memory must be True or False, got {memory!r}")
@@ -313,7 +351,7 @@ def plan(
         raise ValueError(
             f"workload must be a workload name, a workload file or a Workload, got {workload!r}"
         )
-    policy_kw = dict(policy_kw or {})
+    policy_kw = _json_values(dict(policy_kw or {}))
     digests = {}
     for policy in dict.fromkeys(policies):
         try:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from mabp_gym.core.fileformat import workload_digest_of
 from mabp_gym.core.metrics import growth_verdict, is_stable
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.harness.runs import METRIC_KEYS, RunSpec
@@ -198,6 +199,13 @@ def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
         return None
     try:
         workload = make_workload(name, **json.loads(overrides))
+        # A Workload object or file keeps its name: the runs' digests say whether the
+        # name rebuilds it (records written before the digest was recorded are trusted).
+        for horizon, digest in {(r.get("horizon"), r.get("workload_digest")) for r in records}:
+            if digest is not None and digest != workload_digest_of(
+                make_workload(name, **json.loads(overrides), horizon=horizon)
+            ):
+                return None
     except (ValueError, TypeError):
         return None
     reference = workload.lambda_ref
