@@ -47,6 +47,9 @@ class Backpressure(Policy):
         super().__init__(workload, **kw)
         if cache not in ("recency", "popularity"):
             raise ValueError(f"cache must be 'recency' or 'popularity', got {cache!r}")
+        real = (int, float, np.integer, np.floating)
+        if isinstance(decay, bool) or not isinstance(decay, real) or not 0 <= decay <= 1:
+            raise ValueError(f"decay must be a number in [0, 1], got {decay!r}")
         ix = self.ix
         self.cost = cost
         self.cache = cache

@@ -7,6 +7,9 @@ projection (:func:`mabp_gym.project`) turns scores into a feasible control.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from mabp_gym.core.index import WorkloadIndex
@@ -28,8 +31,11 @@ class Policy:
     observes = True  # act() reads the observation (mabp_gym.policy.Policy)
 
     def __init__(self, workload: Workload, *, nu: float = 5.0, memory: bool = True) -> None:
-        if not np.isfinite(nu) or nu < 0:
+        real = (int, float, np.integer, np.floating)
+        if isinstance(nu, bool) or not isinstance(nu, real) or not np.isfinite(nu) or nu < 0:
             raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
+        if not isinstance(memory, (bool, np.bool_)):
+            raise ValueError(f"memory must be True or False, got {memory!r}")
         self.workload = workload
         self.nu = float(nu)
         self.memory = bool(memory)
@@ -45,7 +51,7 @@ class Policy:
     def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """One score per candidate for this slot's observation, ``(D,)`` float64."""
         result = np.full(self.ix.num_scores, -1.0)
-        queues = np.asarray(obs["queues"], dtype=np.float64)
+        queues = self._queues(obs)
         self._fill(obs, queues, result)
         self.t += 1
         return result
@@ -59,6 +65,22 @@ class Policy:
 
     def _fill(self, obs: dict[str, np.ndarray], queues: np.ndarray, out: np.ndarray) -> None:
         raise NotImplementedError
+
+    def _queues(self, obs: Any) -> np.ndarray:
+        """``obs["queues"]``, checked to be this workload's dict observation."""
+        if not isinstance(obs, Mapping) or "queues" not in obs:
+            raise ValueError(
+                f"policy {self.name!r} reads the env's dict observation (obs_mode='dict', no "
+                f"FlattenObservation), got {type(obs).__name__}"
+            )
+        queues = np.asarray(obs["queues"], dtype=np.float64)
+        expected = (self.ix.num_nodes, self.ix.num_commodities)
+        if queues.shape != expected:
+            raise ValueError(
+                f"policy {self.name!r} was made for {self.workload.name!r} (queues {expected}), "
+                f"got an observation with queues {queues.shape}: another workload's"
+            )
+        return queues
 
     # -- shared pieces --------------------------------------------------------------------
     def pair_backlog(self, queues: np.ndarray) -> np.ndarray:

@@ -316,3 +316,28 @@ def test_random_policy__is_seeded_per_episode_and_scores_in_the_box():
     assert not np.array_equal(first[0], other) and not np.array_equal(first[0], first[1])
     assert first[0].shape == (workload.index.num_scores,)
     assert np.all(np.abs(np.concatenate(first)) < 1.0)
+
+
+@pytest.mark.parametrize("name", ["bp", "mabp", "cost-bp", "jsq"])
+def test_scores__a_flat_or_another_workloads_observation_is_refused_by_name(name):
+    import gymnasium as gym
+
+    flat, _ = gym.make("mabp_gym/Mixed-v0", obs_mode="flat").reset(seed=0)
+    other, _ = gym.make("mabp_gym/Rag-v0").reset(seed=0)
+    policy = make_policy(name, "mixed")
+    with pytest.raises(ValueError, match=r"reads the env's dict observation .* got ndarray"):
+        policy.scores(flat)
+    with pytest.raises(ValueError, match=r"made for 'mixed' .* another workload's"):
+        policy.scores(other)
+
+
+def test_make_policy__nu_and_memory_are_checked_not_coerced():
+    """``memory="no"`` was read as True, ``nu="5"`` failed inside numpy."""
+    for kw, message in (
+        ({"nu": "5"}, "nu must be a finite number >= 0, got '5'"),
+        ({"nu": True}, "nu must be a finite number"),
+        ({"memory": "no"}, "memory must be True or False, got 'no'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            make_policy("mabp", "mixed", **kw)
+    assert make_policy("mabp", "mixed", nu=np.float32(2.0), memory=np.bool_(False)).nu == 2.0
