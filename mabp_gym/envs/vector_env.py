@@ -592,5 +592,6 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         return flat
 
     def close_extras(self, **kwargs: Any) -> None:
-        for env in self.envs:
+        # Gymnasium's __del__ closes an env whose __init__ refused its arguments too.
+        for env in getattr(self, "envs", ()):
             env.close()
