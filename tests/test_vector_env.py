@@ -212,3 +212,15 @@ def test_batched__closed_env_refuses_to_step_and_seeds_are_checked_per_env():
         vec.reset()
     with pytest.raises(ValueError, match="copy must be True or False"):
         SFMSNVectorEnv(2, copy="no")
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_batched__an_env_refused_at_construction_closes_quietly():
+    """Gymnasium 1.2's ``VectorEnv.__del__`` closes even an env whose ``__init__`` raised."""
+    import gc
+
+    with pytest.raises(ValueError):
+        SFMSNVectorEnv(0, workload="rag")
+    gc.collect()
+    half_built = SFMSNVectorEnv.__new__(SFMSNVectorEnv)
+    half_built.close_extras()  # no envs yet: nothing to close
