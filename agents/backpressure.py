@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from mabp_gym.agents.base import Policy, RecencyRetention, successor_support
+from mabp_gym.core.validate import is_real
 from mabp_gym.core.workload import Workload
 
 
@@ -47,8 +48,7 @@ class Backpressure(Policy):
         super().__init__(workload, **kw)
         if cache not in ("recency", "popularity"):
             raise ValueError(f"cache must be 'recency' or 'popularity', got {cache!r}")
-        real = (int, float, np.integer, np.floating)
-        if isinstance(decay, bool) or not isinstance(decay, real) or not 0 <= decay <= 1:
+        if not is_real(decay) or not 0 <= decay <= 1:
             raise ValueError(f"decay must be a number in [0, 1], got {decay!r}")
         ix = self.ix
         self.cost = cost

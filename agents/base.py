@@ -7,13 +7,13 @@ projection (:func:`mabp_gym.project`) turns scores into a feasible control.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from mabp_gym.core.index import WorkloadIndex
 from mabp_gym.core.state import SimState
+from mabp_gym.core.validate import is_real
 from mabp_gym.core.workload import Workload
 
 
@@ -31,8 +31,7 @@ class Policy:
     observes = True  # act() reads the observation (mabp_gym.policy.Policy)
 
     def __init__(self, workload: Workload, *, nu: float = 5.0, memory: bool = True) -> None:
-        real = (int, float, np.integer, np.floating)
-        if isinstance(nu, bool) or not isinstance(nu, real) or not np.isfinite(nu) or nu < 0:
+        if not is_real(nu) or not np.isfinite(nu) or nu < 0:
             raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
         if not isinstance(memory, (bool, np.bool_)):
             raise ValueError(f"memory must be True or False, got {memory!r}")
@@ -68,12 +67,13 @@ class Policy:
 
     def _queues(self, obs: Any) -> np.ndarray:
         """``obs["queues"]``, checked to be this workload's dict observation."""
-        if not isinstance(obs, Mapping) or "queues" not in obs:
+        try:
+            queues = np.asarray(obs["queues"], dtype=np.float64)
+        except (IndexError, KeyError, TypeError, ValueError):  # a flat array, say
             raise ValueError(
                 f"policy {self.name!r} reads the env's dict observation (obs_mode='dict', no "
                 f"FlattenObservation), got {type(obs).__name__}"
-            )
-        queues = np.asarray(obs["queues"], dtype=np.float64)
+            ) from None
         expected = (self.ix.num_nodes, self.ix.num_commodities)
         if queues.shape != expected:
             raise ValueError(

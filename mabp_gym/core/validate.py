@@ -9,6 +9,13 @@ from typing import Any
 import numpy as np
 
 
+def is_real(value: Any) -> bool:
+    """Whether ``value`` is a real number: a Python or numpy int or float, not a bool."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(
+        value, (int, float, np.integer, np.floating)
+    )
+
+
 def check_number(
     value: Any,
     name: str,
@@ -26,9 +33,7 @@ def check_number(
     Raises:
         ValueError: ``"{name}: must be ..., got {value!r}"``.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
-        value, (int, float, np.integer, np.floating)
-    ):
+    if not is_real(value):
         raise ValueError(f"{name}: must be a number, got {value!r}")
     if not math.isfinite(float(value)):
         raise ValueError(f"{name}: must be finite, got {value!r}")

@@ -27,6 +27,7 @@ import numpy as np
 from mabp_gym.core.fileformat import file_digest, workload_digest_of
 from mabp_gym.core.metrics import MIN_TRACE_POINTS, TRACE_STRIDE, Trace, summarize
 from mabp_gym.core.simulator import Simulator
+from mabp_gym.core.validate import is_real
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import WORKLOADS, make_workload
 from mabp_gym.registry import checkpoint_path, make_policy, policy_identity, policy_names
@@ -298,8 +299,7 @@ def plan(
     Raises:
         ValueError: naming the bad argument and what is allowed.
     """
-    real = (int, float, np.integer, np.floating)
-    if isinstance(warmup, bool) or not isinstance(warmup, real) or not 0.0 <= warmup < 1.0:
+    if not is_real(warmup) or not 0.0 <= warmup < 1.0:
         raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 2:
         raise ValueError(f"horizon must be an integer >= 2, got {horizon!r}")
@@ -311,7 +311,7 @@ def plan(
             f"a run's growth needs at least {MIN_TRACE_POINTS} (a longer horizon or a shorter "
             "warm-up)"
         )
-    if isinstance(nu, bool) or not isinstance(nu, real) or not math.isfinite(nu) or nu < 0:
+    if not is_real(nu) or not math.isfinite(nu) or nu < 0:
         raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
     if not isinstance(memory, (bool, np.bool_)):
         raise ValueError(f"memory must be True or False, got {memory!r}")
