@@ -152,11 +152,22 @@ def window_delays(trace: Trace, start: int) -> np.ndarray:
     return np.concatenate(_born_in_window(trace, start))
 
 
+MIN_WINDOW_SLOTS = 10
+"""Slots a run must keep after its warm-up for its growth to mean anything: one slot's
+backlog has slope 0, and every run would read stable (:func:`mabp_gym.harness.runs.plan`
+refuses fewer)."""
+
+
+def warmup_slots(horizon: int, warmup: float) -> int:
+    """The slots a run of ``horizon`` slots discards as its warm-up."""
+    return int(horizon * warmup)
+
+
 def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
     """Every SPEC 5 metric of one run, after discarding the first ``warmup`` of its slots."""
     if not 0.0 <= warmup < 1.0:
         raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
-    start = int(len(trace.backlog) * warmup)
+    start = warmup_slots(len(trace.backlog), warmup)
     window = slice(start, None)
     backlog = np.asarray(trace.backlog[window], dtype=np.float64)
     slope = backlog_slope(backlog)

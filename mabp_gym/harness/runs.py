@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.core.fileformat import file_digest, workload_digest_of
-from mabp_gym.core.metrics import MIN_TRACE_POINTS, TRACE_STRIDE, Trace, summarize
+from mabp_gym.core.metrics import (
+    MIN_WINDOW_SLOTS,
+    TRACE_STRIDE,
+    Trace,
+    summarize,
+    warmup_slots,
+)
 from mabp_gym.core.simulator import Simulator
 from mabp_gym.core.validate import is_real
 from mabp_gym.core.workload import Workload
@@ -303,12 +309,11 @@ def plan(
         raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 2:
         raise ValueError(f"horizon must be an integer >= 2, got {horizon!r}")
-    window = int(horizon) - int(int(horizon) * float(warmup))
-    if window < MIN_TRACE_POINTS:
-        # One slot's backlog has slope 0: every run would read stable.
+    window = int(horizon) - warmup_slots(int(horizon), float(warmup))
+    if window < MIN_WINDOW_SLOTS:
         raise ValueError(
             f"horizon {horizon} with warmup {warmup} leaves {window} slot(s) after the warm-up; "
-            f"a run's growth needs at least {MIN_TRACE_POINTS} (a longer horizon or a shorter "
+            f"a run's growth needs at least {MIN_WINDOW_SLOTS} (a longer horizon or a shorter "
             "warm-up)"
         )
     if not is_real(nu) or not math.isfinite(nu) or nu < 0:
