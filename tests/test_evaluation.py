@@ -104,6 +104,38 @@ def test_summarize_records__mean_and_std_over_seeds():
     assert row["paper_stable"] is True and row["stable_seeds"] == 2
 
 
+@pytest.mark.parametrize(
+    ("key", "values"),
+    [
+        ("workload", ["mixed", "multihop"]),
+        ("horizon", [4000, 8000]),
+        ("warmup", [0.2, 0.5]),
+        ("memory", [True, False]),
+        ("overrides", [{}, {"beta": 0.5}]),
+        ("policy_kw", [{}, {"v": 2.0}]),
+        ("workload_digest", ["aa", "bb"]),
+    ],
+)
+def test_summarize_records__refuses_to_pool_runs_of_two_settings(key, values):
+    # Pooled by (policy, load) alone, two workloads' or horizons' runs became one mean and
+    # one growth interval with twice the seeds.
+    records = [{**fake("a", 0.5, seed, 0.0, 10), key: value} for seed, value in enumerate(values)]
+    with pytest.raises(ValueError, match=f"a at load 0.5 differ in '{key}'"):
+        summarize_records(records)
+    with pytest.raises(ValueError, match="pass the records of each setting separately"):
+        stable_load(records, bound=None)
+    # A key one record lacks (records written before it was recorded) agrees with any value.
+    (row,) = summarize_records([records[0], fake("a", 0.5, 7, 0.0, 10)])
+    assert row["seeds"] == 2
+
+
+def test_summarize_records__refuses_a_seed_counted_twice():
+    records = [fake("a", 0.5, 0, 0.0, 10), fake("a", 0.5, 1, 0.0, 10), fake("a", 0.5, 0, 0.0, 10)]
+    with pytest.raises(ValueError, match="a at load 0.5 hold seed 0 twice"):
+        summarize_records(records)
+    assert summarize_records(records[:2])[0]["seeds"] == 2
+
+
 def test_evaluate__records_carry_every_spec_5_key():
     (record,) = evaluate("mabp", "mixed", loads=[0.3], seeds=[0], horizon=100, backend="serial")
     for key in (

@@ -102,8 +102,8 @@ def _eval(args: argparse.Namespace) -> None:
             "eval",
             {"load": "sets the loads with --loads", "horizon": "sets it with --horizon"},
         )
-        _writable(args.out, "--out", results="eval")
         _distinct_files(args, ("out",), ("workload",))
+        _writable(args.out, "--out", results="eval")
         _check_run_args(args)
         if args.until_decided is not None and args.until_decided < 2 * args.horizon:
             # Undecided cells rerun at twice the horizon: below that nothing would rerun.
@@ -297,11 +297,18 @@ def _table(args: argparse.Namespace) -> None:
         records = [r for r in read_records(args.out) if r["policy"] in policies]
     elif args.search:
         records = _search_loads(policies, args, sorted(loads), grid)
-        records += execute(
-            plan(policies, args.workload, [args.at], args.seeds, **grid),
-            output=args.out,
-            **_run_args(args),
-        )
+        # The --at load's runs, where the search already ran them, come back from the file:
+        # keep each run once (counted twice, it would narrow the growth interval).
+        searched = {r["key"] for r in records}
+        records += [
+            r
+            for r in execute(
+                plan(policies, args.workload, [args.at], args.seeds, **grid),
+                output=args.out,
+                **_run_args(args),
+            )
+            if r["key"] not in searched
+        ]
     else:
         records = execute(specs, output=args.out, **_run_args(args))
     rows = table_rows(records, policies, loads, args.at, long)
@@ -502,8 +509,8 @@ def _sweep(args: argparse.Namespace) -> None:
                 args.param: "sweeps it with --param and --values",
             },
         )
-        _writable(args.out, "--out", results="eval")
         _distinct_files(args, ("out",), ("workload",))
+        _writable(args.out, "--out", results="eval")
         _check_run_args(args)
         base = _grid_args(args)
         specs = []

@@ -25,6 +25,9 @@ seeds below the limit with 95% confidence, and falling as the run lengthens);
 def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and standard deviation over seeds per (policy, load), with both verdicts.
 
+    The runs of one (policy, load) must be one setting (:data:`SETTING_KEYS`), each seed
+    once; otherwise ``ValueError`` names the cell and what differs.
+
     ``stable``: verdict v3 (:func:`mabp_gym.core.metrics.growth_verdict`): the growth pooled
     over the seeds is below the limit with 95% confidence and, where it is significantly
     positive, falls as the run lengthens (``growth_mean``, ``growth_half_width``,
@@ -37,6 +40,7 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
         groups.setdefault((record["policy"], float(record["load"])), []).append(record)
     rows = []
     for (policy, load), members in sorted(groups.items()):
+        _check_one_setting(policy, load, members)
         row: dict[str, Any] = {"policy": policy, "load": load, "seeds": len(members)}
         for key in (*METRIC_KEYS[1:], "decision_us_mean", "decision_us_p95"):
             values = np.array([m[key] for m in members if m.get(key) is not None], dtype=float)
@@ -49,6 +53,40 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
         row["paper_stable"] = is_stable(slope, backlog)
         rows.append(row)
     return rows
+
+
+SETTING_KEYS = ("workload", "workload_digest", "overrides", "memory", "horizon", "warmup", "nu")
+"""The record keys that make runs of one (policy, load) comparable: a summary pools only
+runs that agree on each of them (a key a record lacks, as older records do, agrees with any
+value), and ``policy_kw``, which makes a registered policy another policy."""
+
+
+def _check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -> None:
+    """Refuse to pool runs of one (policy, load) that are not one experiment: different
+    workloads, horizons, ... (the mean would mix them and the pooled growth interval would
+    count each setting's seeds as more evidence), or one seed twice (the same run counted
+    twice narrows the interval)."""
+    cell = f"{policy} at load {load:g}"
+    for key in (*SETTING_KEYS, "policy_kw"):
+        values = {
+            json.dumps(m[key], sort_keys=True, default=str)
+            for m in members
+            if m.get(key) is not None
+        }
+        if len(values) > 1:
+            raise ValueError(
+                f"the runs of {cell} differ in {key!r} ({', '.join(sorted(values))}): a summary "
+                "pools the seeds of one setting; pass the records of each setting separately"
+            )
+    seen: set[Any] = set()
+    for m in members:
+        seed = m.get("seed")
+        if seed is not None and seed in seen:
+            raise ValueError(
+                f"the runs of {cell} hold seed {seed} twice (the same run counted twice "
+                "would narrow the growth interval); pass each run once"
+            )
+        seen.add(seed)
 
 
 def stable_load(
