@@ -20,6 +20,7 @@ from mabp_gym.core.encoding import ObservationEncoder
 from mabp_gym.core.metrics import Trace
 from mabp_gym.core.simulator import Simulator, SlotOutcome
 from mabp_gym.core.state import SimState
+from mabp_gym.core.validate import check_number
 from mabp_gym.core.workload import Workload
 from mabp_gym.policy import Decision, Observation, Policy, ScoreFunction
 
@@ -58,6 +59,7 @@ def episode(
         encoder: the observation encoder (default: one for the simulator's workload;
             none is used when the policy does not observe).
     """
+    slots = check_number(slots, "episode: slots", low=0, integer=True)
     observes = getattr(policy, "observes", True)
     if observes and encoder is None:
         encoder = ObservationEncoder(sim.workload, memory=sim.memory)
@@ -92,6 +94,8 @@ def rollout(
     Every control goes through the shared projection; with ``check_invariants`` SPEC 6's
     invariants are asserted and every control is checked after every slot.
     """
+    if horizon is not None:
+        horizon = check_number(horizon, "rollout: horizon", low=1, integer=True)
     sim = Simulator(workload, memory=memory, check_invariants=check_invariants)
     sim.reset(seed)
     trace = Trace()

@@ -76,3 +76,37 @@ def test_rollout__matches_the_episode_of_its_score_rule():
         for s in episode(sim, ScoreFunction(queue_length_scores, wl), 40, check=False)
     ]
     assert list(trace.backlog) == backlog
+
+
+@pytest.mark.parametrize(
+    ("horizon", "message"),
+    [(-3, "must be >= 1"), (0, "must be >= 1"), (2.5, "must be an integer"), (True, "must be a number")],
+)
+def test_rollout__a_horizon_that_is_not_a_positive_integer_is_refused(horizon, message):
+    # A negative horizon used to run no slot and return an empty trace.
+    wl = make_workload("successor")
+    with pytest.raises(ValueError, match=f"rollout: horizon: {message}"):
+        rollout(wl, queue_length_scores, 0, horizon=horizon)
+    sim = Simulator(wl)
+    sim.reset(0)
+    with pytest.raises(ValueError, match="episode: slots: must be >= 0"):
+        list(episode(sim, ScoreFunction(queue_length_scores, wl), -1))
+
+
+@pytest.mark.parametrize("dtype", [bool, complex, str, object])
+def test_project__scores_numpy_would_reinterpret_are_refused(dtype):
+    # np.asarray(..., float64) reads "1" as 1.0, True as 1.0 and drops an imaginary part.
+    from mabp_gym import project
+
+    wl = make_workload("mixed")
+    sim = Simulator(wl)
+    sim.reset(0)
+    scores = np.ones(wl.index.num_scores).astype(dtype)
+    with pytest.raises(ValueError, match="scores must be real-valued scores"):
+        project(wl, sim.state, scores)
+    with pytest.raises(ValueError, match="scores must be real-valued scores"):
+        sim.step_scores(scores)
+    assert sim.state.t == 0
+    masked = np.ma.masked_array(np.ones(wl.index.num_scores), mask=True)
+    with pytest.raises(ValueError, match="masked array"):
+        project(wl, sim.state, masked)

@@ -38,6 +38,7 @@ from mabp_gym.core.control import Control
 from mabp_gym.core.index import WorkloadIndex
 from mabp_gym.core.kernels import slotcore
 from mabp_gym.core.state import SimState
+from mabp_gym.core.validate import checked_action
 from mabp_gym.core.workload import Workload
 
 # One compiled projection (static arrays and scratch) per workload index.
@@ -47,9 +48,11 @@ _COMPILED: weakref.WeakKeyDictionary[WorkloadIndex, slotcore.CompiledProjection]
 
 
 def validate_scores(workload: Workload, scores: np.ndarray) -> np.ndarray:
-    """Return ``scores`` as a float64 vector or raise ``ValueError`` naming the shape."""
+    """Return ``scores`` as a float64 vector or raise ``ValueError`` naming what is wrong:
+    not real numbers (:func:`~mabp_gym.core.validate.checked_action`), the shape, NaN or
+    inf."""
     expected = workload.index.num_scores
-    array = np.asarray(scores, dtype=np.float64)
+    array = np.asarray(checked_action(scores, "scores"), dtype=np.float64)
     if array.shape != (expected,):
         raise ValueError(
             f"scores must have shape ({expected},) for workload "

@@ -1,5 +1,6 @@
 """The one validator of a number given by a user: builder parameters, workload-file fields,
-workload fields and env arguments all go through :func:`check_number`."""
+workload fields and env arguments all go through :func:`check_number`; score vectors (an
+env's action, :func:`mabp_gym.project`'s scores) through :func:`checked_action`."""
 
 from __future__ import annotations
 
@@ -44,3 +45,24 @@ def check_number(
     if high is not None and value > high:
         raise ValueError(f"{name}: must be <= {high:g}, got {value!r}")
     return int(value) if integer else float(value)
+
+
+def checked_action(action: Any, what: str = "the action") -> Any:
+    """Refuse scores that numpy would silently reinterpret: a masked array (the mask
+    would be dropped), complex numbers (the imaginary part would be dropped), strings,
+    booleans or objects. Shape and finiteness are checked by the projection
+    (:func:`mabp_gym.core.projection.validate_scores`, which calls this too); the envs call
+    it first to name what was wrong in their own terms (``what``: the action, each agent's
+    action)."""
+    if isinstance(action, np.ma.MaskedArray):
+        raise ValueError(
+            f"{what} is a masked array; pass a plain array of scores (fill "
+            "the masked entries, e.g. with -1 for 'do not act')"
+        )
+    kind = np.asarray(action).dtype.kind
+    if kind not in "fiu":
+        raise ValueError(
+            f"{what} must be real-valued scores (float or int), got dtype "
+            f"{np.asarray(action).dtype}"
+        )
+    return action

@@ -18,7 +18,7 @@ from mabp_gym.core.encoding import (
     symlog,
 )
 from mabp_gym.core.simulator import Simulator, SlotOutcome
-from mabp_gym.core.validate import check_number
+from mabp_gym.core.validate import check_number, checked_action
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import is_workload_file, make_workload, workload_params
 from mabp_gym.extras import has_extra, require
@@ -120,25 +120,6 @@ class SlimInfo(dict):
                 f"control and mask ({', '.join(DIAGNOSTIC_KEYS)})"
             )
         raise KeyError(key)
-
-
-def checked_action(action: Any, what: str = "the action") -> Any:
-    """Refuse scores that numpy would silently reinterpret: a masked array (the mask
-    would be dropped), complex numbers (the imaginary part would be dropped), strings,
-    booleans or objects. Shape and finiteness are checked by the projection. The single
-    env and the decentralized view (each agent's action, ``what``) share this check."""
-    if isinstance(action, np.ma.MaskedArray):
-        raise ValueError(
-            f"{what} is a masked array; pass a plain array of scores (fill "
-            "the masked entries, e.g. with -1 for 'do not act')"
-        )
-    kind = np.asarray(action).dtype.kind
-    if kind not in "fiu":
-        raise ValueError(
-            f"{what} must be real-valued scores (float or int), got dtype "
-            f"{np.asarray(action).dtype}"
-        )
-    return action
 
 
 def observation_space(encoder: ObservationEncoder) -> spaces.Dict:

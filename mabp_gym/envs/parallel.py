@@ -70,8 +70,9 @@ from mabp_gym.core.encoding import (
     ObservationEncoder,
 )
 from mabp_gym.core.simulator import Simulator, SlotOutcome
+from mabp_gym.core.validate import checked_action
 from mabp_gym.core.workload import ROLES, Workload
-from mabp_gym.envs.env import SFMSNEnv, checked_action
+from mabp_gym.envs.env import SFMSNEnv
 
 AGENT_REWARDS = ("own", "global")
 MAX_STALENESS = 10_000

@@ -28,7 +28,8 @@ from gymnasium.vector.utils import batch_space
 from mabp_gym.core.encoding import SERVICE_FEATURES, symlog
 from mabp_gym.core.kernels import jit, slotcore, transition_core
 from mabp_gym.core.kernels.transition_core import STATE_FIELDS, CompiledTransition, RunFifo
-from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv, checked_action
+from mabp_gym.core.validate import checked_action
+from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv
 
 _AUTORESET = getattr(gym.vector, "AutoresetMode", None)
 _PRESSURE = SERVICE_FEATURES.index("successor_pressure")
