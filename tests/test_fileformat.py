@@ -180,3 +180,22 @@ def test_cli__capacity_and_eval_take_a_workload_file(tmp_path):
     assert mabp_gym.read_records(out)[0]["workload"] == "multihop14"
     result = run("capacity", "--workload", str(tmp_path / "none.json"))
     assert result.returncode == 2 and "no workload file" in result.stderr
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_file__a_key_given_twice_is_refused_not_overwritten(suffix, tmp_path):
+    # json and PyYAML keep the last of two equal keys without a word: one of the author's
+    # two values would be dropped unseen.
+    text = json.dumps(make_workload("successor").to_dict(), indent=1)
+    if suffix == ".yaml":
+        text = yaml.safe_dump(json.loads(text))
+        doubled = text.replace("name: successor\n", "name: successor\nname: other\n", 1)
+    else:
+        doubled = text.replace('"name": "successor",', '"name": "successor", "name": "other",', 1)
+    assert doubled != text
+    path = tmp_path / f"w{suffix}"
+    path.write_text(doubled)
+    with pytest.raises(ValueError, match=r"w\.(json|yaml): the key 'name' appears twice"):
+        make_workload(str(path))
+    path.write_text(text)
+    assert make_workload(str(path)).name == "successor"

@@ -35,7 +35,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from functools import lru_cache
+from collections.abc import Callable
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -667,20 +668,48 @@ def load_workload(path: str | Path, **overrides: Any) -> Workload:
             raise ValueError(
                 f"{path}: reading YAML needs PyYAML (pip install pyyaml); JSON works without it"
             ) from error
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise ValueError(f"{path}: not valid YAML: {error}") from None
-        except RecursionError:
-            raise ValueError(f"{path}: nested too deeply to be a workload file") from None
+        parse: Callable[[str], Any] = partial(yaml.load, Loader=_unique_keys_yaml_loader(yaml))
+        kind, malformed = "YAML", yaml.YAMLError
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: not valid JSON: {error}") from None
-        except RecursionError:
-            raise ValueError(f"{path}: nested too deeply to be a workload file") from None
+        parse = partial(json.loads, object_pairs_hook=_unique_keys)
+        kind, malformed = "JSON", json.JSONDecodeError
+    try:
+        data = parse(text)
+    except malformed as error:
+        raise ValueError(f"{path}: not valid {kind}: {error}") from None
+    except ValueError as error:  # a key given twice
+        raise ValueError(f"{path}: {error}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a workload file") from None
     return workload_from_dict(data, source=str(path), **overrides)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (json keeps the last silently,
+    so one of two values the author wrote would be dropped unseen)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"the key {key!r} appears twice in one object; give it once")
+        result[key] = value
+    return result
+
+
+def _unique_keys_yaml_loader(yaml: Any) -> type:
+    """PyYAML's safe loader, refusing a mapping key given twice as :func:`_unique_keys` does."""
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
+            for key in keys:
+                if keys.count(key) > 1:
+                    raise ValueError(
+                        f"the key {key!r} appears twice in one mapping (line "
+                        f"{node.start_mark.line + 1}); give it once"
+                    )
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def save_workload(workload: Workload, path: str | Path) -> None:
