@@ -83,6 +83,8 @@ FLEET_LINE = '{"trace": "synthetic", "router": "jsq", "load": 1.0, "run": 0, "ke
         (("eval", "--loads", "0.5", "--out", "f.jsonl"), "holds fleet replays"),
         (("sweep", "--param", "K", "--values", "1", "--out", "f.jsonl"), "holds fleet replays"),
         (("fleet", "--out", "e.jsonl"), "holds policy evaluations"),
+        (("eval", "--loads", "0.5", "--out", "t.jsonl"), "no line of it is a run's record"),
+        (("fleet", "--out", "w.json"), "no line of it is a run's record"),
         (("fleet", "--out", "f2.jsonl", "--json", "f2.jsonl"), "--json 'f2.jsonl' names the file"),
         (("fleet", "--trace", "t.jsonl", "--markdown", "t.jsonl"), "names the file of --trace"),
         (("fleet", "--set", "num_workers=3"), "give the fleet's size with --fleet-size"),

@@ -47,6 +47,19 @@ def test_repair__cuts_only_the_torn_tail_in_place(tmp_path):
     assert b'"lo' in (tmp_path / "runs.jsonl.rejected").read_bytes()
 
 
+def test_evaluate__a_file_that_is_not_a_results_file_is_refused_untouched(tmp_path):
+    # Its lines used to be moved into a .rejected sidecar and the file rewritten with runs.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\nsecond line\n")
+    with pytest.raises(ValueError, match="no line of it is a run's record"):
+        evaluate("bp", "work_reuse", output=notes, **GRID)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    assert notes.read_text() == "my notes\nsecond line\n"
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(b'{"policy": "bp", "lo')  # only a first write cut by a kill: repaired
+    assert [r["seed"] for r in evaluate("bp", "work_reuse", output=torn, **GRID)] == [0, 1]
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -86,7 +99,7 @@ def test_evaluate__refuses_a_fleet_results_file_and_leaves_it_as_it_was(tmp_path
     with pytest.raises(ValueError, match="holds fleet replays"):
         evaluate("bp", "mixed", loads=[0.5], seeds=[0], horizon=50, output=path)
     assert path.read_text() == text + text[:20]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.jsonl", "fleet.jsonl.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.jsonl"]  # not even a lock
 
 
 def test_read_records__a_duplicated_run_counts_once(tmp_path):

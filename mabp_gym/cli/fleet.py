@@ -88,8 +88,8 @@ def _fleet(args: argparse.Namespace) -> None:
             raise ValueError(f"--seed must be an integer >= 0, got {args.seed}")
         _writable(args.markdown, "--markdown")
         _writable(args.json, "--json")
-        _writable(args.out, "--out", results="fleet")
         _distinct_files(args, ("out", "markdown", "json"), ("trace",))
+        _writable(args.out, "--out", results="fleet")
         if args.requests is not None and args.requests < 2:
             raise ValueError(f"--requests must be >= 2, got {args.requests}")
         # A bad line is named in the error; with --requests the rest is never read.

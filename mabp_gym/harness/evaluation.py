@@ -20,7 +20,12 @@ from typing import Any
 
 from mabp_gym.core.workload import Workload
 from mabp_gym.harness.dispatch import BACKENDS, dispatch
-from mabp_gym.harness.results_file import _repair, _ResultsFile, check_output_path
+from mabp_gym.harness.results_file import (
+    _repair,
+    _ResultsFile,
+    check_output_path,
+    check_results_kind,
+)
 from mabp_gym.harness.runs import RunSpec, plan
 
 
@@ -63,6 +68,7 @@ def execute(
     wanted = {spec.key: spec for spec in specs}
     if path is None:
         return _execute(wanted, None, {}, workers, backend, progress, address)
+    check_results_kind(path, "eval", "results file")  # again under the lock, in _repair
     with _ResultsFile(path) as results:
         done = _repair(path)
         results.open_for_append()

@@ -99,13 +99,16 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
 def results_kind(path: str | os.PathLike) -> str | None:
     """Whose results ``path`` holds, by its first JSON object line: ``"fleet"`` (a router
     over a trace: ``mabp-gym fleet``), ``"eval"`` (a policy on a workload: ``evaluate``,
-    ``mabp-gym eval``, ``table``, ``sweep``, ``bench``); None for a missing or empty file or
-    one with neither."""
+    ``mabp-gym eval``, ``table``, ``sweep``, ``bench``); ``"other"`` for a file of complete
+    lines none of which is either (not a results file: notes, a CSV); None for a missing or
+    empty file, or one holding only a torn first line."""
     path = Path(path)
     if not path.is_file():
         return None
+    lines = False
     with path.open("rb") as handle:
         for raw in handle:
+            lines = lines or (raw.endswith(b"\n") and bool(raw.strip()))
             try:
                 value = json.loads(raw)
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -114,14 +117,21 @@ def results_kind(path: str | os.PathLike) -> str | None:
                 return "fleet"
             if isinstance(value, dict) and {"policy", "workload"} <= value.keys():
                 return "eval"
-    return None
+    return "other" if lines else None
 
 
 def check_results_kind(path: str | os.PathLike, kind: str, what: str = "output") -> None:
     """Refuse a results file ``path`` that holds another command's records (``kind``:
-    ``"eval"`` or ``"fleet"``): read as this kind's, its lines would be set aside as not
-    records, or this kind's records appended among them."""
+    ``"eval"`` or ``"fleet"``), or no records at all (a file that is not a results file):
+    read as this kind's, its lines would be set aside as not records, or this kind's records
+    appended among them."""
     found = results_kind(path)
+    if found == "other":
+        raise ValueError(
+            f"{what} {str(path)!r} exists and no line of it is a run's record: it is not a "
+            "results file, and writing to it would move its lines aside; give a new path or "
+            "an existing results file"
+        )
     if found is not None and found != kind:
         names = {"eval": "policy evaluations", "fleet": "fleet replays (mabp-gym fleet)"}
         raise ValueError(
