@@ -134,6 +134,9 @@ def test_summarize_records__refuses_a_seed_counted_twice():
     with pytest.raises(ValueError, match="a at load 0.5 hold seed 0 twice"):
         summarize_records(records)
     assert summarize_records(records[:2])[0]["seeds"] == 2
+    # The same run (one key) read from two results files counts once.
+    keyed = [{**r, "key": f"k{r['seed']}"} for r in records]
+    assert summarize_records(keyed)[0]["seeds"] == 2
 
 
 def test_evaluate__records_carry_every_spec_5_key():

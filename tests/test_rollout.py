@@ -80,7 +80,12 @@ def test_rollout__matches_the_episode_of_its_score_rule():
 
 @pytest.mark.parametrize(
     ("horizon", "message"),
-    [(-3, "must be >= 1"), (0, "must be >= 1"), (2.5, "must be an integer"), (True, "must be a number")],
+    [
+        (-3, "must be >= 1"),
+        (0, "must be >= 1"),
+        (2.5, "must be an integer"),
+        (True, "must be a number"),
+    ],
 )
 def test_rollout__a_horizon_that_is_not_a_positive_integer_is_refused(horizon, message):
     # A negative horizon used to run no slot and return an empty trace.

@@ -22,6 +22,7 @@ where the records have it, so that a growing queue is not flattered by its compl
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,38 @@ def _default(records: list[Record]) -> list[Record]:
     ]
 
 
+def _override(record: Record, param: str) -> Any:
+    return record["overrides"][param]
+
+
+def _once(records: list[Record]) -> list[Record]:
+    """Each run once: the same run read from two results files counts once."""
+    return list({r.get("key", id(r)): r for r in records}.values())
+
+
+def _one_horizon(records: list[Record]) -> list[Record]:
+    """The runs of the horizon that covers the most loads (a grid's, not a sweep's runs at
+    one load or the longer reruns of a few cells), each once."""
+    records = _once(records)
+    if not records:
+        return []
+    horizons = {r.get("horizon") for r in records}
+    best = max(horizons, key=lambda h: len({r["load"] for r in records if r.get("horizon") == h}))
+    return [r for r in records if r.get("horizon") == best]
+
+
+def _one_sweep(records: list[Record], value: Callable[[Record], Any]) -> list[Record]:
+    """Of the runs of a sweep, the (workload, load, horizon) setting that holds the most
+    distinct ``value``s (ties: the most runs), each run once: a sweep's points are runs that
+    differ in the swept parameter alone."""
+    groups: dict[tuple, list[Record]] = {}
+    for r in _once(records):
+        groups.setdefault((r.get("workload"), r.get("load"), r.get("horizon")), []).append(r)
+    if not groups:
+        return []
+    return max(groups.values(), key=lambda g: (len({repr(value(r)) for r in g}), len(g)))
+
+
 def _fixed_load(records: list[Record]) -> float | None:
     loads = sorted({r["load"] for r in records})
     if not loads:
@@ -97,7 +130,9 @@ def backlog_traces(records: list[Record], out: Path, policy: str) -> str | None:
     from mabp_gym.harness.summaries import stable_load
 
     name = _main_workload(records)
-    mine = [r for r in _default(records) if r["policy"] == policy and r["workload"] == name]
+    mine = _one_horizon(
+        [r for r in _default(records) if r["policy"] == policy and r["workload"] == name]
+    )
     loads = sorted({r["load"] for r in mine})
     if len(loads) < 2:
         return f"needs {policy} on {name} at two or more loads"
@@ -130,13 +165,28 @@ def backlog_traces(records: list[Record], out: Path, policy: str) -> str | None:
     return None
 
 
-def nu_tradeoff(records: list[Record], out: Path, policy: str) -> str | None:
+def nu_points(records: list[Record], policy: str) -> list[tuple[float, float, float]]:
+    """``(nu, penalty, mean backlog)`` of ``policy``'s nu sweep: the runs of the one
+    setting (:func:`_one_sweep`) that holds the most values of nu, so that a file of
+    other runs at nu = 5 (Table I's, at every load) does not pull that point."""
     mine = [r for r in records if r["policy"] == policy and not r.get("overrides")]
+    mine = _one_sweep(mine, lambda r: r.get("nu"))
     nus = sorted({r["nu"] for r in mine})
-    if len(nus) < 2:
+    return [
+        (
+            nu,
+            _mean([r for r in mine if r["nu"] == nu], "penalty"),
+            _mean([r for r in mine if r["nu"] == nu], "mean_backlog"),
+        )
+        for nu in nus
+    ]
+
+
+def nu_tradeoff(records: list[Record], out: Path, policy: str) -> str | None:
+    points = nu_points(records, policy)
+    if len(points) < 2:
         return f"needs {policy} at two or more values of nu (mabp-gym sweep --param nu)"
-    penalty = [_mean([r for r in mine if r["nu"] == nu], "penalty") for nu in nus]
-    backlog = [_mean([r for r in mine if r["nu"] == nu], "mean_backlog") for nu in nus]
+    nus, penalty, backlog = (list(column) for column in zip(*points, strict=True))
     fig, ax = _figure()
     ax.plot(nus, penalty, "o-", color="tab:blue")
     ax.set_xlabel("nu")
@@ -151,7 +201,10 @@ def nu_tradeoff(records: list[Record], out: Path, policy: str) -> str | None:
 
 
 def separation_gap(records: list[Record], out: Path, policy: str) -> str | None:
-    sep = [r for r in records if r["workload"] == "separation"]
+    sep = _one_sweep(
+        [r for r in records if r["workload"] == "separation"],
+        lambda r: r.get("overrides", {}).get("K", 4.0),
+    )
     ks = sorted({float(r.get("overrides", {}).get("K", 4.0)) for r in sep})
     gaps = []
     for k in ks:
@@ -229,7 +282,10 @@ def memory_sensitivity(records: list[Record], out: Path, policy: str) -> str | N
     fig, axes = _figure(width=8.0, cols=2)
     drawn = 0
     for ax, param in zip(axes, ("beta", "skew"), strict=True):
-        swept = [r for r in records if param in r.get("overrides", {})]
+        swept = _one_sweep(
+            [r for r in records if param in r.get("overrides", {})],
+            partial(_override, param=param),
+        )
         values = sorted({float(r["overrides"][param]) for r in swept})
         gains = []
         for v in values:

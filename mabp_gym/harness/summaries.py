@@ -25,8 +25,9 @@ seeds below the limit with 95% confidence, and falling as the run lengthens);
 def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and standard deviation over seeds per (policy, load), with both verdicts.
 
-    The runs of one (policy, load) must be one setting (:data:`SETTING_KEYS`), each seed
-    once; otherwise ``ValueError`` names the cell and what differs.
+    A run (its ``key``) given twice counts once. The runs of one (policy, load) must be one
+    setting (:data:`SETTING_KEYS`), each seed once; otherwise ``ValueError`` names the cell
+    and what differs.
 
     ``stable``: verdict v3 (:func:`mabp_gym.core.metrics.growth_verdict`): the growth pooled
     over the seeds is below the limit with 95% confidence and, where it is significantly
@@ -36,7 +37,13 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     window pass its rule.
     """
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    keys: set[str] = set()
     for record in records:
+        key = record.get("key")
+        if key is not None:
+            if key in keys:
+                continue  # the same run (read from two results files, say) counts once
+            keys.add(key)
         groups.setdefault((record["policy"], float(record["load"])), []).append(record)
     rows = []
     for (policy, load), members in sorted(groups.items()):
