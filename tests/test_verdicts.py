@@ -77,3 +77,19 @@ def test_long_run_stable_load__longer_runs_decide_the_loads_they_cover():
     assert long_run_stable_load(short, flat, 8000, bound=0.6) == {"p": 0.5}
     with pytest.raises(ValueError, match="longer than the run"):
         long_run_stable_load(short, flat, 9000)
+
+
+def test_horizon_sensitivity__a_seed_saved_at_two_horizons_counts_once():
+    # Two results files with the same seeds at 4,000 and 8,000 slots: cut at 4,000, each
+    # seed stood twice and narrowed the interval; the summary now refuses that, so the
+    # sensitivity keeps each seed's longest run (as the --long path does).
+    records = [_record("p", load, seed, 0.0) for load in (0.4, 0.5) for seed in range(3)]
+    longer = [
+        _record("p", load, seed, 0.0, horizon=8000) for load in (0.4, 0.5) for seed in range(3)
+    ]
+    alone = horizon_sensitivity(longer, [2000, 4000], [[0, 1, 2]])
+    assert horizon_sensitivity(records + longer, [2000, 4000], [[0, 1, 2]]) == alone
+    # Runs of another workload are not mistaken for the same seed's other horizon.
+    other = [{**r, "workload": "rag"} for r in longer]
+    with pytest.raises(ValueError, match="differ in 'workload'"):
+        horizon_sensitivity(longer + other, [4000], [[0, 1, 2]])

@@ -68,6 +68,13 @@ runs that agree on each of them (a key a record lacks, as older records do, agre
 value), and ``policy_kw``, which makes a registered policy another policy."""
 
 
+def setting_of(record: dict[str, Any], *, without: tuple[str, ...] = ()) -> str:
+    """The record's setting (:data:`SETTING_KEYS` and ``policy_kw``, but ``without``) as
+    one comparable string."""
+    keys = [k for k in (*SETTING_KEYS, "policy_kw") if k not in without]
+    return json.dumps([record.get(k) for k in keys], sort_keys=True, default=str)
+
+
 def _check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -> None:
     """Refuse to pool runs of one (policy, load) that are not one experiment: different
     workloads, horizons, ... (the mean would mix them and the pooled growth interval would

@@ -22,7 +22,7 @@ from mabp_gym.core.metrics import (  # noqa: F401  (the cut's helpers live with 
     growth_at,
     min_horizon,
 )
-from mabp_gym.harness.summaries import stable_load
+from mabp_gym.harness.summaries import setting_of, stable_load
 
 
 def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]:
@@ -45,11 +45,17 @@ def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]
 
 
 def _longest_per_seed(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One run per (policy, load, seed): its longest (an ``--until-decided`` file holds the
-    same seed at several horizons, and counting each would shrink the interval)."""
-    best: dict[tuple[str, float, int], dict[str, Any]] = {}
+    """One run per (policy, load, seed) of one setting: its longest (an ``--until-decided``
+    file holds the same seed at several horizons, and counting each would shrink the
+    interval; runs of other settings stay, for the summary to refuse)."""
+    best: dict[tuple[str, float, int, str], dict[str, Any]] = {}
     for r in records:
-        key = (r["policy"], round(float(r["load"]), 9), int(r["seed"]))
+        key = (
+            r["policy"],
+            round(float(r["load"]), 9),
+            int(r["seed"]),
+            setting_of(r, without=("horizon", "workload_digest")),  # the digest holds the horizon
+        )
         if key not in best or r["horizon"] > best[key]["horizon"]:
             best[key] = r
     return list(best.values())
@@ -117,7 +123,7 @@ def horizon_sensitivity(
         where ``lowest`` is the smallest load run on each set (a stable load of 0 on a set
         whose lowest load is above the grid's start means "below the loads run").
     """
-    records = list(records)
+    records = _longest_per_seed(records)  # a seed run at two horizons counts once
     lowest: dict[tuple[str, int | None], float] = {}
     for record in records:
         key = (
