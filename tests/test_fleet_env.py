@@ -236,3 +236,28 @@ def test_fleet_env__spread_bursts_spreads_the_conversation_traces_equal_times():
     rollout(spread, 0)
     with pytest.raises(ValueError, match="spread_bursts must be True or False"):
         make_v1(spread_bursts="yes")
+
+
+def test_fleet_router_env__a_refused_reset_changes_nothing():
+    # The router-side bookkeeping was cleared before the options were refused: the next
+    # step raised a bare KeyError.
+    env = gymnasium.make("mabp_gym/Fleet-v1", num_requests=50)
+    env.reset(seed=0)
+    for _ in range(10):
+        env.step(0)
+    with pytest.raises(ValueError, match="options are not supported"):
+        env.reset(options={"x": 1})
+    for _ in range(5):
+        env.step(1)
+
+
+def test_fleet_env__a_trace_path_is_read(tmp_path):
+    from pathlib import Path
+
+    from mabp_gym.fleet import load_trace, write_mooncake
+
+    path = tmp_path / "t.jsonl"
+    write_mooncake(load_trace("synthetic", 30), path)
+    env = gymnasium.make("mabp_gym/Fleet-v1", trace=Path(path), num_requests=None, load=None)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)

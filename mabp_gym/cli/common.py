@@ -125,6 +125,8 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise ValueError(f"--set expects NAME=VALUE, got {pair!r}")
+        if key in overrides:  # the last would win unseen
+            raise ValueError(f"--set: {key} is given twice; give each name once")
         overrides[key] = _number(raw)
     return overrides
 

@@ -57,8 +57,9 @@ def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
 
 
 def _fleet(args: argparse.Namespace) -> None:
-    from mabp_gym.fleet import ROUTERS, load_trace, make_config
+    from mabp_gym.fleet import ROUTERS, load_trace, make_config, scale_to_load
     from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
+    from mabp_gym.fleet.simulator import check_block_size
     from mabp_gym.harness.results_file import _ResultsFile
 
     with user_input():
@@ -101,6 +102,12 @@ def _fleet(args: argparse.Namespace) -> None:
             )
         if args.spread_bursts:
             trace = trace.spread_bursts()
+        check_block_size(trace, config)
+        for load in args.loads:  # a trace that cannot take a load says so before any run
+            try:
+                scale_to_load(trace, load, config)
+            except ValueError as error:
+                raise ValueError(f"--loads {load:g} on trace {trace.name}: {error}") from None
     with contextlib.ExitStack() as held:
         done: dict[str, dict[str, Any]] = {}
         sink = None

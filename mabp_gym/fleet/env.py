@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import fields
 from typing import Any
 
@@ -18,7 +19,7 @@ from mabp_gym.fleet.simulator import (
     make_config,
     scale_to_load,
 )
-from mabp_gym.fleet.trace import SHIPPED_TRACES, Trace, load_trace
+from mabp_gym.fleet.trace import SHIPPED_TRACES, Trace, load_trace, read_mooncake
 
 WORKER_FEATURES = 6
 REQUEST_FEATURES = 4
@@ -35,6 +36,8 @@ def _trace(spec: Any, limit: int | None) -> Trace:
     only up to ``limit`` requests."""
     if isinstance(spec, Trace):
         return spec if limit is None else spec.head(limit)
+    if isinstance(spec, os.PathLike):
+        return read_mooncake(spec, limit)
     if not isinstance(spec, str):
         raise ValueError(
             f"trace must be a shipped trace name {SHIPPED_TRACES}, a Mooncake file path or a "
@@ -210,9 +213,8 @@ class FleetEnv(gymnasium.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        _check_options(options)  # before anything changes: a refused reset keeps the episode
         super().reset(seed=seed)
-        if options:
-            raise ValueError(f"options are not supported, got {sorted(options)}")
         run_seed = int(self.np_random.integers(2**31))
         self.sim = FleetSimulator(self.trace, self.config, run_seed, engine=self.engine)
         self._seen = 0
@@ -230,6 +232,11 @@ class FleetEnv(gymnasium.Env):
         info: dict[str, Any] = {"good": good, "dropped": dropped}
         obs = self._after_step(terminated, info)
         return obs, float(good - dropped), terminated, False, info
+
+
+def _check_options(options: dict[str, Any] | None) -> None:
+    if options:
+        raise ValueError(f"options are not supported, got {sorted(options)}")
 
 
 TTFT_CAP = 4.0
@@ -274,6 +281,7 @@ class FleetRouterEnv(FleetEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         from mabp_gym.fleet.features import RouterFeatures
 
+        _check_options(options)
         self._features = RouterFeatures(self.config.num_workers)
         self._step = 0
         self._routed: dict[int, tuple[int, float]] = {}  # rid -> (routing step, arrival)

@@ -35,7 +35,11 @@ import numpy as np
 
 from mabp_gym.fleet.engine import DEFAULT_PROFILE, PROFILES, StepEngine
 from mabp_gym.fleet.engine import Sequence as EngineSequence
-from mabp_gym.fleet.trace import Trace
+from mabp_gym.fleet.trace import BLOCK_TOKENS, Trace
+
+MIN_SCRAPE_INTERVAL_S = 1e-3
+"""The shortest scrape interval (1 ms; llm-d scrapes every 50 ms): each event copies the
+scraped table, and a finer interval only costs time."""
 
 ENGINES = ("simple", "step")
 """The worker engine models: ``simple`` (the first model, kept for comparison) and ``step``."""
@@ -54,8 +58,10 @@ class FleetConfig:
     """Workers (GPUs, engines) behind the dispatcher."""
     cache_blocks: int = 2000
     """Prefix-cache capacity of each worker, in blocks."""
-    block_tokens: int = 512
-    """Tokens per block (the Mooncake traces hash 512-token blocks)."""
+    block_tokens: int = BLOCK_TOKENS
+    """Tokens per block: the block size the trace is hashed in (``Trace.block_tokens``; the
+    Mooncake traces hash 512-token blocks); a simulator refuses a trace of another size, whose
+    every hit it would miscount."""
     max_running: int = 32
     """Concurrency (batch) limit per worker; more requests wait in the worker's FIFO queue."""
     max_waiting: int = 512
@@ -97,7 +103,8 @@ class FleetConfig:
     """Interval of the scraper that reads each engine's waiting and running requests and KV
     utilization for the routers that read them (``Telemetry.scraped``; llm-d's endpoint
     picker refreshes every 50 ms): a router sees the values of the last multiple of this
-    interval, up to one interval old (0: exact and instantaneous)."""
+    interval, up to one interval old (0: exact and instantaneous; else at least
+    :data:`MIN_SCRAPE_INTERVAL_S`)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -130,6 +137,11 @@ class FleetConfig:
         for f in fields(self):
             if getattr(self, f.name) < 0:
                 raise ValueError(f"FleetConfig.{f.name} must be >= 0, got {getattr(self, f.name)}")
+        if 0 < self.scrape_interval_s < MIN_SCRAPE_INTERVAL_S:
+            raise ValueError(
+                f"FleetConfig.scrape_interval_s must be 0 (exact) or at least "
+                f"{MIN_SCRAPE_INTERVAL_S:g} s, got {self.scrape_interval_s:g}"
+            )
         for name in ("agentic_fraction", "p_downstream_hit", "p_downstream_miss"):
             if getattr(self, name) > 1:
                 raise ValueError(
@@ -143,6 +155,17 @@ class FleetConfig:
     def blocks(self, tokens: int) -> int:
         """Blocks that ``tokens`` tokens occupy."""
         return -(-tokens // self.block_tokens)
+
+
+def check_block_size(trace: Trace, config: FleetConfig) -> None:
+    """Refuse a trace hashed in blocks of another size than the fleet's ``block_tokens``
+    (each cache hit would count the wrong number of tokens)."""
+    if trace.block_tokens is not None and trace.block_tokens != config.block_tokens:
+        raise ValueError(
+            f"trace {trace.name!r} hashes {trace.block_tokens}-token blocks and the fleet's "
+            f"block_tokens is {config.block_tokens}: each cache hit would count "
+            f"{config.block_tokens} tokens; use block_tokens={trace.block_tokens}"
+        )
 
 
 def make_config(**overrides: Any) -> FleetConfig:
@@ -415,6 +438,7 @@ class FleetSimulator:
         self.config = config or FleetConfig()
         self.engine = engine
         cfg = self.config
+        check_block_size(trace, cfg)
         self.trace = trace
         self.rng = np.random.default_rng(seed)
         w = cfg.num_workers
@@ -531,13 +555,14 @@ class FleetSimulator:
         is now; the router sees the last of them.
         """
         interval = self.config.scrape_interval_s
-        tick = math.floor(when / interval) * interval
+        k = math.floor(when / interval)
         scraped = self.telemetry.scraped
         np.copyto(scraped.table, self.engine_metrics)
-        scraped.taken_at = tick
-        self._next_scrape = tick + interval
-        while self._next_scrape <= when:  # rounding: the next tick comes after ``when``
-            self._next_scrape += interval
+        scraped.taken_at = k * interval
+        # The next tick by its index (an added interval can round to nothing far from 0).
+        self._next_scrape = (k + 1) * interval
+        if self._next_scrape <= when:  # rounding: the next tick comes after ``when``
+            self._next_scrape = (k + 2) * interval
 
     def dispatch(self, worker: int) -> None:
         """Send the pending request to ``worker``."""
@@ -723,7 +748,7 @@ class FleetSimulator:
     def _spawn(self, parent: Request) -> None:
         cfg = self.config
         tokens = parent.input_length + parent.output_length + cfg.tool_tokens
-        new_blocks = cfg.blocks(tokens) - len(parent.hash_ids)
+        new_blocks = max(0, cfg.blocks(tokens) - len(parent.hash_ids))
         extra = tuple(range(self._fresh_block, self._fresh_block - new_blocks, -1))
         self._fresh_block -= new_blocks
         job = Request(

@@ -15,7 +15,7 @@ import gzip
 import json
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -51,11 +51,34 @@ class Trace:
 
     Attributes:
         name: where it came from (file name or generator).
-        requests: the requests, timestamps non-decreasing.
+        requests: the requests, timestamps non-decreasing (checked: a trace out of order
+            would run the simulator's clock backwards).
+        block_tokens: the tokens a hashed block holds (the readers and generators: 512,
+            :data:`BLOCK_TOKENS`); ``None`` for a trace built by hand that leaves it to the
+            fleet's ``FleetConfig.block_tokens``. A simulator refuses a trace whose block
+            size is not its own: every cache hit would be miscounted.
     """
 
     name: str
     requests: tuple[TraceRequest, ...]
+    block_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.requests, tuple) or not all(
+            isinstance(r, TraceRequest) for r in self.requests
+        ):
+            raise ValueError("Trace.requests must be a tuple of TraceRequest")
+        size = self.block_tokens
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"Trace.block_tokens must be a positive integer or None, got {size!r}")
+        last = -np.inf
+        for k, r in enumerate(self.requests):
+            if not r.timestamp >= last:  # NaN too
+                raise ValueError(
+                    f"Trace.requests[{k}]: timestamp {r.timestamp!r} is earlier than the "
+                    f"previous request's {last:g} (or not a number); a trace is in arrival order"
+                )
+            last = r.timestamp
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -73,15 +96,17 @@ class Trace:
 
     def head(self, count: int) -> Trace:
         """The first ``count`` requests (for quick tests and the env)."""
-        return Trace(f"{self.name}[:{count}]", self.requests[:count])
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
+            raise ValueError(f"a trace's head needs a count >= 1 of requests, got {count!r}")
+        return replace(self, name=f"{self.name}[:{count}]", requests=self.requests[:count])
 
     def scaled(self, factor: float) -> Trace:
         """The same requests with every timestamp multiplied by ``factor`` (order kept)."""
         if not (np.isfinite(factor) and factor > 0):
             raise ValueError(f"time scale factor must be a positive finite number, got {factor}")
-        return Trace(
-            self.name,
-            tuple(
+        return replace(
+            self,
+            requests=tuple(
                 TraceRequest(r.timestamp * factor, r.input_length, r.output_length, r.hash_ids)
                 for r in self.requests
             ),
@@ -107,9 +132,10 @@ class Trace:
                 step = (times[end + 1] - times[start]) / (end - start + 1)
                 spread[start : end + 1] = times[start] + step * np.arange(end - start + 1)
             start = end + 1
-        return Trace(
-            f"{self.name}-spread",
-            tuple(
+        return replace(
+            self,
+            name=f"{self.name}-spread",
+            requests=tuple(
                 TraceRequest(float(t), r.input_length, r.output_length, r.hash_ids)
                 for t, r in zip(spread, self.requests, strict=True)
             ),
@@ -202,7 +228,7 @@ def parse_mooncake(lines: Iterable[str], name: str = "trace", limit: int | None 
         requests.append(request)
     if not requests:
         raise ValueError(f"{name}: no requests")
-    return Trace(name, tuple(requests))
+    return Trace(name, tuple(requests), BLOCK_TOKENS)
 
 
 def read_mooncake(path: str | Path, limit: int | None = None) -> Trace:
@@ -242,12 +268,16 @@ def shipped_trace(name: str) -> Trace:
     resource = resources.files("mabp_gym.fleet") / "traces" / f"mooncake_{name}.jsonl.gz"
     with resources.as_file(resource) as path:
         trace = read_mooncake(path)
-    return Trace(name, trace.requests)
+    return replace(trace, name=name)
 
 
 def load_trace(spec: str, limit: int | None = None) -> Trace:
     """A shipped trace by name, else a Mooncake file by path (with ``limit``, its first
     that many requests, the rest of a file left unread)."""
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1
+    ):
+        raise ValueError(f"a trace's request limit must be a whole number >= 1, got {limit!r}")
     if spec in SHIPPED_TRACES:
         trace = shipped_trace(spec)
         return trace if limit is None else trace.head(limit)
@@ -372,7 +402,7 @@ def prefix_tree_trace(
         length = (len(ids) - 1) * BLOCK_TOKENS + int(rng.integers(1, BLOCK_TOKENS + 1))
         output = max(1, int(rng.exponential(output_mean)))
         requests.append(TraceRequest(float(times[k] * 1000.0), length, output, tuple(ids)))
-    return Trace(f"prefix_tree(seed={seed})", tuple(requests))
+    return Trace(f"prefix_tree(seed={seed})", tuple(requests), BLOCK_TOKENS)
 
 
 def agentic_session_trace(
@@ -412,7 +442,7 @@ def agentic_session_trace(
         length = (len(ids) - 1) * BLOCK_TOKENS + int(rng.integers(1, BLOCK_TOKENS + 1))
         output = max(1, int(rng.exponential(output_mean)))
         requests.append(TraceRequest(float(times[k] * 1000.0), length, output, tuple(ids)))
-    return Trace(f"agentic_sessions(seed={seed})", tuple(requests))
+    return Trace(f"agentic_sessions(seed={seed})", tuple(requests), BLOCK_TOKENS)
 
 
 def write_mooncake(trace: Trace, path: str | Path) -> None:
