@@ -320,3 +320,27 @@ def test_scraper__a_fine_interval_is_refused_and_ticks_never_stall_far_from_zero
     sim = FleetSimulator(Trace("far", requests), config)
     run_to_end(sim)
     assert len(sim.records) == 3 and sim.dropped == 0
+
+
+def test_evaluate_fleet__runs_are_pooled_only_within_one_setting():
+    from mabp_gym.fleet.evaluate import evaluate_fleet, summarize
+
+    trace = prefix_tree_trace(40, seed=1)
+    config = FleetConfig(num_workers=2)
+    with pytest.raises(ValueError, match="routers: 'jsq' is given twice"):
+        evaluate_fleet(trace, ["jsq", "jsq"], [0.5], 1, config)
+    with pytest.raises(ValueError, match="loads: 0.5 is given twice"):
+        evaluate_fleet(trace, ["jsq"], [0.5, 0.5], 1, config)
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
+        evaluate_fleet(trace, ["jsq"], [0.5], 1, config, seed=-1)
+    simple = evaluate_fleet(trace, ["jsq"], [0.5], 2, config, engine="simple")
+    step = evaluate_fleet(trace, ["jsq"], [0.5], 2, config, engine="step")
+    assert [r["seed"] for r in simple] == [0, 1]
+    with pytest.raises(ValueError, match="differ in 'engine'"):
+        summarize(simple + step)
+    assert summarize(simple + simple)[(0.5, "jsq")]["runs"] == 2  # one run read twice
+    more = evaluate_fleet(trace, ["jsq"], [0.5], 2, FleetConfig(num_workers=2, cache_blocks=9))
+    with pytest.raises(ValueError, match="hold seed 0 twice"):
+        summarize(simple + more)
+    later = evaluate_fleet(trace, ["jsq"], [0.5], 2, config, seed=2)  # seeds 2, 3: independent
+    assert summarize(simple + later)[(0.5, "jsq")]["runs"] == 4

@@ -127,7 +127,7 @@ def test_trace_from_columns__sorts_and_gives_fresh_blocks_without_hashes():
     trace = trace_from_columns([500.0, 0.0], [1200, 100], [10, 20], name="azure")
     assert [r.input_length for r in trace.requests] == [100, 1200]
     assert trace.requests[0].hash_ids == (0,) and trace.requests[1].hash_ids == (1, 2, 3)
-    with pytest.raises(ValueError, match="azure line 1: output_length must be"):
+    with pytest.raises(ValueError, match="azure row 0: output_length must be"):
         trace_from_columns([0.0], [10], [0], name="azure")
     with pytest.raises(ValueError, match="same length"):
         trace_from_columns([0.0, 1.0], [10], [5, 5])
@@ -270,3 +270,26 @@ def test_spread_bursts__spreads_each_run_of_equal_times_up_to_the_next_tick():
     assert [r.timestamp for r in spread.requests] == [0.0, 100.0, 200.0, 300.0, 600.0, 600.0]
     assert [r.hash_ids for r in spread.requests] == [r.hash_ids for r in trace.requests]
     assert spread.name == "t-spread"
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        (([5000, 1000, 3000], [100, 200, 300], [0, 10, 10]), "columns row 0: output_length"),
+        (([0, 1000], [100.9, 700], [10, 10]), r"input_lengths\[0\]: must be a whole number"),
+        (([0, 1000], [100, float("nan")], [10, 10]), r"input_lengths\[1\]: must be a whole"),
+        (([0, 1000], [100, "abc"], [10, 10]), r"input_lengths\[1\]: must be a whole number"),
+        (([0, True], [100, 100], [10, 10]), r"timestamps_ms\[1\]: must be a finite number"),
+    ],
+)
+def test_trace_from_columns__refuses_by_column_and_the_callers_row(columns, message):
+    # int() truncated 100.9 tokens, and errors named the row's place after sorting.
+    with pytest.raises(ValueError, match=message):
+        trace_from_columns(*columns)
+
+
+def test_trace_from_columns__a_string_of_hash_ids_is_not_split_into_digits():
+    with pytest.raises(ValueError, match=r"hash_ids\[0\]: must be a list of integers"):
+        trace_from_columns([0, 1000], [100, 100], [10, 10], hash_ids=["12", [3]])
+    trace = trace_from_columns([1000, 0], [100, 600], [10, 10], hash_ids=[[1], [1, 2]])
+    assert [r.hash_ids for r in trace.requests] == [(1, 2), (1,)]

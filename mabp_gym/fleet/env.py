@@ -37,7 +37,7 @@ def _trace(spec: Any, limit: int | None) -> Trace:
     if isinstance(spec, Trace):
         return spec if limit is None else spec.head(limit)
     if isinstance(spec, os.PathLike):
-        return read_mooncake(spec, limit)
+        return read_mooncake(os.fspath(spec), limit)
     if not isinstance(spec, str):
         raise ValueError(
             f"trace must be a shipped trace name {SHIPPED_TRACES}, a Mooncake file path or a "

@@ -57,8 +57,14 @@ def evaluate_fleet(
     """
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     for name in routers:
         make_router(name)  # fail before any work on an unknown name
+    for what, values in (("routers", list(routers)), ("loads", list(loads))):
+        twice = [v for k, v in enumerate(values) if v in values[:k]]
+        if twice:  # its runs would be pooled as more independent runs of the same seeds
+            raise ValueError(f"{what}: {twice[0]!r} is given twice; give each once")
     records = []
     digest = trace_digest(trace)
     done = done or {}
@@ -78,6 +84,7 @@ def evaluate_fleet(
                     "router": name,
                     "load": load,
                     "run": run,
+                    "seed": seed + run,
                     "workers": config.num_workers,
                     "engine": engine,
                     **metrics,
@@ -128,18 +135,46 @@ def half_width(values: Sequence[float]) -> float:
 
 def summarize(records: Sequence[dict[str, Any]]) -> dict[tuple[float, str], dict[str, Any]]:
     """(load, router) -> {metric: (mean, half-width)}, plus ``runs``. A metric a record
-    lacks (records written before it existed: ``p95_tpot_s``) counts as NaN, shown "-"."""
+    lacks (records written before it existed: ``p95_tpot_s``) counts as NaN, shown "-".
+
+    A run (its ``key``) given twice counts once. The runs of one (load, router) must be of
+    one trace, engine and fleet size, each seed once; otherwise ``ValueError`` names what
+    differs (pooled, the half-width would count them as more independent runs)."""
     groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    seen: set[str] = set()
     for record in records:
+        if record.get("key") is not None:
+            if record["key"] in seen:
+                continue
+            seen.add(record["key"])
         groups.setdefault((record["load"], record["router"]), []).append(record)
     out: dict[tuple[float, str], dict[str, Any]] = {}
     for key, rows in groups.items():
+        _check_one_setting(key, rows)
         summary: dict[str, Any] = {"runs": len(rows)}
         for metric in METRICS:
             values = [r.get(metric, math.nan) for r in rows]
             summary[metric] = (float(np.mean(values)), half_width(values))
         out[key] = summary
     return out
+
+
+def _check_one_setting(cell: tuple[float, str], rows: list[dict[str, Any]]) -> None:
+    where = f"the runs of {cell[1]} at load {cell[0]:g}"
+    for field in ("trace", "engine", "workers"):
+        values = {repr(r[field]) for r in rows if r.get(field) is not None}
+        if len(values) > 1:
+            raise ValueError(
+                f"{where} differ in {field!r} ({', '.join(sorted(values))}); summarize each "
+                "setting on its own"
+            )
+    seeds = [r["seed"] for r in rows if r.get("seed") is not None]
+    twice = [s for k, s in enumerate(seeds) if s in seeds[:k]]
+    if twice:
+        raise ValueError(
+            f"{where} hold seed {twice[0]} twice with different settings (fleet constants); "
+            "summarize each setting on its own"
+        )
 
 
 def _cell(mean: float, hw: float, metric: str) -> str:

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from mabp_gym.core.validate import is_real
 
 BLOCK_TOKENS = 512
 """Tokens per hashed block in the Mooncake traces (and in the synthetic generators)."""
@@ -295,7 +299,8 @@ def trace_from_columns(
 
     Without ``hash_ids`` (Azure LLM inference, BurstGPT) every request gets fresh block ids,
     so no prefix is ever shared: such traces test load balancing, not reuse. Rows are sorted
-    by time (stable) and validated as Mooncake lines are.
+    by time (stable) and validated as Mooncake lines are; an error names the column and the
+    caller's row.
     """
     count = len(timestamps_ms)
     if (
@@ -306,8 +311,18 @@ def trace_from_columns(
         raise ValueError(
             "timestamps, input_lengths, output_lengths (and hash_ids) must have the same length"
         )
+    for k in range(count):  # by the caller's row, before sorting; nothing coerced
+        _check_column_value(timestamps_ms[k], f"timestamps_ms[{k}]", whole=False)
+        _check_column_value(input_lengths[k], f"input_lengths[{k}]", whole=True)
+        _check_column_value(output_lengths[k], f"output_lengths[{k}]", whole=True)
+        if hash_ids is not None:
+            ids = hash_ids[k]
+            if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+                raise ValueError(f"hash_ids[{k}]: must be a list of integers, got {ids!r}")
+            for i in ids:
+                _check_column_value(i, f"hash_ids[{k}]", whole=True)
     order = sorted(range(count), key=lambda k: float(timestamps_ms[k]))
-    lines = []
+    requests = []
     next_id = 0
     for k in order:
         tokens = int(input_lengths[k])
@@ -317,17 +332,24 @@ def trace_from_columns(
             next_id += blocks
         else:
             ids = [int(i) for i in hash_ids[k]]
-        lines.append(
-            json.dumps(
-                {
-                    "timestamp": float(timestamps_ms[k]),
-                    "input_length": tokens,
-                    "output_length": int(output_lengths[k]),
-                    "hash_ids": ids,
-                }
-            )
-        )
-    return parse_mooncake(lines, name)
+        line = {
+            "timestamp": float(timestamps_ms[k]),
+            "input_length": tokens,
+            "output_length": int(output_lengths[k]),
+            "hash_ids": ids,
+        }
+        requests.append(_parse_line(json.dumps(line), f"{name} row {k}"))
+    if not requests:
+        raise ValueError(f"{name}: no requests")
+    return Trace(name, tuple(requests), BLOCK_TOKENS)
+
+
+def _check_column_value(value: Any, where: str, *, whole: bool) -> None:
+    """A column's entry is a real number (an integer where ``whole``), never coerced: a
+    string, a bool, NaN or 100.9 tokens are refused by column and row."""
+    if not is_real(value) or not math.isfinite(value) or (whole and value != int(value)):
+        kind = "a whole number" if whole else "a finite number"
+        raise ValueError(f"{where}: must be {kind}, got {value!r}")
 
 
 # -- synthetic generators ----------------------------------------------------------------------
