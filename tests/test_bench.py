@@ -121,3 +121,23 @@ def test_cli__bad_arguments_exit_2_with_one_line(argv, message):
     result = cli(*argv)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_leaderboard__only_the_benchmarks_own_setting_and_each_run_once():
+    # A results file may hold the same workload and load without memory, at another nu or
+    # with the policy's own arguments: none of them is the task's run (pooled, the
+    # no-memory run flipped MABP to "not stable" and every score on the task to 0).
+    task = bench.TASKS[3]
+    mine = [{**record("mabp", task, s, 200.0), "key": f"k{s}"} for s in range(2)]
+    others = [
+        {**record("mabp", task, 0, 5000.0, growth=0.5), "key": "nomem", "memory": False},
+        {**record("mabp", task, 0, 5000.0, growth=0.5), "key": "nu", "nu": 0.0},
+        {**record("mabp", task, 0, 5000.0, growth=0.5), "key": "kw", "policy_kw": {"v": 2}},
+    ]
+    (row,) = bench.leaderboard(mine + others + mine[:1], [task])
+    assert row["seeds"] == 2 and row["stable"] and row["p95_delay_all"] == 200.0
+    twice = {**record("mabp", task, 0, 210.0), "key": "again"}  # seed 0 under another key
+    with pytest.raises(ValueError, match="hold seed 0 twice"):
+        bench.leaderboard(mine + [twice], [task])
+    with pytest.raises(ValueError, match="seed 9000 is given twice"):
+        bench.check_seeds([9000, 9001, 9000])

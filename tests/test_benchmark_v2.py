@@ -210,3 +210,33 @@ def test_stable_load__a_load_at_the_occupation_bound_is_never_credited():
     assert occupation_load([*records, {**records[0], "workload": "rag"}]) is None
     with pytest.raises(ValueError, match="bound must be a load > 0"):
         stable_load(records, bound=-1.0)
+
+
+def test_stable_load__the_no_memory_system_is_held_to_its_own_capacity():
+    # Without memory there was no bound at all: BP on work_reuse was credited at 0.25, the
+    # no-memory capacity itself (critically loaded).
+    from mabp_gym import capacity
+    from mabp_gym.harness.summaries import occupation_load, stable_load
+
+    wl = make_workload("work_reuse")
+    nomem = capacity(wl, "nomem") / wl.lambda_ref
+    records = [
+        {
+            "policy": "bp",
+            "workload": "work_reuse",
+            "overrides": {},
+            "memory": False,
+            "load": load,
+            "seed": 0,
+            "stable": True,
+            "paper_stable": True,
+            "mean_backlog": 1.0,
+            "slope": 0.0,
+            "growth": 0.0,
+        }
+        for load in (0.15, 0.2, 0.25, 0.3)
+    ]
+    assert occupation_load(records) == pytest.approx(nomem) == pytest.approx(0.25)
+    assert stable_load(records)["bp"] == 0.2
+    with pytest.raises(ValueError, match="bound must be a load > 0"):
+        stable_load(records, bound=True)

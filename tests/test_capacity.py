@@ -123,3 +123,41 @@ def test_capacity__at_fractional_kappa_w_the_exact_bound_is_whole_units(kappa_w,
             # slope is noisy (Poisson arrivals' random walk), so the queue's level decides too.
             assert record["growth"] > 0.1 * excess, (record["growth"], excess)
             assert record["mean_backlog"] > 5 * settled, (record["mean_backlog"], settled)
+
+
+def test_builders__memory_that_adds_work_is_refused_so_nomem_never_exceeds_full():
+    # pi_l > pi_h made a hit create more verifier jobs than a miss: nomem 5 > full 2, and
+    # every load (normalized by full) meant something else.
+    with pytest.raises(ValueError, match="pi_l must be <= pi_h"):
+        make_workload("successor", mu_u=5, mu_v=1, pi_h=0.2, pi_l=0.5)
+    with pytest.raises(ValueError, match="verify_rag_hit must be <= verify_rag_miss"):
+        make_workload("mixed", verify_rag_hit=1.0, verify_rag_miss=0.0)
+    wl = make_workload("successor", pi_h=0.5, pi_l=0.5)  # equal: memory is neutral
+    assert capacity(wl, "nomem") == pytest.approx(capacity(wl, "full"))
+
+
+def test_capacity__accurate_down_to_the_smallest_compute_and_refused_below():
+    # HiGHS's absolute tolerances made full/mu 3.33 (not 2.825) at mu = 1e-6 and occ < full.
+    per_mu = capacity(make_workload("mixed"), "full") / 2.0  # 2.82495 at the default mu = 2
+    for mu in (2.0, 1e-3):
+        wl = make_workload("mixed", mu=mu)
+        assert capacity(wl, "full") / mu == pytest.approx(per_mu, rel=1e-6)
+        assert capacity(wl, "occ") == pytest.approx(capacity(wl, "full"), rel=1e-6)
+    with pytest.raises(ValueError, match=r"mu must be in \[0.001, 1e\+06\]"):
+        make_workload("mixed", mu=1e-6)
+
+
+def test_capacity_and_occupation_bound__arguments_are_checked_by_name():
+    from mabp_gym.core.occupation import occupation_bound
+
+    assert capacity("work_reuse", "full") == capacity(make_workload("work_reuse"), "full")
+    with pytest.raises(ValueError, match="workload must be a Workload or a workload's name"):
+        capacity(3, "full")
+    wl = make_workload("boundary")
+    with pytest.raises(ValueError, match="exact must be True or False, got 'no'"):
+        occupation_bound(wl, exact="no")  # a truthy string ran the exact LP
+    with pytest.raises(ValueError, match="'boundary' has no fixed memory"):
+        occupation_bound(wl, initial=7)  # ignored before
+    for bad in (None, float("nan"), 1.5, True):
+        with pytest.raises(ValueError, match="initial must be an integer >= 0"):
+            occupation_bound(wl, initial=bad)

@@ -111,6 +111,13 @@ def builtin_workloads(draw) -> Workload:
         mu_u = overrides.get("mu_u", params["mu_u"].default)
         link = overrides.get("link_capacity", params["link_capacity"].default)
         overrides["link_capacity"] = max(int(link), math.ceil(mu_u))
+        pi_h = overrides.get("pi_h", params["pi_h"].default)
+        overrides["pi_l"] = min(overrides.get("pi_l", params["pi_l"].default), pi_h)
+    for family in ("rag", "moe", "agentic"):  # a hit verifies no more than a miss
+        hit, miss = f"verify_{family}_hit", f"verify_{family}_miss"
+        if hit in params:
+            top = overrides.get(miss, params[miss].default)
+            overrides[hit] = min(overrides.get(hit, params[hit].default), top)
     if name == "multihop":
         nodes = overrides.get("nodes", params["nodes"].default)
         overrides["attach"] = min(overrides.get("attach", 2), nodes - 2)

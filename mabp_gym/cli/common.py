@@ -63,13 +63,23 @@ def _no_repeats(values: list[Any], option: str) -> None:
 
 def _writable(path: str | None, option: str, results: str | None = None) -> None:
     """Check an output file option before any work starts; ``results``: the kind of results
-    file it is (``"eval"``, ``"fleet"``), which one of the other kind must not be."""
+    file it is (``"eval"``, ``"fleet"``), which one of the other kind must not be. An output
+    that is not a results file (a table, a JSON report) never overwrites one."""
     if path is not None:
-        from mabp_gym.harness.results_file import check_output_path, check_results_kind
+        from mabp_gym.harness.results_file import (
+            check_output_path,
+            check_results_kind,
+            results_kind,
+        )
 
         check_output_path(path, option)
         if results is not None:
             check_results_kind(path, results, option)
+        elif results_kind(path) in ("eval", "fleet"):
+            raise ValueError(
+                f"{option} {path!r} is a results file (runs' records): writing this output "
+                "there would destroy them; give another path"
+            )
 
 
 def _distinct_files(

@@ -274,9 +274,9 @@ def _table(args: argparse.Namespace) -> None:
             "table",
             {"load": "sets the loads with --loads and --at", "horizon": "sets it with --horizon"},
         )
+        _distinct_files(args, ("out", "markdown", "csv"), ("long", "workload"))
         _writable(args.markdown, "--markdown")
         _writable(args.csv, "--csv")
-        _distinct_files(args, ("out", "markdown", "csv"), ("long", "workload"))
         long = _long_runs(args, policies)
         if args.from_results:
             from mabp_gym.harness.results_file import read_records
@@ -412,8 +412,8 @@ def _verdicts(args: argparse.Namespace) -> None:
     from mabp_gym.harness.verdicts import check_record_trace, horizon_sensitivity
 
     with user_input():
-        _writable(args.markdown, "--markdown")
         _distinct_files(args, ("markdown",), ("results",))
+        _writable(args.markdown, "--markdown")
         records = _read_results(args.results)
         seed_sets = [_parse_seeds(token) for token in args.seed_sets]
         _check_seed_sets(seed_sets, records)
@@ -498,6 +498,7 @@ def _sweep(args: argparse.Namespace) -> None:
 
     with user_input():
         values = _parse_grid(args.values, "--values")
+        _no_repeats(values, "--values")  # 2 and 2.0 too: one row printed twice
         policies = _policies(args.policies)
         overrides = _parse_overrides(args.overrides)
         _no_grid_overrides(

@@ -87,9 +87,9 @@ def _fleet(args: argparse.Namespace) -> None:
             raise ValueError(f"--runs must be a positive integer, got {args.runs}")
         if args.seed < 0:
             raise ValueError(f"--seed must be an integer >= 0, got {args.seed}")
+        _distinct_files(args, ("out", "markdown", "json"), ("trace",))
         _writable(args.markdown, "--markdown")
         _writable(args.json, "--json")
-        _distinct_files(args, ("out", "markdown", "json"), ("trace",))
         _writable(args.out, "--out", results="fleet")
         if args.requests is not None and args.requests < 2:
             raise ValueError(f"--requests must be >= 2, got {args.requests}")

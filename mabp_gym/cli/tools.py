@@ -59,8 +59,8 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
             "capacity",
             {"load": "does not depend on the load", "horizon": "does not depend on the horizon"},
         )
-        _writable(args.json, "--json")
         _distinct_files(args, ("json", "figure"), ("workload",))
+        _writable(args.json, "--json")
         wl = make_workload(args.workload, **overrides)
     nomem, full = capacity(wl, "nomem"), capacity(wl, "full")
     result: dict[str, Any] = {
@@ -121,8 +121,8 @@ def _simulate(args: argparse.Namespace) -> None:
                 overrides[key] = getattr(args, key)
         if any(seed < 0 for seed in args.seeds):
             raise ValueError(f"--seeds must be integers >= 0, got {args.seeds}")
-        _writable(args.json, "--json")
         _distinct_files(args, ("json",), ("workload",))
+        _writable(args.json, "--json")
         wl = make_workload(args.workload, **overrides)
     records = []
     print(
@@ -190,9 +190,9 @@ def _bench(args: argparse.Namespace) -> None:
             raise ValueError(
                 f"--horizon must be at least {SCREEN_HORIZON} for the benchmark, got {args.horizon}"
             )
+        _distinct_files(args, ("out", "markdown", "json"))
         _writable(args.markdown, "--markdown")
         _writable(args.json, "--json")
-        _distinct_files(args, ("out", "markdown", "json"))
         if args.from_results:
             if args.out is None or not Path(args.out).is_file():
                 raise ValueError("--from-results needs --out naming an existing results file")

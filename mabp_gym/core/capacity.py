@@ -26,11 +26,13 @@ from mabp_gym.core.workload import Workload
 REFERENCES = ("full", "nomem", "occ")
 
 
-def capacity(workload: Workload, reference: Literal["full", "nomem", "occ"] = "full") -> float:
+def capacity(
+    workload: Workload | str, reference: Literal["full", "nomem", "occ"] = "full"
+) -> float:
     """Fluid capacity in requests per slot (``inf`` if no resource binds).
 
     Args:
-        workload: the network.
+        workload: the network, or a workload's name or file (its defaults).
         reference: ``"full"`` (every memory-assisted action a hit), ``"nomem"``
             (every action a miss) or ``"occ"`` (the occupation-measure relaxation, see
             :func:`mabp_gym.core.occupation.occupation_bound`).
@@ -40,6 +42,14 @@ def capacity(workload: Workload, reference: Literal["full", "nomem", "occ"] = "f
     """
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    if isinstance(workload, str):
+        from mabp_gym.core.workloads import make_workload
+
+        workload = make_workload(workload)
+    if not isinstance(workload, Workload):
+        raise ValueError(
+            f"workload must be a Workload or a workload's name, got {type(workload).__name__}"
+        )
     if reference == "occ":
         from mabp_gym.core.occupation import occupation_bound
 

@@ -46,6 +46,7 @@ the paper's per-slot model; the exact LP refuses them.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -53,6 +54,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
+
+from mabp_gym.core.validate import is_real
 
 if TYPE_CHECKING:
     from mabp_gym.core.workload import Workload
@@ -634,8 +637,16 @@ def occupation_bound(
         ValueError: ``exact=True`` on an instance beyond ``EXACT_LIMITS`` or outside the
             paper's per-slot model (multi-slot or zero-work service).
     """
-    if int(initial) != initial or initial < 0:
+    for name, flag in (("exact", exact), ("budget_hull", budget_hull)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
+    if not is_real(initial) or not math.isfinite(initial) or int(initial) != initial or initial < 0:
         raise ValueError(f"initial must be an integer >= 0, got {initial!r}")
+    if initial and not exact and not workload.fixed_memory:
+        raise ValueError(
+            f"initial={initial!r} selects the memory a fixed-memory workload holds (or, with "
+            f"exact=True, the exact LP's initial state); {workload.name!r} has no fixed memory"
+        )
     if exact:
         return _exact(workload, int(initial))
     return occupation_relaxation(workload, budget_hull=budget_hull, initial=int(initial))

@@ -82,7 +82,7 @@ _SERVICE_GRAPH = {
     "beta": Param(0.25, 0.0, 1.0, low_open=True, doc="budget fraction of B_i^max"),
     "Z": Param(8, 1, 256, integer=True, doc="state types per family"),
     "skew": Param(1.0, 0.0, 10.0, doc="Zipf skew of the state types"),
-    "mu": Param(2.0, 0.0, 1e6, low_open=True, doc="compute per slot of every worker"),
+    "mu": Param(2.0, 1e-3, 1e6, doc="compute per slot of every worker"),
     "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="units per slot per link"),
     "bandwidth": Param(4.0, 0.0, 1e6, doc="transfer bandwidth, size units per slot"),
     "replicas": Param(2, 1, 64, integer=True, doc="identities per signature network-wide"),
@@ -229,6 +229,11 @@ def successor(p: dict[str, Any]) -> Workload:
     Capacities: ``min(mu_u, mu_v / pi_h)`` without memory and ``min(mu_u, mu_v / pi_l)``
     with (defaults 1 and 2 requests per slot).
     """
+    if p["pi_l"] > p["pi_h"]:
+        raise ValueError(
+            f"pi_l must be <= pi_h (a hit creates no more verifier jobs than a miss: the "
+            f"memory that Thm. 2 credits), got pi_l = {p['pi_l']:g} > pi_h = {p['pi_h']:g}"
+        )
     if p["link_capacity"] < p["mu_u"]:
         raise ValueError(
             f"link_capacity must be >= mu_u = {p['mu_u']:g} (Cor. 1 assumes the "
@@ -412,6 +417,12 @@ def _service_actions(
         "moe": (p["verify_moe_hit"], p["verify_moe_miss"]),
         "agentic": (p["verify_agentic_hit"], p["verify_agentic_miss"]),
     }
+    for family, (hit, miss) in verify_law.items():
+        if hit > miss:  # memory would add work: "full" (every action a hit) no longer bounds
+            raise ValueError(
+                f"verify_{family}_hit must be <= verify_{family}_miss (a hit creates no more "
+                f"verification than a miss), got {hit:g} > {miss:g}"
+            )
     actions: list[Action] = []
     for family in families:
         stages = _FAMILIES[family]
@@ -700,7 +711,7 @@ _MULTIHOP = {
     },
     "eps": Param(0.0, 0.0, 1.0, doc="transition noise (requests leave when served)"),
     "beta": Param(0.5, 0.0, 1.0, low_open=True, doc="hub memory as a fraction of classes"),
-    "mu": Param(2.0, 0.0, 1e6, low_open=True, doc="compute per slot of every hub"),
+    "mu": Param(2.0, 1e-3, 1e6, doc="compute per slot of every hub"),
     "link_capacity": Param(2, 1, 1_000_000, integer=True, doc="units per slot per link"),
     "bandwidth": Param(1.0, 0.0, 1e6, doc="transfer bandwidth, size units per slot"),
     "nodes": Param(
@@ -751,8 +762,8 @@ BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]
         {
             **_THEORY,
             "load": Param(0.9, 0.0, 10.0, doc="normalized load"),
-            "mu_u": Param(2.0, 0.0, 1e6, low_open=True, doc="upstream compute per slot"),
-            "mu_v": Param(1.0, 0.0, 1e6, low_open=True, doc="verifier compute per slot"),
+            "mu_u": Param(2.0, 1e-3, 1e6, doc="upstream compute per slot"),
+            "mu_v": Param(1.0, 1e-3, 1e6, doc="verifier compute per slot"),
             "pi_h": Param(1.0, 0.0, 1.0, doc="P(verifier job) after a miss"),
             "pi_l": Param(0.0, 0.0, 1.0, doc="P(verifier job) after a hit"),
             "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="upstream-verifier link"),
@@ -764,7 +775,7 @@ BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]
             "load": Param(0.5, 0.0, 10.0, doc="normalized load (of mu)"),
             "horizon": _COMMON["horizon"],
             "K": _COMMON["K"],
-            "mu": Param(1.0, 0.0, 1e6, low_open=True, doc="compute per slot"),
+            "mu": Param(1.0, 1e-3, 1e6, doc="compute per slot"),
         },
     ),
     "boundary": (
@@ -773,7 +784,7 @@ BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]
             **_COMMON,
             "K": Param(2.0, 1.0, 1e6, doc="noncached factor"),
             "beta": Param(0.5, 0.0, 1.0, low_open=True, doc="budget fraction of B_i^max"),
-            "mu": Param(2.0, 0.0, 1e6, low_open=True, doc="compute per slot of each server"),
+            "mu": Param(2.0, 1e-3, 1e6, doc="compute per slot of each server"),
             "share0": Param(0.5, 0.0, 1.0, doc="arrival share of commodity c0"),
             "link_capacity": Param(10, 1, 1_000_000, integer=True, doc="units per slot per link"),
             "bandwidth": Param(1.0, 0.0, 1e6, doc="transfer bandwidth"),

@@ -26,7 +26,7 @@ import numpy as np
 from mabp_gym.core.metrics import growth_verdict, pooled
 from mabp_gym.extras import MissingExtraError
 from mabp_gym.harness.runs import RunSpec, plan
-from mabp_gym.harness.summaries import occupation_load
+from mabp_gym.harness.summaries import check_one_setting, occupation_load
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,17 @@ class Task:
     why: str = ""
 
     def matches(self, record: dict[str, Any]) -> bool:
-        """Whether a run record is a run of this task."""
+        """Whether a run record is a run of this task at the benchmark's setting (memory
+        on, ``nu`` and warm-up at their defaults, the policy's own arguments): a results
+        file may hold other runs of the same workload and load, which are not the task's."""
         return (
             record.get("workload") == self.workload
             and abs(float(record.get("load", -1.0)) - self.load) < 1e-9
             and dict(record.get("overrides") or {}) == dict(self.overrides)
+            and record.get("memory", True) is True
+            and record.get("nu", RunSpec.nu) == RunSpec.nu
+            and record.get("warmup", RunSpec.warmup) == RunSpec.warmup
+            and not record.get("policy_kw")
         )
 
 
@@ -103,6 +109,9 @@ def check_seeds(seeds: Iterable[int]) -> list[int]:
     seeds = list(seeds)
     if not seeds:
         raise ValueError("give at least one seed")
+    twice = [s for k, s in enumerate(seeds) if s in seeds[:k]]
+    if twice:  # counted twice it would narrow the growth interval
+        raise ValueError(f"seed {twice[0]} is given twice; give each seed once")
     outside = [s for s in seeds if s not in EVALUATION_SEEDS]
     if outside:
         raise ValueError(
@@ -175,10 +184,12 @@ def leaderboard(
     records = list(records)
     rows = []
     for task in tasks:
-        mine = [r for r in records if task.matches(r)]
+        mine = list({r.get("key", id(r)): r for r in records if task.matches(r)}.values())  # once
         by_policy: dict[str, list[dict[str, Any]]] = {}
         for record in mine:
             by_policy.setdefault(record["policy"], []).append(record)
+        for policy, members in by_policy.items():
+            check_one_setting(policy, task.load, members)  # one seed twice, say
         bound = occupation_load(mine) if mine else None
         summaries = {p: _summary(members) for p, members in by_policy.items()}
         reference = summaries.get(REFERENCE)

@@ -6,6 +6,7 @@ that need a longer horizon (:func:`undecided`, :func:`decide_horizons`)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from mabp_gym.core.fileformat import workload_digest_of
 from mabp_gym.core.metrics import growth_verdict, is_stable
+from mabp_gym.core.validate import is_real
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.harness.runs import METRIC_KEYS, RunSpec
 
@@ -47,7 +49,7 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
         groups.setdefault((record["policy"], float(record["load"])), []).append(record)
     rows = []
     for (policy, load), members in sorted(groups.items()):
-        _check_one_setting(policy, load, members)
+        check_one_setting(policy, load, members)
         row: dict[str, Any] = {"policy": policy, "load": load, "seeds": len(members)}
         for key in (*METRIC_KEYS[1:], "decision_us_mean", "decision_us_p95"):
             values = np.array([m[key] for m in members if m.get(key) is not None], dtype=float)
@@ -75,7 +77,7 @@ def setting_of(record: dict[str, Any], *, without: tuple[str, ...] = ()) -> str:
     return json.dumps([record.get(k) for k in keys], sort_keys=True, default=str)
 
 
-def _check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -> None:
+def check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -> None:
     """Refuse to pool runs of one (policy, load) that are not one experiment: different
     workloads, horizons, ... (the mean would mix them and the pooled growth interval would
     count each setting's seeds as more evidence), or one seed twice (the same run counted
@@ -121,9 +123,9 @@ def stable_load(
             every policy (paper Thm. 1); at the bound itself its backlog grows like the
             square root of time, which a finite run's slope cannot tell from no growth.
             ``"auto"`` (the default) computes it from the records
-            (:func:`occupation_load`; no bound where it cannot: records of several
-            workloads, the no-memory system, a workload file that moved); ``None`` applies
-            none.
+            (:func:`occupation_load`: the no-memory capacity for runs without memory; no
+            bound where it cannot: records of several workloads, a workload file that
+            moved); ``None`` applies none. A bool is not a bound.
     """
     records = list(records)
     if isinstance(bound, str):
@@ -132,7 +134,7 @@ def stable_load(
         bound = occupation_load(records) if records else None
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
-    if bound is not None and not (isinstance(bound, (int, float)) and bound > 0):
+    if bound is not None and not (is_real(bound) and math.isfinite(bound) and bound > 0):
         raise ValueError(f"bound must be a load > 0, 'auto' or None, got {bound!r}")
     flag = "stable" if verdict == "stable" else "paper_stable"
     result: dict[str, float] = {}
@@ -231,9 +233,11 @@ def decide_horizons(
 
 
 def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
-    """The occupation bound (:func:`mabp_gym.capacity`, ``"occ"``) of the records' workload
-    as a load (bound / ``lambda_ref``); ``None`` when they mix workloads or settings, or the
-    workload cannot be rebuilt from its name (a workload file that moved)."""
+    """The capacity bound of the system the records ran, as a load (bound / ``lambda_ref``):
+    the occupation bound (:func:`mabp_gym.capacity`, ``"occ"``) with memory, the no-memory
+    capacity (``"nomem"``, the fluid LP of a network without memory) without it; ``None``
+    when they mix workloads or settings, or the workload cannot be rebuilt from its name (a
+    workload file that moved)."""
     from mabp_gym.core.capacity import capacity
 
     settings = {
@@ -247,7 +251,7 @@ def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
     if len(settings) != 1:
         return None
     name, overrides, memory = settings.pop()
-    if not memory or not isinstance(name, str):
+    if not isinstance(name, str):
         return None
     try:
         workload = make_workload(name, **json.loads(overrides))
@@ -261,7 +265,7 @@ def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
     except (ValueError, TypeError):
         return None
     reference = workload.lambda_ref
-    return capacity(workload, "occ") / reference if reference else None
+    return capacity(workload, "occ" if memory else "nomem") / reference if reference else None
 
 
 def paper_load(records: Iterable[dict[str, Any]]) -> dict[str, float]:
