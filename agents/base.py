@@ -75,6 +75,11 @@ class Policy:
                 f"FlattenObservation), got {type(obs).__name__}"
             ) from None
         expected = (self.ix.num_nodes, self.ix.num_commodities)
+        if queues.shape != expected and queues.shape[1:] == expected:
+            raise ValueError(
+                f"policy {self.name!r} scores one env's observation, got a batch of "
+                f"{queues.shape[0]} (a vector env's): score each env's own, obs[k] per key"
+            )
         if queues.shape != expected:
             raise ValueError(
                 f"policy {self.name!r} was made for {self.workload.name!r} (queues {expected}), "

@@ -48,6 +48,15 @@ def default_checkpoint(policy: str, workload_name: str) -> Path:
     return path
 
 
+def train_target(workload: Workload) -> str:
+    """What ``mabp-gym train --workload`` takes to train for ``workload``: its name for a
+    built-in one, else the file it was read from (a workload file's name field is no
+    workload name)."""
+    from mabp_gym.core.workloads import WORKLOADS
+
+    return workload.name if workload.name in WORKLOADS else "<its workload file>"
+
+
 def content_digest(tensors: dict[str, torch.Tensor], meta_text: str) -> str:
     """SHA-256 over the meta text and every tensor's name, dtype, shape and bytes."""
     import torch

@@ -410,5 +410,10 @@ def make_local_policy(name: str, env: Any, agent: str, **kw: Any) -> LocalPolicy
 
 
 def local_policies(name: str, env: Any, **kw: Any) -> dict[str, LocalPolicy]:
-    """One local rule ``name`` per agent of ``env``."""
+    """One local rule ``name`` per agent of ``env`` (:func:`mabp_gym.parallel_env`)."""
+    if not hasattr(env, "possible_agents"):
+        raise ValueError(
+            "local_policies takes the decentralized view, mabp_gym.parallel_env(...) (one "
+            f"agent a node), got {type(env).__name__}; a Gymnasium env takes make_policy"
+        )
     return {agent: make_local_policy(name, env, agent, **kw) for agent in env.possible_agents}

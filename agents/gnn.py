@@ -10,6 +10,7 @@ its ``scores_batch`` scores a whole vector of observations in one forward pass.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,6 +21,7 @@ from torch_geometric.nn import GINEConv
 
 from mabp_gym.agents import checkpoint_file
 from mabp_gym.agents.base import Policy
+from mabp_gym.agents.checkpoint_file import train_target
 from mabp_gym.core.encoding import symlog
 from mabp_gym.core.workload import Workload
 from mabp_gym.envs.pyg import to_pyg
@@ -293,11 +295,13 @@ class GNNPolicy(Policy):
         **kw: Any,
     ) -> None:
         super().__init__(workload, **kw)
+        if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+            raise ValueError(f"checkpoint must be a file path, got {checkpoint!r}")
         path = Path(checkpoint) if checkpoint else default_checkpoint(workload.name)
         if not path.exists():
             raise ValueError(
                 f"no GNN checkpoint at {path}; train one with "
-                f"`mabp-gym train gnn --workload {workload.name}`"
+                f"`mabp-gym train gnn --workload {train_target(workload)}`"
             )
         self.device = resolve_device(device)
         self.model, self.info = load_checkpoint(
@@ -312,6 +316,8 @@ class GNNPolicy(Policy):
         return self.model.scores(tensors).double().cpu().numpy()
 
     def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """One observation's scores ``(D,)`` (a batch goes to :meth:`scores_batch`)."""
+        self._queues(obs)  # this workload's dict observation, one env's: else say so
         self.t += 1
         return self.scores_batch(obs)[0]
 

@@ -34,6 +34,7 @@ from torch.distributions import Normal
 
 from mabp_gym.agents.candidate_net import CandidateNet, candidate_widths
 from mabp_gym.agents.gnn import GNNScheduler, observation_dims
+from mabp_gym.core.validate import is_real
 from mabp_gym.envs.pyg import to_pyg
 
 
@@ -191,8 +192,9 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         # ortho_init off: pretrained weights stay as they are, fresh ones set their scores.
         kwargs.setdefault("ortho_init", False)
         kwargs.setdefault("log_std_init", -1.5)
-        if not np.isfinite(score_bias):
-            raise ValueError(f"score_bias must be a finite number, got {score_bias!r}")
+        for name, value in (("score_bias", score_bias), ("log_std_init", kwargs["log_std_init"])):
+            if not is_real(value) or not np.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         self.score_bias = float(score_bias)
         super().__init__(
             observation_space,

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from mabp_gym.agents import checkpoint_file
+from mabp_gym.agents.checkpoint_file import train_target
 from mabp_gym.agents.mabp import MABP, Primitives
 from mabp_gym.core.workload import Workload
 
@@ -202,7 +203,7 @@ class LearnMABP(MABP):
         if not path.exists():
             raise ValueError(
                 f"no Learn-MABP checkpoint at {path}; fit one with "
-                f"`mabp-gym train learn-mabp --workload {workload.name}`"
+                f"`mabp-gym train learn-mabp --workload {train_target(workload)}`"
             )
         estimate, _ = PrimitiveEstimate.load(path, workload)
         return cls(workload, estimate, **kw)

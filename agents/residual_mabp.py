@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.agents.base import Policy
+from mabp_gym.agents.checkpoint_file import train_target
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.core.workload import Workload
 
@@ -161,7 +162,7 @@ def load(checkpoint: str | Path | None, workload: Workload) -> tuple[np.ndarray,
     if not path.exists():
         raise ValueError(
             f"no residual-mabp checkpoint at {path}; train one with "
-            f"`mabp-gym train residual-mabp --workload {workload.name}`"
+            f"`mabp-gym train residual-mabp --workload {train_target(workload)}`"
         )
     tensors, meta = checkpoint_file.load(path, KIND)
     if meta.get("features") != list(FEATURES):

@@ -155,3 +155,23 @@ def test_reward_function__signature_and_every_kind_of_bad_value_are_refused_clea
     env = gym.make("mabp_gym/Rag-v0", reward=lambda o, b, a, nu: Fraction(1, 2))
     env.reset(seed=0)
     assert env.step(env.action_space.sample())[1] == pytest.approx(0.5 / 100)
+
+
+def test_env__a_workload_objects_load_interval_is_checked_at_construction():
+    # By name the high end was refused at once; on a Workload object only some seeds'
+    # reset drew a load above 10 and failed.
+    wl = mabp_gym.make_workload("rag")
+    for make in (
+        lambda: gym.make("mabp_gym/SFMSN-v0", workload=wl, load=(0.3, 50.0)),
+        lambda: gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2, workload=wl, load=(0.3, 50.0)),
+    ):
+        with pytest.raises(ValueError, match=r"load interval \(0.3, 50.0\), high end"):
+            make()
+    env = gym.make("mabp_gym/SFMSN-v0", workload=wl, load=(0.3, 1.5))
+    for seed in range(4):
+        env.reset(seed=seed)
+
+
+def test_env__the_envs_memory_switch_says_where_multihops_memory_parameter_goes():
+    with pytest.raises(ValueError, match=r"workload=make_workload\('multihop', memory=...\)"):
+        gym.make("mabp_gym/SFMSN-v0", workload="multihop", memory=0)

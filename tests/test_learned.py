@@ -261,3 +261,25 @@ def test_resolve_device__auto_and_bad_values():
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError, match="device must be"):
         resolve_device("tpu")
+
+
+def test_learned_policies__a_batch_a_bad_checkpoint_and_a_file_workloads_hint():
+    from pathlib import Path
+
+    from mabp_gym.agents.decentralized import local_policies
+
+    env = gym.make("mabp_gym/SFMSN-v0")
+    vec = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2)
+    batch, _ = vec.reset(seed=0)
+    # GNN's scores() scored env 0 of a batch and dropped the rest without a word.
+    with pytest.raises(ValueError, match="scores one env's observation, got a batch of 2"):
+        make_policy("gnn", env).scores(batch)
+    with pytest.raises(ValueError, match="checkpoint must be a file path, got 123"):
+        make_policy("gnn", env, checkpoint=123)
+    with pytest.raises(ValueError, match="local_policies takes the decentralized view"):
+        local_policies("mabp", env)
+    # A workload file's name field is no workload name: the hint names the file instead.
+    path = Path(mabp_gym.__file__).parent / "examples" / "multihop14.json"
+    env = gym.make("mabp_gym/SFMSN-v0", workload=str(path))
+    with pytest.raises(ValueError, match="--workload <its workload file>"):
+        make_policy("residual-mabp", env)

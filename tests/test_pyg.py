@@ -105,3 +105,13 @@ def test_sb3__ppo_with_the_pyg_features_extractor_learns():
     after = list(model.policy.features_extractor.parameters())
     assert model.num_timesteps >= 256
     assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
+
+
+def test_to_pyg__anything_but_the_dict_observation_is_refused_by_name():
+    env = gym.make("mabp_gym/SFMSN-v0")
+    obs, _ = env.reset(seed=0)
+    for bad in (np.zeros(5), [obs, obs]):
+        with pytest.raises(ValueError, match="to_pyg takes the env's dict observation"):
+            to_pyg(bad)
+    with pytest.raises(ValueError, match=r"the observation lacks \['retain'\]"):
+        to_pyg({k: v for k, v in obs.items() if k != "retain"})

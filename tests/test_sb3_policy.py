@@ -301,3 +301,13 @@ def test_gnn_scheduler__factorized_read_outs_equal_the_mlp_over_concatenated_inp
         [global_mean_pool(h, graph.batch, 3), global_max_pool(h, graph.batch, 3)], -1
     )
     torch.testing.assert_close(pooled, reference_pool, atol=1e-5, rtol=1e-5)
+
+
+def test_graph_policy__an_infinite_log_std_init_is_refused_when_made():
+    # Accepted before, it failed mid-learn() with the env's "scores must be finite".
+    env = _env("mixed")
+    for bad in (float("inf"), float("nan"), "x"):
+        with pytest.raises(ValueError, match="log_std_init must be a finite number"):
+            GraphActorCriticPolicy(
+                env.observation_space, env.action_space, lambda _: 3e-4, log_std_init=bad
+            )

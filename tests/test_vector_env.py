@@ -224,3 +224,30 @@ def test_batched__an_env_refused_at_construction_closes_quietly():
     gc.collect()
     half_built = SFMSNVectorEnv.__new__(SFMSNVectorEnv)
     half_built.close_extras()  # no envs yet: nothing to close
+
+
+def test_vector_env__a_reset_mask_resets_the_masked_envs_alone_as_sync_does():
+    # Gymnasium's partial reset, refused before ("options are not supported").
+    batched = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2)
+    sync = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2, vectorization_mode="sync")
+    actions = np.ones((2, batched.single_action_space.shape[0]), dtype=np.float32)
+    for vec in (batched, sync):
+        vec.reset(seed=0)
+        for _ in range(3):
+            vec.step(actions)
+    mask = np.array([True, False])
+    got, _ = batched.reset(seed=[7, None], options={"reset_mask": mask})
+    want, _ = sync.reset(seed=[7, None], options={"reset_mask": mask})
+    for key in got:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert got["queues"][1].sum() > 0  # env 1 kept its episode
+    for bad, message in (
+        ({"reset_mask": [True, False]}, "bool array of shape"),
+        ({"reset_mask": np.zeros(2, dtype=bool)}, "at least one env"),
+        ({"other": 1}, "options are not supported but reset_mask"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            batched.reset(options=bad)
+    fresh = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2)
+    with pytest.raises(ValueError, match="reset\\(\\) every env first"):
+        fresh.reset(options={"reset_mask": mask})

@@ -252,14 +252,15 @@ class SFMSNEnv(gym.Env):
         # load=(low, high): build at the low end, draw each episode's load at reset.
         self.load_interval = _load_interval(workload_overrides.get("load"))
         if self.load_interval is not None:
-            # The builder validates the high end too (its range), then builds at the low end.
-            if isinstance(workload, str):
-                try:
+            # The builder (or with_load) validates the high end too (its range), then builds
+            # at the low end: an interval refused at construction, not at some seed's reset.
+            try:
+                if isinstance(workload, str):
                     make_workload(workload, **{**workload_overrides, "load": self.load_interval[1]})
-                except ValueError as error:
-                    raise ValueError(
-                        f"load interval {self.load_interval}, high end: {error}"
-                    ) from None
+                elif isinstance(workload, Workload):
+                    workload.with_load(self.load_interval[1])
+            except ValueError as error:
+                raise ValueError(f"load interval {self.load_interval}, high end: {error}") from None
             workload_overrides["load"] = self.load_interval[0]
         if isinstance(workload, Workload):
             load = workload_overrides.pop("load", None)
@@ -287,7 +288,17 @@ class SFMSNEnv(gym.Env):
             ("diagnostics", diagnostics),
         ):
             if not isinstance(flag, (bool, np.bool_)):
-                raise ValueError(f"{name} must be True or False, got {flag!r}")
+                clash = name == "memory" and "memory" in dict(self.workload.params)
+                raise ValueError(
+                    f"{name} must be True or False, got {flag!r}"
+                    + (
+                        " (the env's switch of the memory system; the builder's own memory "
+                        f"parameter of {self.workload.name!r} goes through "
+                        f"workload=make_workload({self.workload.name!r}, memory=...))"
+                        if clash
+                        else ""
+                    )
+                )
         if render_mode == "rgb_array":
             require("plot", 'render_mode="rgb_array"')
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:

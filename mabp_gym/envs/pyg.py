@@ -31,8 +31,40 @@ def _tensor(value: Any) -> torch.Tensor:
     return value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
 
 
+GRAPH_KEYS = (
+    "node_features",
+    "queues",
+    "memory",
+    "edge_index",
+    "edge_features",
+    "service",
+    "service_index",
+    "route",
+    "route_index",
+    "transfer",
+    "transfer_index",
+    "retain",
+    "retain_index",
+    "action_mask",
+)
+"""The observation's arrays the graph is made of (every key of the dict observation)."""
+
+
 def to_pyg(obs: Mapping[str, Any]) -> Data:
-    """Convert one observation or a batch of observations into a batched PyG ``Data``."""
+    """Convert one observation or a batch of observations into a batched PyG ``Data``.
+
+    Raises:
+        ValueError: ``obs`` is not the env's dict observation (a flat one, a list), or
+            lacks one of its keys.
+    """
+    if not (hasattr(obs, "items") and hasattr(obs, "keys")):  # a dict, a TensorDict
+        raise ValueError(
+            "to_pyg takes the env's dict observation (obs_mode='dict', no FlattenObservation), "
+            f"or a vector env's batch of them, got {type(obs).__name__}"
+        )
+    missing = [key for key in GRAPH_KEYS if key not in obs]
+    if missing:
+        raise ValueError(f"to_pyg: the observation lacks {missing}; it needs {list(GRAPH_KEYS)}")
     tensors = {key: _tensor(value) for key, value in obs.items()}
     single = tensors["node_features"].dim() == 2
     if single:

@@ -423,13 +423,36 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[Any, dict[str, Any]]:
         self._require_open()
         seeds = self._seeds(seed)
-        if options:
-            raise ValueError(f"options are not supported, got {sorted(options)}")
+        mask = self._reset_mask(options)
         infos: dict[str, Any] = {}
         for i, env_seed in enumerate(seeds):
-            infos = self._reset_env(i, env_seed, infos)
+            if mask[i]:
+                infos = self._reset_env(i, env_seed, infos)
         self._reset_once = True
         return self._observation(), infos
+
+    def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray:
+        """Which envs a reset resets: all, or Gymnasium's ``options={"reset_mask": mask}``
+        (a bool array, one per env, at least one True; the others keep their episode)."""
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise ValueError(f"options are not supported but reset_mask, got {sorted(options)}")
+        if mask is None:
+            return np.ones(self.num_envs, dtype=bool)
+        if not (
+            isinstance(mask, np.ndarray)
+            and mask.dtype == np.bool_
+            and mask.shape == (self.num_envs,)
+        ):
+            raise ValueError(
+                f"reset_mask must be a bool array of shape ({self.num_envs},), got {mask!r}"
+            )
+        if not mask.any():
+            raise ValueError("reset_mask must select at least one env")
+        if not self._reset_once:
+            raise ValueError("reset_mask resets some envs: reset() every env first")
+        return mask
 
     def _require_open(self) -> None:
         if self.closed:
