@@ -148,8 +148,9 @@ def _eval(args: argparse.Namespace) -> None:
         )
     bound = occupation_load(records)
     if bound is not None and max(loads) >= bound - 1e-6:
+        which = "no-memory capacity" if args.no_memory else "occupation bound"
         print(
-            f"(the occupation bound is load {bound:.3g}: no load at or above it is credited, "
+            f"(the {which} is load {bound:.3g}: no load at or above it is credited, "
             "whatever the backlog's slope; paper Thm. 1)"
         )
 
