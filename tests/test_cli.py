@@ -139,6 +139,7 @@ def test_cli__sweep_and_plot(run_cli, tmp_path):
     assert result.returncode == 0, result.stderr
     records = read_records(out)
     assert sorted({r["overrides"]["K"] for r in records}) == [1, 4]
+    assert {r["load"] for r in records} == {0.5}  # the --at load
     figures = tmp_path / "fig"
     result = run_cli("plot", "--results", str(out), "--out-dir", str(figures))
     assert result.returncode == 0, result.stderr

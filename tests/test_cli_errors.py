@@ -27,6 +27,10 @@ EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
             ("sweep", "--param", "K", "--values", "1", "--set", "K=2", "--out", "k.jsonl"),
             "--set K=2: sweep sweeps it",
         ),
+        (
+            ("sweep", "--param", "load", "--values", "0.5", "--at", "0.7", "--out", "l.jsonl"),
+            "--param load sweeps the load over --values, so drop --at",
+        ),
         (("capacity", "--set", "load=0.3"), "capacity does not depend on the load"),
         (("simulate", "--load", "0.3", "--set", "load=0.4"), "give --load or --set load"),
         (("simulate", "--workload", EXAMPLE, "--set", "K=3"), "accepts the overrides load and"),

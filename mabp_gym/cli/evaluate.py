@@ -514,6 +514,7 @@ def _sweep(args: argparse.Namespace) -> None:
         _distinct_files(args, ("out",), ("workload",))
         _writable(args.out, "--out", results="eval")
         _check_run_args(args)
+        at = _sweep_load(args)
         base = _grid_args(args)
         specs = []
         if args.param == "load":
@@ -524,7 +525,7 @@ def _sweep(args: argparse.Namespace) -> None:
                     specs += plan(
                         policies,
                         args.workload,
-                        [args.at],
+                        [at],
                         args.seeds,
                         **{**base, "nu": value},
                         **overrides,
@@ -533,7 +534,7 @@ def _sweep(args: argparse.Namespace) -> None:
                     specs += plan(
                         policies,
                         args.workload,
-                        [args.at],
+                        [at],
                         args.seeds,
                         **base,
                         **{**overrides, args.param: _number(str(value))},
@@ -551,6 +552,22 @@ def _sweep(args: argparse.Namespace) -> None:
                 f"{_fmt(row['mean_backlog'], 1):>8} {_fmt(row['penalty'], 4):>8} "
                 f"{_fmt(row['p95_delay'], 1):>7} {_fmt(row['hit_ratio'], 2):>5}"
             )
+
+
+SWEEP_AT = 0.85
+"""The load of a sweep over beta, K, nu or skew when ``--at`` does not set it."""
+
+
+def _sweep_load(args: argparse.Namespace) -> float:
+    """The one load of a sweep over another parameter; ``--param load`` takes none."""
+    if args.param == "load":
+        if args.at is not None:
+            raise ValueError(
+                "--at sets the load of a beta, K, nu or skew sweep; --param load sweeps the "
+                "load over --values, so drop --at"
+            )
+        return SWEEP_AT
+    return SWEEP_AT if args.at is None else args.at
 
 
 def _sweep_value(record: dict[str, Any], param: str) -> float | None:

@@ -180,7 +180,10 @@ def _add_sweep(commands: Any) -> None:
     )
     _common(sweep, loads=False)
     sweep.add_argument(
-        "--at", type=float, default=0.85, help="load for the beta, K, nu and skew sweeps (0.85)"
+        "--at",
+        type=float,
+        default=None,
+        help="load for the beta, K, nu and skew sweeps (0.85); --param load sweeps it instead",
     )
     sweep.add_argument("--out", metavar="PATH", required=True, help="JSON-lines results")
 
