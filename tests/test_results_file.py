@@ -55,6 +55,14 @@ def test_evaluate__a_file_that_is_not_a_results_file_is_refused_untouched(tmp_pa
         evaluate("bp", "work_reuse", output=notes, **GRID)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
     assert notes.read_text() == "my notes\nsecond line\n"
+    # One line without a final newline is content too: a workload that json.dump wrote, or
+    # notes; it was read as a torn first record, cut to nothing and written over.
+    for name, text in (("w.json", '{"name": "mine", "nodes": []}'), ("n.txt", "my notes")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match="no line of it is a run's record"):
+            evaluate("bp", "work_reuse", output=tmp_path / name, **GRID)
+        assert (tmp_path / name).read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n.txt", "notes.txt", "w.json"]
     torn = tmp_path / "torn.jsonl"
     torn.write_bytes(b'{"policy": "bp", "lo')  # only a first write cut by a kill: repaired
     assert [r["seed"] for r in evaluate("bp", "work_reuse", output=torn, **GRID)] == [0, 1]

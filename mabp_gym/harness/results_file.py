@@ -99,20 +99,23 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
 def results_kind(path: str | os.PathLike) -> str | None:
     """Whose results ``path`` holds, by its first JSON object line: ``"fleet"`` (a router
     over a trace: ``mabp-gym fleet``), ``"eval"`` (a policy on a workload: ``evaluate``,
-    ``mabp-gym eval``, ``table``, ``sweep``, ``bench``); ``"other"`` for a file of complete
-    lines none of which is either (not a results file: notes, a CSV); None for a missing or
-    empty file, or one holding only a torn first line."""
+    ``mabp-gym eval``, ``table``, ``sweep``, ``bench``); ``"other"`` for a file with
+    content none of which is either (not a results file: notes, a CSV, a workload written
+    without a final newline); None for a missing or empty file, or one holding only a torn
+    first record (an unterminated line that starts as a record, ``{``, and does not parse)."""
     path = Path(path)
     if not path.is_file():
         return None
     lines = False
     with path.open("rb") as handle:
         for raw in handle:
-            lines = lines or (raw.endswith(b"\n") and bool(raw.strip()))
             try:
                 value = json.loads(raw)
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                torn = not raw.endswith(b"\n") and raw.lstrip().startswith(b"{")
+                lines = lines or (bool(raw.strip()) and not torn)
                 continue
+            lines = lines or bool(raw.strip())
             if isinstance(value, dict) and {"router", "trace"} <= value.keys():
                 return "fleet"
             if isinstance(value, dict) and {"policy", "workload"} <= value.keys():
