@@ -165,6 +165,10 @@ def test_decide_horizons__reruns_only_the_undecided_cells_longer():
     assert all(policy == "mabp" for call in calls[1:] for policy, _ in call)
     assert stable_load(records) == {"bp": 0.0, "mabp": 0.85}
     assert {r["horizon"] for r in records if r["policy"] == "mabp"} == {used[("mabp", 0.85)]}
+    # A rerun is keyed as the same run planned at its horizon, so that one reuses it (it was
+    # keyed with the first horizon's digest and ran, and was stored, twice).
+    longest = plan(["mabp"], "mixed", [0.85], [0, 1], horizon=used[("mabp", 0.85)])
+    assert {r["key"] for r in records if r["policy"] == "mabp"} == {s.key for s in longest}
     with pytest.raises(ValueError, match="max_horizon"):
         decide_horizons(specs, 300, run)
 
@@ -181,3 +185,18 @@ def test_cli__until_decided_below_twice_the_horizon_exits_2():
         )
         assert result.returncode == 2, result.stderr
         assert "--until-decided must be at least twice --horizon (1200" in result.stderr
+
+
+def test_cli__until_decided_says_decided_only_of_cells_it_decided(run_cli, tmp_path):
+    # BP at 0.5 over 200 slots on three seeds stays undecided up to 800: it was said to be
+    # both "decided at 800 slots" and "still undecided at 800 slots".
+    out = tmp_path / "ud.jsonl"
+    args = ("eval", "--policies", "bp", "--loads", "0.5", "--seeds", "0", "1", "2")
+    result = run_cli(*args, "--horizon", "200", "--until-decided", "800", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "bp at load 0.5: still undecided at 800 slots" in result.stdout
+    assert "decided at" not in result.stdout.replace("undecided at", "")
+    # The same runs planned at 800 slots are found in the file, not run again.
+    again = run_cli(*args, "--horizon", "800", "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert "0 runs to do (0 slots, 3 already in" in again.stderr, again.stderr

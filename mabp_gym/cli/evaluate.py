@@ -129,10 +129,11 @@ def _eval(args: argparse.Namespace) -> None:
             args.until_decided,
             lambda batch: execute(batch, output=args.out, **_run_args(args)),
         )
-        longer = {cell: h for cell, h in used.items() if h > args.horizon}
+        still = set(undecided(records))
+        longer = {c: h for c, h in used.items() if h > args.horizon and c not in still}
         for (policy, load), horizon in sorted(longer.items()):
             print(f"{policy} at load {load:g}: decided at {horizon:,} slots")
-        for policy, load in undecided(records):
+        for policy, load in sorted(still):
             print(
                 f"{policy} at load {load:g}: still undecided at {used[(policy, load)]:,} "
                 "slots (the interval contains the limit): not credited"

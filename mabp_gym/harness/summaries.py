@@ -221,7 +221,9 @@ def decide_horizons(
             break
         horizon *= 2
         longer = [
-            replace(spec, horizon=horizon)
+            # The plan's digest describes the workload at the old horizon: dropped, the key
+            # is that of the same run planned at this one (a later run of it reuses this).
+            replace(spec, horizon=horizon, workload_digest="")
             for spec in specs
             if (spec.policy, float(spec.load)) in open_cells
         ]
