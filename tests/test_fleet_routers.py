@@ -397,6 +397,11 @@ def test_mabp_route__tool_state_from_where_it_sent_that_state_before():
     assert router.choose(request(tool=77), tel) == 1
     assert 77 in router.tools[1]
     assert choices("mabp-route", tel, request(tool=-1)) == {0, 1, 2}
+    # A downstream job installs no tool state where it runs (the engine's rule), so the
+    # router does not record one there either.
+    follow_up = Request(1, 100.0, 2048, 100, PROMPT, 88, True)
+    sent = router.choose(follow_up, tel)
+    assert all(88 not in tools for tools in router.tools), sent
     # The exact reference reads the engines' tool caches.
     assert choices("mabp-route-exact", fleet(tools={2: [77]}), request(tool=77)) == {2}
 

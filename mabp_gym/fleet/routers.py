@@ -734,7 +734,9 @@ class MABPRoute(_RouterBase):
             worker = int(best[_argmin_random(telemetry.in_flight[best], self.rng)])
         if not self.exact:
             self.backlog[worker] += self._prefill[worker]
-            if request.tool_key >= 0:
+            if request.tool_key >= 0 and not request.downstream:
+                # As the engine does: a request's tool step installs its state where it
+                # ran; a downstream job (the tool call's follow-up) installs none.
                 tools = self.tools[worker]
                 tools[request.tool_key] = None
                 tools.move_to_end(request.tool_key)
