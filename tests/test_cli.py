@@ -553,3 +553,36 @@ def test_train_arguments__each_option_is_documented_by_the_docstring_under_its_f
     parser = argparse.ArgumentParser()
     add_dataclass_arguments(parser, GNNArgs)
     assert "Message-passing rounds. (default: 3)" in " ".join(parser.format_help().split())
+
+
+@pytest.mark.parametrize(
+    ("token", "values"),
+    [
+        ("0.5:1.25:0.5", [0.5, 1.0]),  # was [0.5, 1.0, 1.5]: a partial step rounded up
+        ("0:1.1:0.2", [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]),  # was ... 1.0, 1.2
+        ("0.1:0.45:0.1", [0.1, 0.2, 0.3, 0.4]),
+        ("0.1:0.3:0.1", [0.1, 0.2, 0.3]),  # stop reached up to float error: included
+        ("0:1:0.25", [0.0, 0.25, 0.5, 0.75, 1.0]),
+        ("0.5:0.5:0.1", [0.5]),
+    ],
+)
+def test_parse_grid__a_range_never_passes_its_stop(token, values):
+    from mabp_gym.cli.common import _parse_grid
+
+    assert _parse_grid([token], "--loads") == values
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("0:nan:0.1", "finite numbers"),
+        ("0:1:inf", "finite numbers"),
+        ("0:1e9:1e-3", "at most 10,000"),
+        ("a:1:1", "not a number in the range 'a:1:1'"),
+    ],
+)
+def test_parse_grid__a_bad_range_names_itself(token, message):
+    from mabp_gym.cli.common import _parse_grid
+
+    with pytest.raises(ValueError, match=message):
+        _parse_grid([token], "--loads")

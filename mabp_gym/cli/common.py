@@ -156,6 +156,10 @@ def _workload_name(value: str) -> str:
     )
 
 
+MAX_GRID = 10_000
+"""The most values one ``start:stop:step`` range may give."""
+
+
 def _parse_grid(tokens: list[str], name: str) -> list[float]:
     """Numbers, or ``start:stop:step`` ranges (stop included)."""
     values: list[float] = []
@@ -167,10 +171,23 @@ def _parse_grid(tokens: list[str], name: str) -> list[float]:
                 pieces = part.split(":")
                 if len(pieces) != 3:
                     raise ValueError(f"{name}: a range is start:stop:step, got {part!r}")
-                start, stop, step = (float(x) for x in pieces)
-                if step <= 0 or stop < start:
-                    raise ValueError(f"{name}: bad range {part!r}")
-                count = int(round((stop - start) / step)) + 1
+                try:
+                    start, stop, step = (float(x) for x in pieces)
+                except ValueError:
+                    raise ValueError(f"{name}: not a number in the range {part!r}") from None
+                if not all(map(math.isfinite, (start, stop, step))) or step <= 0 or stop < start:
+                    raise ValueError(
+                        f"{name}: bad range {part!r}: start:stop:step with finite numbers, "
+                        "step > 0 and stop >= start"
+                    )
+                # Every start + k * step up to stop, stop included when the steps reach it;
+                # the tolerance absorbs float error only (0.1:0.3:0.1 has 3 values), it
+                # never rounds a partial step up past stop (0.5:1.25:0.5 ends at 1.0).
+                count = math.floor((stop - start) / step + 1e-9) + 1
+                if count > MAX_GRID:
+                    raise ValueError(
+                        f"{name}: the range {part!r} has {count:,} values, at most {MAX_GRID:,}"
+                    )
                 values.extend(round(start + k * step, 10) for k in range(count))
             else:
                 try:
