@@ -6,9 +6,11 @@ import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import mabp_gym
 from mabp_gym import evaluate, read_records
 
 
@@ -586,3 +588,51 @@ def test_parse_grid__a_bad_range_names_itself(token, message):
 
     with pytest.raises(ValueError, match=message):
         _parse_grid([token], "--loads")
+
+
+def test_table__from_results_tabulates_the_runs_the_options_given_name(run_cli, tmp_path):
+    # The run options were ignored: --horizon 4000 tabulated a file of 200-slot runs, and a
+    # file of two horizons ended in a traceback naming the workload's digest.
+    out = tmp_path / "t.jsonl"
+    for horizon in (200, 300):
+        evaluate(
+            "bp", "mixed", loads=[0.3], seeds=[0, 1], horizon=horizon, backend="serial", output=out
+        )
+    table = ("table", "--policies", "bp", "--loads", "0.3", "--at", "0.3", "--out", str(out))
+    mixed = run_cli(*table, "--from-results")
+    assert mixed.returncode == 2, mixed.stderr
+    assert len(mixed.stderr.strip().splitlines()) == 1 and "differ in 'horizon'" in mixed.stderr
+    for extra, message in (
+        (("--horizon", "4000"), "--horizon: "),
+        (("--seeds", "7"), "--seeds: "),
+        (("--nu", "2"), "--nu: "),
+        (("--workload", "rag"), "--workload: "),
+        (("--no-memory",), "--no-memory: "),
+        (("--set", "K=3"), "--set K=3: "),
+    ):
+        bad = run_cli(*table, "--from-results", "--horizon", "300", *extra)
+        assert bad.returncode == 2 and message in bad.stderr, (extra, bad.stderr)
+        assert "holds no run" in bad.stderr
+    picked = {}
+    for horizon in ("200", "300"):
+        done = run_cli(*table, "--from-results", "--horizon", horizon, "--seeds", "1")
+        assert done.returncode == 0, done.stderr
+        picked[horizon] = next(x for x in done.stdout.splitlines() if x.startswith("| bp |"))
+    assert picked["200"] != picked["300"]  # each horizon's own runs
+
+
+def test_table__long_runs_of_a_workload_file_are_its_runs(run_cli, tmp_path):
+    # Records carry the file's own workload name: --long compared it with the path and
+    # refused every workload file's long runs.
+    example = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
+    short, long = tmp_path / "t.jsonl", tmp_path / "long.jsonl"
+    for path, horizon in ((short, 200), (long, 300)):
+        evaluate(
+            "bp", example, loads=[0.3], seeds=[0], horizon=horizon, backend="serial", output=path
+        )
+    done = run_cli(
+        "table", "--workload", example, "--policies", "bp", "--loads", "0.3", "--at", "0.3",
+        "--out", str(short), "--from-results", "--long", str(long),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Stable load (--long runs, 300 slots)" in done.stdout

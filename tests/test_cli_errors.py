@@ -31,6 +31,10 @@ EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
             ("sweep", "--param", "load", "--values", "0.5", "--at", "0.7", "--out", "l.jsonl"),
             "--param load sweeps the load over --values, so drop --at",
         ),
+        (
+            ("sweep", "--param", "nu", "--values", "1", "--nu", "3", "--out", "n.jsonl"),
+            "--nu: sweep --param nu sets nu with --values, so drop --nu",
+        ),
         (("capacity", "--set", "load=0.3"), "capacity does not depend on the load"),
         (("simulate", "--load", "0.3", "--set", "load=0.4"), "give --load or --set load"),
         (("simulate", "--workload", EXAMPLE, "--set", "K=3"), "accepts the overrides load and"),

@@ -5,7 +5,9 @@ and ``sweep`` (paper VI-A), with the tables and legends they print."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +62,8 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
 
 
 def _grid_args(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(horizon=args.horizon, warmup=args.warmup, memory=not args.no_memory, nu=args.nu)
+    grid = dict(horizon=args.horizon, warmup=args.warmup, memory=not args.no_memory)
+    return grid if args.nu is None else {**grid, "nu": args.nu}  # else plan's default
 
 
 def _run_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -263,6 +266,59 @@ def _capped_at_gap(value: float, ran: set[float], grid: list[float]) -> tuple[fl
     return value, None
 
 
+def _file_runs(
+    args: argparse.Namespace, policies: list[str], overrides: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``table --from-results``: the runs in ``--out`` of the table's policies, of the
+    setting the options given name (each option left at its default selects nothing); an
+    option no run matches is refused with what the file holds."""
+    from mabp_gym.harness.results_file import read_records
+
+    if not Path(args.out).is_file():
+        raise ValueError(f"--from-results: no results file {args.out!r}")
+    records = [r for r in read_records(args.out) if r["policy"] in policies]
+    if not records:
+        raise ValueError(f"--from-results: {args.out!r} holds no run of {policies}")
+    # Each option given: the values a run's field may take, and how to read the field.
+    wanted: dict[str, tuple[Collection[Any], Callable[[dict[str, Any]], Any]]] = {
+        "--workload": ({_record_workload(args.workload)}, lambda r: r["workload"]),
+        "--seeds": (set(args.seeds), lambda r: r["seed"]),
+        "--horizon": ({args.horizon}, lambda r: r["horizon"]),
+        "--warmup": ({args.warmup}, lambda r: r.get("warmup")),
+        "--nu": ({args.nu}, lambda r: r.get("nu")),
+        "--no-memory": ({False}, lambda r: r.get("memory", True)),
+    }
+    given = [flag for flag, default in args.run_defaults.items() if _flag(args, flag) != default]
+    for flag in given:
+        values, read = wanted[flag]
+        chosen = [r for r in records if read(r) in values]
+        if not chosen:
+            held = sorted({str(read(r)) for r in records})
+            raise ValueError(
+                f"{flag}: {args.out!r} holds no run of these policies with it (its runs have "
+                f"{flag.lstrip('-')} {held}); give the setting the file holds"
+            )
+        records = chosen
+    for name, value in overrides.items():
+        chosen = [r for r in records if r.get("overrides", {}).get(name) == value]
+        if not chosen:
+            raise ValueError(f"--set {name}={value}: {args.out!r} holds no run with it")
+        records = chosen
+    return records
+
+
+def _flag(args: argparse.Namespace, flag: str) -> Any:
+    return getattr(args, flag.lstrip("-").replace("-", "_"))
+
+
+def _record_workload(workload: str) -> str:
+    """The name a run of ``--workload`` records: a built-in workload's, or the one a
+    workload file gives inside it."""
+    from mabp_gym.core.workloads import is_workload_file, make_workload
+
+    return make_workload(workload).name if is_workload_file(workload) else workload
+
+
 def _table(args: argparse.Namespace) -> None:
     from mabp_gym.harness.evaluation import execute
     from mabp_gym.harness.runs import plan
@@ -281,10 +337,7 @@ def _table(args: argparse.Namespace) -> None:
         _writable(args.csv, "--csv")
         long = _long_runs(args, policies)
         if args.from_results:
-            from mabp_gym.harness.results_file import read_records
-
-            if not Path(args.out).is_file():
-                raise ValueError(f"--from-results: no results file {args.out!r}")
+            records = _file_runs(args, policies, overrides)
         else:
             _check_run_args(args)
             grid = dict(**_grid_args(args), **overrides)
@@ -295,9 +348,7 @@ def _table(args: argparse.Namespace) -> None:
             if not out.parent.exists():  # the default, results/, is made on first use
                 out.parent.mkdir(parents=True, exist_ok=True)
             _writable(args.out, "--out", results="eval")
-    if args.from_results:
-        records = [r for r in read_records(args.out) if r["policy"] in policies]
-    elif args.search:
+    if args.search and not args.from_results:
         records = _search_loads(policies, args, sorted(loads), grid)
         # The --at load's runs, where the search already ran them, come back from the file:
         # keep each run once (counted twice, it would narrow the growth interval).
@@ -311,9 +362,10 @@ def _table(args: argparse.Namespace) -> None:
             )
             if r["key"] not in searched
         ]
-    else:
+    elif not args.from_results:
         records = execute(specs, output=args.out, **_run_args(args))
-    rows = table_rows(records, policies, loads, args.at, long)
+    with user_input() if args.from_results else contextlib.nullcontext():
+        rows = table_rows(records, policies, loads, args.at, long)  # one setting's runs
     columns = list(TABLE_COLUMNS)
     if long is not None:
         top = max(r["horizon"] for r in long[0])
@@ -350,7 +402,7 @@ def _long_runs(
     if not records:
         raise ValueError(f"--long: no runs of the policies {policies}")
     workloads = {r["workload"] for r in records}
-    if workloads != {args.workload}:
+    if workloads != {_record_workload(args.workload)}:
         raise ValueError(
             f"--long: the runs are of {sorted(workloads)}, the table of {args.workload!r}"
         )
@@ -560,7 +612,10 @@ SWEEP_AT = 0.85
 
 
 def _sweep_load(args: argparse.Namespace) -> float:
-    """The one load of a sweep over another parameter; ``--param load`` takes none."""
+    """The one load of a sweep over another parameter; ``--param load`` takes none. A
+    sweep over nu takes no ``--nu`` either: it sets nu with ``--values``."""
+    if args.param == "nu" and args.nu is not None:
+        raise ValueError("--nu: sweep --param nu sets nu with --values, so drop --nu")
     if args.param == "load":
         if args.at is not None:
             raise ValueError(

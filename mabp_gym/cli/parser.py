@@ -45,7 +45,7 @@ def _common(parser: argparse.ArgumentParser, *, loads: bool = True) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--horizon", type=int, default=600, help="slots per run (600)")
     parser.add_argument("--warmup", type=float, default=0.2, help="discarded fraction (0.2)")
-    parser.add_argument("--nu", type=float, default=5.0, help="penalty weight (5)")
+    parser.add_argument("--nu", type=float, default=None, help="penalty weight (5)")
     parser.add_argument("--no-memory", action="store_true", help="the no-memory system")
     parser.add_argument("--workers", type=int, default=None, help="processes (all cores)")
     parser.add_argument("--backend", default="process", choices=("process", "serial", "ray"))
@@ -131,7 +131,8 @@ def _add_table(commands: Any) -> None:
     table.add_argument(
         "--from-results",
         action="store_true",
-        help="tabulate the records already in --out; run nothing",
+        help="tabulate the records already in --out, run nothing; --workload, --seeds, "
+        "--horizon, --warmup, --nu, --no-memory and --set, where given, pick its runs",
     )
     table.add_argument(
         "--long",
@@ -146,6 +147,23 @@ def _add_table(commands: Any) -> None:
         help="cut the --long runs at H slots (default: the shortest of them); 'longest': "
         "each load's runs of its own longest horizon (what eval --until-decided leaves)",
     )
+    # What --from-results selects the file's runs by, where given (not left at the default).
+    table.set_defaults(
+        run_defaults={flag: table.get_default(dest) for flag, dest in FROM_RESULTS_SELECTS}
+    )
+
+
+FROM_RESULTS_SELECTS = (
+    ("--workload", "workload"),
+    ("--seeds", "seeds"),
+    ("--horizon", "horizon"),
+    ("--warmup", "warmup"),
+    ("--nu", "nu"),
+    ("--no-memory", "no_memory"),
+)
+"""The options by which ``table --from-results`` picks the runs of ``--out`` it tabulates
+(with ``--set``), each where the user gave it: the same command with ``--from-results``
+tabulates what it ran."""
 
 
 def _add_verdicts(commands: Any) -> None:

@@ -83,7 +83,9 @@ def check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -
     count each setting's seeds as more evidence), or one seed twice (the same run counted
     twice narrows the interval)."""
     cell = f"{policy} at load {load:g}"
-    for key in (*SETTING_KEYS, "policy_kw"):
+    # The digest last: it covers the horizon and the overrides, which name the difference.
+    named = [k for k in SETTING_KEYS if k != "workload_digest"]
+    for key in (*named, "policy_kw", "workload_digest"):
         values = {
             json.dumps(m[key], sort_keys=True, default=str)
             for m in members
