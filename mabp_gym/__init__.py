@@ -81,28 +81,40 @@ def _register() -> None:
         gymnasium.register(id=FLEET_ROUTER_ENV_ID, entry_point="mabp_gym.fleet.env:FleetRouterEnv")
 
 
-class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _RegisterAfterImport(importlib.abc.MetaPathFinder):
     """Runs :func:`_register` right after gymnasium's own module has executed.
 
-    It finds gymnasium's real spec (with itself off ``sys.meta_path``) and wraps its loader,
-    so the import is gymnasium's own; it removes itself at the first import of gymnasium."""
+    It finds gymnasium's real spec (skipping itself) and wraps its loader, so the import is
+    gymnasium's own. It stays on ``sys.meta_path`` until gymnasium is really imported: a
+    mere ``importlib.util.find_spec("gymnasium")`` (TorchRL runs one at import) executes
+    nothing, and the import after it must still be seen (it was not: the ids were never
+    registered)."""
 
     def __init__(self) -> None:
-        self._loader: Any = None
+        self._finding = False
 
     def find_spec(
         self, name: str, path: Any = None, target: Any = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if name != "gymnasium":
+        if name != "gymnasium" or self._finding:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        self._finding = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._finding = False
         if spec is None or spec.loader is None:
             return spec
-        self._loader = spec.loader
-        spec.loader = self
+        spec.loader = _RegisteringLoader(spec.loader, self)
         return spec
+
+
+class _RegisteringLoader(importlib.abc.Loader):
+    """gymnasium's own loader, then :func:`_register`; the finder leaves ``sys.meta_path``."""
+
+    def __init__(self, loader: Any, finder: _RegisterAfterImport) -> None:
+        self._loader = loader
+        self._finder = finder
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
@@ -111,6 +123,8 @@ class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         assert module.__spec__ is not None
         module.__spec__.loader = self._loader
         module.__loader__ = self._loader
+        if self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
         self._loader.exec_module(module)
         _register()
 

@@ -244,3 +244,26 @@ def test_env__diagnostics_do_not_change_the_episode():
         assert reward_s == reward_f
         for key in obs_s:
             assert np.array_equal(obs_s[key], obs_f[key]), key
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        "",
+        # TorchRL runs this at import: it must not use up the hook that registers the ids
+        # (they were then never registered, and gym.make raised NamespaceNotFound).
+        "import importlib.util; importlib.util.find_spec('gymnasium')",
+    ],
+)
+def test_env_ids__registered_when_gymnasium_is_imported_after_mabp_gym(between):
+    import subprocess
+    import sys
+
+    code = (
+        f"import mabp_gym\n{between}\nimport gymnasium as gym\n"
+        "assert 'mabp_gym/SFMSN-v0' in gym.registry\n"
+        "gym.make('mabp_gym/Mixed-v0').close()\n"
+        "import sys; assert not [f for f in sys.meta_path if 'mabp_gym' in type(f).__module__]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
