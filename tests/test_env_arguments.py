@@ -175,3 +175,20 @@ def test_env__a_workload_objects_load_interval_is_checked_at_construction():
 def test_env__the_envs_memory_switch_says_where_multihops_memory_parameter_goes():
     with pytest.raises(ValueError, match=r"workload=make_workload\('multihop', memory=...\)"):
         gym.make("mabp_gym/SFMSN-v0", workload="multihop", memory=0)
+
+
+def test_env__a_refused_reset_changes_nothing():
+    # The options check came after the reseed: the refused reset(seed=123, ...) reseeded the
+    # env, so the next reset() drew another load and another episode.
+    def episode(env):
+        obs, info = env.reset()
+        rewards = [env.step(np.ones(env.action_space.shape))[1] for _ in range(3)]
+        return info["load"], rewards, obs["queues"].tolist()
+
+    untouched = SFMSNEnv("mixed", load=(0.2, 0.9))
+    untouched.reset(seed=0)
+    refused = SFMSNEnv("mixed", load=(0.2, 0.9))
+    refused.reset(seed=0)
+    with pytest.raises(ValueError, match="options are not supported"):
+        refused.reset(seed=123, options={"typo": 1})
+    assert episode(refused) == episode(untouched)

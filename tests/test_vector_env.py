@@ -251,3 +251,30 @@ def test_vector_env__a_reset_mask_resets_the_masked_envs_alone_as_sync_does():
     fresh = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2)
     with pytest.raises(ValueError, match="reset\\(\\) every env first"):
         fresh.reset(options={"reset_mask": mask})
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_batched__an_autoresetting_envs_action_row_is_ignored_as_sync_does(compiled):
+    # Under next-step autoreset the row of an env that resets is not used: a NaN row there
+    # was refused ("actions must be finite; env(s) [0]"), where SyncVectorEnv ignores it.
+    if compiled and not jit.COMPILED:
+        pytest.skip("needs the compiled core (numba, MABP_GYM_PURE unset)")
+    kwargs = {"horizon": 1, "reward": "backlog" if compiled else lambda *_: 0.0}
+    batched = gym.make_vec("mabp_gym/Mixed-v0", num_envs=2, **kwargs)
+    assert batched.compiled == compiled
+    sync = gym.make_vec("mabp_gym/Mixed-v0", num_envs=2, vectorization_mode="sync", **kwargs)
+    ones = np.ones((2, batched.single_action_space.shape[0]))
+    actions = ones.copy()
+    actions[0] = np.nan
+    for vec in (batched, sync):
+        vec.reset(seed=0)
+        vec.step(ones)  # horizon 1: both truncate, both reset on the next step
+    got = batched.step(actions)
+    want = sync.step(actions)
+    assert np.isnan(actions[0]).all()  # the caller's array is left as it was
+    for key in got[0]:
+        np.testing.assert_array_equal(got[0][key], want[0][key], err_msg=key)
+    np.testing.assert_array_equal(got[1], want[1])
+    actions[0], actions[1] = 1.0, np.nan  # both step now: env 1's NaN row is refused
+    with pytest.raises(ValueError, match=r"env\(s\) \[1\]"):
+        batched.step(actions)

@@ -336,9 +336,9 @@ class SFMSNEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray] | np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        if options:
+        if options:  # before the seed: a refused reset changes nothing
             raise ValueError(f"options are not supported, got {sorted(options)}")
+        super().reset(seed=seed)
         info: dict[str, Any] = {}
         if self.load_interval is not None:
             # Drawn first, from the env's generator: reset(seed) fixes the load too. Only

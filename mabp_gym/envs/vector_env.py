@@ -513,7 +513,12 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 f"actions must have shape {expected} (one score vector per env), "
                 f"got {np.shape(actions)}"
             )
-        bad = ~np.isfinite(scores).all(axis=1)
+        # An env that autoresets this step ignores its row (Gymnasium's next-step autoreset,
+        # as SyncVectorEnv does): only the rows of envs that step are checked and used.
+        resetting = self._needs_reset.copy()
+        bad = ~np.isfinite(scores).all(axis=1) & ~resetting
+        if resetting.any():
+            scores = np.where(resetting[:, None], 0.0, scores)  # a copy: the caller's stays
         if bad.any():
             raise ValueError(
                 f"actions must be finite; env(s) {np.flatnonzero(bad).tolist()} got NaN or inf"
@@ -521,7 +526,6 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         rewards = np.zeros(self.num_envs)
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}
-        resetting = self._needs_reset.copy()
         active = ~resetting
         if active.any():
             if self.compiled:
