@@ -192,6 +192,11 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         # ortho_init off: pretrained weights stay as they are, fresh ones set their scores.
         kwargs.setdefault("ortho_init", False)
         kwargs.setdefault("log_std_init", -1.5)
+        if kwargs.get("use_sde"):  # SB3 passes the algorithm's use_sde to its policy
+            raise ValueError(
+                "use_sde=True is not supported by the graph policies: their masked Gaussian "
+                "has no state-dependent noise; leave use_sde=False (the default)"
+            )
         for name, value in (("score_bias", score_bias), ("log_std_init", kwargs["log_std_init"])):
             if not is_real(value) or not np.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")

@@ -311,3 +311,11 @@ def test_graph_policy__an_infinite_log_std_init_is_refused_when_made():
             GraphActorCriticPolicy(
                 env.observation_space, env.action_space, lambda _: 3e-4, log_std_init=bad
             )
+
+
+@pytest.mark.parametrize("cls", [GraphActorCriticPolicy, GNNActorCriticPolicy])
+def test_graph_policy__use_sde_is_refused_when_made(cls):
+    # Accepted before, it failed inside learn() with SB3's "reset_noise() is only available
+    # when using gSDE".
+    with pytest.raises(ValueError, match="use_sde=True is not supported"):
+        PPO(cls, _env("mixed"), n_steps=32, batch_size=16, use_sde=True)
