@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +48,20 @@ def default_checkpoint(policy: str, workload_name: str) -> Path:
     if path is None:
         raise ValueError(f"policy {policy!r} reads no checkpoint")
     return path
+
+
+def given_checkpoint(checkpoint: Any, default: Callable[[], Path]) -> Path:
+    """The file a policy's ``checkpoint=`` names: a path (``str`` or ``os.PathLike``), or
+    ``default()`` for None or an empty string.
+
+    Raises:
+        ValueError: anything else (a number, a dict of weights), named.
+    """
+    if checkpoint is None or checkpoint == "":
+        return default()
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        raise ValueError(f"checkpoint must be a file path, got {checkpoint!r}")
+    return Path(checkpoint)
 
 
 def train_target(workload: Workload) -> str:

@@ -54,6 +54,7 @@ from mabp_gym.agents.mabp import MABP
 from mabp_gym.core.control import Control
 from mabp_gym.core.projection import project
 from mabp_gym.core.state import SimState
+from mabp_gym.core.validate import check_number
 from mabp_gym.core.workload import Workload
 
 EXACT_PLAN_OBJECTS = 12
@@ -94,19 +95,12 @@ class FrameMABP(Policy):
         **mabp_kw: Any,
     ) -> None:
         super().__init__(workload, nu=nu, memory=memory)
-        if int(frame) != frame or frame < 1:
-            raise ValueError(f"frame must be an integer >= 1, got {frame!r}")
-        smoothing = float(frame if smoothing is None else smoothing)
-        if not np.isfinite(smoothing) or smoothing < 1:
-            raise ValueError(f"smoothing must be a number >= 1 (slots), got {smoothing!r}")
-        if not 0.0 <= slack <= 1.0:
-            raise ValueError(f"slack must be in [0, 1], got {slack!r}")
-        self.frame = int(frame)
-        self.smoothing = smoothing
-        self.slack = float(slack)
-        if not np.isfinite(switch) or switch < 1.0:
-            raise ValueError(f"switch must be a number >= 1, got {switch!r}")
-        self.switch = float(switch)
+        self.frame = int(check_number(frame, "frame (slots)", low=1, integer=True))
+        self.smoothing = float(
+            check_number(frame if smoothing is None else smoothing, "smoothing (slots)", low=1)
+        )
+        self.slack = float(check_number(slack, "slack", low=0.0, high=1.0))
+        self.switch = float(check_number(switch, "switch", low=1.0))
         self.mabp = MABP(workload, nu=nu, memory=memory, **mabp_kw)
         ix = self.ix
         self._arange = np.arange(ix.num_actions)

@@ -10,7 +10,6 @@ its ``scores_batch`` scores a whole vector of observations in one forward pass.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,7 +20,7 @@ from torch_geometric.nn import GINEConv
 
 from mabp_gym.agents import checkpoint_file
 from mabp_gym.agents.base import Policy
-from mabp_gym.agents.checkpoint_file import train_target
+from mabp_gym.agents.checkpoint_file import given_checkpoint, train_target
 from mabp_gym.core.encoding import symlog
 from mabp_gym.core.workload import Workload
 from mabp_gym.envs.pyg import to_pyg
@@ -295,9 +294,7 @@ class GNNPolicy(Policy):
         **kw: Any,
     ) -> None:
         super().__init__(workload, **kw)
-        if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
-            raise ValueError(f"checkpoint must be a file path, got {checkpoint!r}")
-        path = Path(checkpoint) if checkpoint else default_checkpoint(workload.name)
+        path = given_checkpoint(checkpoint, lambda: default_checkpoint(workload.name))
         if not path.exists():
             raise ValueError(
                 f"no GNN checkpoint at {path}; train one with "
@@ -322,8 +319,13 @@ class GNNPolicy(Policy):
         return self.scores_batch(obs)[0]
 
 
-def resolve_device(device: str) -> str:
-    """``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``."""
+def resolve_device(device: str | torch.device) -> str:
+    """``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``; a ``torch.device`` is read
+    as its name."""
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not isinstance(device, str):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:k]', got {device!r}")
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from mabp_gym.agents import checkpoint_file
-from mabp_gym.agents.checkpoint_file import train_target
+from mabp_gym.agents.checkpoint_file import given_checkpoint, train_target
 from mabp_gym.agents.mabp import MABP, Primitives
 from mabp_gym.core.workload import Workload
 
@@ -199,7 +199,7 @@ class LearnMABP(MABP):
     def from_checkpoint(
         cls, workload: Workload, checkpoint: str | Path | None = None, **kw: Any
     ) -> LearnMABP:
-        path = Path(checkpoint) if checkpoint else default_checkpoint(workload.name)
+        path = given_checkpoint(checkpoint, lambda: default_checkpoint(workload.name))
         if not path.exists():
             raise ValueError(
                 f"no Learn-MABP checkpoint at {path}; fit one with "

@@ -41,7 +41,12 @@ import numpy as np
 
 from mabp_gym.agents.base import Policy, RecencyRetention, successor_support
 from mabp_gym.core.index import WorkloadIndex
+from mabp_gym.core.validate import check_number
 from mabp_gym.core.workload import Workload
+
+MAX_HORIZON = 100_000
+"""The longest memory-value horizon ``H`` MABP takes (slots): far past any episode, and its
+value, summed slot by slot when the policy is made, stays under a tenth of a second."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,10 +163,9 @@ class MABP(Policy):
         **kw,
     ) -> None:
         super().__init__(workload, **kw)
-        if int(horizon) != horizon or horizon < 1:
-            raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
-        if not np.isfinite(evidence) or evidence < 1:
-            raise ValueError(f"evidence must be a number of slots >= 1, got {evidence!r}")
+        # A bound on the horizon: its value is summed slot by slot when made.
+        horizon = check_number(horizon, "horizon", low=1, high=MAX_HORIZON, integer=True)
+        evidence = check_number(evidence, "evidence (slots)", low=1)
         ix = self.ix
         if primitives is None:
             primitives = Primitives.known(ix, reuse=reuse)

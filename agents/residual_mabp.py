@@ -155,10 +155,9 @@ def load(checkpoint: str | Path | None, workload: Workload) -> tuple[np.ndarray,
     """
     from mabp_gym.agents import checkpoint_file
 
-    if checkpoint:
-        path = Path(checkpoint)
-    else:
-        path = checkpoint_file.default_checkpoint(KIND, workload.name)
+    path = checkpoint_file.given_checkpoint(
+        checkpoint, lambda: checkpoint_file.default_checkpoint(KIND, workload.name)
+    )
     if not path.exists():
         raise ValueError(
             f"no residual-mabp checkpoint at {path}; train one with "

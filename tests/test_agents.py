@@ -341,3 +341,27 @@ def test_make_policy__nu_and_memory_are_checked_not_coerced():
         with pytest.raises(ValueError, match=message):
             make_policy("mabp", "mixed", **kw)
     assert make_policy("mabp", "mixed", nu=np.float32(2.0), memory=np.bool_(False)).nu == 2.0
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "message"),
+    [
+        # Each was a bare Python error (int() of 'a', OverflowError, a '<=' TypeError).
+        ("frame-mabp", {"frame": "a"}, "frame (slots): must be a number, got 'a'"),
+        ("frame-mabp", {"frame": float("inf")}, "frame (slots): must be finite"),
+        ("frame-mabp", {"frame": 2.5}, "frame (slots): must be an integer"),
+        ("frame-mabp", {"slack": "a"}, "slack: must be a number"),
+        ("frame-mabp", {"slack": 1.5}, "slack: must be <= 1"),
+        ("frame-mabp", {"smoothing": "a"}, "smoothing (slots): must be a number"),
+        ("frame-mabp", {"switch": 0.5}, "switch: must be >= 1"),
+        ("mabp", {"horizon": "a"}, "horizon: must be a number"),
+        ("mabp", {"horizon": 10**9}, "horizon: must be <= 100000"),  # a 150 s loop before
+        ("mabp", {"evidence": 0.5}, "evidence (slots): must be >= 1"),
+        ("learn-mabp", {"checkpoint": 123}, "checkpoint must be a file path, got 123"),
+        ("residual-mabp", {"checkpoint": 123}, "checkpoint must be a file path, got 123"),
+    ],
+)
+def test_make_policy__a_bad_keyword_value_is_named(name, kwargs, message):
+    with pytest.raises(ValueError) as caught:
+        make_policy(name, "mixed", **kwargs)
+    assert message in str(caught.value)

@@ -261,6 +261,9 @@ def test_resolve_device__auto_and_bad_values():
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError, match="device must be"):
         resolve_device("tpu")
+    assert resolve_device(torch.device("cpu")) == "cpu"  # was an AttributeError (startswith)
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_device(0)
 
 
 def test_learned_policies__a_batch_a_bad_checkpoint_and_a_file_workloads_hint():
