@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,8 +115,8 @@ def resolve_workload(env_or_workload: Any) -> tuple[Workload, dict[str, Any]]:
     env's ``nu`` / ``memory`` settings when there is an env."""
     if isinstance(env_or_workload, Workload):
         return env_or_workload, {}
-    if isinstance(env_or_workload, str):
-        return make_workload(env_or_workload), {}
+    if isinstance(env_or_workload, (str, os.PathLike)):  # a name, or a workload file
+        return make_workload(os.fspath(env_or_workload)), {}
     unwrapped: Any = getattr(env_or_workload, "unwrapped", None)
     workload = getattr(unwrapped, "workload", None)
     if isinstance(workload, Workload):

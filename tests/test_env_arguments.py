@@ -31,6 +31,7 @@ def test_env__an_unknown_keyword_is_a_type_error_like_python_s(keyword):
         (dict(memory=0), "memory must be True or False, got 0"),
         (dict(check_invariants="yes"), "check_invariants must be True or False"),
         (dict(load="0.5"), "load must be a number"),
+        (dict(load=np.array(0.5)), r"load must be a number .*got array\(0.5\)"),  # TypeError
         (dict(reward=["backlog"]), "reward must be one of"),
     ],
 )
@@ -192,3 +193,18 @@ def test_env__a_refused_reset_changes_nothing():
     with pytest.raises(ValueError, match="options are not supported"):
         refused.reset(seed=123, options={"typo": 1})
     assert episode(refused) == episode(untouched)
+
+
+def test_env__a_workload_file_given_as_a_path_and_a_workload_objects_keyword():
+    from pathlib import Path
+
+    from mabp_gym.agents import make_policy
+
+    path = Path(mabp_gym.__file__).parent / "examples" / "multihop14.json"  # was refused
+    assert SFMSNEnv(path).workload.name == SFMSNEnv(str(path)).workload.name == "multihop14"
+    assert make_policy("mabp", path).workload.name == "multihop14"
+    records = mabp_gym.evaluate("bp", path, [0.3], [0], horizon=30, progress=False)
+    assert records[0]["workload"] == "multihop14"
+    # horizon is a parameter of agentic, not of a Workload object (which the message said).
+    with pytest.raises(TypeError, match=r"a Workload object takes only load=.*make_workload"):
+        SFMSNEnv(mabp_gym.make_workload("agentic"), horizon=50)

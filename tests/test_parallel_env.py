@@ -288,6 +288,7 @@ def test_stale_telemetry__per_link_delays():
         ([1, 2], "one delay per link"),
         ({("gw", "ver0"): 1}, "does not exist"),
         (10_000, "horizon"),
+        (np.array(2), r"integer number of slots, got array\(2\)"),  # was a bare TypeError
     ],
 )
 def test_parallel_env__bad_staleness_raises(staleness, message):
@@ -618,3 +619,14 @@ def test_parallel_env__generated_bad_actions_are_refused_and_change_nothing(
     assert np.array_equal(env.sim.state.queue_len, before_queues)
     # The next good step goes through.
     env.step({a: np.full(_LOCAL, -1.0) for a in env.agents})
+
+
+def test_parallel_env__takes_a_workload_file_as_a_path():
+    from pathlib import Path
+
+    import mabp_gym
+
+    path = Path(mabp_gym.__file__).parent / "examples" / "multihop14.json"  # was refused
+    env = parallel_env(path, horizon=5)
+    env.reset(seed=0)
+    assert env.num_agents == len(env.workload.nodes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -51,8 +52,16 @@ def _reject_unknown_keywords(workload: Any, overrides: dict[str, Any]) -> None:
     ``TypeError``, as Python raises for any unknown argument (wrappers such as TorchRL's
     ``GymEnv`` try ``frameskip=`` and fall back on exactly that)."""
     if isinstance(workload, Workload):
-        allowed = {"load"}
-    elif isinstance(workload, str) and (workload == "file" or is_workload_file(workload)):
+        unknown = sorted(set(overrides) - {"load"})
+        if unknown:
+            raise TypeError(
+                f"SFMSNEnv.__init__() got an unexpected keyword argument {unknown[0]!r} (a "
+                f"Workload object takes only load=: its other parameters are fixed in it; "
+                f"build it with them, e.g. make_workload({workload.name!r}, "
+                f"{unknown[0]}=...))"
+            )
+        return
+    if isinstance(workload, str) and (workload == "file" or is_workload_file(workload)):
         allowed = {"load", "horizon", "path"}
     elif isinstance(workload, str):
         try:
@@ -76,6 +85,8 @@ def _load_interval(value: Any) -> tuple[float, float] | None:
     plain number, which the workload builder validates)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list, np.ndarray)):
         return None
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return None  # not an interval: the builder says what a load must be
     if len(value) != 2:
         raise ValueError(f"load: must be a number or an interval (low, high), got {value!r}")
     low = check_number(value[0], "load (low end of the interval)", low=0.0)
@@ -246,6 +257,8 @@ class SFMSNEnv(gym.Env):
         diagnostics: bool = False,
         **workload_overrides: Any,
     ) -> None:
+        if isinstance(workload, os.PathLike):  # a workload file
+            workload = os.fspath(workload)
         _reject_unknown_keywords(workload, workload_overrides)
         if not isinstance(obs_mode, str) or obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
@@ -268,7 +281,9 @@ class SFMSNEnv(gym.Env):
         elif isinstance(workload, str):
             self.workload = make_workload(workload, **workload_overrides)
         else:
-            raise ValueError(f"workload must be a workload name or a Workload, got {workload!r}")
+            raise ValueError(
+                f"workload must be a workload name, a workload file or a Workload, got {workload!r}"
+            )
         if callable(reward):
             _check_reward_signature(reward)
             self._reward_fn: RewardFn | None = reward

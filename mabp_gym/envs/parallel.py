@@ -876,7 +876,8 @@ def _link_delays(workload: Workload, staleness: Any) -> np.ndarray:
                 )
             delays[names[key]] = check(value, f"[{key!r}]")
         return delays
-    if isinstance(staleness, (Sequence, np.ndarray)) and not isinstance(staleness, str):
+    sequence = isinstance(staleness, Sequence) and not isinstance(staleness, str)
+    if sequence or (isinstance(staleness, np.ndarray) and staleness.ndim > 0):
         values = list(staleness)
         if len(values) != ix.num_links:
             raise ValueError(

@@ -337,6 +337,8 @@ def plan(
             )
     from mabp_gym.core.workloads import is_workload_file
 
+    if isinstance(workload, os.PathLike):  # a workload file
+        workload = os.fspath(workload)
     if isinstance(workload, str) and is_workload_file(workload):
         workload = make_workload(workload, **overrides, horizon=horizon)
         overrides = {}
