@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from mabp_gym import evaluate, paper_load, read_records, stable_load, summarize_records
@@ -351,8 +352,6 @@ def test_run__the_first_decision_is_reported_apart_from_the_mean():
 def test_evaluate__paths_and_numpy_arrays_in_policy_kw_are_written_as_json(tmp_path):
     """A ``Path`` checkpoint or a numpy weight vector ran, then could not be written: the
     record was lost and the file stayed empty."""
-    import numpy as np
-
     from mabp_gym.registry import checkpoint_path
 
     shipped = checkpoint_path("residual-mabp", {}, "mixed")
@@ -376,8 +375,6 @@ def test_evaluate__a_warm_up_that_leaves_too_few_slots_is_refused():
         evaluate("bp", "mixed", [0.9], [0], horizon=600, warmup=0.999)
     with pytest.raises(ValueError, match="leaves 8 slot"):
         evaluate("bp", "mixed", [0.9], [0], horizon=10)
-    import numpy as np
-
     assert evaluate("bp", "mixed", [0.5], [0], horizon=30, warmup=np.float32(0.2))
 
 
@@ -441,3 +438,23 @@ def test_evaluate__weights_need_no_shipped_checkpoint_and_object_loads_are_bound
     for loads in ([1e6], [0.5, 12]):
         with pytest.raises(ValueError, match="load: must be <= 10"):
             evaluate("bp", make_workload("successor"), loads, [0], horizon=30)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        # 2.0 passed the check and failed inside multiprocessing, the output already locked.
+        ({"workers": 2.0}, "workers must be a positive integer, got 2.0"),
+        ({"loads": 0.3}, r"loads must be a list of numbers, e\.g\. \[0\.3\]"),
+        ({"seeds": 0}, r"seeds must be a list of numbers, e\.g\. \[0\]"),
+        ({"loads": np.ones((2, 2))}, "a list or a 1-d array"),
+    ],
+)
+def test_evaluate__a_bad_grid_or_workers_value_is_named_before_any_file_is_made(
+    tmp_path, kwargs, message
+):
+    grid = {"loads": [0.3], "seeds": [0], **kwargs}
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(ValueError, match=message):
+        evaluate("sp", "mixed", horizon=30, output=out, **grid)
+    assert list(tmp_path.iterdir()) == []

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from mabp_gym.core.workload import Workload
 from mabp_gym.harness.dispatch import BACKENDS, dispatch
 from mabp_gym.harness.results_file import (
@@ -61,8 +63,8 @@ def execute(
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if workers is not None and (
-        isinstance(workers, bool) or int(workers) != workers or workers < 1
-    ):
+        isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1
+    ):  # 2.0 passed this check and failed inside multiprocessing, the file already locked
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     path = check_output_path(output, "output file") if output is not None else None
     wanted = {spec.key: spec for spec in specs}
