@@ -3,6 +3,7 @@ internal errors with their traceback, a sweep's failures summarized, honest word
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -241,3 +242,24 @@ def test_train_gnn__a_zip_that_is_not_an_sb3_archive_is_refused(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 2 and "not a Stable-Baselines3 archive" in result.stderr
+
+
+def test_simulate__a_run_too_short_to_judge_is_refused_and_nan_is_written_as_null(
+    run_cli, monkeypatch, tmp_path
+):
+    # A 1-slot run read "stable yes" (eval refuses it); a metric without data (NaN) was
+    # written as NaN, which is no JSON.
+    short = run_cli("simulate", "--horizon", "1")
+    assert short.returncode == 2 and "leaves 1 slot(s) after the warm-up" in short.stderr
+    from mabp_gym.core import metrics
+
+    real = metrics.summarize
+    monkeypatch.setattr(metrics, "summarize", lambda *a: {**real(*a), "penalty": float("nan")})
+    out = tmp_path / "s.json"
+    cli.main(["simulate", "--horizon", "20", "--json", str(out)])
+
+    def no_constants(name):
+        raise AssertionError(f"{name} in the JSON")
+
+    records = json.loads(out.read_text(), parse_constant=no_constants)
+    assert records[0]["penalty"] is None

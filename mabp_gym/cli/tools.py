@@ -106,7 +106,7 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _simulate(args: argparse.Namespace) -> None:
-    from mabp_gym.core.metrics import summarize
+    from mabp_gym.core.metrics import check_window, summarize
     from mabp_gym.core.scores import queue_length_scores
     from mabp_gym.rollout import rollout
 
@@ -124,6 +124,7 @@ def _simulate(args: argparse.Namespace) -> None:
         _distinct_files(args, ("json",), ("workload",))
         _writable(args.json, "--json")
         wl = make_workload(args.workload, **overrides)
+        check_window(wl.horizon, args.warmup)  # as eval: a 1-slot run read stable
     records = []
     print(
         f"{wl.name} at load {wl.load:g} ({wl.total_rate:.3f} requests/slot), "
@@ -152,7 +153,8 @@ def _simulate(args: argparse.Namespace) -> None:
             f"{record['slots_per_s']:.0f} slots/s"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=2, default=str), encoding="utf-8")
+        text = json.dumps(_finite(records), indent=2, default=str, allow_nan=False)
+        Path(args.json).write_text(text, encoding="utf-8")  # NaN is no JSON: null
 
 
 def _train(args: argparse.Namespace) -> None:

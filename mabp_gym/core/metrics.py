@@ -163,6 +163,18 @@ def warmup_slots(horizon: int, warmup: float) -> int:
     return int(horizon * warmup)
 
 
+def check_window(horizon: int, warmup: float) -> None:
+    """Refuse a run whose window after the warm-up is under :data:`MIN_WINDOW_SLOTS`
+    (its verdict would mean nothing: one slot's backlog has slope 0)."""
+    window = int(horizon) - warmup_slots(int(horizon), float(warmup))
+    if window < MIN_WINDOW_SLOTS:
+        raise ValueError(
+            f"horizon {horizon} with warmup {warmup} leaves {window} slot(s) after the warm-up; "
+            f"a run's growth needs at least {MIN_WINDOW_SLOTS} (a longer horizon or a shorter "
+            "warm-up)"
+        )
+
+
 def summarize(trace: Trace, warmup: float = 0.2) -> dict[str, float | bool]:
     """Every SPEC 5 metric of one run, after discarding the first ``warmup`` of its slots."""
     if not 0.0 <= warmup < 1.0:

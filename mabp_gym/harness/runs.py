@@ -26,11 +26,10 @@ import numpy as np
 
 from mabp_gym.core.fileformat import file_digest, workload_digest_of
 from mabp_gym.core.metrics import (
-    MIN_WINDOW_SLOTS,
     TRACE_STRIDE,
     Trace,
+    check_window,
     summarize,
-    warmup_slots,
 )
 from mabp_gym.core.simulator import Simulator
 from mabp_gym.core.validate import is_real
@@ -319,13 +318,7 @@ def plan(
         raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 2:
         raise ValueError(f"horizon must be an integer >= 2, got {horizon!r}")
-    window = int(horizon) - warmup_slots(int(horizon), float(warmup))
-    if window < MIN_WINDOW_SLOTS:
-        raise ValueError(
-            f"horizon {horizon} with warmup {warmup} leaves {window} slot(s) after the warm-up; "
-            f"a run's growth needs at least {MIN_WINDOW_SLOTS} (a longer horizon or a shorter "
-            "warm-up)"
-        )
+    check_window(int(horizon), float(warmup))
     if not is_real(nu) or not math.isfinite(nu) or nu < 0:
         raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
     if not isinstance(memory, (bool, np.bool_)):
