@@ -222,8 +222,9 @@ def _add_capacity(commands: Any) -> None:
         nargs="+",
         choices=REFERENCES,
         default=["nomem", "full"],
-        help="capacities to report: nomem, full, occ (the occupation-measure "
-        "relaxation of paper Thm. 1); default nomem full",
+        help="capacities to report beside nomem and full, which are always reported with "
+        "their ratio (every bound is a fraction of full): occ, the occupation-measure "
+        "relaxation of paper Thm. 1",
     )
     cap.add_argument(
         "--exact",
