@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -458,3 +459,23 @@ def test_evaluate__a_bad_grid_or_workers_value_is_named_before_any_file_is_made(
     with pytest.raises(ValueError, match=message):
         evaluate("sp", "mixed", horizon=30, output=out, **grid)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_occupation_load__a_workload_files_runs_have_its_bound(tmp_path):
+    # Records name a file's workload by the name inside it, which rebuilds nothing: a
+    # file's runs had no bound, and loads above it could be credited.
+    import shutil
+
+    import mabp_gym
+    from mabp_gym.harness.summaries import occupation_load
+
+    path = tmp_path / "mh.json"
+    shutil.copy(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json", path)
+    records = evaluate("bp", path, [0.5], [0], horizon=30, progress=False)
+    assert records[0]["workload_file"] == str(path.resolve())
+    assert occupation_load(records) == pytest.approx(1.0)
+    changed = json.loads(path.read_text())
+    node = next(n for n in changed["nodes"] if n["mu"] > 0)
+    node["mu"] *= 1.5
+    path.write_text(json.dumps(changed))
+    assert occupation_load(records) is None  # the file no longer describes those runs

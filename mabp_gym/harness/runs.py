@@ -91,6 +91,7 @@ class RunSpec:
     workload_object: Workload | None = field(default=None, compare=False, repr=False)
     workload_digest: str = field(default="", compare=False, repr=False)
     checkpoint_digest: str | None = field(default=None, compare=False, repr=False)
+    workload_file: str = field(default="", compare=False, repr=False)
 
     @cached_property
     def key(self) -> str:
@@ -218,6 +219,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "nodes": [node.name for node in workload.nodes],
         "signatures": [s.name for s in workload.signatures],
         "workload_digest": digest,  # the whole workload, so that it is never mistaken
+        **({"workload_file": spec.workload_file} if spec.workload_file else {}),
         "key": key,
         "wall_s": time.perf_counter() - started,
     }
@@ -342,7 +344,9 @@ def plan(
 
     if isinstance(workload, os.PathLike):  # a workload file
         workload = os.fspath(workload)
+    source = ""  # a workload file, recorded so that its capacity bound can be rebuilt
     if isinstance(workload, str) and is_workload_file(workload):
+        source = os.path.abspath(workload)
         workload = make_workload(workload, **overrides, horizon=horizon)
         overrides = {}
     if isinstance(workload, Workload):
@@ -385,6 +389,7 @@ def plan(
             workload_object=obj,
             workload_digest=workload_digest,
             checkpoint_digest=digests[p],
+            workload_file=source,
         )
         for p in policies
         for load in loads

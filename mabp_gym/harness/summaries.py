@@ -240,8 +240,9 @@ def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
     """The capacity bound of the system the records ran, as a load (bound / ``lambda_ref``):
     the occupation bound (:func:`mabp_gym.capacity`, ``"occ"``) with memory, the no-memory
     capacity (``"nomem"``, the fluid LP of a network without memory) without it; ``None``
-    when they mix workloads or settings, or the workload cannot be rebuilt from its name (a
-    workload file that moved)."""
+    when they mix workloads or settings, or the workload cannot be rebuilt: from its name,
+    or from the workload file the runs record (``workload_file``), the runs' digests
+    confirming it (a file that moved or changed gives none)."""
     from mabp_gym.core.capacity import capacity
 
     settings = {
@@ -255,15 +256,20 @@ def occupation_load(records: Iterable[dict[str, Any]]) -> float | None:
     if len(settings) != 1:
         return None
     name, overrides, memory = settings.pop()
-    if not isinstance(name, str):
+    files = {r.get("workload_file") for r in records} - {None}
+    if not isinstance(name, str) or len(files) > 1:
         return None
+    source = str(files.pop()) if files else name
     try:
-        workload = make_workload(name, **json.loads(overrides))
+        workload = make_workload(source, **json.loads(overrides))
+        if workload.name != name:
+            return None
         # A Workload object or file keeps its name: the runs' digests say whether the
-        # name rebuilds it (records written before the digest was recorded are trusted).
+        # name (or the file) rebuilds it (records written before the digest was recorded
+        # are trusted).
         for horizon, digest in {(r.get("horizon"), r.get("workload_digest")) for r in records}:
             if digest is not None and digest != workload_digest_of(
-                make_workload(name, **json.loads(overrides), horizon=horizon)
+                make_workload(source, **json.loads(overrides), horizon=horizon)
             ):
                 return None
     except (ValueError, TypeError):
