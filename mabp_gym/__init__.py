@@ -49,6 +49,7 @@ ENV_IDS = {
     "rag": "mabp_gym/Rag-v0",
     "moe": "mabp_gym/Moe-v0",
     "agentic": "mabp_gym/Agentic-v0",
+    "multihop": "mabp_gym/Multihop-v0",
 }
 """Registered id of each workload; ``mabp_gym/SFMSN-v0`` takes ``workload=`` (default mixed)."""
 

@@ -267,3 +267,10 @@ def test_env_ids__registered_when_gymnasium_is_imported_after_mabp_gym(between):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_env_ids__one_per_built_in_workload():
+    # multihop, the generated network, had none ("one id per workload", the README says).
+    assert set(mabp_gym.ENV_IDS) == set(mabp_gym.WORKLOADS)
+    env = gym.make("mabp_gym/Multihop-v0", nodes=20)
+    assert len(env.unwrapped.workload.nodes) == 20
