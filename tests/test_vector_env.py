@@ -278,3 +278,21 @@ def test_batched__an_autoresetting_envs_action_row_is_ignored_as_sync_does(compi
     actions[0], actions[1] = 1.0, np.nan  # both step now: env 1's NaN row is refused
     with pytest.raises(ValueError, match=r"env\(s\) \[1\]"):
         batched.step(actions)
+
+
+def test_batched__get_attr_and_call_as_sync_does_and_set_attr_refused():
+    batched = gym.make_vec("mabp_gym/Mixed-v0", num_envs=2)
+    sync = gym.make_vec("mabp_gym/Mixed-v0", num_envs=2, vectorization_mode="sync")
+    actions = np.ones((2, batched.single_action_space.shape[0]))
+    for vec in (batched, sync):
+        vec.reset(seed=0)
+        vec.step(actions)
+    assert batched.get_attr("nu") == sync.get_attr("nu") == (5.0, 5.0)
+    t = [env.state.t for env in batched.get_attr("sim")]
+    assert t == [env.state.t for env in sync.get_attr("sim")] == [1, 1]
+    assert batched.call("memory") == sync.call("memory") == (True, True)
+    with pytest.raises(AttributeError, match="reads its envs' settings when it is made"):
+        batched.set_attr("nu", 3.0)
+    batched.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        batched.get_attr("nu")

@@ -619,6 +619,28 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         flat[:, : mask.start] = symlog(flat[:, : mask.start])
         return flat
 
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Each env's attribute ``name``, as ``SyncVectorEnv.get_attr`` gives it (the
+        envs' states are rows of the batch's arrays: what they read is current)."""
+        self._require_open()
+        return tuple(getattr(env, name) for env in self.envs)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Each env's ``name(*args, **kwargs)`` (its value, when not callable), as
+        ``SyncVectorEnv.call`` does."""
+        self._require_open()
+        values = (getattr(env, name) for env in self.envs)
+        return tuple(v(*args, **kwargs) if callable(v) else v for v in values)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Refused: the batched step reads its envs' settings once, when it is made, so a
+        setting changed on an env would not reach it (``SyncVectorEnv`` allows it)."""
+        raise AttributeError(
+            f"set_attr({name!r}): the batched vector env reads its envs' settings when it is "
+            "made; make a new one with the setting, or use "
+            "gymnasium.make_vec(..., vectorization_mode='sync') to change envs in place"
+        )
+
     def close_extras(self, **kwargs: Any) -> None:
         # Gymnasium's __del__ closes an env whose __init__ refused its arguments too.
         for env in getattr(self, "envs", ()):
