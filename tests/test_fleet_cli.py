@@ -122,6 +122,7 @@ def test_format_table__a_router_that_drops_work_is_never_marked_best():
         (["--seed", "-1"], "--seed must be an integer >= 0"),
         (["--routers", "jsq", "jsq"], "'jsq' is given twice"),
         (["--routers", ","], "name at least one router"),
+        (["--engine", "step", "--set", "decode_base_s=1"], "is the simple engine's step time"),
     ],
     ids=[
         "negative",
@@ -133,6 +134,7 @@ def test_format_table__a_router_that_drops_work_is_never_marked_best():
         "seed",
         "repeated-router",
         "no-router",
+        "step-engine-speed",
     ],
 )
 def test_fleet_cli__bad_arguments_are_one_line_exit_2(run_cli, args, message):

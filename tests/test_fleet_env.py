@@ -249,6 +249,11 @@ def test_fleet_router_env__a_refused_reset_changes_nothing():
         env.reset(options={"x": 1})
     for _ in range(5):
         env.step(1)
+    # A refused seed too: it is checked after the bookkeeping was cleared (KeyError: 0).
+    with pytest.raises(gymnasium.error.Error, match="Seed must be"):
+        env.reset(seed=-1)
+    for _ in range(5):
+        env.step(1)
 
 
 def test_fleet_env__a_trace_path_is_read(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -344,3 +345,52 @@ def test_evaluate_fleet__runs_are_pooled_only_within_one_setting():
         summarize(simple + more)
     later = evaluate_fleet(trace, ["jsq"], [0.5], 2, config, seed=2)  # seeds 2, 3: independent
     assert summarize(simple + later)[(0.5, "jsq")]["runs"] == 4
+
+
+def test_evaluate_fleet__a_reused_run_takes_this_commands_name_and_index():
+    # The key holds the trace's content: a run reused from a copy of the trace (or from
+    # --requests over all of it) kept the other name, and summarize then refused the table
+    # ("differ in 'trace'") after the new runs were written; its run index was its old one.
+    from dataclasses import replace
+
+    from mabp_gym.fleet.evaluate import evaluate_fleet, summarize
+
+    trace = prefix_tree_trace(40, seed=1)
+    config = FleetConfig(num_workers=2)
+    first = evaluate_fleet(trace, ["jsq"], [0.5], 1, config, seed=1)
+    done = {r["key"]: r for r in first}
+    copy = replace(trace, name="copy")
+    records = evaluate_fleet(copy, ["jsq"], [0.5], 2, config, done=done)
+    assert [(r["trace"], r["run"], r["seed"]) for r in records] == [("copy", 0, 0), ("copy", 1, 1)]
+    assert records[1]["key"] == first[0]["key"]  # reused, not run again
+    assert summarize(records)[(0.5, "jsq")]["runs"] == 2
+
+
+def test_evaluate_fleet__settings_spelled_as_integers_and_numpy_seeds_are_the_same_run():
+    from mabp_gym.fleet.evaluate import evaluate_fleet
+
+    trace = prefix_tree_trace(40, seed=1)
+    spelled = FleetConfig(num_workers=2, timeout_s=180, decode_base_s=0.012)
+    assert isinstance(spelled.timeout_s, float) and spelled == FleetConfig(num_workers=2)
+    a = evaluate_fleet(trace, ["jsq"], [0.5], 1, FleetConfig(num_workers=2))
+    b = evaluate_fleet(trace, ["jsq"], [0.5], 1, spelled, seed=np.int64(0))  # was a TypeError
+    assert a[0]["key"] == b[0]["key"] and b[0]["seed"] == 0
+    for what, kwargs in (("loads", {"loads": 0.5}), ("routers", {"routers": "jsq"})):
+        grid = {"routers": ["jsq"], "loads": [0.5], **kwargs}
+        with pytest.raises(ValueError, match=f"{what} must be a list"):
+            evaluate_fleet(trace, grid["routers"], grid["loads"], 1, FleetConfig(num_workers=2))
+
+
+def test_step_engine__refuses_the_simple_engines_step_times():
+    # It takes its step times from its profile: a "2x slower GPU" stretched the trace (load
+    # scaling) and left the engine as fast, so the fleet looked better.
+    from mabp_gym.fleet.evaluate import evaluate_fleet
+
+    trace = prefix_tree_trace(40, seed=1)
+    for name in ("prefill_s_per_token", "prefill_overhead_s", "decode_base_s", "decode_per_seq_s"):
+        config = FleetConfig(num_workers=2, **{name: 2 * getattr(FleetConfig(), name)})
+        with pytest.raises(ValueError, match=f"FleetConfig.{name} is the simple engine's"):
+            FleetSimulator(trace, config, engine="step")
+        with pytest.raises(ValueError, match="the simple engine's step time"):
+            evaluate_fleet(trace, ["jsq"], [0.5], 1, config, engine="step")
+        FleetSimulator(trace, config)  # the simple engine uses them

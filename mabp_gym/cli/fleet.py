@@ -59,7 +59,7 @@ def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
 def _fleet(args: argparse.Namespace) -> None:
     from mabp_gym.fleet import ROUTERS, load_trace, make_config, scale_to_load
     from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
-    from mabp_gym.fleet.simulator import check_block_size
+    from mabp_gym.fleet.simulator import check_block_size, check_engine_config
     from mabp_gym.harness.results_file import _ResultsFile
 
     with user_input():
@@ -70,6 +70,7 @@ def _fleet(args: argparse.Namespace) -> None:
                 "--fleet-size"
             )
         config = make_config(num_workers=args.workers, **overrides)
+        check_engine_config(config, args.engine)
         routers = [r for token in (args.routers or list(ROUTERS)) for r in token.split(",") if r]
         if not routers:
             raise ValueError(f"--routers: name at least one router of {sorted(ROUTERS)}")

@@ -214,13 +214,17 @@ class FleetEnv(gymnasium.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         _check_options(options)  # before anything changes: a refused reset keeps the episode
-        super().reset(seed=seed)
+        super().reset(seed=seed)  # a refused seed raises before anything changes too
+        self._new_episode()
         run_seed = int(self.np_random.integers(2**31))
         self.sim = FleetSimulator(self.trace, self.config, run_seed, engine=self.engine)
         self._seen = 0
         self._dropped = 0
         self._request = self.sim.next_request()
         return self._observe(), {}
+
+    def _new_episode(self) -> None:
+        """What a subclass starts afresh for an episode, once its reset is accepted."""
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         worker = self._checked_worker(action)
@@ -276,17 +280,14 @@ class FleetRouterEnv(FleetEnv):
         self._obs_size = size
         self.observation_space = spaces.Box(0.0, 1.0, (size,), np.float32)
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
+    def _new_episode(self) -> None:
+        # Only once the reset is accepted (a refused seed had wiped a running episode).
         from mabp_gym.fleet.features import RouterFeatures
 
-        _check_options(options)
         self._features = RouterFeatures(self.config.num_workers)
         self._step = 0
         self._routed: dict[int, tuple[int, float]] = {}  # rid -> (routing step, arrival)
         self._cursors = [0, 0]  # first tokens, ended streams already credited
-        return super().reset(seed=seed, options=options)
 
     def _observe(self) -> np.ndarray:
         assert self.sim is not None and self._request is not None

@@ -10,7 +10,13 @@ import numpy as np
 from scipy import stats
 
 from mabp_gym.fleet.routers import ABLATION_ROUTERS, REFERENCE_ROUTERS, make_router
-from mabp_gym.fleet.simulator import METRICS, FleetConfig, replay, scale_to_load
+from mabp_gym.fleet.simulator import (
+    METRICS,
+    FleetConfig,
+    check_engine_config,
+    replay,
+    scale_to_load,
+)
 from mabp_gym.fleet.trace import Trace
 
 LABELS = {
@@ -59,6 +65,12 @@ def evaluate_fleet(
         raise ValueError(f"runs must be a positive integer, got {runs!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    seed = int(seed)  # a numpy integer is no JSON for the run key
+    for what, values in (("routers", routers), ("loads", loads)):
+        listed = isinstance(values, Sequence) and not isinstance(values, (str, bytes))
+        if not (listed or (isinstance(values, np.ndarray) and values.ndim == 1)):
+            raise ValueError(f"{what} must be a list, e.g. [{values!r}], got {values!r}")
+    check_engine_config(config, engine)
     for name in routers:
         make_router(name)  # fail before any work on an unknown name
     for what, values in (("routers", list(routers)), ("loads", list(loads))):
@@ -75,7 +87,10 @@ def evaluate_fleet(
             for run in range(runs):
                 key = run_key(digest, name, load, seed + run, config, engine)
                 if key in done:
-                    records.append(done[key])
+                    # The same run (the key holds the trace's content, not its name): under
+                    # this command's trace name and run index, as if run now (a copy of a
+                    # trace, or --requests over all of it, left two names in one table).
+                    records.append({**done[key], "trace": trace.name, "run": run})
                     reused += 1
                     continue
                 metrics = replay(scaled, make_router(name), config, seed=seed + run, engine=engine)

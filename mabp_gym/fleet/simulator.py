@@ -116,6 +116,8 @@ class FleetConfig:
                 raise TypeError(f"FleetConfig.{f.name} must be a number, got {value!r}")
             if f.type == "int" and not isinstance(value, int):
                 raise TypeError(f"FleetConfig.{f.name} must be an integer, got {value!r}")
+            if f.type == "float" and isinstance(value, int):  # 180 is 180.0: one run key
+                object.__setattr__(self, f.name, float(value))
             if not math.isfinite(value):
                 raise ValueError(f"FleetConfig.{f.name} must be finite, got {value}")
         positive = (
@@ -155,6 +157,33 @@ class FleetConfig:
     def blocks(self, tokens: int) -> int:
         """Blocks that ``tokens`` tokens occupy."""
         return -(-tokens // self.block_tokens)
+
+
+SIMPLE_ENGINE_SPEEDS = (
+    "prefill_s_per_token",
+    "prefill_overhead_s",
+    "decode_base_s",
+    "decode_per_seq_s",
+)
+"""The simple engine's step times: the step engine takes its own from its profile
+(:data:`mabp_gym.fleet.engine.PROFILES`), so with it they could only mislead the routers'
+estimates and the load scaling, not the run."""
+
+
+def check_engine_config(config: FleetConfig, engine: str) -> None:
+    """Refuse a simple-engine step time changed for the step engine, which would ignore it
+    (a "2x slower GPU" made the step-engine fleet look better: the trace was stretched, the
+    engine was not slowed)."""
+    if engine != "step":
+        return
+    default = FleetConfig()
+    changed = [n for n in SIMPLE_ENGINE_SPEEDS if getattr(config, n) != getattr(default, n)]
+    if changed:
+        raise ValueError(
+            f"FleetConfig.{changed[0]} is the simple engine's step time; the step engine "
+            "takes its step times from its profile (mabp_gym.fleet.engine.PROFILES), so "
+            f"leave {', '.join(changed)} at the default with engine='step'"
+        )
 
 
 def check_block_size(trace: Trace, config: FleetConfig) -> None:
@@ -439,6 +468,7 @@ class FleetSimulator:
         self.engine = engine
         cfg = self.config
         check_block_size(trace, cfg)
+        check_engine_config(cfg, engine)
         self.trace = trace
         self.rng = np.random.default_rng(seed)
         w = cfg.num_workers
