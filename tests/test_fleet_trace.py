@@ -115,6 +115,51 @@ def test_generators__reject_bad_arguments():
         agentic_session_trace(10, rate=-1.0)
     with pytest.raises(ValueError, match="burstiness"):
         agentic_session_trace(10, burstiness=0.0)
+    # Block ids below 0 (the simulator's own), numpy's "low >= high", a -508-token prompt:
+    for bad, message in (
+        (
+            lambda: agentic_session_trace(5, system_blocks=-2),
+            "system_blocks must be an integer >= 0",
+        ),
+        (lambda: agentic_session_trace(5, turn_blocks=0), "turn_blocks must be an integer >= 1"),
+        (lambda: prefix_tree_trace(5, shared_blocks=(0, -1)), r"shared_blocks\[1\] must be"),
+        (
+            lambda: prefix_tree_trace(5, tail_blocks=(3, 1)),
+            r"tail_blocks\[1\] must be an integer >= 3",
+        ),
+        (
+            lambda: prefix_tree_trace(5, shared_blocks=(0, 0), tail_blocks=(0, 1)),
+            "a prompt of no block",
+        ),
+    ):
+        with pytest.raises(ValueError, match=message):
+            bad()
+
+
+def test_write__refuses_what_the_reader_would_refuse_or_misread(tmp_path):
+    from dataclasses import replace
+
+    from mabp_gym.fleet import Trace, TraceRequest
+
+    out = tmp_path / "t.jsonl"
+    small = replace(parse_mooncake([GOOD]), block_tokens=256)  # read back as 512
+    with pytest.raises(ValueError, match="256-token blocks"):
+        write_mooncake(small, out)
+    for ids, word in (((), "no"), ((3, -1), "a negative")):
+        with pytest.raises(ValueError, match=f"requests\\[0\\] has {word} block id"):
+            write_mooncake(Trace("hand", (TraceRequest(0.0, 600, 5, ids),)), out)
+    assert not out.exists()
+
+
+def test_read__gzip_is_known_by_its_bytes_not_its_name(tmp_path):
+    import gzip
+
+    from mabp_gym.fleet.trace import read_mooncake
+
+    data = gzip.compress(((_line() + "\n") * 3).encode())
+    for name in ("UPPER.JSONL.GZ", "named.jsonl"):  # both were "not UTF-8 text"
+        (tmp_path / name).write_bytes(data)
+        assert len(read_mooncake(tmp_path / name)) == 3
 
 
 def test_write__timestamps_stay_integers_when_whole(tmp_path):

@@ -235,6 +235,10 @@ def parse_mooncake(lines: Iterable[str], name: str = "trace", limit: int | None 
     return Trace(name, tuple(requests), BLOCK_TOKENS)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first two bytes of every gzip stream (RFC 1952)."""
+
+
 def read_mooncake(path: str | Path, limit: int | None = None) -> Trace:
     """Read a Mooncake JSON-lines trace (``.jsonl`` or ``.jsonl.gz``), streaming: with
     ``limit`` only the first that many requests are read.
@@ -251,7 +255,9 @@ def read_mooncake(path: str | Path, limit: int | None = None) -> Trace:
         )
     if not path.is_file():
         raise ValueError(f"trace file {str(path)!r} is not a regular file")
-    opener = gzip.open if path.suffix == ".gz" else open
+    with path.open("rb") as raw:  # gzip by its magic bytes, whatever the name says
+        zipped = raw.read(2) == GZIP_MAGIC or path.suffix.lower() == ".gz"
+    opener = gzip.open if zipped else open
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
             return parse_mooncake(handle, path.name, limit)
@@ -370,6 +376,14 @@ def _check_count(count: int) -> None:
         raise ValueError(f"count must be a positive integer, got {count!r}")
 
 
+def _check_blocks(name: str, value: Any, low: int) -> int:
+    """A generator's block count: an integer >= ``low`` (a negative one made negative block
+    ids, the simulator's own; numpy's ``low >= high`` was the message of a 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
 def prefix_tree_trace(
     count: int = 2000,
     *,
@@ -391,6 +405,18 @@ def prefix_tree_trace(
     _check_count(count)
     if len(branching) != len(shared_blocks) or not branching:
         raise ValueError("branching and shared_blocks must be non-empty and of equal length")
+    for k, (base, shared) in enumerate(zip(branching, shared_blocks, strict=True)):
+        _check_blocks(f"branching[{k}]", base, 1)
+        _check_blocks(f"shared_blocks[{k}]", shared, 0)
+    if len(tail_blocks) != 2:
+        raise ValueError(f"tail_blocks must be (low, high), got {tail_blocks!r}")
+    low = _check_blocks("tail_blocks[0]", tail_blocks[0], 0)
+    _check_blocks("tail_blocks[1]", tail_blocks[1], low)
+    if sum(shared_blocks) + low < 1:  # a prompt of no block had -508 tokens
+        raise ValueError(
+            "shared_blocks and tail_blocks give a prompt of no block; every request needs at "
+            "least one (sum(shared_blocks) + tail_blocks[0] >= 1)"
+        )
     rng = np.random.default_rng(seed)
     times = _arrivals(rng, count, rate, burstiness)
     leaves = int(np.prod(branching))
@@ -448,6 +474,8 @@ def agentic_session_trace(
     _check_count(count)
     if sessions < 1:
         raise ValueError(f"sessions must be >= 1, got {sessions}")
+    system_blocks = _check_blocks("system_blocks", system_blocks, 0)
+    turn_blocks = _check_blocks("turn_blocks", turn_blocks, 1)
     rng = np.random.default_rng(seed)
     times = _arrivals(rng, count, rate, burstiness)
     owner = rng.integers(0, sessions, size=count)
@@ -468,7 +496,24 @@ def agentic_session_trace(
 
 
 def write_mooncake(trace: Trace, path: str | Path) -> None:
-    """Write a trace as Mooncake JSON lines (gzip when the name ends in ``.gz``)."""
+    """Write a trace as Mooncake JSON lines (gzip when the name ends in ``.gz``).
+
+    Raises:
+        ValueError: a trace the reader would refuse or misread: hashed in blocks of other
+            than 512 tokens (the format has no field for it), or a request without blocks
+            or with negative (the simulator's own) block ids; nothing is written then.
+    """
+    if trace.block_tokens not in (None, BLOCK_TOKENS):
+        raise ValueError(
+            f"write_mooncake: the trace is hashed in {trace.block_tokens}-token blocks; the "
+            f"Mooncake format has no block size and is read as {BLOCK_TOKENS}"
+        )
+    for k, r in enumerate(trace.requests):
+        if not r.hash_ids or min(r.hash_ids) < 0:
+            raise ValueError(
+                f"write_mooncake: requests[{k}] has {'no' if not r.hash_ids else 'a negative'} "
+                "block id; the reader takes a non-empty list of ids >= 0"
+            )
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt", encoding="utf-8") as handle:
