@@ -28,7 +28,7 @@ FLEET_LEGEND = (
     "s/req: GPU busy seconds per completed request; KV hit: prompt tokens found in the prefix "
     "cache; Jobs/req: downstream tool jobs per completed request; Drops: share of arrivals "
     "dropped (queue full or timeout); P95 sched.: the router's decision time (Python). "
-    "Mean +- 95% Student-t half-width over the runs."
+    "Mean +- 95% Student-t half-width over the runs (one run: its value, no interval)."
 )
 
 

@@ -141,10 +141,11 @@ def run_key(
 
 
 def half_width(values: Sequence[float]) -> float:
-    """Two-sided 95% Student-t half-width of the mean (0 for one value)."""
+    """Two-sided 95% Student-t half-width of the mean (NaN for one value: undefined, and a
+    table shows none rather than a "±0.000" that reads as exact)."""
     x = np.asarray(values, dtype=np.float64)
     if len(x) < 2:
-        return 0.0
+        return math.nan
     return float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
@@ -197,8 +198,8 @@ def _cell(mean: float, hw: float, metric: str) -> str:
         return "-"
     digits = 1 if metric in ("p95_scheduler_us",) else 3
     if metric == "drop_rate":
-        return f"{100 * mean:.2f}±{100 * hw:.2f}%"
-    return f"{mean:.{digits}f}±{hw:.{digits}f}"
+        return f"{100 * mean:.2f}%" if math.isnan(hw) else f"{100 * mean:.2f}±{100 * hw:.2f}%"
+    return f"{mean:.{digits}f}" if math.isnan(hw) else f"{mean:.{digits}f}±{hw:.{digits}f}"
 
 
 SHORT = {
@@ -232,6 +233,7 @@ def format_table(
     for load in loads:
         present = [r for r in routers if (load, r) in summary]
         runs = min(summary[(load, r)]["runs"] for r in present)
+        spread = "one run: no interval" if runs == 1 else "mean ± 95% half-width"
         # A router that drops work can look frugal (GPU seconds, hit ratio of what it
         # served), so only routers dropping at most MAX_DROP_FOR_BEST compete for bold.
         # The upper reference (exact engine state) and the ablations never compete either.
@@ -253,7 +255,7 @@ def format_table(
                 text = _cell(mean, summary[(load, r)][metric][1], metric)
                 cells[(r, metric)] = f"**{text}**" if ok and mean == best else text
         lines = [
-            f"Load {load:g} ({runs} runs, mean ± 95% half-width; bold: best point "
+            f"Load {load:g} ({runs} runs, {spread}; bold: best point "
             f"estimate among routers dropping at most {100 * MAX_DROP_FOR_BEST:g}%; "
             "the references on the exact engine state (oracle-ttft, mabp-route-exact) and "
             "the sglang-lib-default ablation are not ranked)",
