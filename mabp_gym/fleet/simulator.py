@@ -83,7 +83,9 @@ class FleetConfig:
     agentic_fraction: float = 0.3
     """Fraction of trace requests that are agentic (carry a tool state), drawn per run."""
     tool_depth: int = 1
-    """The tool state of a request is keyed by its block hash at this depth (its session)."""
+    """The tool state of a request is keyed by its block hash at this depth (its session);
+    a prompt of fewer blocks is keyed by its last block, so a depth past most prompts makes
+    nearly every request its own tool state."""
     tool_capacity: int = 64
     """Tool states each worker keeps (LRU)."""
     p_downstream_hit: float = 0.05
