@@ -11,7 +11,7 @@ at the task's load. A policy's score on a task is MABP's P95 delay over its own 
 faster than MABP), and 0 where its backlog grows.
 
     mabp-gym bench --out results/bench.jsonl            # run what is missing, print the board
-    mabp-gym bench --from-results results/bench.jsonl   # print the board only
+    mabp-gym bench --from-results --out results/bench.jsonl   # print the board only
 """
 
 from __future__ import annotations
