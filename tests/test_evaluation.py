@@ -479,3 +479,14 @@ def test_occupation_load__a_workload_files_runs_have_its_bound(tmp_path):
     node["mu"] *= 1.5
     path.write_text(json.dumps(changed))
     assert occupation_load(records) is None  # the file no longer describes those runs
+
+
+def test_stable_load__walks_one_settings_grid_of_loads():
+    # A bench file's mixed at 0.9 (grows) and mixed with beta=0.125 at 0.8 (does not) read
+    # as one grid gave 0.8; each load's own horizon stays allowed (--until-decided).
+    low = {**fake("a", 0.8, 0, 0.0, 10), "overrides": {"beta": 0.125}}
+    high = {**fake("a", 0.9, 0, 5.0, 10), "overrides": {}}
+    with pytest.raises(ValueError, match="a differ in 'overrides'.* across loads"):
+        stable_load([low, high], bound=None)
+    decided = [{**fake("a", 0.8, 0, 0.0, 10), "horizon": 1200}, fake("a", 0.9, 0, 0.0, 10)]
+    assert stable_load(decided, bound=None) == {"a": 0.9}

@@ -477,8 +477,9 @@ def _verdicts(args: argparse.Namespace) -> None:
         _check_cut_horizons(args.horizons, "--horizons")
         for record in records:
             check_record_trace(record)
-    from mabp_gym.harness.summaries import occupation_load
+        from mabp_gym.harness.summaries import check_one_grid, occupation_load
 
+        check_one_grid(records)  # the files' runs, one setting a policy
     bound = occupation_load(records)
     if bound is not None:
         print(f"loads at or above the occupation bound ({bound:.3f}) are not credited")

@@ -77,6 +77,28 @@ def setting_of(record: dict[str, Any], *, without: tuple[str, ...] = ()) -> str:
     return json.dumps([record.get(k) for k in keys], sort_keys=True, default=str)
 
 
+def check_one_grid(records: Iterable[dict[str, Any]]) -> None:
+    """Refuse to walk one policy's loads across settings: its stable load is the grid of one
+    experiment (a bench file's ``mixed`` at 0.9 and ``mixed`` with ``beta=0.125`` at 0.8 read
+    as one grid, 0.8). The horizon may differ by load (``--until-decided`` decides each
+    load at its own), and with it the workload's digest."""
+    keys = [k for k in (*SETTING_KEYS, "policy_kw") if k not in ("horizon", "workload_digest")]
+    seen: dict[str, dict[str, set[str]]] = {}
+    for r in records:
+        values = seen.setdefault(r["policy"], {k: set() for k in keys})
+        for k in keys:
+            if r.get(k) is not None:
+                values[k].add(json.dumps(r[k], sort_keys=True, default=str))
+    for policy, values in seen.items():
+        for k, held in values.items():
+            if len(held) > 1:
+                raise ValueError(
+                    f"the runs of {policy} differ in {k!r} ({', '.join(sorted(held))}) across "
+                    "loads: a stable load walks one setting's grid of loads; pass the records "
+                    "of each setting separately"
+                )
+
+
 def check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -> None:
     """Refuse to pool runs of one (policy, load) that are not one experiment: different
     workloads, horizons, ... (the mean would mix them and the pooled growth interval would
@@ -138,6 +160,7 @@ def stable_load(
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
     if bound is not None and not (is_real(bound) and math.isfinite(bound) and bound > 0):
         raise ValueError(f"bound must be a load > 0, 'auto' or None, got {bound!r}")
+    check_one_grid(records)
     flag = "stable" if verdict == "stable" else "paper_stable"
     result: dict[str, float] = {}
     by_policy: dict[str, list[dict[str, Any]]] = {}
