@@ -263,3 +263,31 @@ def test_simulate__a_run_too_short_to_judge_is_refused_and_nan_is_written_as_nul
 
     records = json.loads(out.read_text(), parse_constant=no_constants)
     assert records[0]["penalty"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # Training on seeds a result is read on: the choice's 100-101, the final evaluation's
+        # 200-..., the benchmark's 9000-9999 (the GNN's imitation seeds are --seed + k).
+        (("gnn", "--seed", "97"), "seeds [100, 101], the checkpoint choice's"),
+        (("gnn", "--seed", "9000"), "the benchmark's"),
+        (("learn-mabp", "--seed", "198"), "seeds [200, 201], the final evaluation's"),
+        (("learn-mabp", "--seed", "9000"), "the benchmark's"),
+        # Tracebacks after minutes of work, or silently dropped, before:
+        (("gnn", "--ppo-load", "-1"), "--ppo-load: must be >= 0"),
+        (("gnn", "--imitation-noise", "-1"), "--imitation-noise: must be >= 0"),
+        (("gnn", "--ppo-learning-rate", "-1"), "--ppo-learning-rate: must be > 0"),
+        (("gnn", "--learning-rate", "nan"), "--learning-rate: must be finite"),
+        (("learn-mabp", "--explore-slots", "1"), "--explore-slots must be >= 50"),
+    ],
+)
+def test_train__seeds_held_out_and_bad_numbers_are_refused_before_any_work(tmp_path, args, message):
+    pytest.importorskip("torch")
+    result = subprocess.run(
+        [sys.executable, "-m", "mabp_gym.cli", "train", *args, "--out", str(tmp_path / "o")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()

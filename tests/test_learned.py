@@ -3,6 +3,8 @@ points with tiny budgets, plus the properties that make them trustworthy."""
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -64,17 +66,46 @@ def test_gnn__training_smoke_resume_and_evaluation(tmp_path):
         "--layers",
         "2",
         "--no-progress",
-        "--out",
-        str(tmp_path),
         "--device",
         "auto",
     ]
-    first = main([*tiny, "--ppo-steps", "256"])
+    first = main([*tiny, "--out", str(tmp_path), "--ppo-steps", "256"])
     assert first["ppo_steps"] == 256 and first["device"] == "cpu"
-    assert (tmp_path / "ppo_checkpoint.zip").exists()
-    # Resume from the PPO checkpoint: training continues from its step count.
-    resumed = main([*tiny, "--ppo-steps", "512", "--resume", str(tmp_path / "ppo_checkpoint.zip")])
-    assert resumed["ppo_steps"] == 512
+    archive = tmp_path / "ppo_checkpoint.zip"
+    assert archive.exists() and not list(tmp_path.glob("*.partial.zip"))
+    # The archive fixes the workload and its PPO settings: others are refused before any
+    # work (SB3 kept the archive's rollout size, and a same-shape workload went unnoticed).
+    from mabp_gym.training.gnn import GNNArgs, check_resume
+
+    settings = {"ppo_envs": 2, "ppo_rollout": 64, "hidden": 16, "layers": 2}
+    check_resume(archive, GNNArgs(**settings))
+    for changed, message in (
+        ({"ppo_rollout": 32}, "made with --ppo-rollout 64, given 32"),
+        ({"workload": "mixed", "hidden": 32}, "made with --hidden 16, given 32"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            check_resume(archive, GNNArgs(**{**settings, **changed}))
+    with pytest.raises(ValueError, match="K=4.0 in the checkpoint, 8.0 here|differs"):
+        check_resume(archive, GNNArgs(**settings, workload=_mixed_file(tmp_path, K=8)))
+    # Resume from the PPO archive into another --out: training continues from its step
+    # count, logs under this --out, and has no imitation candidate (untrained weights were
+    # saved as one, and could be chosen).
+    second = tmp_path / "second"
+    resumed = main([*tiny, "--out", str(second), "--ppo-steps", "512", "--resume", str(archive)])
+    assert resumed["ppo_steps"] == 512 and resumed["selected"] == "ppo"
+    assert not (second / "gnn_imitation.pt").exists() and (second / "tensorboard").exists()
+    # From gnn_ppo.pt too: its steps count (they restarted from 0, and its PPO weights were
+    # relabelled imitation).
+    # Asked for the 512 steps it has, it trains none: its weights come back unchanged.
+    third = tmp_path / "third"
+    done_pt = second / "gnn_ppo.pt"
+    again = main([*tiny, "--out", str(third), "--ppo-steps", "512", "--resume", str(done_pt)])
+    assert again["ppo_steps"] == 512 and not (third / "gnn_imitation.pt").exists()
+    before, after = (
+        load_checkpoint(p, make_workload("mixed"))[0] for p in (done_pt, third / "gnn_ppo.pt")
+    )
+    pairs = zip(before.state_dict().values(), after.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
     wl = make_workload("mixed")
     model, info = load_checkpoint(resumed["checkpoint"], wl)
     assert info["selected"] in ("imitation", "ppo") and "command" in info
@@ -82,6 +113,15 @@ def test_gnn__training_smoke_resume_and_evaluation(tmp_path):
     scores = policy.scores(observation(wl, slots=5))
     assert scores.shape == (wl.index.num_scores,) and np.all(np.abs(scores) < 1)
     assert (tmp_path / "eval.jsonl").exists() and (tmp_path / "tensorboard").exists()
+
+
+def _mixed_file(folder, **params) -> str:
+    """``mixed`` with other parameters, as a workload file (same shape, other network)."""
+    from mabp_gym.core.fileformat import workload_to_dict
+
+    path = folder / "mixed_other.json"
+    path.write_text(json.dumps(workload_to_dict(make_workload("mixed", **params))))
+    return str(path)
 
 
 def test_gnn__checkpoint_for_another_shape_is_refused(tmp_path):

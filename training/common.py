@@ -17,6 +17,37 @@ from mabp_gym.rollout import episode
 ScoreCallable = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
+FINAL_EVAL_SEED = 200
+"""First seed of a trainer's final evaluation (``--eval-seeds`` of them): no training
+episode or checkpoint choice uses it."""
+
+
+def final_eval_seeds(count: int) -> range:
+    return range(FINAL_EVAL_SEED, FINAL_EVAL_SEED + count)
+
+
+def check_held_out(seed: Any, training: set[int], held_out: dict[str, Any], hint: str) -> None:
+    """Refuse a ``--seed`` whose training episodes would start from a held-out seed (a
+    result on it would not be held out), naming whose seeds and what to avoid.
+
+    Args:
+        training: every seed a training episode starts from.
+        held_out: whose seeds ("the final evaluation's") -> the seeds.
+        hint: how the training seeds follow from ``--seed``.
+    """
+    from mabp_gym.harness.bench import EVALUATION_SEEDS
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {seed!r}")
+    for whose, seeds in {**held_out, "the benchmark's": EVALUATION_SEEDS}.items():
+        used = sorted(training & set(seeds))
+        if used:
+            raise ValueError(
+                f"--seed {seed}: training would start episodes from seeds {used}, {whose} "
+                f"(held out); choose a --seed whose training seeds ({hint}) avoid them"
+            )
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python, numpy's legacy global state (libraries may use it) and torch."""
     random.seed(seed)

@@ -30,6 +30,7 @@ from mabp_gym.agents.gnn import (
     save_checkpoint,
 )
 from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.validate import check_number
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.envs.pyg import to_pyg
 from mabp_gym.training.arguments import (
@@ -39,7 +40,22 @@ from mabp_gym.training.arguments import (
     parse_into,
     require_at_least,
 )
-from mabp_gym.training.common import rollout, seed_everything
+from mabp_gym.training.common import (
+    check_held_out,
+    final_eval_seeds,
+    rollout,
+    seed_everything,
+)
+
+SELECTION_SEEDS = range(100, 102)
+"""Seeds of the checkpoint choice (imitation or PPO): no training episode uses them."""
+PPO_SEED_OFFSET = 1000
+"""PPO's env ``r`` starts from seed ``--seed + 1000 + r`` (the imitation episodes use
+``--seed + k``)."""
+ARCHIVE_META = "mabp_gym.json"
+"""The member of a PPO archive (``ppo_checkpoint.zip``) that records its workload and PPO
+settings, so that ``--resume`` refuses another workload or other settings before any
+work (Stable-Baselines3 reads only its own members)."""
 
 
 @dataclass
@@ -162,6 +178,12 @@ def fit_imitation(
     return losses
 
 
+def training_seeds(args: GNNArgs) -> set[int]:
+    """Every seed a training episode starts from: the imitation episodes' and PPO's envs'."""
+    imitation = {args.seed + k for k in range(len(args.imitation_loads))}
+    return imitation | {args.seed + PPO_SEED_OFFSET + r for r in range(args.ppo_envs)}
+
+
 def quick_stable_load(checkpoint: Path, args: GNNArgs, loads: list[float]) -> float:
     from mabp_gym.harness.evaluation import evaluate
     from mabp_gym.harness.summaries import stable_load
@@ -170,7 +192,7 @@ def quick_stable_load(checkpoint: Path, args: GNNArgs, loads: list[float]) -> fl
         "gnn",
         args.workload,
         loads=loads,
-        seeds=range(100, 100 + 2),
+        seeds=SELECTION_SEEDS,
         policy_kw={"checkpoint": str(checkpoint)},
         backend="serial",
     )
@@ -195,7 +217,10 @@ def train(args: GNNArgs) -> dict[str, Any]:
     command = command_line("gnn", args)
 
     # -- resume ------------------------------------------------------------------------------
-    start_epoch, ppo_zip = 0, None
+    # From imitation: continue its epochs. From PPO (its archive, or gnn_ppo.pt): continue
+    # its step count, with no imitation candidate unless this run's --out holds one (the
+    # weights are PPO's: saved as "imitation" they were relabelled, or untrained ones chosen).
+    start_epoch, ppo_zip, ppo_start = 0, None, 0
     if args.resume:
         resume = Path(args.resume)
         if resume.suffix == ".zip":
@@ -204,7 +229,10 @@ def train(args: GNNArgs) -> dict[str, Any]:
         else:
             resumed, info = load_checkpoint(resume, workload, device)
             model.load_state_dict(resumed.state_dict())
-            start_epoch = int(info.get("epoch", args.imitation_epochs))
+            if info.get("phase") == "ppo":
+                start_epoch, ppo_start = args.imitation_epochs, int(info.get("steps", 0))
+            else:
+                start_epoch = int(info.get("epoch", args.imitation_epochs))
 
     def save_imitation(epoch: int) -> None:
         save_checkpoint(
@@ -220,18 +248,21 @@ def train(args: GNNArgs) -> dict[str, Any]:
 
     # -- imitation -----------------------------------------------------------------------------
     losses: list[float] = []
+    from_ppo = ppo_zip is not None or ppo_start > 0
     if start_epoch < args.imitation_epochs:
         data, targets = collect_imitation_data(args)
         losses = fit_imitation(model, data, targets, args, device, start_epoch, save_imitation)
-    elif not imitation_path.exists():
-        save_imitation(start_epoch)
+    elif not from_ppo and not imitation_path.exists():
+        save_imitation(start_epoch)  # the resumed imitation checkpoint, finished
 
     # -- PPO -------------------------------------------------------------------------------------
     final_path = out / f"gnn_{workload.name}.pt"
     ppo_steps_done = 0
-    candidates = {"imitation": imitation_path}
+    candidates = {"imitation": imitation_path} if imitation_path.exists() else {}
     if args.ppo_steps > 0:
-        ppo_path, ppo_steps_done = _ppo(args, model, device, out, ppo_zip, workload, command)
+        ppo_path, ppo_steps_done = _ppo(
+            args, model, device, out, ppo_zip, workload, command, ppo_start
+        )
         candidates["ppo"] = ppo_path
 
     # -- model selection on held-out seeds, then the report ------------------------------------
@@ -244,7 +275,7 @@ def train(args: GNNArgs) -> dict[str, Any]:
         "gnn",
         args.workload,
         loads=args.eval_loads,
-        seeds=range(args.eval_seeds),
+        seeds=final_eval_seeds(args.eval_seeds),
         policy_kw={"checkpoint": str(final_path)},
         output=out / "eval.jsonl",
     )
@@ -306,6 +337,7 @@ def _ppo(
     resume: Path | None,
     workload,
     command: str,
+    start_steps: int = 0,
 ) -> tuple[Path, int]:
     import gymnasium as gym
     from stable_baselines3 import PPO
@@ -317,7 +349,7 @@ def _ppo(
     def make(rank: int):
         def thunk():
             env = gym.make("mabp_gym/SFMSN-v0", workload=args.workload, load=args.ppo_load)
-            env.reset(seed=args.seed + 1000 + rank)
+            env.reset(seed=args.seed + PPO_SEED_OFFSET + rank)
             return env
 
         return thunk
@@ -333,7 +365,7 @@ def _ppo(
         def _on_step(self) -> bool:
             if self.num_timesteps - self.last >= args.checkpoint_every:
                 self.last = self.num_timesteps
-                self.model.save(out / "ppo_checkpoint.zip")
+                _save_archive(self.model, out / "ppo_checkpoint.zip", workload, args)
             return True
 
     # tensorboard is a dependency of the package; SB3 writes the PPO curves there.
@@ -342,6 +374,7 @@ def _ppo(
         agent = PPO.load(
             resume, env=envs, device=device, custom_objects=_ppo_archive_objects(resume, envs, args)
         )
+        agent.tensorboard_log = tensorboard  # this run's --out, not the archive's
     else:
         agent = PPO(
             GNNActorCriticPolicy,
@@ -351,13 +384,14 @@ def _ppo(
             batch_size=min(256, args.ppo_rollout * args.ppo_envs),
             n_epochs=4,
             gamma=0.99,
-            seed=args.seed,
+            seed=args.seed + PPO_SEED_OFFSET,  # SB3 reseeds env r to this + r
             device=device,
             tensorboard_log=tensorboard,
             verbose=0,
             policy_kwargs={"hidden": args.hidden, "layers": args.layers},
         )
         agent.policy.gnn.load_state_dict(model.state_dict())  # type: ignore[union-attr]
+        agent.num_timesteps = start_steps  # resumed from gnn_ppo.pt: its steps count
     remaining = args.ppo_steps - agent.num_timesteps
     if remaining > 0:
         agent.learn(
@@ -367,7 +401,7 @@ def _ppo(
             progress_bar=args.progress,
             tb_log_name=f"gnn_seed{args.seed}",
         )
-    agent.save(out / "ppo_checkpoint.zip")
+    _save_archive(agent, out / "ppo_checkpoint.zip", workload, args)
     gnn = agent.policy.gnn
     save_checkpoint(
         ppo_path,
@@ -379,6 +413,34 @@ def _ppo(
         command=command,
     )
     return ppo_path, int(agent.num_timesteps)
+
+
+def archive_meta(workload: Any, args: GNNArgs) -> dict[str, Any]:
+    """What a PPO archive must match to be resumed: the workload and the PPO settings that
+    its saved state fixes (SB3 keeps the archive's rollout and batch sizes)."""
+    from mabp_gym.agents.checkpoint_file import workload_identity
+
+    return {
+        "workload_identity": workload_identity(workload),
+        "ppo_rollout": args.ppo_rollout,
+        "ppo_envs": args.ppo_envs,
+        "hidden": args.hidden,
+        "layers": args.layers,
+    }
+
+
+def _save_archive(agent: Any, path: Path, workload: Any, args: GNNArgs) -> None:
+    """``agent.save`` with :data:`ARCHIVE_META` added, written to a partial file and
+    renamed over ``path``: a write cut short leaves the last good archive (it had destroyed
+    it, and the resume then failed inside torch)."""
+    import os
+    import zipfile
+
+    partial = path.with_name(path.name + ".partial.zip")
+    agent.save(partial)
+    with zipfile.ZipFile(partial, "a") as archive:
+        archive.writestr(ARCHIVE_META, json.dumps(archive_meta(workload, args)))
+    os.replace(partial, path)
 
 
 def _ppo_archive_objects(path: Path, envs: Any, args: GNNArgs) -> dict[str, Any]:
@@ -441,37 +503,92 @@ def validate(args: GNNArgs) -> None:
     )
     require_at_least(args, 0, "ppo_steps")
     check_loads(args, "imitation_loads", "select_loads", "eval_loads")
+    check_number(args.ppo_load, "--ppo-load", low=0.0, high=10.0)
+    check_number(args.imitation_noise, "--imitation-noise", low=0.0)
+    for name in ("learning_rate", "ppo_learning_rate"):
+        check_number(getattr(args, name), f"--{name.replace('_', '-')}", low=0.0, low_open=True)
+    check_seeds(args)
     check_out_dir(args.out)
     if args.resume and not Path(args.resume).is_file():
         raise ValueError(f"--resume: no such file {args.resume!r}")
     if args.resume:
-        check_resume(Path(args.resume), args.workload)
+        check_resume(Path(args.resume), args)
+
+
+def check_seeds(args: GNNArgs) -> None:
+    """Refuse training seeds that the checkpoint choice, the final evaluation or the
+    benchmark use."""
+    check_held_out(
+        args.seed,
+        training_seeds(args),
+        {
+            "the checkpoint choice's": SELECTION_SEEDS,
+            "the final evaluation's": final_eval_seeds(args.eval_seeds),
+        },
+        f"imitation --seed + k, PPO --seed + {PPO_SEED_OFFSET} + r",
+    )
 
 
 SB3_ARCHIVE_MEMBERS = ("data", "policy.pth")
 """Members every Stable-Baselines3 archive holds (``PPO.save``)."""
 
 
-def check_resume(path: Path, workload_name: str) -> None:
+def check_resume(path: Path, args: GNNArgs) -> None:
     """Refuse a ``--resume`` file before any work: a ``.zip`` must be a Stable-Baselines3
-    archive, anything else a GNN checkpoint of this workload (read and verified).
+    archive of this trainer (:data:`ARCHIVE_META`) for this workload and PPO settings,
+    anything else a GNN checkpoint of this workload and size (read and verified).
 
     Raises:
         ValueError: naming the file and what is wrong with it.
     """
     import zipfile
 
-    if path.suffix == ".zip":
+    from mabp_gym.agents.checkpoint_file import check_workload
+
+    where = f"--resume {str(path)!r}"
+    workload = make_workload(args.workload)
+    from_ppo = path.suffix == ".zip"
+    if from_ppo:
         if not zipfile.is_zipfile(path):
-            raise ValueError(f"--resume {str(path)!r}: not a zip archive (PPO.save writes one)")
-        with zipfile.ZipFile(path) as archive:
-            missing = [m for m in SB3_ARCHIVE_MEMBERS if m not in archive.namelist()]
-        if missing:
-            raise ValueError(
-                f"--resume {str(path)!r}: not a Stable-Baselines3 archive (no {missing})"
-            )
-        return
-    load_checkpoint(path, make_workload(workload_name))
+            raise ValueError(f"{where}: not a zip archive (PPO.save writes one)")
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+                missing = [m for m in SB3_ARCHIVE_MEMBERS if m not in names]
+                if missing:
+                    raise ValueError(f"{where}: not a Stable-Baselines3 archive (no {missing})")
+                if ARCHIVE_META not in names:
+                    raise ValueError(
+                        f"{where}: the archive records no workload (made before mabp-gym "
+                        "recorded it, or not by `mabp-gym train gnn`); resume from the run's "
+                        "gnn_ppo.pt instead"
+                    )
+                stored = json.loads(archive.read(ARCHIVE_META))
+                bad = archive.testzip()  # a member whose bytes do not match its CRC
+        except (OSError, zipfile.BadZipFile, ValueError, KeyError) as error:
+            if isinstance(error, ValueError) and str(error).startswith(where):
+                raise
+            raise ValueError(f"{where}: not a readable zip archive ({error})") from None
+        if bad is not None:
+            raise ValueError(f"{where}: damaged archive (member {bad!r} fails its checksum)")
+        check_workload(stored, workload, path)
+        wanted = archive_meta(workload, args)
+        for key in ("ppo_rollout", "ppo_envs", "hidden", "layers"):
+            if stored.get(key) != wanted[key]:
+                raise ValueError(
+                    f"{where}: made with --{key.replace('_', '-')} {stored.get(key)}, given "
+                    f"{wanted[key]}; the archive fixes it (give the same, or start afresh)"
+                )
+    else:
+        _, info = load_checkpoint(path, workload)
+        for key in ("hidden", "layers"):
+            if key in info and info[key] != getattr(args, key):
+                raise ValueError(
+                    f"{where}: its network has --{key} {info[key]}, given {getattr(args, key)}"
+                )
+        from_ppo = info.get("phase") == "ppo"
+    if from_ppo and args.ppo_steps <= 0:
+        raise ValueError(f"{where}: a PPO checkpoint continues PPO; give --ppo-steps > 0")
 
 
 def parse(argv: list[str] | None = None) -> GNNArgs:

@@ -29,7 +29,15 @@ from mabp_gym.training.arguments import (
     parse_into,
     require_at_least,
 )
-from mabp_gym.training.common import rollout, seed_everything
+from mabp_gym.training.common import (
+    check_held_out,
+    final_eval_seeds,
+    rollout,
+    seed_everything,
+)
+
+MIN_EXPLORE_SLOTS = 50
+"""Fewer logged slots complete too few units to estimate every primitive from."""
 
 
 @dataclass
@@ -111,14 +119,14 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
         "mabp",
         args.workload,
         loads=args.eval_loads,
-        seeds=range(args.eval_seeds),
+        seeds=final_eval_seeds(args.eval_seeds),
         output=out / "eval_mabp.jsonl",
     )
     learned = evaluate(
         "learn-mabp",
         args.workload,
         loads=args.eval_loads,
-        seeds=range(args.eval_seeds),
+        seeds=final_eval_seeds(args.eval_seeds),
         policy_kw={"checkpoint": str(path)},
         output=out / "eval.jsonl",
     )
@@ -140,7 +148,14 @@ def validate(args: LearnMABPArgs) -> None:
     """Raise ``ValueError`` naming the first bad argument, before any work starts."""
     make_workload(args.workload)
     resolve_device(args.device)
-    require_at_least(args, 1, "explore_slots", "eval_seeds")
+    require_at_least(args, 1, "eval_seeds")
+    require_at_least(args, MIN_EXPLORE_SLOTS, "explore_slots")
+    check_held_out(
+        args.seed,
+        {args.seed + k for k in range(len(args.explore_loads))},
+        {"the final evaluation's": final_eval_seeds(args.eval_seeds)},
+        "--seed + k, one a logged episode",
+    )
     if not args.explore_noise >= 0:
         raise ValueError(f"--explore-noise must be >= 0, got {args.explore_noise}")
     check_loads(args, "explore_loads", "eval_loads")
