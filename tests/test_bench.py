@@ -83,6 +83,7 @@ def test_learned_policies_without_a_checkpoint_for_a_task_are_left_out_and_said_
         ("mixed-tight-0.80", "gnn"),
     ]
     assert "no shipped checkpoint for rag" in skipped[0][2]
+    assert "the shipped checkpoints in agents/checkpoints/ only" in skipped[0][2]  # said it could
     assert "made without beta=0.125" in skipped[1][2]
 
 

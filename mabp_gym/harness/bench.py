@@ -166,8 +166,10 @@ def _no_checkpoint(policy: str, task: Task) -> str:
             f"{', '.join(f'{k}={v}' for k, v in task.overrides)}"
         )
     return (
-        f"no shipped checkpoint for {task.workload} (`mabp-gym train {policy} "
-        f"--workload {task.workload}` makes one)"
+        f"no shipped checkpoint for {task.workload} (the board runs the shipped checkpoints "
+        f"in agents/checkpoints/ only; `mabp-gym train {policy} --workload {task.workload}` "
+        "makes one, to ship there or to evaluate with mabp_gym.evaluate(..., "
+        "policy_kw={'checkpoint': PATH}))"
     )
 
 
