@@ -541,36 +541,13 @@ def check_resume(path: Path, args: GNNArgs) -> None:
     Raises:
         ValueError: naming the file and what is wrong with it.
     """
-    import zipfile
-
     from mabp_gym.agents.checkpoint_file import check_workload
 
     where = f"--resume {str(path)!r}"
     workload = make_workload(args.workload)
     from_ppo = path.suffix == ".zip"
     if from_ppo:
-        if not zipfile.is_zipfile(path):
-            raise ValueError(f"{where}: not a zip archive (PPO.save writes one)")
-        try:
-            with zipfile.ZipFile(path) as archive:
-                names = archive.namelist()
-                missing = [m for m in SB3_ARCHIVE_MEMBERS if m not in names]
-                if missing:
-                    raise ValueError(f"{where}: not a Stable-Baselines3 archive (no {missing})")
-                if ARCHIVE_META not in names:
-                    raise ValueError(
-                        f"{where}: the archive records no workload (made before mabp-gym "
-                        "recorded it, or not by `mabp-gym train gnn`); resume from the run's "
-                        "gnn_ppo.pt instead"
-                    )
-                stored = json.loads(archive.read(ARCHIVE_META))
-                bad = archive.testzip()  # a member whose bytes do not match its CRC
-        except (OSError, zipfile.BadZipFile, ValueError, KeyError) as error:
-            if isinstance(error, ValueError) and str(error).startswith(where):
-                raise
-            raise ValueError(f"{where}: not a readable zip archive ({error})") from None
-        if bad is not None:
-            raise ValueError(f"{where}: damaged archive (member {bad!r} fails its checksum)")
+        stored = _archive_meta_of(path, where)
         check_workload(stored, workload, path)
         wanted = archive_meta(workload, args)
         for key in ("ppo_rollout", "ppo_envs", "hidden", "layers"):
@@ -589,6 +566,38 @@ def check_resume(path: Path, args: GNNArgs) -> None:
         from_ppo = info.get("phase") == "ppo"
     if from_ppo and args.ppo_steps <= 0:
         raise ValueError(f"{where}: a PPO checkpoint continues PPO; give --ppo-steps > 0")
+
+
+def _archive_meta_of(path: Path, where: str) -> dict[str, Any]:
+    """The :data:`ARCHIVE_META` of a sound Stable-Baselines3 archive made by this trainer."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{where}: not a zip archive (PPO.save writes one)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            damaged = archive.testzip()  # a member whose bytes do not match its CRC
+            meta = archive.read(ARCHIVE_META) if ARCHIVE_META in names else None
+    except (OSError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{where}: not a readable zip archive ({error})") from None
+    missing = [m for m in SB3_ARCHIVE_MEMBERS if m not in names]
+    if missing:
+        raise ValueError(f"{where}: not a Stable-Baselines3 archive (no {missing})")
+    if meta is None:
+        raise ValueError(
+            f"{where}: the archive records no workload (made before mabp-gym recorded it, or "
+            "not by `mabp-gym train gnn`); resume from the run's gnn_ppo.pt instead"
+        )
+    if damaged is not None:
+        raise ValueError(f"{where}: damaged archive (member {damaged!r} fails its checksum)")
+    try:
+        stored = json.loads(meta)
+    except ValueError:
+        stored = None
+    if not isinstance(stored, dict):
+        raise ValueError(f"{where}: its {ARCHIVE_META} is not a JSON object")
+    return stored
 
 
 def parse(argv: list[str] | None = None) -> GNNArgs:

@@ -5,6 +5,7 @@ env's action, :func:`mabp_gym.project`'s scores) through :func:`checked_action`.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,21 @@ def check_number(
     if high is not None and value > high:
         raise ValueError(f"{name}: must be <= {high:g}, got {value!r}")
     return int(value) if integer else float(value)
+
+
+def as_list(values: Any, name: str, of: str = "numbers") -> list[Any]:
+    """``values`` as a list: a list, tuple, range or 1-d array; a lone value (``loads=0.3``
+    raised "'float' object is not iterable", ``routers="jsq"`` ran routers ``j``, ``s``,
+    ``q``) or a mapping is refused with the fix.
+
+    Raises:
+        ValueError: ``"{name} must be a list of {of}, e.g. [...], got ..."``.
+    """
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise ValueError(f"{name} must be a list of {of}, e.g. [{values!r}], got {values!r}")
+    if isinstance(values, np.ndarray) and values.ndim != 1:
+        raise ValueError(f"{name} must be a list or a 1-d array, got an array of {values.shape}")
+    return list(values)
 
 
 def checked_action(action: Any, what: str = "the action") -> Any:

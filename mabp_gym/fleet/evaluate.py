@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from mabp_gym.core.validate import as_list
 from mabp_gym.fleet.routers import ABLATION_ROUTERS, REFERENCE_ROUTERS, make_router
 from mabp_gym.fleet.simulator import (
     METRICS,
@@ -66,10 +67,7 @@ def evaluate_fleet(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     seed = int(seed)  # a numpy integer is no JSON for the run key
-    for what, values in (("routers", routers), ("loads", loads)):
-        listed = isinstance(values, Sequence) and not isinstance(values, (str, bytes))
-        if not (listed or (isinstance(values, np.ndarray) and values.ndim == 1)):
-            raise ValueError(f"{what} must be a list, e.g. [{values!r}], got {values!r}")
+    routers, loads = as_list(routers, "routers", of="names"), as_list(loads, "loads")
     check_engine_config(config, engine)
     for name in routers:
         make_router(name)  # fail before any work on an unknown name

@@ -17,7 +17,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
@@ -32,7 +32,7 @@ from mabp_gym.core.metrics import (
     summarize,
 )
 from mabp_gym.core.simulator import Simulator
-from mabp_gym.core.validate import is_real
+from mabp_gym.core.validate import as_list, is_real
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import WORKLOADS, make_workload
 from mabp_gym.registry import checkpoint_path, make_policy, policy_identity, policy_names
@@ -265,19 +265,9 @@ def _json_values(policy_kw: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
-def _a_list(values: Any, name: str) -> list[Any]:
-    """``values`` as a list: a list, tuple, range or 1-d array; a lone number is refused with
-    the fix (``loads=0.3`` raised "'float' object is not iterable")."""
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise ValueError(f"{name} must be a list of numbers, e.g. [{values!r}], got {values!r}")
-    if isinstance(values, np.ndarray) and values.ndim != 1:
-        raise ValueError(f"{name} must be a list or a 1-d array, got an array of {values.shape}")
-    return list(values)
-
-
 def _check_seeds(seeds: Iterable[Any]) -> list[int]:
     checked = []
-    for seed in _a_list(seeds, "seeds"):
+    for seed in as_list(seeds, "seeds"):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seeds must be integers >= 0, got {seed!r}")
         checked.append(int(seed))
@@ -286,7 +276,7 @@ def _check_seeds(seeds: Iterable[Any]) -> list[int]:
 
 def _check_loads(loads: Iterable[Any]) -> list[float]:
     checked = []
-    for load in _a_list(loads, "loads"):
+    for load in as_list(loads, "loads"):
         if isinstance(load, bool) or not isinstance(load, (int, float, np.integer, np.floating)):
             raise ValueError(f"loads must be numbers, got {load!r}")
         if not math.isfinite(float(load)):

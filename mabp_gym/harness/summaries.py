@@ -77,26 +77,37 @@ def setting_of(record: dict[str, Any], *, without: tuple[str, ...] = ()) -> str:
     return json.dumps([record.get(k) for k in keys], sort_keys=True, default=str)
 
 
+def _difference(members: Iterable[dict[str, Any]], keys: Iterable[str]) -> str | None:
+    """The first of ``keys`` on which ``members`` differ, with the values held (a key a
+    record lacks agrees with any value), or None."""
+    members = list(members)
+    for key in keys:
+        values = {
+            json.dumps(m[key], sort_keys=True, default=str)
+            for m in members
+            if m.get(key) is not None
+        }
+        if len(values) > 1:
+            return f"{key!r} ({', '.join(sorted(values))})"
+    return None
+
+
 def check_one_grid(records: Iterable[dict[str, Any]]) -> None:
     """Refuse to walk one policy's loads across settings: its stable load is the grid of one
     experiment (a bench file's ``mixed`` at 0.9 and ``mixed`` with ``beta=0.125`` at 0.8 read
     as one grid, 0.8). The horizon may differ by load (``--until-decided`` decides each
     load at its own), and with it the workload's digest."""
     keys = [k for k in (*SETTING_KEYS, "policy_kw") if k not in ("horizon", "workload_digest")]
-    seen: dict[str, dict[str, set[str]]] = {}
+    by_policy: dict[str, list[dict[str, Any]]] = {}
     for r in records:
-        values = seen.setdefault(r["policy"], {k: set() for k in keys})
-        for k in keys:
-            if r.get(k) is not None:
-                values[k].add(json.dumps(r[k], sort_keys=True, default=str))
-    for policy, values in seen.items():
-        for k, held in values.items():
-            if len(held) > 1:
-                raise ValueError(
-                    f"the runs of {policy} differ in {k!r} ({', '.join(sorted(held))}) across "
-                    "loads: a stable load walks one setting's grid of loads; pass the records "
-                    "of each setting separately"
-                )
+        by_policy.setdefault(r["policy"], []).append(r)
+    for policy, runs in by_policy.items():
+        differs = _difference(runs, keys)
+        if differs:
+            raise ValueError(
+                f"the runs of {policy} differ in {differs} across loads: a stable load walks "
+                "one setting's grid of loads; pass the records of each setting separately"
+            )
 
 
 def check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -> None:
@@ -107,17 +118,12 @@ def check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -
     cell = f"{policy} at load {load:g}"
     # The digest last: it covers the horizon and the overrides, which name the difference.
     named = [k for k in SETTING_KEYS if k != "workload_digest"]
-    for key in (*named, "policy_kw", "workload_digest"):
-        values = {
-            json.dumps(m[key], sort_keys=True, default=str)
-            for m in members
-            if m.get(key) is not None
-        }
-        if len(values) > 1:
-            raise ValueError(
-                f"the runs of {cell} differ in {key!r} ({', '.join(sorted(values))}): a summary "
-                "pools the seeds of one setting; pass the records of each setting separately"
-            )
+    differs = _difference(members, (*named, "policy_kw", "workload_digest"))
+    if differs:
+        raise ValueError(
+            f"the runs of {cell} differ in {differs}: a summary pools the seeds of one "
+            "setting; pass the records of each setting separately"
+        )
     seen: set[Any] = set()
     for m in members:
         seed = m.get("seed")
