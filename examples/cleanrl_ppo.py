@@ -135,6 +135,38 @@ class Agent(nn.Module):
         return action, log_prob, (dist.entropy() * active).sum(1), self.critic(x)
 
 
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    terms: torch.Tensor,
+    next_value: torch.Tensor,
+    next_done: torch.Tensor,
+    next_term: torch.Tensor,
+    args: Args,
+) -> torch.Tensor:
+    """Generalized advantage estimates of one rollout, shapes ``(num_steps, num_envs)``.
+
+    ``dones[t]`` / ``terms[t]``: whether the episode had ended / terminated before step
+    ``t`` (CleanRL's convention), so ``values[t + 1]`` after a truncation is the value of
+    the episode's last observation, which NEXT_STEP autoreset leaves in that slot. An ending
+    stops the trace; only a termination stops the bootstrap. Every episode here is
+    truncated (the env never terminates), so every target bootstraps: treating the cut as
+    the end of the queue would teach the critic that backlog at slot 599 costs nothing.
+    """
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    for t in reversed(range(rewards.shape[0])):
+        final = t == rewards.shape[0] - 1
+        trace = 1.0 - (next_done if final else dones[t + 1])
+        bootstrap = 1.0 - (next_term if final else terms[t + 1])
+        nxt = next_value if final else values[t + 1]
+        delta = rewards[t] + args.gamma * nxt * bootstrap - values[t]
+        last = delta + args.gamma * args.gae_lambda * trace * last
+        advantages[t] = last
+    return advantages
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(argv)
     device = torch.device(
@@ -171,8 +203,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     shape = (args.num_steps, args.num_envs)
     obs_buf = torch.zeros(shape + (obs_dim,), device=device)
     act_buf = torch.zeros(shape + (act_dim,), device=device)
-    logp_buf, rew_buf, done_buf, val_buf, valid_buf = (
-        torch.zeros(shape, device=device) for _ in range(5)
+    logp_buf, rew_buf, done_buf, term_buf, val_buf, valid_buf = (
+        torch.zeros(shape, device=device) for _ in range(6)
     )
     batch_size = args.num_envs * args.num_steps
     minibatch = batch_size // args.num_minibatches
@@ -182,12 +214,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     next_obs, _ = envs.reset(seed=args.seed)
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
+    next_term = torch.zeros(args.num_envs, device=device)
     reset_step = torch.zeros(args.num_envs, device=device)
     for iteration in range(iterations):
         optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - iteration / iterations)
         for step in range(args.num_steps):
             global_step += args.num_envs
-            obs_buf[step], done_buf[step] = next_obs, next_done
+            obs_buf[step], done_buf[step], term_buf[step] = next_obs, next_done, next_term
             valid_buf[step] = 1.0 - reset_step
             with torch.no_grad():
                 action, logp, _, value = agent.act(next_obs)
@@ -197,21 +230,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             rew_buf[step] = torch.as_tensor(reward, device=device, dtype=torch.float32)
             next_obs = torch.as_tensor(obs, device=device)
             next_done = torch.as_tensor(done, device=device, dtype=torch.float32)
+            next_term = torch.as_tensor(terminated, device=device, dtype=torch.float32)
             reset_step = next_done.clone()  # NEXT_STEP: the next step only resets
             if "episode" in info:
                 returns.extend(info["episode"]["r"][info["_episode"]].tolist())
 
-        with torch.no_grad():  # GAE; truncation treated as termination (no bootstrap)
+        with torch.no_grad():
             next_value = agent.value(next_obs).flatten()
-            advantages = torch.zeros_like(rew_buf)
-            last = torch.zeros(args.num_envs, device=device)
-            for t in reversed(range(args.num_steps)):
-                nonterminal = 1.0 - (next_done if t == args.num_steps - 1 else done_buf[t + 1])
-                nxt = next_value if t == args.num_steps - 1 else val_buf[t + 1]
-                delta = rew_buf[t] + args.gamma * nxt * nonterminal - val_buf[t]
-                last = delta + args.gamma * args.gae_lambda * nonterminal * last
-                advantages[t] = last
-            targets = advantages + val_buf
+        advantages = gae(
+            rew_buf, val_buf, done_buf, term_buf, next_value, next_done, next_term, args
+        )
+        targets = advantages + val_buf
 
         b_obs, b_act = obs_buf.reshape(-1, obs_dim), act_buf.reshape(-1, act_dim)
         b_logp, b_adv, b_ret = logp_buf.flatten(), advantages.flatten(), targets.flatten()
@@ -220,9 +249,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             for idx in torch.randperm(batch_size, device=device).split(minibatch):
                 _, logp, entropy, value = agent.act(b_obs[idx], b_act[idx])
                 ratio = (logp - b_logp[idx]).exp()
-                adv = b_adv[idx]
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                w = b_valid[idx]
+                adv, w = b_adv[idx], b_valid[idx]
+                # Normalized over the minibatch's real transitions (reset steps carry none).
+                mean = (adv * w).sum() / w.sum().clamp(min=1.0)
+                std = (((adv - mean) ** 2 * w).sum() / (w.sum() - 1).clamp(min=1.0)).sqrt()
+                adv = (adv - mean) / (std + 1e-8)
                 pg = torch.max(
                     -adv * ratio, -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
                 )

@@ -174,6 +174,32 @@ class ReturnScale:
         return rewards / np.sqrt(self.m2 / self.count + 1e-8)
 
 
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: list[float],
+    boots: torch.Tensor,
+    next_value: torch.Tensor,
+    args: Args,
+) -> torch.Tensor:
+    """Generalized advantage estimates per agent, shapes ``(rollout, agents)``.
+
+    ``dones[t]``: the episode was truncated at step ``t`` (the env never terminates);
+    ``boots[t]``: then the value of its last observation. A truncation stops the trace but
+    not the bootstrap: the return past the cut is that value, not 0.
+    """
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    for t in reversed(range(rewards.shape[0])):
+        nonterminal = 1.0 - dones[t]
+        nxt = next_value if t == rewards.shape[0] - 1 else values[t + 1]
+        ahead = nxt * nonterminal + boots[t] * (1.0 - nonterminal)
+        delta = rewards[t] + args.gamma * ahead - values[t]
+        last = delta + args.gamma * args.gae_lambda * nonterminal * last
+        advantages[t] = last
+    return advantages
+
+
 def train(args: Args) -> tuple[RolePolicy, list[dict[str, float]]]:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -205,7 +231,9 @@ def train(args: Args) -> tuple[RolePolicy, list[dict[str, float]]]:
     obs = new_episode()
     for update in range(updates):
         optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - update / updates)
-        batch: dict[str, list] = {k: [] for k in ("obs", "act", "logp", "val", "rew", "done")}
+        batch: dict[str, list] = {
+            k: [] for k in ("obs", "act", "logp", "val", "rew", "done", "boot")
+        }
         backlog = []
         for _ in range(args.rollout):
             tensors = stack(obs, agents)
@@ -222,22 +250,23 @@ def train(args: Args) -> tuple[RolePolicy, list[dict[str, float]]]:
             batch["val"].append(value)
             batch["rew"].append(torch.as_tensor(scale(np.array([rewards[a] for a in agents]))))
             batch["done"].append(float(done))
+            # Episodes end by truncation only (the env never terminates): the return past
+            # the cut is the value of the episode's last observation, not 0.
+            boot = torch.zeros(len(agents))
+            if done:
+                with torch.no_grad():
+                    boot = policy.act(stack(obs, agents))[3]
+            batch["boot"].append(boot)
             slots += 1
             if done:
                 obs = new_episode()
-        # GAE per agent; truncation treated as termination (no bootstrap).
         with torch.no_grad():
             next_value = policy.act(stack(obs, agents))[3]
         values = torch.stack(batch["val"])
         rewards = torch.stack(batch["rew"]).float()
-        advantages = torch.zeros_like(rewards)
-        last = torch.zeros(len(agents))
-        for t in reversed(range(args.rollout)):
-            nonterminal = 1.0 - batch["done"][t]
-            nxt = next_value if t == args.rollout - 1 else values[t + 1]
-            delta = rewards[t] + args.gamma * nxt * nonterminal - values[t]
-            last = delta + args.gamma * args.gae_lambda * nonterminal * last
-            advantages[t] = last
+        advantages = gae(
+            rewards, values, batch["done"], torch.stack(batch["boot"]), next_value, args
+        )
         returns = advantages + values
         flat = {k: torch.cat([o[k] for o in batch["obs"]]) for k in batch["obs"][0]}
         act = torch.cat(batch["act"])

@@ -456,3 +456,50 @@ def test_plot_ppo_curve__draws_the_seeds_curve_with_references_and_held_out_bars
     assert curve["backlog_min"] == [800.0, 60.0] and curve["backlog_max"] == [900.0, 90.0]
     assert set(curve["references"]) == {"random", "bp", "mabp"}
     assert curve["references"]["random"] > curve["references"]["mabp"]
+
+
+def _example(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cleanrl_gae__a_truncated_episode_bootstraps_and_a_terminated_one_does_not():
+    torch = pytest.importorskip("torch")
+    cleanrl = _example("cleanrl_ppo")
+    args = cleanrl.Args(gamma=0.9, gae_lambda=0.95)
+    steady = -1.0 / (1 - args.gamma)  # the exact value of a reward of -1 forever
+    rewards = torch.full((6, 1), -1.0)
+    rewards[3] = 0.0  # NEXT_STEP: step 3 only resets (its transition is masked out)
+    values = torch.full((6, 1), steady)
+    dones = torch.zeros((6, 1))
+    dones[3] = 1.0  # the episode ended after step 2, cut at its horizon
+    last = (torch.full((1,), steady), torch.zeros(1), torch.zeros(1))
+    truncated = cleanrl.gae(rewards, values, dones, torch.zeros((6, 1)), *last, args)
+    real = [0, 1, 2, 4, 5]
+    assert torch.allclose(truncated[real], torch.zeros((5, 1)), atol=1e-4)
+    terminated = cleanrl.gae(rewards, values, dones, dones.clone(), *last, args)
+    # Treated as an end (v3 did so for truncation too): the last step's target is -1.
+    assert terminated[2].item() == pytest.approx(-1.0 - steady)
+    # Within the episode the trace carries it back; the next episode's steps see none of it.
+    assert terminated[1].item() == pytest.approx(args.gamma * args.gae_lambda * (-1.0 - steady))
+    assert torch.allclose(terminated[[4, 5]], torch.zeros((2, 1)), atol=1e-4)
+
+
+def test_marl_gae__a_truncation_bootstraps_from_the_last_observations_value():
+    torch = pytest.importorskip("torch")
+    marl = _example("marl_ppo")
+    args = marl.Args()
+    steady = -1.0 / (1 - args.gamma)
+    rewards = torch.full((4, 2), -1.0)
+    values = torch.full((4, 2), steady)
+    dones = [0.0, 1.0, 0.0, 0.0]  # truncated at step 1; a new episode from step 2
+    boots = torch.zeros((4, 2))
+    boots[1] = steady
+    advantages = marl.gae(rewards, values, dones, boots, torch.full((2,), steady), args)
+    assert torch.allclose(advantages, torch.zeros((4, 2)), atol=1e-4)
+    unbooted = marl.gae(rewards, values, dones, torch.zeros((4, 2)), torch.full((2,), steady), args)
+    assert unbooted[1, 0].item() == pytest.approx(-1.0 - steady)

@@ -33,7 +33,8 @@ from mabp_gym.cli.common import (
 SUMMARY_LEGEND = (
     "stable: the backlog's growth (slope / arrival rate, after the 20% warm-up), pooled over "
     "the seeds, is under 1.5% of the arrivals with 95% confidence and, where significantly "
-    "above zero, halves when the run doubles (verdict v3; few seeds give wide intervals); slope: "
+    "above zero and material (a rise of a quarter of the backlog), halves when the run doubles "
+    "(verdict v4; few seeds give wide intervals); slope: "
     "backlog units per slot; backlog: mean units; "
     "penalty: per completed request (compute + transmission + memory costs); "
     "p95: P95 delay in slots of the requests that completed; p95 all: of every request born "
@@ -456,7 +457,7 @@ def _search_loads(
 
 
 VERDICTS_LEGEND = (
-    "Each cell: the stable load (verdict v3) on each seed set, separated by '/', of the runs "
+    "Each cell: the stable load (verdict v4) on each seed set, separated by '/', of the runs "
     "cut at H slots; bold where the sets disagree; '<x': not even the lowest load run on that "
     "set, x."
 )

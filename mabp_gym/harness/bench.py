@@ -6,7 +6,7 @@ P95 is about half MABP's there), and some networks leave MABP far from the bound
 is a workload at one load; every policy is run on the published evaluation seeds
 (:data:`EVALUATION_SEEDS`, which training, tuning and checkpoint choice must not use) and
 judged on the same metrics: P95 delay counting the requests still in the network
-(``p95_delay_all``), mean backlog, penalty per arrived request and verdict v3's stability
+(``p95_delay_all``), mean backlog, penalty per arrived request and verdict v4's stability
 at the task's load. A policy's score on a task is MABP's P95 delay over its own (above 1:
 faster than MABP), and 0 where its backlog grows.
 
@@ -176,7 +176,7 @@ def _no_checkpoint(policy: str, task: Task) -> str:
 def leaderboard(
     records: Iterable[dict[str, Any]], tasks: Sequence[Task] = TASKS
 ) -> list[dict[str, Any]]:
-    """One row per (task, policy) with runs: the metrics over seeds, verdict v3 at the
+    """One row per (task, policy) with runs: the metrics over seeds, verdict v4 at the
     task's load and the score relative to MABP (``None`` where MABP did not run).
 
     Row keys: ``task``, ``policy``, ``seeds``, ``bound`` (the occupation bound as a load),
@@ -296,9 +296,10 @@ def markdown(
     lines += [
         "",
         "P95 delay (all): of the requests born after the warm-up, counting those still in "
-        "the network at their age (± a 95% half-width over seeds). Stable: verdict v3 at the "
+        "the network at their age (± a 95% half-width over seeds). Stable: verdict v4 at the "
         "task's load (the growth pooled over seeds below 0.015 of the arrivals with 95% "
-        "confidence and, where significantly above zero, halving when the run doubles). Score: "
+        "confidence and, where significantly above zero and material, halving when the run "
+        "doubles). Score: "
         "MABP's P95 delay (all) over the policy's, 0 where it is not stable; where MABP "
         "itself is not, its delay grows with the run length and the score with it.",
     ]

@@ -62,7 +62,7 @@ def _per_arrival(records: list[Record]) -> float:
 
 
 def _grows(records: list[Record]) -> bool:
-    """Whether verdict v3 finds these runs (one policy at one load) growing."""
+    """Whether verdict v4 finds these runs (one policy at one load) growing."""
     from mabp_gym.core.metrics import growth_verdict
 
     return bool(records) and not growth_verdict(records)["stable"]

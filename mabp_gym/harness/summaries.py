@@ -19,7 +19,7 @@ from mabp_gym.core.workloads import make_workload
 from mabp_gym.harness.runs import METRIC_KEYS, RunSpec
 
 VERDICTS = ("stable", "paper")
-"""``stable``: the backlog does not grow (SPEC 9.2, verdict v3: growth pooled over the
+"""``stable``: the backlog does not grow (SPEC 9.2, verdict v4: growth pooled over the
 seeds below the limit with 95% confidence, and falling as the run lengthens);
 ``paper``: the paper's short-horizon rule on seed means (slope < 0.035, backlog < 120)."""
 
@@ -31,7 +31,7 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     setting (:data:`SETTING_KEYS`), each seed once; otherwise ``ValueError`` names the cell
     and what differs.
 
-    ``stable``: verdict v3 (:func:`mabp_gym.core.metrics.growth_verdict`): the growth pooled
+    ``stable``: verdict v4 (:func:`mabp_gym.core.metrics.growth_verdict`): the growth pooled
     over the seeds is below the limit with 95% confidence and, where it is significantly
     positive, falls as the run lengthens (``growth_mean``, ``growth_half_width``,
     ``growth_half`` and ``trend`` say why); ``stable_seeds`` counts the runs that do not
@@ -188,18 +188,29 @@ growth counts as still falling."""
 
 
 def undecided(records: Iterable[dict[str, Any]]) -> list[tuple[str, float]]:
-    """The ``(policy, load)`` cells whose verdict v3 the runs cannot decide yet: not shown
+    """The ``(policy, load)`` cells whose verdict the runs cannot decide yet: not shown
     stable, below the occupation bound, and either the trend check passes (no evidence that
     the growth fails to halve: early in a run a settling queue rises like a growing one),
     or the growth is still falling (under ``FALLING`` times its half-horizon value: a queue
     settling over several thousand slots, which one horizon cannot tell from a queue at
-    capacity), or, without a trace to cut, the pooled growth's 95% interval contains the
-    limit. A cell whose growth neither halves nor falls is decided: it grows.
-    :func:`decide_horizons` reruns the undecided cells longer."""
-    from mabp_gym.core.metrics import GROWTH_LIMIT
+    capacity), or the failure is not yet confirmed, or, without a trace to cut, the pooled
+    growth's 95% interval contains the limit.
+
+    A failure is confirmed where the pooled growth's interval lies wholly above the limit,
+    or where the trend test fails on the same runs cut at half their horizon too: the
+    growth then failed to halve over two doublings of the run. One failing trend is not
+    enough early in a run: near a boundary a queue's excursions last about as long as the
+    run, and BP on ``mixed`` at 0.41 (seeds 975-979) failed the trend at 1,200 slots, its
+    half-horizon growth 0.000 against 0.025, and passed at 4,800 and 9,600 slots.
+    A confirmed cell is decided: it grows. :func:`decide_horizons` reruns the undecided
+    cells longer."""
+    from mabp_gym.core.metrics import GROWTH_LIMIT, trend_test
 
     records = list(records)
     bound = occupation_load(records)
+    members: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for record in {r.get("key") or id(r): r for r in records}.values():
+        members.setdefault((record["policy"], float(record["load"])), []).append(record)
     cells = []
     for row in summarize_records(records):
         if row["stable"] or (bound is not None and row["load"] >= bound - 1e-6):
@@ -209,7 +220,12 @@ def undecided(records: Iterable[dict[str, Any]]) -> list[tuple[str, float]]:
             still = mean < GROWTH_LIMIT <= mean + half
         else:
             falling = row["growth_half"] > 0 and mean < FALLING * row["growth_half"]
-            still = row["trend"] is True or falling
+            runs = members[(row["policy"], row["load"])]
+            earlier = min(int(r["horizon"]) for r in runs) // 2
+            confirmed = mean - half > GROWTH_LIMIT or (
+                row["trend"] is False and trend_test(runs, earlier)["trend"] is False
+            )
+            still = row["trend"] is True or falling or not confirmed
         if still:
             cells.append((row["policy"], row["load"]))
     return cells
@@ -222,7 +238,7 @@ def decide_horizons(
 ) -> tuple[list[dict[str, Any]], dict[tuple[str, float], int]]:
     """Run ``specs``, then rerun every undecided cell (:func:`undecided`) on the same seeds
     at twice the horizon, until each is decided or the next horizon would pass
-    ``max_horizon`` (verdict v3's horizon chosen per policy and load by the trend check).
+    ``max_horizon`` (verdict v4's horizon chosen per policy and load by the trend check).
 
     Args:
         specs: the grid (one horizon).

@@ -27,7 +27,7 @@ from mabp_gym.harness.summaries import setting_of, stable_load
 
 def cut(records: Iterable[dict[str, Any]], horizon: int) -> list[dict[str, Any]]:
     """The records as if every run had stopped after ``horizon`` slots (growth verdict;
-    the trace is cut too, so that verdict v3's trend check halves the cut)."""
+    the trace is cut too, so that verdict v4's trend check halves the cut)."""
     result = []
     for record in records:
         fraction = growth_at(record, horizon)
