@@ -94,3 +94,26 @@ class RandomScores(Policy):
     def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         self.t += 1
         return self._rng.uniform(-1.0, 1.0, self.ix.num_scores)
+
+
+class ConstantScores(Policy):
+    """``constant``: the same score ``value`` (default 0.5) for every candidate, every slot:
+    everything with a positive score acts, in the shared projection's own order (SPEC 3.2).
+    The "do nothing clever" baseline of the learning tables: a learned policy that does not
+    beat it has learned nothing the projection does not already do. A learned policy's
+    initial scores sit near +0.5, so this is also what an untrained one approximates.
+    """
+
+    name = "constant"
+
+    def __init__(self, workload: Workload, value: float = 0.5, **kw) -> None:
+        super().__init__(workload, **kw)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"constant: value must be a number, got {value!r}")
+        if not -1.0 <= float(value) <= 1.0:
+            raise ValueError(f"constant: value must be in [-1, 1] (the score range), got {value!r}")
+        self.value = float(value)
+
+    def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        self.t += 1
+        return np.full(self.ix.num_scores, self.value)

@@ -10,11 +10,13 @@ knob is in ``Args``:
    divided by a running standard deviation of the discounted return, so the critic sees
    returns of order one whatever the load), the learning rate decays linearly to 0.
 2. **Choose**: every ``select_every`` env steps the deterministic policy (the means) runs
-   ``select_horizon`` slots at the fixed ``select_load`` on ``select_seeds``; the kept
-   checkpoint (``<stem>.best.zip``) is the one whose backlog does not grow on every
-   selection seed (the benchmark's growth rule), then the lowest mean backlog. Training
-   return plays no part.
-3. **Evaluate**: the kept checkpoint, BP and MABP through the evaluation harness
+   ``select_horizon`` slots at the fixed ``select_load`` on ``select_seeds`` (the screen:
+   does not grow on every seed, then the lowest mean backlog). After training the
+   ``shortlist`` best screened checkpoints and the last one walk the evaluation loads on
+   ``walk_seeds`` (``walk_horizon`` slots, verdict v4), and the kept checkpoint
+   (``<stem>.best.zip``) has the highest stable load there. Training return plays no part.
+3. **Evaluate**: the kept checkpoint, its untrained self (the seed's initial weights), BP,
+   MABP, random scores and the constant action (``constant``) through the evaluation harness
    (``mabp_gym.evaluate``) on ``eval_seeds`` (300-304), ``eval_horizon`` slots (4,000: the
    benchmark's grid verdict), loads walked upward from 0.3 in steps of 0.05, each policy
    stopped at its first load that grows.
@@ -66,8 +68,17 @@ class Args:
     select_load: float = 0.6
     select_horizon: int = 1_000
     select_seeds: list[int] = field(default_factory=lambda: [100, 101])
+    # Then the walk itself on seeds of the choice's own: the ``shortlist`` best screened
+    # checkpoints and the last one walk the evaluation loads on ``walk_seeds``; the kept one
+    # has the highest stable load there (then the lowest screen backlog). One load on two
+    # seeds picked a checkpoint that ran away one grid step higher on held-out seeds.
+    shortlist: int = 4
+    walk_seeds: list[int] = field(default_factory=lambda: [100, 101, 102])
+    walk_horizon: int = 2_000
     # The held-out verdict: the harness on seeds neither training nor choice used.
-    eval_policies: list[str] = field(default_factory=lambda: ["bp", "mabp"])
+    eval_policies: list[str] = field(
+        default_factory=lambda: ["bp", "mabp", "random", "constant"]
+    )  # beside the chosen checkpoint and its untrained self (the same seed, no update)
     eval_seeds: list[int] = field(default_factory=lambda: [300, 301, 302, 303, 304])
     eval_horizon: int = 4_000
     eval_loads: list[float] = field(
@@ -112,6 +123,7 @@ class Select(BaseCallback):
         self.next = 0
         self.best: tuple[bool, float] | None = None
         self.best_state: dict[str, torch.Tensor] | None = None
+        self.states: list[dict[str, torch.Tensor]] = []  # one per point, for the walk
 
     def evaluate(self) -> None:
         runs = [
@@ -130,6 +142,7 @@ class Select(BaseCallback):
             value = self.model.logger.name_to_value.get(f"train/{key}")
             if value is not None:
                 point[key] = float(value)
+        self.states.append(copy.deepcopy(self.model.policy.state_dict()))
         key = (not point["stable"], point["backlog"])
         if self.best is None or key < self.best:
             self.best = key
@@ -162,46 +175,92 @@ class Select(BaseCallback):
 ROW_KEYS = ("policy", "load", "mean_backlog", "penalty", "p95_delay", "hit_ratio", "stable")
 
 
-def held_out_verdict(model: PPO, args: Args) -> dict[str, Any]:
-    """The harness's stable-load verdict for the model and ``args.eval_policies`` on the
-    evaluation seeds: loads walked upward, each policy stopped at its first growing load.
+ACTING: dict[str, Any] = {}
+"""Registered name -> the SB3 policy module a :class:`Means` policy acts with."""
 
-    The harness builds policies by registered name, so the model is registered for this
-    process as ``ppo-scratch`` (a scores policy of its means)."""
+
+def register_means(name: str, policy: Any) -> None:
+    """Let the harness build ``name`` (it builds policies by registered name): the
+    deterministic scores (the means) of ``policy``, an SB3 policy module."""
     from mabp_gym.agents.base import Policy
-    from mabp_gym.harness.evaluation import evaluate
-    from mabp_gym.harness.summaries import stable_load, summarize_records
     from mabp_gym.registry import policy_names, register_policy
 
     class Means(Policy):
         def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-            return np.asarray(model.predict(obs, deterministic=True)[0], dtype=np.float64)
+            action = ACTING[self.name].predict(obs, deterministic=True)[0]
+            return np.asarray(action, dtype=np.float64)
 
-    if "ppo-scratch" not in policy_names():
-        register_policy("ppo-scratch", Means)
+    ACTING[name] = policy
+    if name not in policy_names():
+        register_policy(name, Means)
+
+
+def walk(
+    args: Args, names: list[str], seeds: list[int], horizon: int, verbose: bool = True
+) -> dict[str, Any]:
+    """The harness's stable-load verdict (verdict v4) for ``names`` on ``seeds``: loads
+    walked upward, each policy stopped at its first growing load."""
+    from mabp_gym.harness.evaluation import evaluate
+    from mabp_gym.harness.summaries import stable_load, summarize_records
+
     records: list[dict[str, Any]] = []
-    active = ["ppo-scratch", *args.eval_policies]
+    active = list(names)
     for load in sorted(args.eval_loads):
-        batch = evaluate(
-            active,
-            args.workload,
-            [load],
-            args.eval_seeds,
-            horizon=args.eval_horizon,
-            backend="serial",
-            progress=False,
-        )
+        batch = evaluate(active, args.workload, [load], seeds, horizon=horizon, backend="serial")
         records += batch
-        growing = {row["policy"] for row in summarize_records(batch) if not row["stable"]}
-        for row in summarize_records(batch):
-            print({k: row[k] for k in ROW_KEYS}, flush=True)
-        active = [p for p in active if p not in growing]
+        rows = summarize_records(batch)
+        if verbose:
+            for row in rows:
+                print({k: row[k] for k in ROW_KEYS}, flush=True)
+        active = [p for p in active if p not in {r["policy"] for r in rows if not r["stable"]}]
         if not active:
             break
     rows = [{k: row[k] for k in ROW_KEYS} for row in summarize_records(records)]
-    out = {"rows": rows, "stable_load": stable_load(records)}
+    return {"rows": rows, "stable_load": stable_load(records)}
+
+
+def held_out_verdict(model: PPO, args: Args, untrained: Any = None) -> dict[str, Any]:
+    """The verdict for the model (``ppo-scratch``), its untrained self (``ppo-untrained``,
+    when given: the same architecture and seed before any update) and
+    ``args.eval_policies`` on the evaluation seeds."""
+    register_means("ppo-scratch", model.policy)
+    names = ["ppo-scratch", *args.eval_policies]
+    if untrained is not None:
+        register_means("ppo-untrained", untrained)
+        names.insert(1, "ppo-untrained")
+    out = walk(args, names, args.eval_seeds, args.eval_horizon)
     print("held-out stable load", out["stable_load"], flush=True)
     return out
+
+
+def policy_with(model: PPO, state: dict[str, torch.Tensor]) -> Any:
+    """A new policy module of ``model``'s kind holding ``state`` (SB3's policies cache
+    tensors that cannot be deep-copied)."""
+    policy = model.policy_class(
+        model.observation_space, model.action_space, model.lr_schedule, **model.policy_kwargs
+    )
+    policy.load_state_dict(state)
+    return policy.eval()
+
+
+def choose(model: PPO, select: Select, args: Args) -> dict[str, Any]:
+    """Walk the shortlisted checkpoints on ``args.walk_seeds``; load the chosen one into
+    ``model`` and return what the walk found."""
+    points = select.points
+    ranked = sorted(
+        range(len(points)), key=lambda k: (not points[k]["stable"], points[k]["backlog"])
+    )
+    shortlist = sorted(set(ranked[: args.shortlist]) | {len(points) - 1})
+    found = []
+    for k in shortlist:
+        register_means("ppo-candidate", policy_with(model, select.states[k]))
+        out = walk(args, ["ppo-candidate"], args.walk_seeds, args.walk_horizon, verbose=False)
+        load = float(out["stable_load"].get("ppo-candidate", 0.0))
+        found.append({"steps": points[k]["steps"], "walk_stable_load": load, "index": k})
+        print(f"candidate at {points[k]['steps']} steps: stable load {load:.2f}", flush=True)
+    best = max(found, key=lambda f: (f["walk_stable_load"], -points[f["index"]]["backlog"]))
+    model.policy.load_state_dict(select.states[best["index"]])
+    return {"candidates": found, "chosen_steps": best["steps"]}
 
 
 def parse(argv: list[str] | None) -> Args:
@@ -220,9 +279,14 @@ def parse(argv: list[str] | None) -> Args:
         else:
             parser.add_argument(flag, type=type(default), default=default)
     args = Args(**vars(parser.parse_args(argv)))
-    used = set(args.select_seeds) & set(args.eval_seeds)
+    used = (set(args.select_seeds) | set(args.walk_seeds)) & set(args.eval_seeds)
     if used:
-        parser.error(f"--eval-seeds must not include selection seeds, both have {sorted(used)}")
+        parser.error(
+            f"--eval-seeds must not include selection seeds (--select-seeds, --walk-seeds), "
+            f"both have {sorted(used)}"
+        )
+    if args.shortlist < 1:
+        parser.error(f"--shortlist must be at least 1, got {args.shortlist}")
     return args
 
 
@@ -264,9 +328,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.json:
             model.save(args.json.removesuffix(".json") + ".zip")
         if args.evaluate:
-            assert select.best_state is not None
-            model.policy.load_state_dict(select.best_state)  # the chosen checkpoint
-            result["held_out"] = held_out_verdict(model, args)
+            result["choice"] = choose(model, select, args)
+            if args.json:
+                model.save(args.json.removesuffix(".json") + ".best.zip")  # the walk's choice
+            untrained = policy_with(model, select.states[0])
+            result["held_out"] = held_out_verdict(model, args, untrained)
     result["wall_s"] = time.perf_counter() - started
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -185,6 +185,7 @@ _BUILT_IN: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("oracle-sur", "oracle:OracleSur", {}),
     ("frame-mabp", "frame_mabp:FrameMABP", {}),
     ("random", "shortest_path:RandomScores", {}),
+    ("constant", "shortest_path:ConstantScores", {}),
 )
 for _name, _entry, _kwargs in _BUILT_IN:
     register_policy(_name, f"{_AGENTS}.{_entry}", **_kwargs)

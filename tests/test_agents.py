@@ -367,3 +367,23 @@ def test_make_policy__a_bad_keyword_value_is_named(name, kwargs, message):
     with pytest.raises(ValueError) as caught:
         make_policy(name, "mixed", **kwargs)
     assert message in str(caught.value)
+
+
+def test_constant__scores_every_candidate_alike_and_refuses_values_out_of_range():
+    from mabp_gym import evaluate
+
+    policy = make_policy("constant", "mixed")
+    from mabp_gym.envs.env import SFMSNEnv
+
+    obs = SFMSNEnv(workload="mixed", load=0.3).reset(seed=0)[0]
+    assert np.all(policy.scores(obs) == 0.5)
+    assert np.all(make_policy("constant", "mixed", value=-0.25).scores(obs) == -0.25)
+    for bad, kind in ((1.5, ValueError), ("0.5", TypeError), (True, TypeError)):
+        with pytest.raises(kind, match="constant: value"):
+            make_policy("constant", "mixed", value=bad)
+    # Serving everything in the projection's order is stable at a light load; switching
+    # everything off (a negative score) serves nothing.
+    (on,) = evaluate("constant", "mixed", [0.3], [0], horizon=600)
+    (off,) = evaluate("constant", "mixed", [0.3], [0], horizon=600, policy_kw={"value": -0.5})
+    assert on["stable"] and on["completion_ratio"] > 0.9
+    assert off["completion_ratio"] == 0.0

@@ -213,6 +213,12 @@ def test_ppo_from_scratch_example__chooses_on_held_out_growth_and_evaluates_on_o
             "30",
             "--select-seeds",
             "100",
+            "--walk-seeds",
+            "101",
+            "--walk-horizon",
+            "40",
+            "--shortlist",
+            "1",
             "--eval-seeds",
             "300",
             "--eval-horizon",
@@ -234,7 +240,11 @@ def test_ppo_from_scratch_example__chooses_on_held_out_growth_and_evaluates_on_o
         assert {"backlog", "growth", "stable", "log_std"} <= set(point)
         assert len(point["log_std"]) == 4  # one per kind of candidate
     assert "explained_variance" in curve[-1]
-    assert set(result["held_out"]["stable_load"]) == {"ppo-scratch", "bp"}
+    assert set(result["held_out"]["stable_load"]) == {"ppo-scratch", "ppo-untrained", "bp"}
+    # The walk on the choice's own seeds covers the best screened checkpoint and the last.
+    walked = {c["steps"] for c in result["choice"]["candidates"]}
+    assert 128 in walked and 1 <= len(walked) <= 2
+    assert result["choice"]["chosen_steps"] in walked
     assert {p.name for p in tmp_path.glob("run*.zip")} == {"run.zip", "run.best.zip"}
     from stable_baselines3 import PPO
 
