@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -79,6 +80,10 @@ class Args:
     """normalize rewards by a running std of the discounted return"""
     device: str = "auto"
     """auto (cuda when there is one), cpu or cuda"""
+    eval_episodes: int = 5
+    """held-out episodes for the final comparison (0: none)"""
+    eval_seed: int = 10_000
+    """the first held-out episode's seed (training resets from ``seed``'s own stream)"""
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -167,7 +172,58 @@ def gae(
     return advantages
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+BASELINES = ("constant", "bp", "mabp", "random")
+"""What the trained agent is compared with: the constant action (0.5 for every candidate:
+the projection's own order), BP, MABP and random scores; and the untrained agent."""
+
+
+def episode_return(env: gym.Env, act, seed: int) -> float:
+    """The env's return of one episode played by ``act(obs) -> scores`` from ``seed``."""
+    obs, _ = env.reset(seed=seed)
+    total, done = 0.0, False
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        total += float(reward)
+        done = terminated or truncated
+    return total
+
+
+def compare(args: Args, agents: dict[str, Agent], device: torch.device) -> dict[str, list[float]]:
+    """Returns on the held-out episodes of each agent (deterministic: its means) and of
+    :data:`BASELINES`, the same episodes for all."""
+    from mabp_gym.agents import make_policy
+
+    def env_of(obs_mode: str) -> gym.Env:
+        return gym.make(
+            "mabp_gym/SFMSN-v0",
+            workload=args.workload,
+            load=args.load,
+            horizon=args.horizon,
+            max_episode_steps=args.horizon,
+            obs_mode=obs_mode,
+        )
+
+    seeds = range(args.eval_seed, args.eval_seed + args.eval_episodes)
+    flat, graph = env_of("flat"), env_of("dict")
+    out: dict[str, list[float]] = {}
+    for name, agent in agents.items():
+
+        def means(obs, agent=agent):
+            with torch.no_grad():
+                x = torch.as_tensor(obs, device=device, dtype=torch.float32)[None]
+                return agent.actor_mean(x)[0].cpu().numpy()
+
+        out[name] = [episode_return(flat, means, seed) for seed in seeds]
+    for name in BASELINES:
+        policy = make_policy(name, graph)
+        out[name] = []
+        for seed in seeds:
+            policy.reset(seed)
+            out[name].append(episode_return(graph, policy.scores, seed))
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     device = torch.device(
         "cuda"
@@ -199,6 +255,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     act_dim = envs.single_action_space.shape[0]
     agent = Agent(obs_dim, act_dim, args.hidden, args.score_bias, args.log_std_init).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    untrained = Agent(obs_dim, act_dim, args.hidden, args.score_bias, args.log_std_init).to(device)
+    untrained.load_state_dict(agent.state_dict())
 
     shape = (args.num_steps, args.num_envs)
     obs_buf = torch.zeros(shape + (obs_dim,), device=device)
@@ -273,11 +331,25 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             flush=True,
         )
     envs.close()
-    return {
+    result: dict[str, Any] = {
         "steps": global_step,
         "episodes": len(returns),
         "mean_return": float(np.mean(returns[-10:])) if returns else float("nan"),
     }
+    if args.eval_episodes > 0:
+        held_out = compare(args, {"trained": agent, "untrained": untrained}, device)
+        print(f"held-out returns, {args.eval_episodes} episodes from seed {args.eval_seed}:")
+        for name, values in sorted(held_out.items(), key=lambda kv: -np.mean(kv[1])):
+            print(f"  {name:10} {np.mean(values):10.2f} +- {np.std(values):.2f}")
+        best = max(BASELINES, key=lambda name: np.mean(held_out[name]))
+        beats = np.mean(held_out["trained"]) > max(np.mean(held_out[n]) for n in ("constant", "bp"))
+        print(
+            "the trained agent "
+            + ("beats" if beats else "does NOT beat")
+            + f" the constant action and BP (best baseline: {best})"
+        )
+        result["held_out"] = {name: float(np.mean(v)) for name, v in held_out.items()}
+    return result
 
 
 if __name__ == "__main__":

@@ -307,10 +307,16 @@ def test_cleanrl_example__runs_ppo_on_make_vec():
             "64",
             "--horizon",
             "40",
+            "--eval-episodes",
+            "1",
         ]
     ).stdout
     lines = [line for line in out.splitlines() if line.startswith("step")]
     assert len(lines) == 2 and "episodes    6" in lines[-1]
+    # The held-out comparison names every baseline and says whether the agent beats them.
+    shown = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
+    assert shown == {"trained", "untrained", "constant", "bp", "mabp", "random"}
+    assert "the constant action and BP" in out.splitlines()[-1]
 
 
 @pytest.mark.slow
@@ -323,7 +329,8 @@ def test_cleanrl_example__at_its_defaults_ends_at_least_halfway_from_random_to_b
     from mabp_gym.agents import make_policy
 
     out = _run(["examples/cleanrl_ppo.py", "--seed", "3"], timeout=900).stdout
-    final = float(out.strip().splitlines()[-1].split("(last 10)")[1].split()[0])
+    last = [line for line in out.splitlines() if line.startswith("step")][-1]
+    final = float(last.split("(last 10)")[1].split()[0])
     returns = {}
     for name in ("random", "bp"):
         totals = []
