@@ -293,6 +293,16 @@ def test_batched__get_attr_and_call_as_sync_does_and_set_attr_refused():
     assert batched.call("memory") == sync.call("memory") == (True, True)
     with pytest.raises(AttributeError, match="reads its envs' settings when it is made"):
         batched.set_attr("nu", 3.0)
+    # Stepping or resetting one env behind the batch's back hung the next step (step) or
+    # was not seen by it (reset): refused, and the batch steps on as before.
+    batched.step(actions)
+    for name, args, kwargs in (("step", (actions[0],), {}), ("reset", (), {"seed": 5})):
+        with pytest.raises(AttributeError, match=f"call\\('{name}'\\) is refused"):
+            batched.call(name, *args, **kwargs)
+    assert [env.state.t for env in batched.get_attr("sim")] == [2, 2]
+    sync.step(actions)
+    after, expected = batched.step(actions)[0], sync.step(actions)[0]
+    assert all(np.array_equal(after[k], expected[k]) for k in after)
     batched.close()
     with pytest.raises(RuntimeError, match="closed"):
         batched.get_attr("nu")

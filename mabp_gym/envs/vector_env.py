@@ -625,10 +625,25 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._require_open()
         return tuple(getattr(env, name) for env in self.envs)
 
+    UNCALLABLE = ("step", "reset", "close")
+    """The env methods :meth:`call` refuses: the batch steps its envs' states itself, so an
+    env stepped, reset or closed on its own would leave the batch behind (a ``step`` then
+    hung inside the compiled step; a ``reset`` was not seen by the next batched step)."""
+
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Each env's ``name(*args, **kwargs)`` (its value, when not callable), as
-        ``SyncVectorEnv.call`` does."""
+        ``SyncVectorEnv.call`` does, except :data:`UNCALLABLE`, which are refused.
+
+        Raises:
+            AttributeError: ``name`` is one of :data:`UNCALLABLE`.
+        """
         self._require_open()
+        if name in self.UNCALLABLE:
+            raise AttributeError(
+                f"call({name!r}) is refused by the batched vector env: it steps its envs' "
+                f"states itself; use its own {name}() (reset(options={{'reset_mask': mask}}) "
+                "resets some envs), or gymnasium.make_vec(..., vectorization_mode='sync')"
+            )
         values = (getattr(env, name) for env in self.envs)
         return tuple(v(*args, **kwargs) if callable(v) else v for v in values)
 
