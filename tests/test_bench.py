@@ -142,3 +142,11 @@ def test_leaderboard__only_the_benchmarks_own_setting_and_each_run_once():
         bench.leaderboard(mine + [twice], [task])
     with pytest.raises(ValueError, match="seed 9000 is given twice"):
         bench.check_seeds([9000, 9001, 9000])
+
+
+def test_cli__every_requested_pair_left_out_says_why_not_none():
+    # It printed "no runs of these tasks and policies in None".
+    result = cli("--tasks", "multihop-0.50", "--policies", "gnn", "--seeds", "9000:9002")
+    assert result.returncode != 0
+    assert "every requested pair was left out (gnn on multihop-0.50:" in result.stderr
+    assert "None" not in result.stderr

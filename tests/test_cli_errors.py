@@ -291,3 +291,14 @@ def test_train__seeds_held_out_and_bad_numbers_are_refused_before_any_work(tmp_p
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_train_gnn__the_teacher_is_one_the_help_names():
+    pytest.importorskip("torch")
+    from mabp_gym.training import gnn
+
+    # "mabp or oracle-sur", the help says; any registered policy was taken, gnn itself too.
+    for teacher in ("gnn", "random", "bp"):
+        with pytest.raises(ValueError, match=r"--teacher must be one of \('mabp', 'oracle-sur'\)"):
+            gnn.parse(["--teacher", teacher])
+    assert gnn.parse(["--teacher", "oracle-sur"]).teacher == "oracle-sur"

@@ -121,6 +121,9 @@ def test_fleet_env__arguments_are_checked_as_a_user_expects(tmp_path):
         gym.make("mabp_gym/Fleet-v0", workerz=4)
     with pytest.raises(ValueError, match="load must be a number > 0"):
         gym.make("mabp_gym/Fleet-v0", load=(0.2, 0.9))
+    for fleet in ("mabp_gym/Fleet-v0", "mabp_gym/Fleet-v1"):  # its imaginary part was dropped
+        with pytest.raises(ValueError, match="load must be a number > 0"):
+            gym.make(fleet, load=np.complex128(0.5 + 1j))
     with pytest.raises(ValueError, match="trace must be a shipped trace name"):
         gym.make("mabp_gym/Fleet-v0", trace=3)
     # numpy counts are counts; a Trace object is a trace.

@@ -45,6 +45,8 @@ def test_parse__reads_the_four_fields_and_skips_blank_lines():
         (GOOD.replace('"timestamp": 0', '"timestamp": "noon"'), "timestamp must be"),
         (GOOD.replace("[0, 1]", "[]"), "hash_ids must be a non-empty list"),
         (GOOD.replace("[0, 1]", '[0, "a"]'), "hash_ids must be a non-empty list"),
+        # A repeat read as a hit on the request's own block (KV hit ratio 0.97).
+        (GOOD.replace("[0, 1]", "[1, 1]"), r"hash_ids repeat a block id within the request \(1\)"),
     ],
 )
 def test_parse__a_bad_line_is_named_with_its_number(line, message):

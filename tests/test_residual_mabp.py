@@ -109,6 +109,9 @@ def test_training_entry_point_searches_saves_and_refuses_evaluation_seeds(tmp_pa
         (["--elite", "5", "--population", "4"], "--elite"),
         (["--init-std", "0"], "--init-std"),
         (["--rounds", "0"], "--rounds"),
+        (["--slots", "5"], "--slots 5: .* after the warm-up"),
+        (["--loads", "0"], "--loads must be > 0"),
+        (["--train-seeds", "1", "2", "1"], r"--train-seeds repeats \[1\]"),
     ):
         with pytest.raises(ValueError, match=message):
             learner.parse([*argv, "--out", str(tmp_path)])

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.agents.residual_mabp import FEATURES, ResidualMABP, save
-from mabp_gym.core.metrics import GROWTH_LIMIT, Trace, summarize
+from mabp_gym.core.metrics import GROWTH_LIMIT, Trace, check_window, summarize
 from mabp_gym.core.simulator import Simulator
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.rollout import episode
@@ -167,6 +167,16 @@ def validate(args: ResidualArgs) -> None:
         raise ValueError(f"--init-std must be a number > 0, got {args.init_std}")
     if not args.train_seeds:
         raise ValueError("--train-seeds needs at least one seed")
+    repeated = sorted({s for s in args.train_seeds if args.train_seeds.count(s) > 1})
+    if repeated:
+        raise ValueError(f"--train-seeds repeats {repeated}: give each seed once")
+    try:
+        check_window(args.slots, 0.2)
+    except ValueError as error:
+        raise ValueError(f"--slots {args.slots}: {error}") from None
+    zero = [load for load in args.loads if not load > 0]
+    if zero:
+        raise ValueError(f"--loads must be > 0 (a load of 0 has no arrivals to judge), got {zero}")
     used = sorted(set(args.train_seeds) & set(EVALUATION_SEEDS))
     if used:
         raise ValueError(

@@ -216,8 +216,12 @@ def _bench(args: argparse.Namespace) -> None:
         if r["policy"] in wanted and r["seed"] in seeds and r["horizon"] == args.horizon
     ]
     rows = bench.leaderboard(records, tasks)
+    if not rows and skipped:
+        reasons = "; ".join(f"{policy} on {task}: {why}" for task, policy, why in skipped)
+        raise SystemExit(f"mabp-gym bench: every requested pair was left out ({reasons})")
     if not rows:
-        raise SystemExit(f"mabp-gym bench: no runs of these tasks and policies in {args.out}")
+        where = args.out if args.out is not None else "this run"
+        raise SystemExit(f"mabp-gym bench: no runs of these tasks and policies in {where}")
     text = bench.markdown(rows, skipped, tasks)
     print(text, end="")
     if args.markdown:

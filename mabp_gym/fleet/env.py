@@ -11,6 +11,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from mabp_gym.core.validate import is_real
 from mabp_gym.fleet.simulator import (
     ENGINES,
     FleetConfig,
@@ -123,9 +124,7 @@ class FleetEnv(gymnasium.Env):
                     f"num_requests must be an integer >= 2 or None, got {num_requests!r}"
                 )
             num_requests = int(num_requests)
-        if load is not None and (
-            isinstance(load, (bool, np.bool_)) or not isinstance(load, (int, float, np.number))
-        ):
+        if load is not None and not is_real(load):  # a complex numpy load lost its imaginary part
             raise ValueError(
                 f"load must be a number > 0 (the target nominal load) or None (keep the "
                 f"trace's timestamps), got {load!r}"
