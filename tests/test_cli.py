@@ -601,7 +601,8 @@ def test_table__from_results_tabulates_the_runs_the_options_given_name(run_cli, 
     table = ("table", "--policies", "bp", "--loads", "0.3", "--at", "0.3", "--out", str(out))
     mixed = run_cli(*table, "--from-results")
     assert mixed.returncode == 2, mixed.stderr
-    assert len(mixed.stderr.strip().splitlines()) == 1 and "differ in 'horizon'" in mixed.stderr
+    assert len(mixed.stderr.strip().splitlines()) == 1
+    assert "holds runs of the horizons [200, 300]" in mixed.stderr
     for extra, message in (
         (("--horizon", "4000"), "--horizon: "),
         (("--seeds", "7"), "--seeds: "),
@@ -619,6 +620,23 @@ def test_table__from_results_tabulates_the_runs_the_options_given_name(run_cli, 
         assert done.returncode == 0, done.stderr
         picked[horizon] = next(x for x in done.stdout.splitlines() if x.startswith("| bp |"))
     assert picked["200"] != picked["300"]  # each horizon's own runs
+
+
+def test_table__from_results_an_option_at_its_default_value_still_selects(run_cli, tmp_path):
+    # --workload mixed on a mixed + rag file was refused as "differ in 'workload'", and
+    # --horizon 600 (the default) on 100-slot runs was ignored: a value equal to the
+    # default was read as "not given".
+    out = tmp_path / "t.jsonl"
+    for workload in ("mixed", "rag"):
+        evaluate("bp", workload, loads=[0.3], seeds=[0], horizon=100, backend="serial", output=out)
+    table = ("table", "--policies", "bp", "--loads", "0.3", "--at", "0.3", "--out", str(out))
+    both = run_cli(*table, "--from-results")
+    assert both.returncode == 2 and "differ in 'workload'" in both.stderr, both.stderr
+    mixed = run_cli(*table, "--from-results", "--workload", "mixed")
+    assert mixed.returncode == 0, mixed.stderr
+    default = run_cli(*table, "--from-results", "--workload", "mixed", "--horizon", "600")
+    assert default.returncode == 2 and "--horizon: " in default.stderr, default.stderr
+    assert "holds no run" in default.stderr
 
 
 def test_table__long_runs_of_a_workload_file_are_its_runs(run_cli, tmp_path):

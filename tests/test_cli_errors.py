@@ -49,6 +49,8 @@ EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
         (("simulate", "--json", "missing/s.json"), "does not exist"),
         (("plot", "--results", "r.jsonl", "--out-dir", "r.jsonl"), "exists and is not a directory"),
         (("train", "gnn", "--workload", "nope"), "unknown workload 'nope'"),
+        (("table", "--loads", "0.5", "--at", "nan"), "--at: must be finite, got nan"),
+        (("sweep", "--param", "K", "--values", "2", "--at", "0", "--out", "s.jsonl"), "--at: "),
     ],
 )
 def test_cli__a_bad_argument_is_one_line_with_status_2_before_any_work(

@@ -29,6 +29,7 @@ from mabp_gym.cli.common import (
     _writable,
     user_input,
 )
+from mabp_gym.core.validate import check_number
 
 SUMMARY_LEGEND = (
     "stable: the backlog's growth (slope / arrival rate, after the 20% warm-up), pooled over "
@@ -289,7 +290,9 @@ def _file_runs(
         "--nu": ({args.nu}, lambda r: r.get("nu")),
         "--no-memory": ({False}, lambda r: r.get("memory", True)),
     }
-    given = [flag for flag, default in args.run_defaults.items() if _flag(args, flag) != default]
+    from mabp_gym.cli.parser import FROM_RESULTS_SELECTS
+
+    given = [flag for flag, dest in FROM_RESULTS_SELECTS if dest in args.given]
     for flag in given:
         values, read = wanted[flag]
         chosen = [r for r in records if read(r) in values]
@@ -300,16 +303,19 @@ def _file_runs(
                 f"{flag.lstrip('-')} {held}); give the setting the file holds"
             )
         records = chosen
+    horizons = sorted({int(r["horizon"]) for r in records})
+    if len(horizons) > 1:
+        raise ValueError(
+            f"--from-results: {args.out!r} holds runs of the horizons {horizons} (an "
+            "--until-decided file, say); pick one with --horizon, or give the longer runs as "
+            "--long with --long-horizon longest"
+        )
     for name, value in overrides.items():
         chosen = [r for r in records if r.get("overrides", {}).get(name) == value]
         if not chosen:
             raise ValueError(f"--set {name}={value}: {args.out!r} holds no run with it")
         records = chosen
     return records
-
-
-def _flag(args: argparse.Namespace, flag: str) -> Any:
-    return getattr(args, flag.lstrip("-").replace("-", "_"))
 
 
 def _record_workload(workload: str) -> str:
@@ -326,6 +332,7 @@ def _table(args: argparse.Namespace) -> None:
 
     with user_input():
         loads = _parse_grid(args.loads, "--loads") if args.loads else list(DEFAULT_GRID)
+        check_number(args.at, "--at", low=0.0, low_open=True)  # nan was taken
         policies = _policies(args.policies)
         overrides = _parse_overrides(args.overrides)
         _no_grid_overrides(
@@ -625,7 +632,7 @@ def _sweep_load(args: argparse.Namespace) -> float:
                 "load over --values, so drop --at"
             )
         return SWEEP_AT
-    return SWEEP_AT if args.at is None else args.at
+    return SWEEP_AT if args.at is None else check_number(args.at, "--at", low=0.0, low_open=True)
 
 
 def _sweep_value(record: dict[str, Any], param: str) -> float | None:

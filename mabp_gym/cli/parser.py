@@ -147,10 +147,24 @@ def _add_table(commands: Any) -> None:
         help="cut the --long runs at H slots (default: the shortest of them); 'longest': "
         "each load's runs of its own longest horizon (what eval --until-decided leaves)",
     )
-    # What --from-results selects the file's runs by, where given (not left at the default).
-    table.set_defaults(
-        run_defaults={flag: table.get_default(dest) for flag, dest in FROM_RESULTS_SELECTS}
-    )
+    # What --from-results selects the file's runs by: the options given, at any value (one
+    # given at its default value selected nothing when presence was read off the value).
+    record_given(table, {dest for _, dest in FROM_RESULTS_SELECTS})
+
+
+def record_given(parser: argparse.ArgumentParser, dests: set[str]) -> None:
+    """Make each option of ``parser`` whose dest is in ``dests`` add its dest to the
+    namespace's ``given`` tuple when it appears on the command line."""
+    parser.set_defaults(given=())
+    for action in parser._actions:
+        if action.dest in dests:
+            base = type(action)
+
+            def call(self, parser, namespace, values, option_string=None, _base=base):
+                _base.__call__(self, parser, namespace, values, option_string)
+                namespace.given = (*namespace.given, self.dest)
+
+            action.__class__ = type(f"Given{base.__name__}", (base,), {"__call__": call})
 
 
 FROM_RESULTS_SELECTS = (
