@@ -654,3 +654,15 @@ def test_table__long_runs_of_a_workload_file_are_its_runs(run_cli, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Stable load (--long runs, 300 slots)" in done.stdout
+
+
+def test_table__a_failing_lowest_load_of_a_user_grid_reads_below_it(run_cli, tmp_path):
+    # BP grows at 0.8: its stable load over a grid starting there is "<0.80", not 0.00.
+    out = tmp_path / "t.jsonl"
+    done = run_cli(
+        "table", "--policies", "bp", "--loads", "0.8", "--at", "0.8", "--seeds", "0", "1",
+        "--horizon", "400", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    row = next(x for x in done.stdout.splitlines() if x.startswith("| bp |"))
+    assert row.split("|")[2].strip() == "<0.80", row

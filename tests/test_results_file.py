@@ -473,3 +473,18 @@ def test_read_records__a_record_written_before_the_later_metrics_still_reads(tmp
     path.write_text(json.dumps(older) + "\n")
     (read,) = read_records(path)
     assert read["key"] == record["key"] and "p95_delay_all" not in read
+
+
+def test_read_records__a_torn_last_record_is_left_out_with_a_warning(tmp_path):
+    from mabp_gym.harness.results_file import read_records
+
+    path = tmp_path / "r.jsonl"
+    evaluate("bp", "work_reuse", output=path, **GRID)
+    whole = path.read_bytes()
+    path.write_bytes(whole + whole.splitlines(keepends=True)[0][:30])  # a write cut short
+    with pytest.warns(UserWarning, match="left out its torn last line"):
+        assert len(read_records(path)) == 2
+    path.write_bytes(whole)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a whole file reads without a warning
+        assert len(read_records(path)) == 2

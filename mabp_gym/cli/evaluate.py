@@ -236,7 +236,7 @@ def table_rows(
         for verdict in verdicts:
             # A load never run caps every column (the long runs' too): no credit unseen.
             value, gap = _capped_at_gap(verdict.get(policy, 0.0), covered, grid)
-            cell = _verdict_cell(value, lowest, min(grid))
+            cell = _verdict_cell(value, lowest)
             cells.append(cell if gap is None else f"{cell} (partial: {gap:g} not run)")
         grows = bool(fixed) and not growth_verdict(fixed)["stable"]
         for key, digits in (
@@ -511,12 +511,13 @@ def _verdicts(args: argparse.Namespace) -> None:
         Path(args.markdown).write_text(text + "\n", encoding="utf-8")
 
 
-def _verdict_cell(load: float, lowest: float, start: float = 0.05) -> str:
-    """A stable load; ``<x`` when even the lowest load run, ``x``, fails and lies above the
-    grid's ``start``; ``-`` when the policy has no run."""
+def _verdict_cell(load: float, lowest: float) -> str:
+    """A stable load; ``<x`` when even the lowest load run, ``x``, fails (a user grid from
+    0.30 whose 0.30 fails printed 0.00, a load never tested); ``-`` when the policy has no
+    run."""
     if np.isnan(lowest):
         return "-"
-    return f"<{lowest:.2f}" if load == 0.0 and lowest > start + 1e-9 else f"{load:.2f}"
+    return f"<{lowest:.2f}" if load == 0.0 else f"{load:.2f}"
 
 
 def _check_cut_horizons(horizons: list[int], option: str) -> None:

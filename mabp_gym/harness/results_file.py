@@ -77,16 +77,25 @@ def _scan(data: bytes) -> tuple[list[tuple[bytes, dict[str, Any]]], list[tuple[b
 def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of a JSON-lines results file (read only; never modifies it).
 
-    A torn last line (a write cut by a kill) is ignored; a complete line that is not a
-    record (``42``, ``null``, a record missing fields, bad JSON) or repeats a run already
-    read is skipped with a warning. A missing file has no records.
+    A torn last line (a write cut by a kill) is left out with a warning (the next run
+    that writes the file cuts it; a table read from the file lacks that run); a complete
+    line that is not a record (``42``, ``null``, a record missing fields, bad JSON) or
+    repeats a run already read is skipped with a warning. A missing file has no records.
     """
     path = Path(path)
     if not path.exists():
         return []
     if not path.is_file():
         raise ValueError(f"{path}: not a regular file")
-    records, rejected = _scan(path.read_bytes())
+    data = path.read_bytes()
+    tail = data[data.rfind(b"\n") + 1 :]
+    if tail.strip():
+        warnings.warn(
+            f"{path}: left out its torn last line ({len(tail)} bytes without a final newline: "
+            "a write cut short); rerun the command that writes the file to complete it",
+            stacklevel=2,
+        )
+    records, rejected = _scan(data)
     if rejected:
         warnings.warn(
             f"{path}: skipped {len(rejected)} line(s) that are not records "
