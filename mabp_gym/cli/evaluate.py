@@ -42,7 +42,8 @@ SUMMARY_LEGEND = (
     "after the warm-up, those still queued at their age so far; hit: hit ratio of served "
     "units; churn: insertions + evictions per served unit; compl: fraction of the requests "
     "born after the warm-up that completed; dec us: mean decision time per slot, the first "
-    "slot left out (compilation)"
+    "slot left out (compilation); slots: the runs' horizon (with --until-decided, the one "
+    "each row was decided at)"
 )
 
 
@@ -50,7 +51,7 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'policy':<20} {'load':>5} {'stable':>6} {'slope':>7} {'backlog':>8} "
         f"{'penalty':>8} {'p95':>7} {'p95 all':>7} {'hit':>5} {'churn':>6} {'compl':>6} "
-        f"{'dec us':>7}"
+        f"{'dec us':>7} {'slots':>6}"
     )
     for row in rows:
         print(
@@ -59,7 +60,8 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
             f"{_fmt(row['penalty'], 4):>8} {_fmt(row['p95_delay'], 1):>7} "
             f"{_fmt(row.get('p95_delay_all'), 1):>7} "
             f"{_fmt(row['hit_ratio'], 2):>5} {_fmt(row['churn']):>6} "
-            f"{_fmt(row['completion_ratio']):>6} {_fmt(row['decision_us_mean'], 0):>7}"
+            f"{_fmt(row['completion_ratio']):>6} {_fmt(row['decision_us_mean'], 0):>7} "
+            f"{row['horizon'] if row.get('horizon') is not None else '-':>6}"
         )
 
 

@@ -51,6 +51,7 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     for (policy, load), members in sorted(groups.items()):
         check_one_setting(policy, load, members)
         row: dict[str, Any] = {"policy": policy, "load": load, "seeds": len(members)}
+        row["horizon"] = members[0].get("horizon")  # one setting: every member's
         for key in (*METRIC_KEYS[1:], "decision_us_mean", "decision_us_p95"):
             values = np.array([m[key] for m in members if m.get(key) is not None], dtype=float)
             row[key] = float(values.mean()) if values.size else None
