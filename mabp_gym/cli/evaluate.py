@@ -42,8 +42,8 @@ SUMMARY_LEGEND = (
     "after the warm-up, those still queued at their age so far; hit: hit ratio of served "
     "units; churn: insertions + evictions per served unit; compl: fraction of the requests "
     "born after the warm-up that completed; dec us: mean decision time per slot, the first "
-    "slot left out (compilation); slots: the runs' horizon (with --until-decided, the one "
-    "each row was decided at)"
+    "slot left out (compilation); slots: the runs' horizon (with --until-decided, the horizon "
+    "that settled each row)"
 )
 
 
