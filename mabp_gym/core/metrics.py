@@ -303,17 +303,25 @@ def pooled(values: Sequence[float]) -> tuple[float, float]:
     return float(array.mean()), half
 
 
-def rise_at(record: dict[str, Any], horizon: int, warmup: float = PAPER_WARMUP) -> float:
+def rise_at(
+    record: dict[str, Any],
+    horizon: int,
+    warmup: float = PAPER_WARMUP,
+    fraction: float | None = None,
+) -> float:
     """How much the backlog rose over the window of a saved run cut at ``horizon``, as a
     fraction of its mean there: the fitted slope times the window's length over the mean
     backlog (0 for an empty network). About 0.71 for a queue at capacity (``c sqrt(t)``,
     whatever ``c`` or the horizon), 1.33 for a linear rise from empty; it falls with the
     run's length for a settled queue.
 
+    ``fraction``: the run's growth at ``horizon`` where already fitted (:func:`growth_at`).
+
     Raises:
         ValueError: as :func:`growth_at`.
     """
-    fraction = growth_at(record, horizon, warmup)
+    if fraction is None:
+        fraction = growth_at(record, horizon, warmup)
     trace = np.asarray(record["backlog_trace"], dtype=np.float64)
     slots = np.arange(len(trace)) * TRACE_STRIDE
     mean = float(trace[(slots >= int(horizon * warmup)) & (slots < horizon)].mean())
@@ -341,7 +349,9 @@ def trend_test(
         return none
     full = [growth_at(m, h) for m, h in zip(members, cuts, strict=True)]
     half = [growth_at(m, h // 2) for m, h in zip(members, cuts, strict=True)]
-    rise = float(np.mean([rise_at(m, h) for m, h in zip(members, cuts, strict=True)]))
+    rise = float(
+        np.mean([rise_at(m, h, fraction=g) for m, h, g in zip(members, cuts, full, strict=True)])
+    )
     result = {**none, "growth_half": float(np.mean(half)), "rise": rise}
     if len(members) > 1:
         excess, spread = pooled([f - TREND_RATIO * h for f, h in zip(full, half, strict=True)])

@@ -200,8 +200,9 @@ def _parse_line(text: str, where: str) -> TraceRequest:
             f"{where}: hash_ids must be >= 0 (negative ids are the simulator's own), got {min(ids)}"
         )
     if len(set(ids)) < len(ids):
+        repeat = next(i for k, i in enumerate(ids) if i in ids[:k])
         raise ValueError(
-            f"{where}: hash_ids repeat a block id within the request ({_first_repeat(ids)}); "
+            f"{where}: hash_ids repeat a block id within the request ({repeat}); "
             "a prompt's blocks are prefix-chained, so each id appears once (a repeat read as a "
             "hit on the request's own block)"
         )
@@ -212,15 +213,6 @@ def _parse_line(text: str, where: str) -> TraceRequest:
             f"{BLOCK_TOKENS} tokens, so at most {blocks}"
         )
     return TraceRequest(float(stamp), lengths[0], lengths[1], tuple(ids))
-
-
-def _first_repeat(ids: Sequence[int]) -> int:
-    seen: set[int] = set()
-    for i in ids:
-        if i in seen:
-            return i
-        seen.add(i)
-    raise ValueError("no repeated id")
 
 
 def parse_mooncake(lines: Iterable[str], name: str = "trace", limit: int | None = None) -> Trace:
