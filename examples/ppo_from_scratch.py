@@ -58,7 +58,8 @@ class Args:
     n_steps: int = 256  # rollout length per env
     batch_size: int = 256
     n_epochs: int = 4
-    learning_rate: float = 1e-3  # decays linearly to 0 over the budget
+    learning_rate: float = 3e-4  # decays linearly to 0 over the budget (1e-3 oscillated)
+    target_kl: float = 0.02  # an update's epochs stop past 1.5x this KL (SB3); 0: no stop
     gamma: float = 0.99
     normalize_reward: bool = True  # VecNormalize(norm_obs=False, norm_reward=True)
     log_std_init: float = -1.5  # the policy's default
@@ -138,6 +139,10 @@ class Select(BaseCallback):
             "log_std": [float(v) for v in self.model.policy.log_std.detach()],
             "wall_s": time.perf_counter() - self.started,
         }
+        # Epochs run against those scheduled: the KL stop's share shows here.
+        rollouts = self.num_timesteps // (self.args.n_steps * self.args.n_envs)
+        point["epochs"] = int(self.model._n_updates)
+        point["epochs_scheduled"] = int(rollouts * self.args.n_epochs)
         for key in ("explained_variance", "value_loss", "approx_kl", "clip_fraction"):
             value = self.model.logger.name_to_value.get(f"train/{key}")
             if value is not None:
@@ -156,6 +161,8 @@ class Select(BaseCallback):
             f"growth {point['growth']:+.4f}  {'stable' if point['stable'] else 'grows '}  "
             f"log_std {' '.join(f'{v:.2f}' for v in point['log_std'])}  "
             f"ev {point.get('explained_variance', float('nan')):.2f}  "
+            f"kl {point.get('approx_kl', float('nan')):.3f}  "
+            f"epochs {point['epochs']}/{point['epochs_scheduled']}  "
             f"{point['wall_s']:.0f}s{'  *' if point.get('best') else ''}",
             flush=True,
         )
@@ -164,7 +171,9 @@ class Select(BaseCallback):
     def _on_training_start(self) -> None:
         self.evaluate()
 
-    def _on_rollout_end(self) -> None:
+    def _on_rollout_start(self) -> None:
+        # At a rollout's start the update on the previous one is done: the point at N env
+        # steps is the policy trained on all N (at a rollout's end it would miss the last).
         if self.num_timesteps >= self.next:
             self.evaluate()
 
@@ -219,15 +228,16 @@ def walk(
     return {"rows": rows, "stable_load": stable_load(records)}
 
 
-def held_out_verdict(model: PPO, args: Args, untrained: Any = None) -> dict[str, Any]:
-    """The verdict for the model (``ppo-scratch``), its untrained self (``ppo-untrained``,
-    when given: the same architecture and seed before any update) and
-    ``args.eval_policies`` on the evaluation seeds."""
+def held_out_verdict(model: PPO, args: Args, **others: Any) -> dict[str, Any]:
+    """The verdict for the model (``ppo-scratch``), each of ``others`` (``untrained=``: the
+    same architecture and seed before any update, ``last=``: the last checkpoint, shown as
+    ``ppo-untrained``, ``ppo-last``) and ``args.eval_policies`` on the evaluation seeds."""
     register_means("ppo-scratch", model.policy)
-    names = ["ppo-scratch", *args.eval_policies]
-    if untrained is not None:
-        register_means("ppo-untrained", untrained)
-        names.insert(1, "ppo-untrained")
+    names = ["ppo-scratch"]
+    for key, policy in others.items():
+        register_means(f"ppo-{key}", policy)
+        names.append(f"ppo-{key}")
+    names += args.eval_policies
     out = walk(args, names, args.eval_seeds, args.eval_horizon)
     print("held-out stable load", out["stable_load"], flush=True)
     return out
@@ -263,6 +273,32 @@ def choose(model: PPO, select: Select, args: Args) -> dict[str, Any]:
     return {"candidates": found, "chosen_steps": best["steps"]}
 
 
+def make_model(args: Args) -> PPO:
+    """The recipe's PPO on its training envs: ``n_envs`` envs of ``workload``, each
+    episode's load drawn from the training interval, rewards normalized, the learning rate
+    annealed linearly to 0 and each update's epochs stopped at ``target_kl``."""
+    load = (args.load_low, args.load_high) if args.load_high > args.load_low else args.load_low
+    envs: Any = DummyVecEnv([lambda: make_env(args, load, args.horizon)] * args.n_envs)
+    envs.seed(args.seed)
+    if args.normalize_reward:
+        envs = VecNormalize(envs, norm_obs=False, norm_reward=True, gamma=args.gamma)
+    rate = args.learning_rate
+    return PPO(
+        GraphActorCriticPolicy,
+        envs,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        n_epochs=args.n_epochs,
+        learning_rate=lambda progress: rate * progress,  # progress: 1 at the start, 0 at the end
+        target_kl=args.target_kl or None,
+        gamma=args.gamma,
+        seed=args.seed,
+        device="cpu",
+        policy_kwargs={"log_std_init": args.log_std_init},
+        verbose=0,
+    )
+
+
 def parse(argv: list[str] | None) -> Args:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in dataclasses.fields(Args):
@@ -285,6 +321,10 @@ def parse(argv: list[str] | None) -> Args:
             f"--eval-seeds must not include selection seeds (--select-seeds, --walk-seeds), "
             f"both have {sorted(used)}"
         )
+    if args.target_kl < 0:
+        parser.error(f"--target-kl must be at least 0 (0: no KL stop), got {args.target_kl}")
+    if not args.learning_rate > 0:
+        parser.error(f"--learning-rate must be above 0, got {args.learning_rate}")
     if args.shortlist < 1:
         parser.error(f"--shortlist must be at least 1, got {args.shortlist}")
     return args
@@ -301,24 +341,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         model = PPO.load(args.checkpoint, device="cpu", custom_objects=frozen)
         result["held_out"] = held_out_verdict(model, args)
     else:
-        load = (args.load_low, args.load_high) if args.load_high > args.load_low else args.load_low
-        envs = DummyVecEnv([lambda: make_env(args, load, args.horizon)] * args.n_envs)
-        envs.seed(args.seed)
-        if args.normalize_reward:
-            envs = VecNormalize(envs, norm_obs=False, norm_reward=True, gamma=args.gamma)
-        model = PPO(
-            GraphActorCriticPolicy,
-            envs,
-            n_steps=args.n_steps,
-            batch_size=args.batch_size,
-            n_epochs=args.n_epochs,
-            learning_rate=lambda progress: args.learning_rate * progress,
-            gamma=args.gamma,
-            seed=args.seed,
-            device="cpu",
-            policy_kwargs={"log_std_init": args.log_std_init},
-            verbose=0,
-        )
+        model = make_model(args)
         select = Select(args, started)
         model.learn(args.steps, callback=select)
         if select.points[-1]["steps"] != model.num_timesteps:
@@ -331,8 +354,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["choice"] = choose(model, select, args)
             if args.json:
                 model.save(args.json.removesuffix(".json") + ".best.zip")  # the walk's choice
-            untrained = policy_with(model, select.states[0])
-            result["held_out"] = held_out_verdict(model, args, untrained)
+            others = {"untrained": policy_with(model, select.states[0])}
+            if result["choice"]["chosen_steps"] != select.points[-1]["steps"]:
+                others["last"] = policy_with(model, select.states[-1])  # collapse shows here
+            result["held_out"] = held_out_verdict(model, args, **others)
     result["wall_s"] = time.perf_counter() - started
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

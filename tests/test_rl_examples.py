@@ -240,11 +240,15 @@ def test_ppo_from_scratch_example__chooses_on_held_out_growth_and_evaluates_on_o
         assert {"backlog", "growth", "stable", "log_std"} <= set(point)
         assert len(point["log_std"]) == 4  # one per kind of candidate
     assert "explained_variance" in curve[-1]
-    assert set(result["held_out"]["stable_load"]) == {"ppo-scratch", "ppo-untrained", "bp"}
+    assert [p["epochs_scheduled"] for p in curve] == [0, 4 * 1, 4 * 2]  # 64 steps a rollout
+    assert all(0 < p["epochs"] <= p["epochs_scheduled"] for p in curve[1:])
     # The walk on the choice's own seeds covers the best screened checkpoint and the last.
     walked = {c["steps"] for c in result["choice"]["candidates"]}
     assert 128 in walked and 1 <= len(walked) <= 2
     assert result["choice"]["chosen_steps"] in walked
+    # The last checkpoint is judged on the held-out seeds too where it was not chosen.
+    last = set() if result["choice"]["chosen_steps"] == 128 else {"ppo-last"}
+    assert set(result["held_out"]["stable_load"]) == {"ppo-scratch", "ppo-untrained", "bp"} | last
     assert {p.name for p in tmp_path.glob("run*.zip")} == {"run.zip", "run.best.zip"}
     from stable_baselines3 import PPO
 
@@ -268,6 +272,39 @@ def test_ppo_from_scratch_example__chooses_on_held_out_growth_and_evaluates_on_o
         check=False,
     )
     assert failed.returncode == 2 and "must not include selection seeds" in failed.stderr
+
+
+def test_ppo_from_scratch_recipe__anneals_the_rate_and_stops_an_update_at_its_kl(tmp_path):
+    scratch = _example("ppo_from_scratch")
+    args = scratch.parse([])
+    assert (args.learning_rate, args.target_kl) == (3e-4, 0.02)
+    model = scratch.make_model(args)
+    # SB3's progress runs from 1 (start) to 0 (end of the budget).
+    assert model.lr_schedule(1.0) == pytest.approx(3e-4) and model.lr_schedule(0.0) == 0.0
+    assert model.lr_schedule(0.25) == pytest.approx(0.75e-4) and model.target_kl == 0.02
+    small = ["--n-envs", "1", "--n-steps", "64", "--batch-size", "16", "--horizon", "64"]
+    # A step size 3,000x the default moves the policy far past the KL limit in one minibatch.
+    wild = scratch.make_model(scratch.parse([*small, "--learning-rate", "1.0"]))
+    wild.learn(128)
+    assert wild._n_updates < 2 * args.n_epochs  # the epochs of at least one update were cut
+    free = scratch.make_model(scratch.parse([*small, "--learning-rate", "1.0", "--target-kl", "0"]))
+    assert free.target_kl is None
+    free.learn(128)
+    assert free._n_updates == 2 * args.n_epochs  # without the stop every epoch runs
+
+
+@pytest.mark.parametrize(
+    "flag, value, match",
+    [
+        ("--target-kl", "-0.1", "--target-kl must be at least 0"),
+        ("--learning-rate", "0", "--learning-rate must be above 0"),
+    ],
+)
+def test_ppo_from_scratch_recipe__bad_knobs_are_refused(flag, value, match, capsys):
+    scratch = _example("ppo_from_scratch")
+    with pytest.raises(SystemExit):
+        scratch.parse([flag, value])
+    assert match in capsys.readouterr().err
 
 
 def test_ppo_router_example__trains_on_fleet_v1_and_compares_on_the_held_out_half(tmp_path):
