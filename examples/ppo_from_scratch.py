@@ -23,6 +23,8 @@ knob is in ``Args``:
 
     python examples/ppo_from_scratch.py --seed 0 --json s0.json   # 6 min training, then the verdict
     python examples/ppo_from_scratch.py --checkpoint s0.best.zip --json e0.json  # eval only
+    python examples/ppo_from_scratch.py --checkpoint s0.best.zip s0.zip --untrained --seed 0 \
+        --eval-policies --json e0.json  # both checkpoints and the seed's untrained policy
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ class Args:
         default_factory=lambda: [round(0.3 + 0.05 * k, 2) for k in range(14)]
     )
     evaluate: bool = True  # --no-evaluate: train and choose only
-    checkpoint: str | None = None  # evaluate this checkpoint instead of training
+    checkpoint: list[str] = field(default_factory=list)  # evaluate these instead of training
+    untrained: bool = False  # with --checkpoint: also the --seed's initial weights
     json: str | None = None  # also writes <stem>.best.zip (the chosen checkpoint), <stem>.zip
 
 
@@ -228,17 +231,13 @@ def walk(
     return {"rows": rows, "stable_load": stable_load(records)}
 
 
-def held_out_verdict(model: PPO, args: Args, **others: Any) -> dict[str, Any]:
-    """The verdict for the model (``ppo-scratch``), each of ``others`` (``untrained=``: the
-    same architecture and seed before any update, ``last=``: the last checkpoint, shown as
-    ``ppo-untrained``, ``ppo-last``) and ``args.eval_policies`` on the evaluation seeds."""
-    register_means("ppo-scratch", model.policy)
-    names = ["ppo-scratch"]
-    for key, policy in others.items():
-        register_means(f"ppo-{key}", policy)
-        names.append(f"ppo-{key}")
-    names += args.eval_policies
-    out = walk(args, names, args.eval_seeds, args.eval_horizon)
+def held_out_verdict(policies: dict[str, Any], args: Args) -> dict[str, Any]:
+    """The verdict for each of ``policies`` (name -> SB3 policy module; the trained one is
+    ``ppo-scratch``, its untrained self ``ppo-untrained``: the same architecture and seed
+    before any update) and ``args.eval_policies`` on the evaluation seeds."""
+    for name, policy in policies.items():
+        register_means(name, policy)
+    out = walk(args, [*policies, *args.eval_policies], args.eval_seeds, args.eval_horizon)
     print("held-out stable load", out["stable_load"], flush=True)
     return out
 
@@ -299,16 +298,21 @@ def make_model(args: Args) -> PPO:
     )
 
 
+def checkpoint_names(args: Args) -> list[str]:
+    """Each ``--checkpoint`` file's stem: ``runs/s0.best.zip`` -> ``s0.best``."""
+    return [ckpt.removesuffix(".zip").rsplit("/", 1)[-1] for ckpt in args.checkpoint]
+
+
 def parse(argv: list[str] | None) -> Args:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in dataclasses.fields(Args):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if isinstance(default, list):
-            item = {"eval_loads": float, "eval_policies": str}.get(f.name, int)
+            item = {"eval_loads": float, "eval_policies": str, "checkpoint": str}.get(f.name, int)
             many = "*" if f.name == "eval_policies" else "+"  # none: the model alone
             parser.add_argument(flag, nargs=many, type=item, default=default)
-        elif f.name in ("json", "checkpoint"):
+        elif f.name == "json":
             parser.add_argument(flag, default=None)
         elif isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
@@ -321,6 +325,11 @@ def parse(argv: list[str] | None) -> Args:
             f"--eval-seeds must not include selection seeds (--select-seeds, --walk-seeds), "
             f"both have {sorted(used)}"
         )
+    if args.untrained and not args.checkpoint:
+        parser.error("--untrained goes with --checkpoint (training evaluates its own)")
+    stems = checkpoint_names(args)
+    if len(set(stems)) < len(stems):
+        parser.error(f"--checkpoint names each file once by its own name, got {stems}")
     if args.target_kl < 0:
         parser.error(f"--target-kl must be at least 0 (0: no KL stop), got {args.target_kl}")
     if not args.learning_rate > 0:
@@ -338,8 +347,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.checkpoint:
         # Acting needs no schedule: a checkpoint made elsewhere loads without unpickling it.
         frozen = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0}
-        model = PPO.load(args.checkpoint, device="cpu", custom_objects=frozen)
-        result["held_out"] = held_out_verdict(model, args)
+        models = [PPO.load(ckpt, device="cpu", custom_objects=frozen) for ckpt in args.checkpoint]
+        policies = {"ppo-scratch": models[0].policy}
+        if len(models) > 1:  # each shown as ppo-<its file's stem>
+            names = checkpoint_names(args)
+            policies = {f"ppo-{st}": m.policy for st, m in zip(names, models, strict=True)}
+        if args.untrained:  # the same seed's initial weights: PPO seeds before it builds
+            policies["ppo-untrained"] = make_model(args).policy
+        result["held_out"] = held_out_verdict(policies, args)
     else:
         model = make_model(args)
         select = Select(args, started)
@@ -354,10 +369,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["choice"] = choose(model, select, args)
             if args.json:
                 model.save(args.json.removesuffix(".json") + ".best.zip")  # the walk's choice
-            others = {"untrained": policy_with(model, select.states[0])}
+            policies = {
+                "ppo-scratch": model.policy,
+                "ppo-untrained": policy_with(model, select.states[0]),
+            }
             if result["choice"]["chosen_steps"] != select.points[-1]["steps"]:
-                others["last"] = policy_with(model, select.states[-1])  # collapse shows here
-            result["held_out"] = held_out_verdict(model, args, **others)
+                policies["ppo-last"] = policy_with(model, select.states[-1])  # a collapse shows
+            result["held_out"] = held_out_verdict(policies, args)
     result["wall_s"] = time.perf_counter() - started
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -272,6 +272,43 @@ def test_ppo_from_scratch_example__chooses_on_held_out_growth_and_evaluates_on_o
         check=False,
     )
     assert failed.returncode == 2 and "must not include selection seeds" in failed.stderr
+    # Several checkpoints and the seed's untrained policy in one held-out walk.
+    again = tmp_path / "again.json"
+    scratch = _example("ppo_from_scratch")
+    scratch.main(
+        [
+            "--checkpoint",
+            str(tmp_path / "run.best.zip"),
+            str(tmp_path / "run.zip"),
+            "--untrained",
+            "--n-envs",
+            "2",
+            "--horizon",
+            "30",
+            "--eval-seeds",
+            "300",
+            "--eval-horizon",
+            "40",
+            "--eval-loads",
+            "0.3",
+            "--eval-policies",
+            "--json",
+            str(again),
+        ]
+    )
+    names = set(json.loads(again.read_text())["held_out"]["stable_load"])
+    assert names == {"ppo-run.best", "ppo-run", "ppo-untrained"}
+
+
+def test_ppo_from_scratch_recipe__checkpoints_must_have_their_own_names(capsys):
+    scratch = _example("ppo_from_scratch")
+    for argv, match in (
+        (["--checkpoint", "a/s0.zip", "b/s0.zip"], "names each file once"),
+        (["--untrained"], "--untrained goes with --checkpoint"),
+    ):
+        with pytest.raises(SystemExit):
+            scratch.parse(argv)
+        assert match in capsys.readouterr().err
 
 
 def test_ppo_from_scratch_recipe__anneals_the_rate_and_stops_an_update_at_its_kl(tmp_path):
