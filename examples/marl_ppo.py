@@ -18,8 +18,9 @@ Every ``select_every`` slots the deterministic policy runs ``select_horizon`` sl
 ``select_load`` on ``select_seeds``; the kept checkpoint is the one that does not grow on
 every selection seed, then has the lowest backlog. After training, its stable load is
 decided like the decentralized baselines' (``mabp_gym.harness.decentralized.run_decentralized``, the
-growth verdict of ``mabp_gym.stable_load``) at each ``--eval-staleness``, beside
-decentralized BP and MABP.
+growth verdict of ``mabp_gym.stable_load``) at each ``--eval-staleness``, beside its
+untrained self (``ppo-untrained``: the seed's initial weights, no update) and decentralized
+BP and MABP.
 
     python examples/marl_ppo.py --json marl.json        # about 10 minutes on 2 cores
 """
@@ -200,7 +201,9 @@ def gae(
     return advantages
 
 
-def train(args: Args) -> tuple[RolePolicy, list[dict[str, float]]]:
+def train(args: Args) -> tuple[RolePolicy, RolePolicy, list[dict[str, float]]]:
+    """The chosen checkpoint, the untrained policy (the seed's initial weights) and the
+    selection log."""
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     make = lambda load: mabp_gym.parallel_env(  # noqa: E731
@@ -213,6 +216,7 @@ def train(args: Args) -> tuple[RolePolicy, list[dict[str, float]]]:
     env = make(args.load_low)
     agents = list(env.possible_agents)
     policy = RolePolicy(env, args.hidden, args.score_bias, args.log_std_init)
+    untrained = copy.deepcopy(policy)  # what training adds is measured against it
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate, eps=1e-5)
     scale = ReturnScale(len(agents), args.gamma)
     updates = max(1, args.slots // args.rollout)
@@ -313,7 +317,7 @@ def train(args: Args) -> tuple[RolePolicy, list[dict[str, float]]]:
         )
     assert best_state is not None
     policy.load_state_dict(best_state)  # the chosen checkpoint
-    return policy, log
+    return policy, untrained, log
 
 
 def selection_run(policy: RolePolicy, args: Args, seed: int) -> dict[str, float]:
@@ -349,23 +353,23 @@ class Local:
             return self.policy(stack({"a": obs}, ["a"]))[0][0].double().numpy()
 
 
-def held_out(policy: RolePolicy, args: Args) -> dict[str, Any]:
-    """Stable load of the trained policy and the decentralized baselines per staleness."""
+def held_out(learned: dict[str, RolePolicy], args: Args) -> dict[str, Any]:
+    """Stable load of the learned policies (``ppo``: the trained one, ``ppo-untrained``: its
+    initial weights) and the decentralized baselines per staleness."""
     from mabp_gym import stable_load
     from mabp_gym.harness.decentralized import run_decentralized
 
     records = []
     for staleness in args.eval_staleness:
-        active = ["ppo", *args.eval_policies]
+        active = [*learned, *args.eval_policies]
         for load in args.eval_loads:
             batch = []
             for name in active:
                 for seed in args.eval_seeds:
-                    rules = (
-                        (lambda env: {a: Local(policy) for a in env.possible_agents})
-                        if (name == "ppo")
-                        else None
-                    )
+                    rules = None
+                    if name in learned:
+                        policy = learned[name]
+                        rules = lambda env, p=policy: {a: Local(p) for a in env.possible_agents}  # noqa: E731
                     batch.append(
                         run_decentralized(
                             name,
@@ -414,8 +418,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.agent_reward not in ("own", "global"):
         parser.error(f"--agent-reward must be 'own' or 'global', got {args.agent_reward!r}")
     torch.set_num_threads(1)
-    policy, log = train(args)
-    result = {"args": dataclasses.asdict(args), "curve": log, **held_out(policy, args)}
+    policy, untrained, log = train(args)
+    learned = {"ppo": policy, "ppo-untrained": untrained}
+    result = {"args": dataclasses.asdict(args), "curve": log, **held_out(learned, args)}
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)

@@ -456,7 +456,8 @@ def test_marl_ppo_example__trains_per_role_and_reports_stable_loads_per_stalenes
     assert [p["slots"] for p in result["curve"]] == [200, 400]
     assert all("select_backlog" in p for p in result["curve"])
     assert sum(bool(p.get("best")) for p in result["curve"]) >= 1
-    assert set(result["stable_load"]) == {f"{p}@{s}" for p in ("ppo", "bp", "mabp") for s in (0, 5)}
+    learned = ("ppo", "ppo-untrained", "bp", "mabp")
+    assert set(result["stable_load"]) == {f"{p}@{s}" for p in learned for s in (0, 5)}
 
 
 def test_marl_ppo__log_probability_ignores_masked_candidates():
