@@ -6,6 +6,10 @@ load beside BP's and MABP's.
 
     python examples/plot_ppo_curve.py --runs s0.json s1.json s2.json \
         --out docs/figures/ppo_scratch_curve.png --json curve.json
+
+With ``--labels`` each run is its own line (one label a run: runs of different knobs on
+one seed, say) and only the curves are drawn; runs trained with ``--no-evaluate`` have no
+held-out panel.
 """
 
 from __future__ import annotations
@@ -60,24 +64,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", nargs="+", required=True, metavar="JSON")
     parser.add_argument("--out", required=True, metavar="PNG")
     parser.add_argument("--json", metavar="PATH", help="also write the curve's numbers here")
+    parser.add_argument("--labels", nargs="+", metavar="LABEL", help="one line a run, so named")
     args = parser.parse_args(argv)
+    if args.labels is not None and len(args.labels) != len(args.runs):
+        parser.error(f"--labels names each run: {len(args.runs)} runs, {len(args.labels)} labels")
     runs = [json.loads(Path(path).read_text()) for path in args.runs]
     settings = runs[0]["args"]
-    steps = [p["steps"] for p in runs[0]["curve"]]
+    steps = [p["steps"] for p in min((run["curve"] for run in runs), key=len)]
     backlog = np.array([[p["backlog"] for p in run["curve"]][: len(steps)] for run in runs])
     references = {name: reference_backlog(name, settings) for name in ("random", "bp", "mabp")}
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), width_ratios=[2, 1])
+    held = [run.get("held_out", {}).get("stable_load", {}) for run in runs]
+    panels = 2 if any(held) and not args.labels else 1  # knobs compared: curves only
+    fig, axes = plt.subplots(1, panels, figsize=(11 if panels == 2 else 8, 4), squeeze=False)
+    left = axes[0][0]
     mean = backlog.mean(axis=0)
-    left.plot(steps, mean, color="tab:blue", label=f"PPO, mean of {len(runs)} seeds")
-    left.fill_between(
-        steps,
-        backlog.min(axis=0),
-        backlog.max(axis=0),
-        alpha=0.25,
-        color="tab:blue",
-        label="min-max over seeds",
-    )
+    if args.labels:
+        for label, line in zip(args.labels, backlog, strict=True):
+            left.plot(steps, line, label=label)
+    else:
+        left.plot(steps, mean, color="tab:blue", label=f"PPO, mean of {len(runs)} seeds")
+        left.fill_between(
+            steps,
+            backlog.min(axis=0),
+            backlog.max(axis=0),
+            alpha=0.25,
+            color="tab:blue",
+            label="min-max over seeds",
+        )
     for name, value in references.items():
         left.axhline(value, color=COLORS[name], linestyle="--", linewidth=1, label=name)
     left.set(
@@ -89,7 +103,25 @@ def main(argv: list[str] | None = None) -> None:
     )
     left.legend(fontsize=7)
 
-    held = [run.get("held_out", {}).get("stable_load", {}) for run in runs]
+    if panels == 2:
+        draw_held_out(axes[0][1], runs, held, settings)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    print(f"wrote {args.out}")
+    if args.json:
+        out = {
+            "steps": steps,
+            "backlog_mean": mean.tolist(),
+            "backlog_min": backlog.min(axis=0).tolist(),
+            "backlog_max": backlog.max(axis=0).tolist(),
+            "references": references,
+            "held_out": held,
+        }
+        Path(args.json).write_text(json.dumps(out, indent=2))
+
+
+def draw_held_out(right: Any, runs: list[dict], held: list[dict], settings: dict) -> None:
+    """Each run's held-out stable load as a bar, the references' as lines."""
     values = [h.get("ppo-scratch", np.nan) for h in held]
     right.bar(range(len(runs)), values, color="tab:blue")
     lines = {k: v for h in held for k, v in h.items() if k != "ppo-scratch"}
@@ -104,19 +136,6 @@ def main(argv: list[str] | None = None) -> None:
         f"{settings['eval_horizon']} slots",
     )
     right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
-    print(f"wrote {args.out}")
-    if args.json:
-        out = {
-            "steps": steps,
-            "backlog_mean": mean.tolist(),
-            "backlog_min": backlog.min(axis=0).tolist(),
-            "backlog_max": backlog.max(axis=0).tolist(),
-            "references": references,
-            "held_out": held,
-        }
-        Path(args.json).write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -548,6 +548,30 @@ def test_plot_ppo_curve__draws_the_seeds_curve_with_references_and_held_out_bars
     assert curve["backlog_min"] == [800.0, 60.0] and curve["backlog_max"] == [900.0, 90.0]
     assert set(curve["references"]) == {"random", "bp", "mabp"}
     assert curve["references"]["random"] > curve["references"]["mabp"]
+    # One line a run with --labels; the labels must name every run.
+    labelled = tmp_path / "labelled.png"
+    _run(
+        [
+            "examples/plot_ppo_curve.py",
+            "--runs",
+            *runs,
+            "--out",
+            str(labelled),
+            "--labels",
+            "a",
+            "b",
+        ]
+    )
+    assert labelled.stat().st_size > 10_000
+    short = subprocess.run(
+        [sys.executable, "examples/plot_ppo_curve.py", "--runs", *runs, "--out", str(labelled)]
+        + ["--labels", "a"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert short.returncode == 2 and "2 runs, 1 labels" in short.stderr
 
 
 def _example(name: str):
