@@ -246,6 +246,76 @@ def test_train_gnn__a_zip_that_is_not_an_sb3_archive_is_refused(tmp_path):
     assert result.returncode == 2 and "not a Stable-Baselines3 archive" in result.stderr
 
 
+class _Evil:
+    """Unpickling it would run a shell command (what weights_only exists to refuse)."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo the archive ran code",))
+
+
+def _archive(path: Path, **members: bytes) -> Path:
+    """A zip with the members an SB3 archive of `train gnn` has, ``members`` replacing."""
+    import io
+    import zipfile
+
+    torch = pytest.importorskip("torch")
+    tensors = io.BytesIO()
+    torch.save({"w": torch.zeros(2)}, tensors)
+    base = {
+        "data": json.dumps({"policy_class": {":serialized:": "gAR="}, "n_envs": 2}).encode(),
+        "policy.pth": tensors.getvalue(),
+        "mabp_gym.json": b"{}",
+        **members,
+    }
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, raw in base.items():
+            archive.writestr(name, raw)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ({"data": b"[1, 2]"}, "its data is a JSON list, not an object"),
+        ({"data": b"3"}, "its data is a JSON int, not an object"),
+        ({"data": b"\xff\xfe not json"}, "not a Stable-Baselines3 archive"),
+        ({"data": b'{"policy_class": "MlpPolicy"}'}, "fields ['policy_class'] are not as PPO"),
+        ({"data": b'{"hook": {":serialized:": "gAR="}}'}, "pickled fields ['hook']"),
+        ({"policy.pth": "evil"}, "holds objects other than tensors"),
+        ({"policy.optimizer.pth": "evil"}, "'policy.optimizer.pth' holds objects other than"),
+        ({"policy.pth": b"junk"}, "'policy.pth' is not a torch file"),
+    ],
+)
+def test_train_gnn__a_malformed_archive_is_one_line_and_exit_2(tmp_path, capsys, members, message):
+    import pickle
+
+    members = {k: pickle.dumps(_Evil()) if v == "evil" else v for k, v in members.items()}
+    path = _archive(tmp_path / "bad.zip", **members)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["train", "gnn", "--resume", str(path), "--out", str(out), "--ppo-steps", "64"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert message in err and "ran code" not in err and not out.exists()
+
+
+def test_cli__an_out_whose_lock_file_cannot_be_created_is_one_line(tmp_path, capsys):
+    # os.access says yes for root in /proc, where no file can be created (it was a traceback).
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux's /proc: a directory where no file can be created")
+    for argv in (
+        ["eval", "--policy", "bp", "--loads", "0.3", "--seeds", "1", "--horizon", "100"],
+        ["fleet", "--routers", "jsq", "--loads", "0.6", "--runs", "1", "--requests", "50"],
+    ):
+        with pytest.raises(SystemExit) as stop:
+            cli.main([*argv, "--out", "/proc/mabp-gym-test.jsonl"])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "its lock file /proc/mabp-gym-test.jsonl.lock cannot be created" in err
+
+
 def test_simulate__a_run_too_short_to_judge_is_refused_and_nan_is_written_as_null(
     run_cli, monkeypatch, tmp_path
 ):

@@ -448,15 +448,9 @@ def _ppo_archive_objects(path: Path, envs: Any, args: GNNArgs) -> dict[str, Any]
     ``PPO.load`` unpickles none of them (cloudpickle can run code); an archive with a
     pickled field PPO does not write is refused. The episode state (last observation,
     episode statistics) is dropped: training resumes from a reset of the fresh envs."""
-    import zipfile
-
     from mabp_gym.agents.gnn_sb3 import GNNActorCriticPolicy
 
-    try:
-        with zipfile.ZipFile(path) as archive:
-            data = json.loads(archive.read("data"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        raise ValueError(f"{path}: not a Stable-Baselines3 archive ({error})") from None
+    data = _archive_data(path, str(path))
     replacements = {
         "policy_class": GNNActorCriticPolicy,
         "observation_space": envs.observation_space,
@@ -470,13 +464,88 @@ def _ppo_archive_objects(path: Path, envs: Any, args: GNNArgs) -> dict[str, Any]
         "ep_info_buffer": None,
         "ep_success_buffer": None,
     }
-    pickled = sorted(
-        key for key, value in data.items() if isinstance(value, dict) and ":serialized:" in value
-    )
-    unknown = [key for key in pickled if key not in replacements]
+    assert set(replacements) == set(REPLACED_FIELDS)
+    _check_archive_fields(data, str(path))
+    return {key: replacements[key] for key in data if _pickled(data[key])}
+
+
+REPLACED_FIELDS = (
+    "policy_class",
+    "observation_space",
+    "action_space",
+    "rollout_buffer_class",
+    "clip_range",
+    "lr_schedule",
+    "_last_obs",
+    "_last_episode_starts",
+    "_last_original_obs",
+    "ep_info_buffer",
+    "ep_success_buffer",
+)
+"""The cloudpickled fields of a PPO archive, each replaced on resume (none is unpickled)."""
+
+
+def _check_archive_fields(data: dict[str, Any], where: str) -> None:
+    """Refuse pickled fields PPO does not write, and a replaced field in another form (a
+    plain value would be used as it stands)."""
+    unknown = sorted(k for k, v in data.items() if _pickled(v) and k not in REPLACED_FIELDS)
     if unknown:
-        raise ValueError(f"{path}: refused: pickled fields {unknown} that PPO does not write")
-    return {key: replacements[key] for key in pickled}
+        raise ValueError(f"{where}: refused: pickled fields {unknown} that PPO does not write")
+    plain = sorted(k for k in REPLACED_FIELDS if data.get(k) is not None and not _pickled(data[k]))
+    if plain:
+        raise ValueError(f"{where}: refused: fields {plain} are not as PPO writes them")
+
+
+def _pickled(value: Any) -> bool:
+    """Whether an archive's ``data`` field holds a cloudpickled object (SB3's form)."""
+    return isinstance(value, dict) and ":serialized:" in value
+
+
+def _archive_data(path: Path, where: str) -> dict[str, Any]:
+    """The ``data`` member of a Stable-Baselines3 archive: a JSON object."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{where}: not a Stable-Baselines3 archive ({error})") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{where}: not a Stable-Baselines3 archive (its data is a JSON "
+            f"{type(data).__name__}, not an object)"
+        )
+    return data
+
+
+def _check_archive_tensors(path: Path, where: str) -> None:
+    """Every ``.pth`` member must load as tensors alone (``weights_only``): a pickle that
+    would run code, or bytes that are no torch file, are refused before any work."""
+    import io
+    import pickle
+    import warnings
+    import zipfile
+
+    import torch
+
+    with zipfile.ZipFile(path) as archive:
+        for name in (n for n in archive.namelist() if n.endswith(".pth")):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    torch.load(
+                        io.BytesIO(archive.read(name)), map_location="cpu", weights_only=True
+                    )
+            except pickle.UnpicklingError:
+                raise ValueError(
+                    f"{where}: member {name!r} holds objects other than tensors, which torch's "
+                    "weights_only load refuses (it could run code); not an archive PPO wrote"
+                ) from None
+            except Exception as error:  # noqa: BLE001 - torch raises many kinds for bad bytes
+                raise ValueError(
+                    f"{where}: member {name!r} is not a torch file "
+                    f"({type(error).__module__}.{type(error).__qualname__})"
+                ) from None
 
 
 def validate(args: GNNArgs) -> None:
@@ -547,6 +616,8 @@ def check_resume(path: Path, args: GNNArgs) -> None:
     from_ppo = path.suffix == ".zip"
     if from_ppo:
         stored = _archive_meta_of(path, where)
+        _check_archive_fields(_archive_data(path, where), where)
+        _check_archive_tensors(path, where)
         check_workload(stored, workload, path)
         wanted = archive_meta(workload, args)
         for key in ("ppo_rollout", "ppo_envs", "hidden", "layers"):

@@ -47,13 +47,13 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mabp-gym`` console script."""
     from mabp_gym.harness.evaluation import RunsFailedError
-    from mabp_gym.harness.results_file import ResultsFileBusyError
+    from mabp_gym.harness.results_file import ResultsFileError
 
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except (UsageError, MissingExtraError, ResultsFileBusyError) as error:
+    except (UsageError, MissingExtraError, ResultsFileError) as error:
         _command_parser(parser, args.command).error(str(error))
     except RunsFailedError as error:
         # The failing run's traceback (an internal error keeps it), then the summary.

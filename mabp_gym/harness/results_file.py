@@ -29,7 +29,11 @@ RECORD_FIELDS = {
 """Fields (and types) without which a line of a results file is not a record."""
 
 
-class ResultsFileBusyError(ValueError):
+class ResultsFileError(ValueError):
+    """The results file cannot be used: held by another writer, or not creatable."""
+
+
+class ResultsFileBusyError(ResultsFileError):
     """Another process holds the results file (two writers would duplicate runs)."""
 
 
@@ -255,7 +259,14 @@ class _ResultsFile:
             import fcntl
         except ImportError:  # pragma: no cover - Windows: no advisory locks
             fcntl = None  # type: ignore[assignment]
-        self._lock = _sidecar(self.path, ".lock").open("a+")
+        lock = _sidecar(self.path, ".lock")
+        try:
+            self._lock = lock.open("a+")
+        except OSError as error:  # os.access can say yes where creating fails (/proc, /sys)
+            raise ResultsFileError(
+                f"{self.path} cannot be written here: its lock file {lock} cannot be created "
+                f"({error.strerror}); give a path in a writable directory"
+            ) from None
         if fcntl is not None:
             try:
                 fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
