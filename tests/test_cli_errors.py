@@ -43,6 +43,9 @@ EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
         (("eval", "--loads", "0.5", "--out", "."), "--out '.' is a directory"),
         (("eval", "--loads", "0.5", "--out", "/dev/null"), "not a regular file"),
         (("eval", "--loads", "0.5", "--out", "missing/r.jsonl"), "does not exist"),
+        # ray.init waited minutes on an address nothing answers at, then a traceback:
+        (("eval", "--backend", "ray", "--address", "127.0.0.1:1"), "no Ray cluster answers"),
+        (("eval", "--backend", "ray", "--address", "nohost"), "give host:port (or 'auto')"),
         (("table", "--loads", "0.5", "--markdown", "missing/t.md"), "--markdown 'missing/t.md'"),
         (("table", "--loads", "0.5", "--csv", "."), "--csv '.' is a directory"),
         (("capacity", "--json", "."), "--json '.' is a directory"),

@@ -46,6 +46,7 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mabp-gym`` console script."""
+    from mabp_gym.harness.dispatch import BackendError
     from mabp_gym.harness.evaluation import RunsFailedError
     from mabp_gym.harness.results_file import ResultsFileError
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except (UsageError, MissingExtraError, ResultsFileError) as error:
+    except (UsageError, MissingExtraError, ResultsFileError, BackendError) as error:
         _command_parser(parser, args.command).error(str(error))
     except RunsFailedError as error:
         # The failing run's traceback (an internal error keeps it), then the summary.

@@ -101,6 +101,10 @@ def dispatch(
             yield spec, record, error
 
 
+class BackendError(ValueError):
+    """The execution backend cannot start (a Ray cluster that does not answer)."""
+
+
 def _ray(
     todo: Sequence[RunSpec], workers: int | None, address: str | None
 ) -> Iterable[tuple[RunSpec, tuple[dict[str, Any] | None, str | None]]]:
@@ -115,7 +119,13 @@ def _ray(
             if address
             else {"num_cpus": workers or os.cpu_count() or 1, "include_dashboard": False}
         )
-        ray.init(ignore_reinit_error=True, log_to_driver=False, **kwargs)
+        try:
+            ray.init(ignore_reinit_error=True, log_to_driver=False, **kwargs)
+        except ConnectionError as error:
+            raise BackendError(
+                f"--address {address!r}: {error}; start a cluster with `ray start --head`, "
+                "or drop --address to start one here"
+            ) from None
     try:
         remote = ray.remote(num_cpus=1)(_run_safely)
         pending = {remote.remote(spec): spec for spec in todo}
