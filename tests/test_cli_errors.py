@@ -368,6 +368,27 @@ def test_train__seeds_held_out_and_bad_numbers_are_refused_before_any_work(tmp_p
     assert not (tmp_path / "o").exists()
 
 
+def test_train__a_bad_argument_is_refused_before_torch_loads():
+    # Each of the 14 error tests of `train` spent 9 s importing torch and PyG first.
+    code = """
+import sys
+from mabp_gym.training import gnn, learn_mabp, residual_mabp
+cases = ((gnn, ["--learning-rate", "-1"]), (learn_mabp, ["--explore-slots", "1"]),
+         (residual_mabp, ["--loads", "0"]))
+for learner, argv in cases:
+    try:
+        learner.parse(argv)
+    except ValueError:
+        pass
+    else:
+        raise SystemExit("accepted " + repr(argv))
+print(sorted({"torch", "torch_geometric", "stable_baselines3"} & set(sys.modules)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_train_gnn__the_teacher_is_one_the_help_names():
     pytest.importorskip("torch")
     from mabp_gym.training import gnn

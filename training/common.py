@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import torch
 
 from mabp_gym.core.simulator import Simulator, SlotOutcome
 from mabp_gym.core.workload import Workload
@@ -50,6 +49,8 @@ def check_held_out(seed: Any, training: set[int], held_out: dict[str, Any], hint
 
 def seed_everything(seed: int) -> None:
     """Seed Python, numpy's legacy global state (libraries may use it) and torch."""
+    import torch
+
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - third-party code may read the global state
     torch.manual_seed(seed)

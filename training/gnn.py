@@ -16,23 +16,14 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from mabp_gym.agents import make_policy
-from mabp_gym.agents.gnn import (
-    GNNScheduler,
-    load_checkpoint,
-    observation_dims,
-    resolve_device,
-    save_checkpoint,
-)
 from mabp_gym.core.encoding import ObservationEncoder
 from mabp_gym.core.validate import check_number
 from mabp_gym.core.workloads import make_workload
-from mabp_gym.envs.pyg import to_pyg
 from mabp_gym.training.arguments import (
     check_loads,
     check_out_dir,
@@ -46,6 +37,11 @@ from mabp_gym.training.common import (
     rollout,
     seed_everything,
 )
+
+if TYPE_CHECKING:  # torch and PyG load inside the functions: arguments are checked first
+    import torch
+
+    from mabp_gym.agents.gnn import GNNScheduler
 
 SELECTION_SEEDS = range(100, 102)
 """Seeds of the checkpoint choice (imitation or PPO): no training episode uses them."""
@@ -139,6 +135,10 @@ def imitation_loss(
 ) -> torch.Tensor:
     """MSE to the teacher's scores squashed the same way as the model's (softsign), with
     candidates that cannot act this slot weighted down."""
+    import torch
+
+    from mabp_gym.envs.pyg import to_pyg
+
     scores, _ = model.forward_graph(to_pyg(batch))
     weight = 0.1 + 0.9 * batch["action_mask"].float()
     return (weight * (scores - torch.nn.functional.softsign(target)) ** 2).mean()
@@ -153,6 +153,8 @@ def fit_imitation(
     start_epoch: int,
     save: Any,
 ) -> list[float]:
+    import torch
+
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
     tensors = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
     target = torch.as_tensor(targets, dtype=torch.float32, device=device)
@@ -202,6 +204,16 @@ def quick_stable_load(checkpoint: Path, args: GNNArgs, loads: list[float]) -> fl
 
 
 def train(args: GNNArgs) -> dict[str, Any]:
+    import torch
+
+    from mabp_gym.agents.gnn import (
+        GNNScheduler,
+        load_checkpoint,
+        observation_dims,
+        resolve_device,
+        save_checkpoint,
+    )
+
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
     seed_everything(args.seed)
@@ -304,6 +316,8 @@ def _select(
 ) -> tuple[str, dict[str, float]]:
     """Keep the candidate (imitation or PPO) with the higher stable load on held-out seeds
     as the final checkpoint, recording the choice; returns it and every score."""
+    from mabp_gym.agents.gnn import load_checkpoint, save_checkpoint
+
     scores = {
         name: quick_stable_load(path, args, args.select_loads) for name, path in candidates.items()
     }
@@ -344,6 +358,7 @@ def _ppo(
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv
 
+    from mabp_gym.agents.gnn import save_checkpoint
     from mabp_gym.agents.gnn_sb3 import GNNActorCriticPolicy
 
     def make(rank: int):
@@ -549,9 +564,9 @@ def _check_archive_tensors(path: Path, where: str) -> None:
 
 
 def validate(args: GNNArgs) -> None:
-    """Raise ``ValueError`` naming the first bad argument, before any work starts."""
+    """Raise ``ValueError`` naming the first bad argument, before any work starts (and
+    before torch loads: the device is checked after every other argument)."""
     make_workload(args.workload)
-    resolve_device(args.device)
     teachers = ("mabp", "oracle-sur")
     if args.teacher not in teachers:
         raise ValueError(f"--teacher must be one of {teachers}, got {args.teacher!r}")
@@ -576,6 +591,9 @@ def validate(args: GNNArgs) -> None:
     for name in ("learning_rate", "ppo_learning_rate"):
         check_number(getattr(args, name), f"--{name.replace('_', '-')}", low=0.0, low_open=True)
     check_seeds(args)
+    from mabp_gym.agents.gnn import resolve_device  # the first to load torch
+
+    resolve_device(args.device)
     check_out_dir(args.out)
     if args.resume and not Path(args.resume).is_file():
         raise ValueError(f"--resume: no such file {args.resume!r}")
@@ -610,6 +628,7 @@ def check_resume(path: Path, args: GNNArgs) -> None:
         ValueError: naming the file and what is wrong with it.
     """
     from mabp_gym.agents.checkpoint_file import check_workload
+    from mabp_gym.agents.gnn import load_checkpoint
 
     where = f"--resume {str(path)!r}"
     workload = make_workload(args.workload)

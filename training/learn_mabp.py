@@ -16,11 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from mabp_gym.agents import make_policy
-from mabp_gym.agents.gnn import resolve_device
-from mabp_gym.agents.learn_mabp import PrimitiveEstimate
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.training.arguments import (
     check_loads,
@@ -91,6 +87,11 @@ def log_units(args: LearnMABPArgs) -> list[tuple[int, int, int, float, float]]:
 
 
 def train(args: LearnMABPArgs) -> dict[str, Any]:
+    import torch
+
+    from mabp_gym.agents.gnn import resolve_device
+    from mabp_gym.agents.learn_mabp import PrimitiveEstimate
+
     started = time.perf_counter()
     torch.set_num_threads(1)  # small tensors: more threads only contend for the cores
     seed_everything(args.seed)
@@ -145,9 +146,9 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
 
 
 def validate(args: LearnMABPArgs) -> None:
-    """Raise ``ValueError`` naming the first bad argument, before any work starts."""
+    """Raise ``ValueError`` naming the first bad argument, before any work starts (and
+    before torch loads: the device is checked after every other argument)."""
     make_workload(args.workload)
-    resolve_device(args.device)
     require_at_least(args, 1, "eval_seeds")
     require_at_least(args, MIN_EXPLORE_SLOTS, "explore_slots")
     check_held_out(
@@ -159,6 +160,9 @@ def validate(args: LearnMABPArgs) -> None:
     if not args.explore_noise >= 0:
         raise ValueError(f"--explore-noise must be >= 0, got {args.explore_noise}")
     check_loads(args, "explore_loads", "eval_loads")
+    from mabp_gym.agents.gnn import resolve_device  # the first to load torch
+
+    resolve_device(args.device)
     check_out_dir(args.out)
 
 
