@@ -8,7 +8,10 @@ knob is in ``Args``:
    on 4 ``DummyVecEnv`` envs of ``mixed``, each episode's load drawn from (0.3, 0.8),
    600-slot episodes. Rewards are normalized by SB3's ``VecNormalize`` (``norm_reward``:
    divided by a running standard deviation of the discounted return, so the critic sees
-   returns of order one whatever the load), the learning rate decays linearly to 0.
+   returns of order one whatever the load), the learning rate (3e-4) decays linearly to 0,
+   and an update's epochs stop once its approximate KL passes 1.5 x ``target_kl`` (0.02).
+   At 1e-3 without the stop the policy found stable orderings and lost them
+   (``docs/learning.md``, "Why training degraded").
 2. **Choose**: every ``select_every`` env steps the deterministic policy (the means) runs
    ``select_horizon`` slots at the fixed ``select_load`` on ``select_seeds`` (the screen:
    does not grow on every seed, then the lowest mean backlog). After training the
