@@ -4,7 +4,7 @@ them, without the wrapper's per-call overhead.
 Oracle-Sur solves one or two small programs per slot. For programs of that size scipy's
 ``milp`` spends about three times the HiGHS solve itself around it: input checks, each
 option validated one by one, the duals and the basis read back and converted
-(``benchmarks/RESULTS.md``, issue 13). :func:`solve` hands HiGHS the same model and the
+(``benchmarks/RESULTS.md``). :func:`solve` hands HiGHS the same model and the
 same options through the HiGHS bindings bundled with scipy, so the same HiGHS build
 finds the same vertex, and reads back the primal solution only. Where those bindings are
 not there (a scipy that lays them out differently), it calls ``milp``.

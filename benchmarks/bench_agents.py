@@ -3,7 +3,7 @@
 Each agent drives its own simulation for ``--slots`` slots; the time of ``scores(obs)``
 (or ``control(...)`` for exact-control agents) is taken per slot, the observation
 encoding and the transition excluded. Prints a table (mean and P95, microseconds) and a
-JSON line. Targets (issue 4): MABP P95 <= 500 us, Oracle-Sur P95 <= 20 ms,
+JSON line. Targets: MABP P95 <= 500 us, Oracle-Sur P95 <= 20 ms,
 memory-oblivious baselines <= 200 us.
 
     python benchmarks/bench_agents.py --slots 600

@@ -5,7 +5,7 @@ directory) imports ``mabp_gym``, makes ``mabp_gym/Mixed-v0`` at load 0.85 and MA
 steps to the fifth slot; the figure is the process's CPU seconds and wall seconds to that
 point. Warm step: the same with the cache filled, then 2,000 MABP slots timed (policy and
 ``env.step``). Each repeat runs the trees one after the other, so that the machine's drift
-hits both; ratios are taken within a repeat. Issue 27's targets: cold start at most half of
+hits both; ratios are taken within a repeat. Targets: cold start at most half of
 70230ac's, the warm step no slower.
 
     python benchmarks/bench_cold.py --baseline 70230ac --repeats 3

@@ -5,9 +5,8 @@ vector env that ``gymnasium.make_vec`` builds by default (``mabp_gym.envs.vector
 and 16 envs, random score actions drawn up front (so the policy costs nothing). The cases
 take turns within each repeat, so that the machine's drift hits them alike; the table
 gives the median over repeats and the ratios within each repeat. Prints a table and a
-JSON line (``--json PATH`` also writes it). Targets: single env >= 2,000 steps/s (issue 3);
-default ``make_vec`` x8 at least 0.9x one env (issue 23); batched x16 at least 3x sync x16
-(issue 27).
+JSON line (``--json PATH`` also writes it). Targets: single env >= 2,000 steps/s;
+default ``make_vec`` x8 at least 0.9x one env; batched x16 at least 3x sync x16.
 
     python benchmarks/bench_env.py --steps 4800 --repeats 5
 """

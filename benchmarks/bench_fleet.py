@@ -2,12 +2,12 @@
 
 One process, one core: each router replays the whole trace (its own timestamps, nominal
 load 0.41 over 8 workers, plus the downstream jobs it spawns) ``--repeats`` times; the
-median wall time is reported, with the router's P95 decision time. Target (issue 16): at
+median wall time is reported, with the router's P95 decision time. Target: at
 most 10 s per router on one core. Prints a table and a JSON line (``--json PATH`` writes it).
 
     python benchmarks/bench_fleet.py
     python benchmarks/bench_fleet.py --load 0.9 --repeats 1
-    python benchmarks/bench_fleet.py --engine step     # the step-level engine (issue 25)
+    python benchmarks/bench_fleet.py --engine step     # the step-level engine
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Frame-MABP against MABP on ``mixed``: stable load, backlog growth, decision time (issue 10.5).
+"""Frame-MABP against MABP on ``mixed``: stable load, backlog growth, decision time.
 
 Runs ``mabp_gym.evaluate`` (the shared harness) for both policies over a load grid and
 seeds at one horizon and prints, per policy: the stable load under the harness's verdict

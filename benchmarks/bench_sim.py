@@ -2,7 +2,7 @@
 
 Runs the fixed queue-length score rule (``mabp_gym.core.scores.queue_length_scores``) on a
 workload in one process, ``--repeats`` times, and reports the median. Prints a table and a
-JSON line (``--json PATH`` also writes it). Target (issue 2): at least 3,000 slots/s on
+JSON line (``--json PATH`` also writes it). Target: at least 3,000 slots/s on
 ``mixed`` at load 0.85 on a 2-core machine.
 
     python benchmarks/bench_sim.py                 # mixed at 0.85 and the small workloads
@@ -26,7 +26,7 @@ from mabp_gym.core.scores import queue_length_scores
 
 MULTIHOP = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
 # (workload, load, score rule): "queue-length" runs the core alone; "bp" adds the
-# observation encoding and the backpressure agent (the multihop network of issue 7).
+# observation encoding and the backpressure agent (the generated multihop network).
 CASES = (
     ("mixed", 0.85, "queue-length"),
     ("mixed", 0.5, "queue-length"),

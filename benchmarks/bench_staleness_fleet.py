@@ -1,4 +1,4 @@
-"""SLO goodput against the age of the telemetry a router sees (issue 25 point 5).
+"""SLO goodput against the age of the telemetry a router sees.
 
 The conversation trace over 4 workers: the simple engine at nominal load 0.9 (5 runs) and
 the step engine at 0.7 (3 runs). One delay sets both the age of the KV events

@@ -2,7 +2,7 @@
 
 7 policies + 3 ablations, loads 0.1-1.0 plus the fixed load 0.85, 5 seeds, 600 slots, all
 cores (process pool), through the same ``evaluate`` as ``mabp-gym table``. Prints the
-table, the wall time and a JSON line. Target (issue 5): at most 10 minutes on 2 cores.
+table, the wall time and a JSON line. Target: at most 10 minutes on 2 cores.
 
     python benchmarks/bench_table.py --out results/table1.jsonl
 """

@@ -1,4 +1,4 @@
-"""The step-level engine of a fleet worker (issue 25): vLLM-style continuous batching.
+"""The step-level engine of a fleet worker: vLLM-style continuous batching.
 
 Each worker runs one batch at a time. A step is formed at its start, under a token budget
 (``max_batched_tokens``) and a sequence limit (``FleetConfig.max_running``), the way vLLM's

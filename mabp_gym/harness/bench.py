@@ -1,4 +1,4 @@
-"""Benchmark v3's tasks with headroom (SPEC 9, issue 24) and the leaderboard over them.
+"""Benchmark v3's tasks with headroom (SPEC 9) and the leaderboard over them.
 
 On the headline metric, the stable load, MABP sits at the occupation bound of ``mixed`` and
 ``rag``: it no longer separates good schedulers. Delay near the bound does (frame-MABP's

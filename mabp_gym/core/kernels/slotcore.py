@@ -7,7 +7,7 @@ Python otherwise (:mod:`mabp_gym.core.kernels.jit`).
 
 Why compile: a profile of ``mixed`` at 0.85 spends a quarter of a slot in the projection's
 per-candidate Python loops; compiled, they take a few microseconds (see
-``benchmarks/RESULTS.md``, issue 13).
+``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
