@@ -1,4 +1,4 @@
-"""Benchmark v3's task suite and leaderboard (issue 24 point 4): tasks, seeds, scores, and
+"""Benchmark v3's task suite and leaderboard: tasks, seeds, scores, and
 ``mabp-gym bench`` from a run and from saved results."""
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def test_capacity__link_capacity_binds_when_it_is_the_bottleneck():
 def test_capacity__at_fractional_kappa_w_the_exact_bound_is_whole_units(kappa_w, whole):
     """Units are whole, so a slot serves floor(kappa_w) hits: the fluid LP's kappa_w is a
     relaxation there, the exact occupation LP gives floor(kappa_w), and the simulator
-    follows the exact bound (issue 24, point 3)."""
+    follows the exact bound."""
     from mabp_gym.core.metrics import GROWTH_LIMIT
     from mabp_gym.core.occupation import occupation_bound
     from mabp_gym.harness.evaluation import evaluate

@@ -349,7 +349,7 @@ def test_table__a_load_never_run_caps_the_long_column_too(tmp_path):
 
 def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
     # MABP's backlog at load 1.0 on mixed rises like a queue at capacity: over a short run its
-    # slope may pass; the stable-load line must not credit the bound (issue 24).
+    # slope may pass; the stable-load line must not credit the bound.
     result = run_cli(
         "eval",
         "--policy",

@@ -60,7 +60,7 @@ def test_env__actions_numpy_would_reinterpret_are_refused(action, message):
     env.step(np.ones(384, dtype=np.float32))  # the env is still usable
 
 
-# -- a reward of your own (issue 27: injectable, as Jumanji's) ---------------------------
+# -- a reward of your own (injectable, as in Jumanji) ---------------------------
 def test_reward_function__reproduces_the_builtins_and_is_checked():
     def backlog(outcome, before, after, nu):
         return -(outcome.backlog + nu * outcome.penalty)

@@ -1,4 +1,4 @@
-"""The step-level engine (issue 25 point 1) on hand-built cases: the step-time model,
+"""The step-level engine on hand-built cases: the step-time model,
 batching, chunked prefill, prefix hits in the shared KV memory, and preemption."""
 
 from __future__ import annotations

@@ -453,7 +453,7 @@ class _Forbidden:
     "name", sorted(set(ROUTERS) - {"oracle-ttft", "mabp-route-exact"}), ids=str
 )
 def test_router__reads_no_exact_engine_state_on_either_engine(name):
-    """Only the labelled references read ``telemetry.exact`` (issue 25.2)."""
+    """Only the labelled references read ``telemetry.exact``."""
     from mabp_gym.fleet import shipped_trace
 
     trace = shipped_trace("synthetic").head(150)

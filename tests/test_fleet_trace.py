@@ -255,7 +255,7 @@ def test_read__stops_at_the_limit_without_reading_the_rest(tmp_path):
         read_mooncake(path)
 
 
-# -- mutated lines (issue 26): the reader never crashes and never accepts nonsense -----------
+# -- mutated lines: the reader never crashes and never accepts nonsense -----------
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

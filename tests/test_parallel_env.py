@@ -568,7 +568,7 @@ def test_parallel_env__refuses_flat_observations_and_staleness_past_the_buffer_a
     env.reset(seed=0)  # within the bound: works
 
 
-# -- bad actions, generated (issue 26): refused with a ValueError naming the agent, or
+# -- bad actions, generated: refused with a ValueError naming the agent, or
 # accepted, and never a half-applied step ----------------------------------------------
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

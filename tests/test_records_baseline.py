@@ -1,7 +1,7 @@
 """The evaluation harness gives the records it gave when ``data/records_baseline.json`` was
 written (``data/make_baseline_records.py``, the commit is stored in the file).
 
-Speed-ups (issue 13) and restructurings (issue 12) must leave controls, and so records,
+Speed-ups and restructurings must leave controls, and so records,
 unchanged; only a commit that means to change behaviour rewrites the file, and says so.
 """
 

@@ -1,4 +1,4 @@
-"""Residual-MABP (issue 24 point 5): zero correction is MABP exactly, the checkpoint round
+"""Residual-MABP: zero correction is MABP exactly, the checkpoint round
 trip and its refusals, the training entry point, and the shipped checkpoints' verdict."""
 
 from __future__ import annotations

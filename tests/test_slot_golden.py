@@ -1,7 +1,7 @@
 """Every slot the core gives, on every compiled-case workload, memory on and off, and
 Oracle-Sur's controls, digest for digest as ``data/slot_golden.json`` holds them.
 
-The file was written by the numpy reference that the kernels replaced (issue 27: commit
+The file was written by the numpy reference that the kernels replaced (commit
 781e551 with ``MABP_GYM_PURE=1``, Oracle-Sur's reference program included); the kernels,
 compiled or run as plain Python (``MABP_GYM_PURE=1``: CI runs this module both ways), give
 the same digests. ``data/make_slot_golden.py`` says when to rewrite it.

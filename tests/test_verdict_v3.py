@@ -1,4 +1,4 @@
-"""Verdict v3 (SPEC 9.2, issue 24): growth pooled over seeds with a confidence interval and
+"""Verdict v3 (SPEC 9.2): growth pooled over seeds with a confidence interval and
 a trend check from the saved trace, on the near-boundary cases that fooled v2."""
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_a_settled_queue_is_credited_and_so_is_one_that_settles_fast():
 
 
 def test_near_the_limit_the_spread_decides_not_a_majority_of_seeds():
-    # GreedyCache-BP at 0.60, 12,000 slots (issue 24): most seeds under 0.015, median 0.0138.
+    # GreedyCache-BP at 0.60, 12,000 slots: most seeds under 0.015, median 0.0138.
     growths = [0.0138, 0.0120, 0.0145, 0.0162, 0.0171]
     members = [
         {"policy": "g", "load": 0.6, "seed": s, "growth": g, "stable": g < GROWTH_LIMIT}
@@ -214,7 +214,7 @@ def test_rise_at__a_queue_at_capacity_rises_by_seven_tenths_of_its_level_at_any_
 
 
 def test_a_tiny_growth_that_fails_to_halve_by_chance_is_credited_by_v4_not_v3():
-    # The PPO seed-761 case (issue 44): a backlog near 17 whose growth is significantly
+    # The PPO seed-761 case: a backlog near 17 whose growth is significantly
     # above 0 at a size 1/55 of the limit, and negative at half the run.
     def shape(t):
         return np.where(t < 2000, 20.0 - 0.002 * t, 16.0 + 0.001 * (t - 2000))

@@ -2,7 +2,7 @@
 workload (controls, outcomes, states, generator streams, observations), memory on and off,
 and of Oracle-Sur's controls.
 
-The file was first written by the numpy reference the kernels replaced (issue 27: commit
+The file was first written by the numpy reference the kernels replaced (commit
 781e551 with ``MABP_GYM_PURE=1``, Oracle-Sur's reference program included), and the
 kernels, compiled and as plain Python, gave the same digests; ``tests/test_slot_golden.py``
 holds both runs of the kernels to it. Rewrite it only when behaviour is
