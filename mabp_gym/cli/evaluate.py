@@ -183,7 +183,7 @@ def _check_reachable(address: str) -> None:
     if not host or not port.isdigit():
         raise ValueError(f"--address {address!r}: give host:port (or 'auto'), say 127.0.0.1:6379")
     try:
-        socket.create_connection((host, int(port)), timeout=5).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()  # [::1]
     except OSError as error:
         raise ValueError(
             f"--address {address!r}: no Ray cluster answers there ({error.strerror or error}); "
