@@ -29,8 +29,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from mabp_gym.core.encoding import symlog
-
 KINDS = ("service", "route", "transfer", "retain")
 """The candidate kinds in the action's layout."""
 
@@ -42,6 +40,12 @@ STRUCTURE = {
 }
 """Each kind's index array (row 0: the node or link a candidate belongs to) and which
 table its coefficients come from."""
+
+
+def _symlog(x: torch.Tensor) -> torch.Tensor:
+    """:func:`~mabp_gym.core.encoding.symlog` of a float input in two operations
+    (``copysign`` for ``sign * ...``): the same values, a third fewer passes over a batch."""
+    return x.float().abs().log1p().copysign(x)
 
 
 def _static(obs: dict[str, torch.Tensor], key: str) -> torch.Tensor:
@@ -121,14 +125,14 @@ class CandidateNet(nn.Module):
         batch = nodes.shape[0]
         src, dst = _static(obs, "edge_index")
         # (rows, B, width): the batch is the inner dimension.
-        h = self.node_in(symlog(nodes.float().transpose(0, 1)))
-        e = self.edge_in(symlog(obs["edge_features"].float().transpose(0, 1)))
+        h = self.node_in(_symlog(nodes).transpose(0, 1))
+        e = self.edge_in(_symlog(obs["edge_features"]).transpose(0, 1))
         for lin, update, norm in zip(self.edge_lin, self.update, self.norms, strict=True):
             message = torch.relu(h.index_select(0, src) + lin(e))
             total = torch.zeros_like(h).index_add_(0, dst, message)
             h = norm(h + torch.relu(update(total + h)))
         node = self.node_head(h)
-        link = self.link_head(torch.cat([h.index_select(0, src), h.index_select(0, dst), e], -1))
+        link = self.link_head[2](torch.relu(self._link_in(h, e, src, dst)))
         tables = {
             "node": dict(
                 zip(
@@ -150,11 +154,26 @@ class CandidateNet(nn.Module):
             key, table = STRUCTURE[kind]
             where = _static(obs, key)[0]
             coefficients = tables[table][kind].index_select(0, where)  # (count, B, 1 + F)
-            features = symlog(obs[kind].float().transpose(0, 1))  # (count, B, F)
+            features = _symlog(obs[kind]).transpose(0, 1)  # (count, B, F)
             scores.append(coefficients[..., 0] + (coefficients[..., 1:] * features).sum(-1))
         raw = torch.cat(scores, dim=0).T  # (B, D)
         pooled = torch.cat([h.mean(dim=0), h.amax(dim=0)], dim=-1)
         return nn.functional.softsign(raw.reshape(batch, -1)), self.value(pooled)
+
+    def _link_in(
+        self, h: torch.Tensor, e: torch.Tensor, src: torch.Tensor, dst: torch.Tensor
+    ) -> torch.Tensor:
+        """The link head's first layer on ``[h[src] | h[dst] | e]``, computed as three
+        products whose node parts run on the nodes before the gather (8 rows, not 21 on
+        ``mixed``): the same layer and parameters, fewer multiplications."""
+        first = self.link_head[0]
+        assert isinstance(first, nn.Linear)
+        w_src, w_dst, w_edge = first.weight.split(self.hidden, dim=1)
+        return (
+            (h @ w_src.T).index_select(0, src)
+            + (h @ w_dst.T).index_select(0, dst)
+            + nn.functional.linear(e, w_edge, first.bias)
+        )
 
 
 def candidate_widths(observation_space: Any) -> dict[str, int]:

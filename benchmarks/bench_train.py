@@ -3,10 +3,12 @@
 Two measurements:
 
 - **PPO env steps/s** of the documented path: SB3 PPO with
-  :class:`mabp_gym.envs.sb3.GraphActorCriticPolicy` at its defaults on 4 ``DummyVecEnv`` envs
-  (``mabp_gym/Mixed-v0`` at load 0.6), ``n_steps=256``, ``batch_size=256``, ``n_epochs=4``,
-  one torch thread. After an untimed warm-up of one rollout and update (numba's compilation,
-  the allocator), ``--ppo-steps`` env steps are timed: rollouts and updates together.
+  :class:`mabp_gym.envs.sb3.GraphActorCriticPolicy` at its defaults on ``--n-envs`` envs
+  (8; ``mabp_gym/Mixed-v0`` at load 0.6) stepped by the batched env through
+  :func:`mabp_gym.envs.sb3.make_sb3_vec_env` (``DummyVecEnv`` in a tree without it, or with
+  ``--vec dummy``), ``n_steps=256``, ``batch_size=256``, ``n_epochs=4``, one torch thread.
+  After an untimed warm-up of one rollout and update (numba's compilation, the allocator),
+  ``--ppo-steps`` env steps are timed: rollouts and updates together.
   With ``--baseline REF`` the same measurement runs on a ``git worktree`` of ``REF`` too,
   each measurement in a fresh process whose imports resolve to one tree, the trees taking
   turns (``--repeats`` each, order alternating), and the median ratio is printed: a
@@ -34,11 +36,10 @@ from pathlib import Path
 from _report import emit
 from _trees import import_tree, trees
 
-N_ENVS = 4
 
-
-def ppo_steps_per_s(device: str, steps: int) -> float:
-    """The documented PPO path's env steps per second (rollouts and updates)."""
+def ppo_steps_per_s(device: str, steps: int, n_envs: int, vec: str) -> tuple[float, str]:
+    """The documented PPO path's env steps per second (rollouts and updates), and which
+    vector env stepped it."""
     import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
@@ -48,7 +49,15 @@ def ppo_steps_per_s(device: str, steps: int) -> float:
     from mabp_gym.envs.sb3 import GraphActorCriticPolicy
 
     torch.set_num_threads(1)
-    envs = DummyVecEnv([lambda: gym.make("mabp_gym/Mixed-v0", load=0.6) for _ in range(N_ENVS)])
+    try:
+        from mabp_gym.envs.sb3 import make_sb3_vec_env
+    except ImportError:  # a tree from before the adapter: its documented path
+        make_sb3_vec_env = None
+    if vec == "batched" and make_sb3_vec_env is not None:
+        envs = make_sb3_vec_env("mabp_gym/Mixed-v0", n_envs, load=0.6)
+    else:
+        vec = "dummy"
+        envs = DummyVecEnv([lambda: gym.make("mabp_gym/Mixed-v0", load=0.6) for _ in range(n_envs)])
     agent = PPO(
         GraphActorCriticPolicy,
         envs,
@@ -59,11 +68,11 @@ def ppo_steps_per_s(device: str, steps: int) -> float:
         seed=0,
         verbose=0,
     )
-    agent.learn(256 * N_ENVS)  # untimed: compilation, caches
+    agent.learn(256 * n_envs)  # untimed: compilation, caches
     before = agent.num_timesteps
     started = time.perf_counter()
     agent.learn(steps, reset_num_timesteps=False)
-    return (agent.num_timesteps - before) / (time.perf_counter() - started)
+    return (agent.num_timesteps - before) / (time.perf_counter() - started), vec
 
 
 def imitation_steps_per_s(device: str, steps: int) -> float:
@@ -102,7 +111,7 @@ def imitation_steps_per_s(device: str, steps: int) -> float:
     return steps / (time.perf_counter() - started)
 
 
-def _measure_in(tree: Path, device: str, steps: int) -> float:
+def _measure_in(tree: Path, device: str, steps: int, n_envs: int, vec: str) -> tuple[float, str]:
     """One PPO measurement in a fresh process whose imports resolve to ``tree``."""
     env = {
         **os.environ,
@@ -112,7 +121,8 @@ def _measure_in(tree: Path, device: str, steps: int) -> float:
         "MKL_NUM_THREADS": "1",
     }
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--worker", device, str(steps)],
+        [sys.executable, str(Path(__file__).resolve()), "--worker", device]
+        + [str(steps), str(n_envs), vec],
         env=env,
         text=True,
         capture_output=True,
@@ -120,10 +130,11 @@ def _measure_in(tree: Path, device: str, steps: int) -> float:
     )
     if done.returncode != 0:
         raise SystemExit(f"the measurement in {tree} failed:\n{done.stderr[-3000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["ppo_env_steps_per_s"])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(out["ppo_env_steps_per_s"]), str(out["vec"])
 
 
-def _worker(device: str, steps: int) -> None:
+def _worker(device: str, steps: int, n_envs: int, vec: str) -> None:
     tree = Path(os.environ["PYTHONPATH"]).resolve()
     import_tree(tree)
     from mabp_gym.envs import sb3
@@ -131,7 +142,8 @@ def _worker(device: str, steps: int) -> None:
     source = Path(sb3.__file__).resolve()
     if not source.is_relative_to(tree):
         raise SystemExit(f"mabp_gym.envs.sb3 came from {source}, not {tree}")
-    print(json.dumps({"ppo_env_steps_per_s": ppo_steps_per_s(device, steps)}), flush=True)
+    rate, used = ppo_steps_per_s(device, steps, n_envs, vec)
+    print(json.dumps({"ppo_env_steps_per_s": rate, "vec": used}), flush=True)
 
 
 def main() -> None:
@@ -140,12 +152,21 @@ def main() -> None:
     parser.add_argument("--ppo-steps", type=int, default=4096)
     parser.add_argument("--baseline", metavar="REF", help="git ref to compare PPO against")
     parser.add_argument("--repeats", type=int, default=1, help="PPO measurements per tree")
+    parser.add_argument("--n-envs", type=int, default=8, help="PPO's vector envs")
+    parser.add_argument(
+        "--vec",
+        choices=["batched", "dummy"],
+        default="batched",
+        help="the vector env: batched (make_sb3_vec_env, where the tree has it) or DummyVecEnv",
+    )
     parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        _worker(args.worker[0], int(args.worker[1]))
+        _worker(args.worker[0], int(args.worker[1]), int(args.worker[2]), args.worker[3])
         return
+    if args.n_envs < 1:
+        parser.error(f"--n-envs must be at least 1, got {args.n_envs}")
     import torch
 
     from mabp_gym.agents.gnn import resolve_device
@@ -153,13 +174,19 @@ def main() -> None:
     devices = ["cpu"] + (["cuda"] if resolve_device("auto") == "cuda" else [])
     with tempfile.TemporaryDirectory() as tmp, trees(args.baseline, Path(tmp)) as checkouts:
         ppo: dict[str, dict[str, list[float]]] = {d: {t: [] for t in checkouts} for d in devices}
+        stepped: dict[str, str] = {}
         for device in devices:
             for repeat in range(args.repeats):
                 order = list(checkouts) if repeat % 2 == 0 else list(reversed(checkouts))
                 for name in order:
-                    rate = _measure_in(checkouts[name], device, args.ppo_steps)
+                    rate, stepped[name] = _measure_in(
+                        checkouts[name], device, args.ppo_steps, args.n_envs, args.vec
+                    )
                     ppo[device][name].append(rate)
-                    print(f"  {device} {name:<8} {rate:8.1f} PPO env steps/s", flush=True)
+                    print(
+                        f"  {device} {name:<8} {rate:8.1f} PPO env steps/s ({stepped[name]})",
+                        flush=True,
+                    )
     rows = []
     for device in devices:
         row = {
@@ -190,7 +217,8 @@ def main() -> None:
         print(line)
     result = {
         "benchmark": "bench_train",
-        "n_envs": N_ENVS,
+        "n_envs": args.n_envs,
+        "vec": stepped,
         "ppo_steps": args.ppo_steps,
         "repeats": args.repeats,
         "baseline": args.baseline,

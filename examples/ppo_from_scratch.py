@@ -5,13 +5,13 @@ The documented recipe (``docs/learning.md``, "From scratch"), read top to bottom
 knob is in ``Args``:
 
 1. **Train**: SB3 PPO with :class:`mabp_gym.envs.sb3.GraphActorCriticPolicy` at its defaults
-   on 4 ``DummyVecEnv`` envs of ``mixed``, each episode's load drawn from (0.3, 0.8),
-   600-slot episodes. Rewards are normalized by SB3's ``VecNormalize`` (``norm_reward``:
-   divided by a running standard deviation of the discounted return, so the critic sees
-   returns of order one whatever the load), the learning rate (3e-4) decays linearly to 0,
-   and an update's epochs stop once its approximate KL passes 1.5 x ``target_kl`` (0.02).
-   At 1e-3 without the stop the policy found stable orderings and lost them
-   (``docs/learning.md``, "Why training degraded").
+   on 4 envs of ``mixed`` stepped together (``make_sb3_vec_env``), each episode's load
+   drawn from (0.3, 0.8), 600-slot episodes. Rewards are normalized by SB3's
+   ``VecNormalize`` (``norm_reward``: divided by a running standard deviation of the
+   discounted return, so the critic sees returns of order one whatever the load), the
+   learning rate (3e-4) decays linearly to 0, and an update's epochs stop once its
+   approximate KL passes 1.5 x ``target_kl`` (0.02). At 1e-3 without the stop the policy
+   found stable orderings and lost them (``docs/learning.md``, "Why training degraded").
 2. **Choose**: every ``select_every`` env steps the deterministic policy (the means) runs
    ``select_horizon`` slots at the fixed ``select_load`` on ``select_seeds`` (the screen:
    does not grow on every seed, then the lowest mean backlog). After training the
@@ -45,11 +45,11 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+from stable_baselines3.common.vec_env import VecNormalize
 
 import mabp_gym  # noqa: F401  (registers the env ids)
 from mabp_gym.core.metrics import backlog_slope, does_not_grow, growth
-from mabp_gym.envs.sb3 import GraphActorCriticPolicy
+from mabp_gym.envs.sb3 import GraphActorCriticPolicy, make_sb3_vec_env
 
 
 @dataclass
@@ -280,8 +280,17 @@ def make_model(args: Args) -> PPO:
     episode's load drawn from the training interval, rewards normalized, the learning rate
     annealed linearly to 0 and each update's epochs stopped at ``target_kl``."""
     load = (args.load_low, args.load_high) if args.load_high > args.load_low else args.load_low
-    envs: Any = DummyVecEnv([lambda: make_env(args, load, args.horizon)] * args.n_envs)
-    envs.seed(args.seed)
+    # The batched vector env: the transitions DummyVecEnv of these envs gives, every env's
+    # slot in one compiled call (tests/test_sb3_vec.py).
+    envs: Any = make_sb3_vec_env(
+        "mabp_gym/SFMSN-v0",
+        args.n_envs,
+        max_episode_steps=args.horizon,
+        seed=args.seed,
+        workload=args.workload,
+        load=load,
+        horizon=args.horizon,
+    )
     if args.normalize_reward:
         envs = VecNormalize(envs, norm_obs=False, norm_reward=True, gamma=args.gamma)
     rate = args.learning_rate

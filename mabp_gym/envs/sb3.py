@@ -11,6 +11,12 @@ head reads the pooled graph embedding::
     model = PPO(GraphActorCriticPolicy, "mabp_gym/SFMSN-v0", n_steps=256, batch_size=256)
     model.learn(10_000)
 
+For several envs, :func:`make_sb3_vec_env` gives SB3 the batched vector env (every env's
+slot in one compiled call; the same transitions as ``DummyVecEnv`` of the same envs)::
+
+    envs = make_sb3_vec_env("mabp_gym/Mixed-v0", n_envs=8, load=(0.3, 0.8), seed=0)
+    PPO(GraphActorCriticPolicy, envs, n_steps=256, batch_size=256).learn(100_000)
+
 Every parameter's shape is independent of the workload, so the same class (and the same
 ``state_dict``) runs on ``mixed``, ``rag``, ``agentic`` and file workloads; a vector env's
 observations are scored in one batched graph forward. See ``docs/learning.md``.
@@ -40,8 +46,16 @@ from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
 from mabp_gym.agents.gnn_sb3 import GNNActorCriticPolicy, GraphActorCriticPolicy
 from mabp_gym.core.encoding import symlog
 from mabp_gym.envs.pyg import to_pyg
+from mabp_gym.envs.sb3_vec import SB3VecEnv, make_sb3_vec_env
 
-__all__ = ["GNNActorCriticPolicy", "GraphActorCriticPolicy", "GraphFeaturesExtractor", "symlog"]
+__all__ = [
+    "GNNActorCriticPolicy",
+    "GraphActorCriticPolicy",
+    "GraphFeaturesExtractor",
+    "SB3VecEnv",
+    "make_sb3_vec_env",
+    "symlog",
+]
 
 
 class GraphFeaturesExtractor(BaseFeaturesExtractor):
