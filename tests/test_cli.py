@@ -666,3 +666,23 @@ def test_table__a_failing_lowest_load_of_a_user_grid_reads_below_it(run_cli, tmp
     assert done.returncode == 0, done.stderr
     row = next(x for x in done.stdout.splitlines() if x.startswith("| bp |"))
     assert row.split("|")[2].strip() == "<0.80", row
+
+
+def test_eval_summary__a_metric_added_to_the_records_is_a_column_without_editing_eval(
+    monkeypatch, capsys
+):
+    from mabp_gym.cli import evaluate
+    from mabp_gym.harness import runs
+
+    monkeypatch.setattr(runs, "METRIC_KEYS", (*runs.METRIC_KEYS, "queue_imbalance"))
+    row = {"policy": "bp", "load": 0.5, "decision_us_mean": 12.0, "horizon": 600}
+    row.update({key: 0.25 for key, _ in runs.summary_columns()})
+    row["stable"] = True
+    evaluate._print_summary([row])
+    header, line = capsys.readouterr().out.splitlines()
+    assert header.split()[-4:] == ["queue_imbalance", "dec", "us", "slots"]
+    assert line.split()[-3:] == ["0.250", "12", "600"]
+    # What the table leaves out is named in one place, and the shown columns exclude it.
+    shown = {key for key, _ in runs.summary_columns()}
+    assert shown.isdisjoint(runs.RECORD_ONLY_METRICS)
+    assert {"stable", "penalty", "p95_delay", "hit_ratio", "churn", "completion_ratio"} <= shown

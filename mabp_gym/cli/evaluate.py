@@ -48,20 +48,24 @@ SUMMARY_LEGEND = (
 
 
 def _print_summary(rows: list[dict[str, Any]]) -> None:
+    """One line per (policy, load): every metric of :func:`summary_columns` (a metric added
+    to the records shows without a change here), the decision time and the horizon."""
+    from mabp_gym.harness.runs import summary_columns
+
+    columns = summary_columns()
     print(
-        f"{'policy':<20} {'load':>5} {'stable':>6} {'slope':>7} {'backlog':>8} "
-        f"{'penalty':>8} {'p95':>7} {'p95 all':>7} {'hit':>5} {'churn':>6} {'compl':>6} "
-        f"{'dec us':>7} {'slots':>6}"
+        f"{'policy':<20} {'load':>5} "
+        + " ".join(f"{column.header:>{column.width}}" for _, column in columns)
+        + f" {'dec us':>7} {'slots':>6}"
     )
     for row in rows:
+        cells = " ".join(
+            f"{_fmt(row.get(key), column.digits):>{column.width}}" for key, column in columns
+        )
+        horizon = row["horizon"] if row.get("horizon") is not None else "-"
         print(
-            f"{row['policy']:<20} {row['load']:>5.2f} {_fmt(row['stable']):>6} "
-            f"{_fmt(row['slope']):>7} {_fmt(row['mean_backlog'], 1):>8} "
-            f"{_fmt(row['penalty'], 4):>8} {_fmt(row['p95_delay'], 1):>7} "
-            f"{_fmt(row.get('p95_delay_all'), 1):>7} "
-            f"{_fmt(row['hit_ratio'], 2):>5} {_fmt(row['churn']):>6} "
-            f"{_fmt(row['completion_ratio']):>6} {_fmt(row['decision_us_mean'], 0):>7} "
-            f"{row['horizon'] if row.get('horizon') is not None else '-':>6}"
+            f"{row['policy']:<20} {row['load']:>5.2f} {cells} "
+            f"{_fmt(row['decision_us_mean'], 0):>7} {horizon:>6}"
         )
 
 

@@ -63,6 +63,54 @@ METRIC_KEYS = (
     "transmission_cost",
     "memory_cost",
 )
+RECORD_ONLY_METRICS = (
+    "growth",
+    "paper_slope",
+    "paper_backlog",
+    "penalty_per_arrival",
+    "work_per_request",
+    "compute_cost",
+    "transmission_cost",
+    "memory_cost",
+)
+"""Metrics of :data:`METRIC_KEYS` that records and summaries hold but ``mabp-gym eval``'s
+printed table leaves out (the verdict's inputs, the penalty's parts); every other metric,
+a new one included, is a column of that table."""
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """How ``mabp-gym eval`` prints a metric: its column ``header``, ``digits`` after the
+    point and the column's ``width``."""
+
+    header: str
+    digits: int = 3
+    width: int = 7
+
+
+METRIC_COLUMNS = {
+    "stable": MetricColumn("stable", width=6),
+    "mean_backlog": MetricColumn("backlog", 1, 8),
+    "penalty": MetricColumn("penalty", 4, 8),
+    "p95_delay": MetricColumn("p95", 1),
+    "p95_delay_all": MetricColumn("p95 all", 1),
+    "hit_ratio": MetricColumn("hit", 2, 5),
+    "churn": MetricColumn("churn", 3, 6),
+    "completion_ratio": MetricColumn("compl", 3, 6),
+}
+"""Short headers of the printed metrics; a metric without one prints under its own name."""
+
+
+def summary_columns() -> list[tuple[str, MetricColumn]]:
+    """The metrics ``mabp-gym eval`` prints, in :data:`METRIC_KEYS`' order, with their
+    columns: every metric not in :data:`RECORD_ONLY_METRICS`."""
+    return [
+        (key, METRIC_COLUMNS.get(key, MetricColumn(key, width=max(7, len(key)))))
+        for key in METRIC_KEYS
+        if key not in RECORD_ONLY_METRICS
+    ]
+
+
 LATER_METRIC_KEYS = ("p95_delay_all", "penalty_per_arrival")
 """Metrics added after results files were first written: a record without them is still a
 record (its summaries show them as missing)."""
