@@ -56,7 +56,8 @@ class SB3VecEnv(VecEnv):
                 f"SB3VecEnv needs a vector env that autoresets on the next step, got "
                 f"autoreset_mode={mode!r}"
             )
-        self.vector_env = vector_env
+        # Any: get_attr, set_attr and call are on Gymnasium's vector envs, not its base class.
+        self.vector_env: Any = vector_env
         super().__init__(
             vector_env.num_envs,
             vector_env.single_observation_space,
@@ -120,14 +121,12 @@ class SB3VecEnv(VecEnv):
         return [values[i] for i in self._get_indices(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        self.vector_env.set_attr(attr_name, value)  # type: ignore[attr-defined]  # the batched env says why it refuses
+        self.vector_env.set_attr(attr_name, value)  # the batched env says why it refuses
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **kwargs: Any
     ) -> list[Any]:
-        values = self.vector_env.call(  # type: ignore[attr-defined]
-            method_name, *method_args, **kwargs
-        )
+        values = self.vector_env.call(method_name, *method_args, **kwargs)
         return [values[i] for i in self._get_indices(indices)]
 
     def env_is_wrapped(
