@@ -1,9 +1,19 @@
-"""A CleanRL-style single-file PPO on ``gymnasium.make_vec`` with the flat observation.
+"""A CleanRL-style single-file PPO on ``gymnasium.make_vec``, with the candidate-structured
+policy or a plain MLP on the flat observation (the default, for now).
 
 Read top to bottom: arguments, vector env, agent, rollout, GAE, clipped update. The env is
-``mabp_gym/SFMSN-v0`` with ``obs_mode="flat"`` (one symlog-scaled vector, the static index
-arrays left out), so a plain MLP actor-critic fits; the action is a Gaussian over the
-``D`` candidate scores, clipped to the Box by the env step.
+``mabp_gym/SFMSN-v0`` stepped by the batched vector env; the action is a Gaussian over the
+``D`` candidate scores, clipped to the Box by the env step. Two agents:
+
+- ``--agent candidate``: the Dict observation and
+  :class:`~mabp_gym.agents.candidate_net.CandidateNet`, the network of the documented SB3
+  policy (message passing over the graph, one linear read-out per candidate whose
+  coefficients come from its node or link), with one learned log-std per kind of candidate
+  and a value head on the pooled embedding.
+- ``--agent mlp`` (default): ``obs_mode="flat"`` (one symlog-scaled vector, the static index arrays
+  left out) and CleanRL's MLP actor-critic. It does not learn orderings: it loses to the
+  constant action (``docs/learning.md``, "CleanRL-style PPO"). The candidate agent's
+  learning result at a documented budget is not measured yet, so it is not the default.
 
 What this env needs beyond CleanRL's continuous-action PPO (the same as the documented SB3
 path, ``docs/learning.md``):
@@ -17,7 +27,8 @@ path, ``docs/learning.md``):
   ``RecordEpisodeStatistics``, so the printed returns are the env's own) and a learning rate
   annealed to 0.
 
-    python examples/cleanrl_ppo.py --total-timesteps 20000 --load 0.3
+    python examples/cleanrl_ppo.py                    # the flat MLP, 20,000 steps
+    python examples/cleanrl_ppo.py --agent candidate  # the candidate-structured policy
 """
 
 from __future__ import annotations
@@ -34,10 +45,13 @@ import torch
 from torch import nn
 
 import mabp_gym  # noqa: F401  (registers the env ids)
+from mabp_gym.agents.candidate_net import KINDS, CandidateNet, candidate_widths
 
 
 @dataclass
 class Args:
+    agent: str = "mlp"
+    """candidate (CandidateNet on the Dict observation) or mlp (the flat observation)"""
     workload: str = "mixed"
     """workload name or workload file"""
     load: float = 0.3
@@ -70,8 +84,8 @@ class Args:
     """value-loss weight"""
     max_grad_norm: float = 0.5
     """gradient clipping"""
-    hidden: int = 128
-    """MLP width"""
+    hidden: int = 0
+    """network width (0: the agent's default, 32 for candidate, 128 for mlp)"""
     score_bias: float = 0.5
     """initial mean of every score (only scores > 0 act)"""
     log_std_init: float = -1.5
@@ -94,7 +108,12 @@ def parse_args(argv: list[str] | None = None) -> Args:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
         else:
             parser.add_argument(flag, type=type(field.default), default=field.default)
-    return Args(**vars(parser.parse_args(argv)))
+    args = Args(**vars(parser.parse_args(argv)))
+    if args.agent not in AGENTS:
+        parser.error(f"--agent must be one of {sorted(AGENTS)}, got {args.agent!r}")
+    if args.hidden < 0:
+        parser.error(f"--hidden must be at least 0 (0: the agent's default), got {args.hidden}")
+    return args
 
 
 def layer(inputs: int, outputs: int, std: float = np.sqrt(2)) -> nn.Linear:
@@ -104,7 +123,46 @@ def layer(inputs: int, outputs: int, std: float = np.sqrt(2)) -> nn.Linear:
     return linear
 
 
+def masked_gaussian(mean: torch.Tensor, std: torch.Tensor, active: torch.Tensor, action):
+    """Sample (when ``action`` is None) and score the Gaussian over the scores, counting
+    the active candidates only: masked candidates sit at their mean (their scores change
+    nothing) and add nothing to log-probability or entropy."""
+    dist = torch.distributions.Normal(mean, std.expand_as(mean))
+    if action is None:
+        action = torch.where(active > 0, dist.sample(), mean)
+    return action, (dist.log_prob(action) * active).sum(1), (dist.entropy() * active).sum(1)
+
+
+class CandidateAgent(nn.Module):
+    """CandidateNet's scores as the Gaussian's means, one log-std per kind of candidate,
+    and a linear value head on its pooled latent (the documented SB3 policy's layout)."""
+
+    def __init__(
+        self, space: gym.spaces.Dict, hidden: int, score_bias: float, log_std_init: float
+    ) -> None:
+        super().__init__()
+        self.net = CandidateNet(candidate_widths(space), hidden=hidden, score_bias=score_bias)
+        self.critic = layer(hidden, 1, 1.0)
+        counts = torch.as_tensor([space[kind].shape[0] for kind in KINDS])
+        self.register_buffer("kind", torch.repeat_interleave(torch.arange(len(KINDS)), counts))
+        self.log_std = nn.Parameter(torch.full((len(KINDS),), log_std_init))
+
+    def means(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.net(obs)[0]
+
+    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.critic(self.net(obs)[1])
+
+    def act(self, obs: dict[str, torch.Tensor], action: torch.Tensor | None = None):
+        mean, latent = self.net(obs)
+        std = self.log_std[self.kind].exp()
+        action, log_prob, entropy = masked_gaussian(mean, std, obs["action_mask"], action)
+        return action, log_prob, entropy, self.critic(latent)
+
+
 class Agent(nn.Module):
+    """CleanRL's MLP actor-critic on the flat observation, which ends with the action mask."""
+
     def __init__(
         self, obs_dim: int, act_dim: int, hidden: int, score_bias: float, log_std_init: float
     ) -> None:
@@ -127,17 +185,60 @@ class Agent(nn.Module):
         nn.init.constant_(self.actor_mean[-1].bias, score_bias)
         self.actor_logstd = nn.Parameter(torch.full((1, act_dim), log_std_init))
 
+    def means(self, x: torch.Tensor) -> torch.Tensor:
+        return self.actor_mean(x)
+
     def value(self, x: torch.Tensor) -> torch.Tensor:
         return self.critic(x)
 
     def act(self, x: torch.Tensor, action: torch.Tensor | None = None):
         mean = self.actor_mean(x)
-        dist = torch.distributions.Normal(mean, self.actor_logstd.expand_as(mean).exp())
-        active = x[:, -self.act_dim :]  # the flat observation ends with the action mask
-        if action is None:  # masked candidates at their mean: their scores change nothing
-            action = torch.where(active > 0, dist.sample(), mean)
-        log_prob = (dist.log_prob(action) * active).sum(1)
-        return action, log_prob, (dist.entropy() * active).sum(1), self.critic(x)
+        active = x[:, -self.act_dim :]
+        action, log_prob, entropy = masked_gaussian(mean, self.actor_logstd.exp(), active, action)
+        return action, log_prob, entropy, self.critic(x)
+
+
+AGENTS = {"candidate": ("dict", 32), "mlp": ("flat", 128)}
+"""Each agent's observation mode and default width."""
+
+
+def make_agent(args: Args, envs: Any) -> nn.Module:
+    obs_mode, width = AGENTS[args.agent]
+    hidden = args.hidden or width
+    if obs_mode == "dict":
+        space = envs.single_observation_space
+        return CandidateAgent(space, hidden, args.score_bias, args.log_std_init)
+    obs_dim = envs.single_observation_space.shape[0]
+    act_dim = envs.single_action_space.shape[0]
+    return Agent(obs_dim, act_dim, hidden, args.score_bias, args.log_std_init)
+
+
+def as_tensor(obs: Any, device: torch.device) -> Any:
+    """An observation batch as torch: one tensor (flat) or one per key (Dict)."""
+    if isinstance(obs, dict):
+        return {key: torch.as_tensor(value, device=device) for key, value in obs.items()}
+    return torch.as_tensor(obs, device=device)
+
+
+class ObsBuffer:
+    """A rollout's observations, ``(num_steps, num_envs, ...)`` per key (one key, ``None``,
+    for the flat observation)."""
+
+    def __init__(self, space: gym.Space, shape: tuple[int, int], device: torch.device) -> None:
+        spaces = space.spaces if isinstance(space, gym.spaces.Dict) else {None: space}
+        self.dict = isinstance(space, gym.spaces.Dict)
+        self.arrays = {
+            key: torch.zeros(shape + tuple(sub.shape), device=device) for key, sub in spaces.items()
+        }
+
+    def __setitem__(self, step: int, obs: Any) -> None:
+        for key, value in obs.items() if self.dict else [(None, obs)]:
+            self.arrays[key][step] = value
+
+    def flat(self, index: torch.Tensor) -> Any:
+        """Rows ``index`` of the rollout flattened over steps and envs."""
+        rows = {k: v.reshape(-1, *v.shape[2:])[index] for k, v in self.arrays.items()}
+        return rows if self.dict else rows[None]
 
 
 def gae(
@@ -188,7 +289,9 @@ def episode_return(env: gym.Env, act, seed: int) -> float:
     return total
 
 
-def compare(args: Args, agents: dict[str, Agent], device: torch.device) -> dict[str, list[float]]:
+def compare(
+    args: Args, agents: dict[str, nn.Module], device: torch.device
+) -> dict[str, list[float]]:
     """Returns on the held-out episodes of each agent (deterministic: its means) and of
     :data:`BASELINES`, the same episodes for all."""
     from mabp_gym.agents import make_policy
@@ -204,16 +307,16 @@ def compare(args: Args, agents: dict[str, Agent], device: torch.device) -> dict[
         )
 
     seeds = range(args.eval_seed, args.eval_seed + args.eval_episodes)
-    flat, graph = env_of("flat"), env_of("dict")
+    own, graph = env_of(AGENTS[args.agent][0]), env_of("dict")
     out: dict[str, list[float]] = {}
     for name, agent in agents.items():
 
         def means(obs, agent=agent):
+            batch = {k: v[None] for k, v in obs.items()} if isinstance(obs, dict) else obs[None]
             with torch.no_grad():
-                x = torch.as_tensor(obs, device=device, dtype=torch.float32)[None]
-                return agent.actor_mean(x)[0].cpu().numpy()
+                return agent.means(as_tensor(batch, device))[0].cpu().numpy()
 
-        out[name] = [episode_return(flat, means, seed) for seed in seeds]
+        out[name] = [episode_return(own, means, seed) for seed in seeds]
     for name in BASELINES:
         policy = make_policy(name, graph)
         out[name] = []
@@ -241,25 +344,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         load=args.load,
         horizon=args.horizon,
         max_episode_steps=args.horizon,
-        obs_mode="flat",
+        obs_mode=AGENTS[args.agent][0],
     )  # the batched vector env (mabp_gym.envs.vector_env): one compiled call steps every env
-    layout = envs.envs[0].unwrapped.flat_layout
-    assert layout["action_mask"][0].stop == envs.single_observation_space.shape[0]
+    if args.agent == "mlp":  # the MLP reads the action mask off the flat vector's end
+        layout = envs.envs[0].unwrapped.flat_layout
+        assert layout["action_mask"][0].stop == envs.single_observation_space.shape[0]
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # the env's own returns
     if args.norm_reward:
         envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)
     # NEXT_STEP: the step after an episode ends is a reset step, whose transition is
     # masked out of the loss below (gymnasium >= 1.0's default, declared by the env).
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
-    obs_dim = envs.single_observation_space.shape[0]
     act_dim = envs.single_action_space.shape[0]
-    agent = Agent(obs_dim, act_dim, args.hidden, args.score_bias, args.log_std_init).to(device)
+    agent = make_agent(args, envs).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-    untrained = Agent(obs_dim, act_dim, args.hidden, args.score_bias, args.log_std_init).to(device)
+    untrained = make_agent(args, envs).to(device)
     untrained.load_state_dict(agent.state_dict())
 
     shape = (args.num_steps, args.num_envs)
-    obs_buf = torch.zeros(shape + (obs_dim,), device=device)
+    obs_buf = ObsBuffer(envs.single_observation_space, shape, device)
     act_buf = torch.zeros(shape + (act_dim,), device=device)
     logp_buf, rew_buf, done_buf, term_buf, val_buf, valid_buf = (
         torch.zeros(shape, device=device) for _ in range(6)
@@ -270,7 +373,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     started, global_step, returns = time.perf_counter(), 0, []
     next_obs, _ = envs.reset(seed=args.seed)
-    next_obs = torch.as_tensor(next_obs, device=device)
+    next_obs = as_tensor(next_obs, device)
     next_done = torch.zeros(args.num_envs, device=device)
     next_term = torch.zeros(args.num_envs, device=device)
     reset_step = torch.zeros(args.num_envs, device=device)
@@ -278,7 +381,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - iteration / iterations)
         for step in range(args.num_steps):
             global_step += args.num_envs
-            obs_buf[step], done_buf[step], term_buf[step] = next_obs, next_done, next_term
+            obs_buf[step] = next_obs
+            done_buf[step], term_buf[step] = next_done, next_term
             valid_buf[step] = 1.0 - reset_step
             with torch.no_grad():
                 action, logp, _, value = agent.act(next_obs)
@@ -286,7 +390,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             obs, reward, terminated, truncated, info = envs.step(action.cpu().numpy())
             done = np.logical_or(terminated, truncated)
             rew_buf[step] = torch.as_tensor(reward, device=device, dtype=torch.float32)
-            next_obs = torch.as_tensor(obs, device=device)
+            next_obs = as_tensor(obs, device)
             next_done = torch.as_tensor(done, device=device, dtype=torch.float32)
             next_term = torch.as_tensor(terminated, device=device, dtype=torch.float32)
             reset_step = next_done.clone()  # NEXT_STEP: the next step only resets
@@ -300,12 +404,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         targets = advantages + val_buf
 
-        b_obs, b_act = obs_buf.reshape(-1, obs_dim), act_buf.reshape(-1, act_dim)
+        b_act = act_buf.reshape(-1, act_dim)
         b_logp, b_adv, b_ret = logp_buf.flatten(), advantages.flatten(), targets.flatten()
         b_valid = valid_buf.flatten()
         for _epoch in range(args.update_epochs):
             for idx in torch.randperm(batch_size, device=device).split(minibatch):
-                _, logp, entropy, value = agent.act(b_obs[idx], b_act[idx])
+                _, logp, entropy, value = agent.act(obs_buf.flat(idx), b_act[idx])
                 ratio = (logp - b_logp[idx]).exp()
                 adv, w = b_adv[idx], b_valid[idx]
                 # Normalized over the minibatch's real transitions (reset steps carry none).

@@ -369,10 +369,13 @@ def test_ppo_router_example__trains_on_fleet_v1_and_compares_on_the_held_out_hal
     assert all(len(row["slo_goodput"]) == 1 and row["slo_goodput"][0] > 0 for row in rows.values())
 
 
-def test_cleanrl_example__runs_ppo_on_make_vec():
+@pytest.mark.parametrize("agent", ["candidate", "mlp"])
+def test_cleanrl_example__runs_ppo_on_make_vec(agent):
     out = _run(
         [
             "examples/cleanrl_ppo.py",
+            "--agent",
+            agent,
             "--total-timesteps",
             "256",
             "--num-envs",
@@ -391,6 +394,44 @@ def test_cleanrl_example__runs_ppo_on_make_vec():
     shown = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
     assert shown == {"trained", "untrained", "constant", "bp", "mabp", "random"}
     assert "the constant action and BP" in out.splitlines()[-1]
+
+
+def test_cleanrl_candidate_agent__scores_are_candidate_net_means_and_masked_ones_sit_still():
+    torch = pytest.importorskip("torch")
+    import gymnasium as gym
+
+    cleanrl = _example("cleanrl_ppo")
+    args = cleanrl.Args(agent="candidate", log_std_init=0.0)
+    envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=2)
+    obs, _ = envs.reset(seed=0)
+    agent = cleanrl.make_agent(args, envs)
+    assert isinstance(agent, cleanrl.CandidateAgent)
+    assert agent.log_std.shape == (4,)  # one per kind: no parameter has the candidate count
+    batch = cleanrl.as_tensor(obs, torch.device("cpu"))
+    batch["action_mask"][:, :10] = 0.0
+    with torch.no_grad():
+        action, logp, entropy, value = agent.act(batch)
+        means = agent.means(batch)
+    assert torch.equal(means, agent.net(batch)[0])
+    assert torch.equal(action[:, :10], means[:, :10])  # masked: at the mean
+    assert not torch.equal(action[:, 10:], means[:, 10:])
+    # log-probability and entropy count the active candidates only
+    moved = action.clone()
+    moved[:, :10] += 5.0
+    _, logp_moved, entropy_moved, _ = agent.act(batch, moved)
+    torch.testing.assert_close(logp_moved, logp)
+    active = batch["action_mask"].sum(1)
+    torch.testing.assert_close(entropy, active * (0.5 + 0.5 * np.log(2 * np.pi)))
+    assert value.shape == (2, 1)
+
+
+def test_cleanrl_example__an_unknown_agent_is_refused_by_name(capsys):
+    cleanrl = _example("cleanrl_ppo")
+    with pytest.raises(SystemExit):
+        cleanrl.parse_args(["--agent", "transformer"])
+    assert (
+        "--agent must be one of ['candidate', 'mlp'], got 'transformer'" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.slow
