@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from mabp_gym.core.encoding import symlog
+
 KINDS = ("service", "route", "transfer", "retain")
 """The candidate kinds in the action's layout."""
 
@@ -43,9 +45,7 @@ table its coefficients come from."""
 
 
 def _symlog(x: torch.Tensor) -> torch.Tensor:
-    """:func:`~mabp_gym.core.encoding.symlog` of a float input in two operations
-    (``copysign`` for ``sign * ...``): the same values, a third fewer passes over a batch."""
-    return x.float().abs().log1p().copysign(x)
+    return symlog(x.float())
 
 
 def _static(obs: dict[str, torch.Tensor], key: str) -> torch.Tensor:

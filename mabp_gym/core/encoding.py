@@ -38,7 +38,7 @@ def symlog(x: Any) -> Any:
     policies' encoders share."""
     if isinstance(x, np.ndarray):
         return np.sign(x) * np.log1p(np.abs(x))
-    return x.sign() * x.abs().log1p()
+    return x.abs().log1p().copysign(x)  # the same values in two passes over the tensor
 
 
 class ArraySpec(NamedTuple):
