@@ -276,6 +276,30 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
     def get_distribution(self, obs: Any) -> MaskedDiagGaussian:
         return self._masked(obs)[0]
 
+    def sample_scores(self, observation: Any, generator: torch.Generator) -> np.ndarray:
+        """One draw of the stochastic policy PPO trained, from ``generator`` (so a run is
+        reproducible, unlike ``predict(deterministic=False)``, which draws from torch's
+        global generator): active candidates at ``mean + std * z``, masked ones at their
+        mean, clipped to the action Box as ``predict`` clips.
+
+        Why it matters: only scores above 0 act, and PPO has no reason to push a mean far
+        above 0 where the noise already serves the candidate often enough. The means then
+        leave single waiting jobs unserved at low load, which the stochastic policy serves
+        (``docs/learning.md``, "Acting with the means")."""
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        self.set_training_mode(False)
+        obs, vectorized = self.obs_to_tensor(observation)
+        with torch.no_grad():
+            distribution = self.get_distribution(obs)
+            mean = distribution.distribution.mean
+            noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+            active = distribution._active() > 0
+            action = torch.where(active, mean + distribution.distribution.stddev * noise, mean)
+        space: Any = self.action_space
+        scores = np.clip(action.cpu().numpy(), space.low, space.high)
+        return scores if vectorized else scores[0]
+
     def _constructor_extras(self) -> dict[str, Any]:
         raise NotImplementedError
 

@@ -12,7 +12,8 @@ knob is in ``Args``:
    learning rate (3e-4) decays linearly to 0, and an update's epochs stop once its
    approximate KL passes 1.5 x ``target_kl`` (0.02). At 1e-3 without the stop the policy
    found stable orderings and lost them (``docs/learning.md``, "Why training degraded").
-2. **Choose**: every ``select_every`` env steps the deterministic policy (the means) runs
+2. **Choose**: every ``select_every`` env steps the policy (acting as ``act`` says: by
+   default the stochastic policy PPO trained, seeded by each episode's seed) runs
    ``select_horizon`` slots at the fixed ``select_load`` on ``select_seeds`` (the screen:
    does not grow on every seed, then the lowest mean backlog). After training the
    ``shortlist`` best screened checkpoints and the last one walk the evaluation loads on
@@ -24,7 +25,7 @@ knob is in ``Args``:
    benchmark's grid verdict), loads walked upward from 0.3 in steps of 0.05, each policy
    stopped at its first load that grows.
 
-    python examples/ppo_from_scratch.py --seed 0 --json s0.json   # 6 min training, then the verdict
+    python examples/ppo_from_scratch.py --seed 0 --json s0.json  # 14 min training, then the verdict
     python examples/ppo_from_scratch.py --checkpoint s0.best.zip --json e0.json  # eval only
     python examples/ppo_from_scratch.py --checkpoint s0.best.zip s0.zip --untrained --seed 0 \
         --eval-policies --json e0.json  # both checkpoints and the seed's untrained policy
@@ -58,7 +59,7 @@ class Args:
     load_low: float = 0.3  # training load interval, drawn per episode
     load_high: float = 0.8
     horizon: int = 600  # training episode length (slots)
-    steps: int = 400_000  # the budget, in env steps
+    steps: int = 1_000_000  # the budget, in env steps (400,000 left 3 of 5 seeds below 0.65)
     n_envs: int = 4
     n_steps: int = 256  # rollout length per env
     batch_size: int = 256
@@ -69,7 +70,12 @@ class Args:
     normalize_reward: bool = True  # VecNormalize(norm_obs=False, norm_reward=True)
     log_std_init: float = -1.5  # the policy's default
     seed: int = 0
-    # Checkpoint choice: the deterministic policy at a fixed load on seeds of its own.
+    # How a trained policy acts in the screen, the walk and the verdict: "sampled", the
+    # stochastic policy PPO trained (a draw per slot from a generator seeded by the
+    # episode's seed), or "mean", its means. The means leave single waiting jobs unserved
+    # at low load (docs/learning.md, "Acting with the means").
+    act: str = "sampled"
+    # Checkpoint choice: the policy (as ``act``) at a fixed load on seeds of its own.
     select_every: int = 16_384
     select_load: float = 0.6
     select_horizon: int = 1_000
@@ -106,12 +112,25 @@ def make_env(args: Args, load: Any, horizon: int) -> gym.Env:
     )
 
 
-def selection_run(model: PPO, env: gym.Env, seed: int, horizon: int) -> dict[str, float]:
-    """Mean backlog and growth of the deterministic policy over one selection episode."""
+ACTS = ("sampled", "mean")
+
+
+def actor(policy: Any, act: str, seed: int | None) -> Any:
+    """``obs -> scores`` of an SB3 graph policy acting as ``act`` says, for one episode of
+    ``seed`` (the sampled draws' generator is seeded by it, so a run is reproducible)."""
+    if act == "mean":
+        return lambda obs: policy.predict(obs, deterministic=True)[0]
+    generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+    return lambda obs: policy.sample_scores(obs, generator)
+
+
+def selection_run(model: PPO, env: gym.Env, seed: int, horizon: int, act: str) -> dict[str, float]:
+    """Mean backlog and growth of the policy acting as ``act`` over one selection episode."""
     obs, _ = env.reset(seed=seed)
+    scores = actor(model.policy, act, seed)
     backlog = np.empty(horizon)
     for t in range(horizon):
-        obs, *_ = env.step(model.predict(obs, deterministic=True)[0])
+        obs, *_ = env.step(scores(obs))
         backlog[t] = env.unwrapped.sim.state.units
     window = backlog[int(0.2 * horizon) :]
     rate = env.unwrapped.workload.total_rate
@@ -119,7 +138,7 @@ def selection_run(model: PPO, env: gym.Env, seed: int, horizon: int) -> dict[str
 
 
 class Select(BaseCallback):
-    """Evaluates the deterministic policy for checkpoint choice every ``select_every``
+    """Evaluates the policy (acting as ``args.act``) for checkpoint choice every ``select_every``
     steps; keeps the best as ``<stem>.best.zip`` and logs the training diagnostics."""
 
     def __init__(self, args: Args, started: float) -> None:
@@ -134,7 +153,7 @@ class Select(BaseCallback):
 
     def evaluate(self) -> None:
         runs = [
-            selection_run(self.model, self.env, seed, self.args.select_horizon)
+            selection_run(self.model, self.env, seed, self.args.select_horizon, self.args.act)
             for seed in self.args.select_seeds
         ]
         point: dict[str, Any] = {
@@ -190,24 +209,29 @@ class Select(BaseCallback):
 ROW_KEYS = ("policy", "load", "mean_backlog", "penalty", "p95_delay", "hit_ratio", "stable")
 
 
-ACTING: dict[str, Any] = {}
-"""Registered name -> the SB3 policy module a :class:`Means` policy acts with."""
+ACTING: dict[str, tuple[Any, str]] = {}
+"""Registered name -> the SB3 policy module an :class:`Acting` policy acts with, and how."""
 
 
-def register_means(name: str, policy: Any) -> None:
-    """Let the harness build ``name`` (it builds policies by registered name): the
-    deterministic scores (the means) of ``policy``, an SB3 policy module."""
+def register_acting(name: str, policy: Any, act: str) -> None:
+    """Let the harness build ``name`` (it builds policies by registered name): ``policy``,
+    an SB3 policy module, acting as ``act`` says (:func:`actor`), reseeded each episode."""
     from mabp_gym.agents.base import Policy
     from mabp_gym.registry import policy_names, register_policy
 
-    class Means(Policy):
-        def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-            action = ACTING[self.name].predict(obs, deterministic=True)[0]
-            return np.asarray(action, dtype=np.float64)
+    class Acting(Policy):
+        def reset(self, seed: int | None = None) -> None:
+            super().reset(seed)
+            self._scores = actor(*ACTING[self.name], seed)
 
-    ACTING[name] = policy
+        def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+            if not hasattr(self, "_scores"):
+                self.reset(None)
+            return np.asarray(self._scores(obs), dtype=np.float64)
+
+    ACTING[name] = (policy, act)
     if name not in policy_names():
-        register_policy(name, Means)
+        register_policy(name, Acting)
 
 
 def walk(
@@ -239,7 +263,7 @@ def held_out_verdict(policies: dict[str, Any], args: Args) -> dict[str, Any]:
     ``ppo-scratch``, its untrained self ``ppo-untrained``: the same architecture and seed
     before any update) and ``args.eval_policies`` on the evaluation seeds."""
     for name, policy in policies.items():
-        register_means(name, policy)
+        register_acting(name, policy, args.act)
     out = walk(args, [*policies, *args.eval_policies], args.eval_seeds, args.eval_horizon)
     print("held-out stable load", out["stable_load"], flush=True)
     return out
@@ -265,7 +289,7 @@ def choose(model: PPO, select: Select, args: Args) -> dict[str, Any]:
     shortlist = sorted(set(ranked[: args.shortlist]) | {len(points) - 1})
     found = []
     for k in shortlist:
-        register_means("ppo-candidate", policy_with(model, select.states[k]))
+        register_acting("ppo-candidate", policy_with(model, select.states[k]), args.act)
         out = walk(args, ["ppo-candidate"], args.walk_seeds, args.walk_horizon, verbose=False)
         load = float(out["stable_load"].get("ppo-candidate", 0.0))
         found.append({"steps": points[k]["steps"], "walk_stable_load": load, "index": k})
@@ -346,6 +370,8 @@ def parse(argv: list[str] | None) -> Args:
         parser.error(f"--target-kl must be at least 0 (0: no KL stop), got {args.target_kl}")
     if not args.learning_rate > 0:
         parser.error(f"--learning-rate must be above 0, got {args.learning_rate}")
+    if args.act not in ACTS:
+        parser.error(f"--act must be one of {ACTS}, got {args.act!r}")
     if args.shortlist < 1:
         parser.error(f"--shortlist must be at least 1, got {args.shortlist}")
     return args

@@ -330,11 +330,32 @@ def test_ppo_from_scratch_recipe__anneals_the_rate_and_stops_an_update_at_its_kl
     assert free._n_updates == 2 * args.n_epochs  # without the stop every epoch runs
 
 
+def test_ppo_from_scratch_recipe__sampled_acting_is_reseeded_by_each_episode():
+    from mabp_gym.harness.evaluation import evaluate
+
+    scratch = _example("ppo_from_scratch")
+    args = scratch.parse(["--n-envs", "1", "--horizon", "30"])
+    assert args.act == "sampled"  # the stochastic policy PPO trained, by default
+    policy = scratch.make_model(args).policy
+    scratch.register_acting("ppo-test-sampled", policy, "sampled")
+    scratch.register_acting("ppo-test-mean", policy, "mean")
+    names = ["ppo-test-sampled", "ppo-test-mean"]
+
+    def run():
+        records = evaluate(names, "mixed", [0.4], [5, 6], horizon=60, backend="serial")
+        return {(r["policy"], r["seed"]): r["mean_backlog"] for r in records}
+
+    first, again = run(), run()
+    assert first == again  # each episode's draws come from its own seed
+    assert first[("ppo-test-sampled", 5)] != first[("ppo-test-mean", 5)]
+
+
 @pytest.mark.parametrize(
     "flag, value, match",
     [
         ("--target-kl", "-0.1", "--target-kl must be at least 0"),
         ("--learning-rate", "0", "--learning-rate must be above 0"),
+        ("--act", "noisy", "--act must be one of"),
     ],
 )
 def test_ppo_from_scratch_recipe__bad_knobs_are_refused(flag, value, match, capsys):

@@ -319,3 +319,31 @@ def test_graph_policy__use_sde_is_refused_when_made(cls):
     # when using gSDE".
     with pytest.raises(ValueError, match="use_sde=True is not supported"):
         PPO(cls, _env("mixed"), n_steps=32, batch_size=16, use_sde=True)
+
+
+def test_graph_policy__sampled_scores_are_seeded_draws_around_the_means():
+    env = _env("mixed")
+    obs, _ = env.reset(seed=3)
+    policy = _policy(env)
+    mean = _means(policy, obs)[0].numpy()
+    active = obs["action_mask"] > 0
+    first = policy.sample_scores(obs, torch.Generator().manual_seed(7))
+    again = policy.sample_scores(obs, torch.Generator().manual_seed(7))
+    other = policy.sample_scores(obs, torch.Generator().manual_seed(8))
+    assert first.shape == env.action_space.shape and np.array_equal(first, again)
+    assert not np.array_equal(first, other)  # another seed, other draws
+    low, high = env.action_space.low, env.action_space.high
+    assert np.all(first >= low) and np.all(first <= high)
+    # Masked candidates sit at their (clipped) mean; active ones move by std * z.
+    np.testing.assert_allclose(first[~active], np.clip(mean[~active], low[0], high[0]), 1e-6)
+    std = policy.score_log_std().exp().detach().numpy()
+    z = (first - mean) / std
+    inside = active & (np.abs(first) < 1.0)  # not clipped
+    assert inside.sum() > 10 and 0.5 < np.std(z[inside]) < 1.5
+    # A batch of observations gets one row of draws each.
+    batch = {k: np.stack([v, v]) for k, v in obs.items()}
+    rows = policy.sample_scores(batch, torch.Generator().manual_seed(7))
+    assert rows.shape == (2, *env.action_space.shape)
+    assert np.array_equal(rows[0], first) and not np.array_equal(rows[0], rows[1])
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        policy.sample_scores(obs, 7)  # type: ignore[arg-type]
