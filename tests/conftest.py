@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 
 import pytest
 
 
-def _run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+def _run_cli_process(*args: str, cwd=None) -> subprocess.CompletedProcess:
     """``mabp-gym ARGS`` in a fresh interpreter, output captured."""
     return subprocess.run(
         [sys.executable, "-m", "mabp_gym.cli", *args],
@@ -20,7 +24,43 @@ def _run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
     )
 
 
+def _run_cli_here(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    """``mabp-gym ARGS`` through :func:`mabp_gym.cli.commands.main` in this interpreter:
+    what a process would print and return (an uncaught exception: its traceback and status
+    1, as Python's own handler), without the second or more a fresh interpreter costs."""
+    from mabp_gym.cli.commands import main
+
+    out, err = io.StringIO(), io.StringIO()
+    before = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+                if not isinstance(stop.code, (int, type(None))):
+                    err.write(f"{stop.code}\n")
+            except Exception:  # noqa: BLE001  (what the interpreter would print)
+                traceback.print_exc(file=err)
+                code = 1
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(
+        ["mabp-gym", *args], code, stdout=out.getvalue(), stderr=err.getvalue()
+    )
+
+
 @pytest.fixture
 def run_cli() -> Callable[..., subprocess.CompletedProcess]:
-    """Run the CLI as a user would: ``run_cli("eval", "--policy", "bp", ...)``."""
-    return _run_cli
+    """Run the CLI as a user would, ``run_cli("eval", "--policy", "bp", ...)``: its output
+    and exit status, in this interpreter (:func:`_run_cli_here`)."""
+    return _run_cli_here
+
+
+@pytest.fixture
+def run_cli_process() -> Callable[..., subprocess.CompletedProcess]:
+    """The CLI in a fresh interpreter: for what only a process shows (start-up, imports,
+    the console script's own exit)."""
+    return _run_cli_process

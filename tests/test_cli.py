@@ -1,11 +1,10 @@
-"""The ``mabp-gym`` console script, run as a user would, through a subprocess."""
+"""The ``mabp-gym`` command line, run as a user would: in this interpreter through its
+``main(argv)`` (``run_cli``), and a few real process starts (``run_cli_process``)."""
 
 from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -174,13 +173,17 @@ def test_cli__bad_arguments_exit_2_with_one_line_reason(run_cli, args, tmp_path)
     assert len(lines) == 1 and "error:" in lines[0], result.stderr
 
 
-def test_cli__help_on_each_subcommand(run_cli):
+def test_cli__help_on_each_subcommand(run_cli, run_cli_process):
+    # One real process start: the console module runs and exits as a user's shell sees it.
+    assert run_cli_process("eval", "--help").returncode == 0
     for sub in ("eval", "table", "sweep", "plot", "capacity", "simulate"):
         result = run_cli(sub, "--help")
         assert result.returncode == 0 and "usage:" in result.stdout
 
 
-def test_table__search_stops_a_policy_at_its_first_growing_load_and_from_results_reuses(tmp_path):
+def test_table__search_stops_a_policy_at_its_first_growing_load_and_from_results_reuses(
+    tmp_path, run_cli
+):
     out = tmp_path / "t.jsonl"
     common = [
         "table",
@@ -200,81 +203,59 @@ def test_table__search_stops_a_policy_at_its_first_growing_load_and_from_results
         str(out),
         "--no-progress",
     ]
-    result = subprocess.run(
-        [sys.executable, "-m", "mabp_gym.cli", *common, "--search"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    result = run_cli(*common, "--search")
+    assert result.returncode == 0, result.stderr
     loads = sorted({r["load"] for r in read_records(out)})
     assert loads == [0.3, 0.6]  # 0.6 grows for BP, so 0.9 never ran
     assert "| bp | 0.30 |" in result.stdout
-    again = subprocess.run(
-        [sys.executable, "-m", "mabp_gym.cli", *common, "--from-results"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    again = run_cli(*common, "--from-results")
+    assert again.returncode == 0, again.stderr
     assert again.stdout == result.stdout
 
 
-def test_verdicts__prints_stable_loads_per_seed_set_and_rejects_long_horizons(tmp_path):
+def test_verdicts__prints_stable_loads_per_seed_set_and_rejects_long_horizons(tmp_path, run_cli):
     out = tmp_path / "v.jsonl"
     evaluate(
         "bp", "mixed", loads=[0.3, 0.6], seeds=[0, 1], horizon=500, backend="serial", output=out
     )
-    ok = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mabp_gym.cli",
-            "verdicts",
-            "--results",
-            str(out),
-            "--horizons",
-            "300",
-            "500",
-            "--seed-sets",
-            "0",
-            "1:2",
-        ],
-        capture_output=True,
-        text=True,
+    ok = run_cli(
+        "verdicts",
+        "--results",
+        str(out),
+        "--horizons",
+        "300",
+        "500",
+        "--seed-sets",
+        "0",
+        "1:2",
     )
     assert ok.returncode == 0, ok.stderr
     assert "| bp | 0.30 / 0.30 | 0.30 / 0.30 |" in ok.stdout
     from mabp_gym.cli.evaluate import VERDICTS_LEGEND
 
     assert VERDICTS_LEGEND in ok.stdout
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mabp_gym.cli",
-            "verdicts",
-            "--results",
-            str(out),
-            "--horizons",
-            "600",
-            "--seed-sets",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
+    bad = run_cli(
+        "verdicts",
+        "--results",
+        str(out),
+        "--horizons",
+        "600",
+        "--seed-sets",
+        "0",
     )
     assert bad.returncode == 2 and "shortest saved run has 500 slots" in bad.stderr
 
 
-def test_table__long_runs_decide_the_loads_they_cover_in_their_own_column(tmp_path):
+def test_table__long_runs_decide_the_loads_they_cover_in_their_own_column(tmp_path, run_cli):
     short, long = tmp_path / "t.jsonl", tmp_path / "long.jsonl"
     evaluate(
         "bp", "mixed", loads=[0.3, 0.6], seeds=[0], horizon=300, backend="serial", output=short
     )
     evaluate("bp", "mixed", loads=[0.3], seeds=[0], horizon=500, backend="serial", output=long)
-    common = [sys.executable, "-m", "mabp_gym.cli", "table", "--policies", "bp", "--loads"]
+    common = ["table", "--policies", "bp", "--loads"]
     common += ["0.3", "0.6", "--seeds", "0", "--at", "0.6", "--out", str(short)]
     common += ["--from-results", "--long", str(long)]
-    ok = subprocess.run([*common, "--long-horizon", "400"], capture_output=True, text=True)
+    ok = run_cli(*common, "--long-horizon", "400")
     assert ok.returncode == 0, ok.stderr
     header = ok.stdout.splitlines()[0]
     assert header.startswith(
@@ -284,7 +265,7 @@ def test_table__long_runs_decide_the_loads_they_cover_in_their_own_column(tmp_pa
     # 'longest': each load's own longest runs (what eval --until-decided leaves); a load
     # the grid lacks caps this column as it caps the others.
     evaluate("bp", "mixed", loads=[0.6], seeds=[0], horizon=300, backend="serial", output=long)
-    each = subprocess.run([*common, "--long-horizon", "longest"], capture_output=True, text=True)
+    each = run_cli(*common, "--long-horizon", "longest")
     assert each.returncode == 0, each.stderr
     assert "| Policy | Stable load (--long runs, decided, up to 500 slots) |" in each.stdout
     for extra, message in (
@@ -292,11 +273,11 @@ def test_table__long_runs_decide_the_loads_they_cover_in_their_own_column(tmp_pa
         (["--long-horizon", "soon"], "a whole number of slots or 'longest'"),
         (["--workload", "rag"], "the runs are of ['mixed'], the table of 'rag'"),
     ):
-        bad = subprocess.run([*common, *extra], capture_output=True, text=True)
+        bad = run_cli(*common, *extra)
         assert bad.returncode == 2 and message in bad.stderr, bad.stderr
 
 
-def test_table__a_load_never_run_caps_the_long_column_too(tmp_path):
+def test_table__a_load_never_run_caps_the_long_column_too(tmp_path, run_cli):
     # MABP is stable at 0.2 and 0.3 on mixed; the grid's 0.25 was run by neither file, so
     # no column may credit 0.3 (the long column did before: Oracle-Sur's Table I row).
     short, long = tmp_path / "t.jsonl", tmp_path / "long.jsonl"
@@ -310,36 +291,29 @@ def test_table__a_load_never_run_caps_the_long_column_too(tmp_path):
             backend="serial",
             output=path,
         )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mabp_gym.cli",
-            "table",
-            "--policies",
-            "mabp",
-            "--loads",
-            "0.2",
-            "0.25",
-            "0.3",
-            "--seeds",
-            "0",
-            "1",
-            "2",
-            "--horizon",
-            "600",
-            "--at",
-            "0.3",
-            "--out",
-            str(short),
-            "--from-results",
-            "--long",
-            str(long),
-            "--long-horizon",
-            "longest",
-        ],
-        capture_output=True,
-        text=True,
+    done = run_cli(
+        "table",
+        "--policies",
+        "mabp",
+        "--loads",
+        "0.2",
+        "0.25",
+        "0.3",
+        "--seeds",
+        "0",
+        "1",
+        "2",
+        "--horizon",
+        "600",
+        "--at",
+        "0.3",
+        "--out",
+        str(short),
+        "--from-results",
+        "--long",
+        str(long),
+        "--long-horizon",
+        "longest",
     )
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("| mabp |"))
@@ -403,10 +377,10 @@ def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
     assert decided.returncode == 0 and "as a screen" not in decided.stdout
 
 
-def test_cli__version_prints_the_package_version(run_cli):
+def test_cli__version_prints_the_package_version(run_cli_process):
     from mabp_gym.version import __version__
 
-    result = run_cli("--version")
+    result = run_cli_process("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"mabp-gym {__version__}"
 
 

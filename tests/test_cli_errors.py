@@ -221,31 +221,25 @@ def test_cli__eval_says_none_of_the_tested_loads_when_nothing_is_stable(run_cli,
         ("junk.pt", b"\x80\x04junk", "not a readable checkpoint"),
     ],
 )
-def test_train_gnn__a_refused_resume_file_is_one_line_and_exit_2(tmp_path, name, content, message):
+def test_train_gnn__a_refused_resume_file_is_one_line_and_exit_2(
+    tmp_path, name, content, message, run_cli
+):
     pytest.importorskip("torch")
     path = tmp_path / name
     path.write_bytes(content)
-    result = subprocess.run(
-        [sys.executable, "-m", "mabp_gym.cli", "train", "gnn", "--resume", str(path),
-         "--out", str(tmp_path / "out")],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    result = run_cli("train", "gnn", "--resume", str(path), "--out", str(tmp_path / "out"))
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_train_gnn__a_zip_that_is_not_an_sb3_archive_is_refused(tmp_path):
+def test_train_gnn__a_zip_that_is_not_an_sb3_archive_is_refused(tmp_path, run_cli):
     pytest.importorskip("torch")
     import zipfile
 
     path = tmp_path / "other.zip"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("readme.txt", "hello")
-    result = subprocess.run(
-        [sys.executable, "-m", "mabp_gym.cli", "train", "gnn", "--resume", str(path),
-         "--out", str(tmp_path / "out")],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    result = run_cli("train", "gnn", "--resume", str(path), "--out", str(tmp_path / "out"))
     assert result.returncode == 2 and "not a Stable-Baselines3 archive" in result.stderr
 
 
@@ -357,12 +351,11 @@ def test_simulate__a_run_too_short_to_judge_is_refused_and_nan_is_written_as_nul
         (("learn-mabp", "--explore-slots", "1"), "--explore-slots must be >= 50"),
     ],
 )
-def test_train__seeds_held_out_and_bad_numbers_are_refused_before_any_work(tmp_path, args, message):
+def test_train__seeds_held_out_and_bad_numbers_are_refused_before_any_work(
+    tmp_path, args, message, run_cli
+):
     pytest.importorskip("torch")
-    result = subprocess.run(
-        [sys.executable, "-m", "mabp_gym.cli", "train", *args, "--out", str(tmp_path / "o")],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    result = run_cli("train", *args, "--out", str(tmp_path / "o"))
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
