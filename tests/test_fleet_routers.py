@@ -7,12 +7,10 @@ import numpy as np
 import pytest
 
 from mabp_gym.fleet import ROUTERS, FleetConfig, FleetSimulator, Request, Trace, TraceRequest
-from mabp_gym.fleet.routers import (
-    LLMD,
-    MABPRoute,
-    SGLangCacheAware,
-    make_router,
-)
+from mabp_gym.fleet.routers import make_router
+from mabp_gym.fleet.routers.llmd import LLMD
+from mabp_gym.fleet.routers.mabp_route import MABPRoute
+from mabp_gym.fleet.routers.sglang import SGLangCacheAware
 
 PROMPT = (10, 11, 12, 13)  # a 4-block prompt
 
@@ -434,7 +432,7 @@ def test_router__returns_a_valid_worker_and_production_rules_cite_their_source(n
     router = fresh(name, num_workers=5)
     tel = fleet(5, in_flight=[1, 2, 3, 4, 5])
     assert 0 <= router.choose(request(), tel) < 5
-    if name not in ("jsq", "bp", "affinity", "mabp-route", "mabp-route-exact", "oracle-ttft"):
+    if ROUTERS[name].kind in ("production", "ablation"):
         doc = type(router).__doc__ or ""
         assert ".rs" in doc or ".go" in doc or ".py" in doc or ".md" in doc
 
@@ -450,7 +448,7 @@ class _Forbidden:
 
 
 @pytest.mark.parametrize(
-    "name", sorted(set(ROUTERS) - {"oracle-ttft", "mabp-route-exact"}), ids=str
+    "name", sorted(n for n, spec in ROUTERS.items() if spec.kind != "reference"), ids=str
 )
 def test_router__reads_no_exact_engine_state_on_either_engine(name):
     """Only the labelled references read ``telemetry.exact``."""
@@ -468,3 +466,69 @@ def test_router__reads_no_exact_engine_state_on_either_engine(name):
     sim.telemetry.exact = _Forbidden()
     with pytest.raises(AssertionError, match="exact state"):
         fresh("oracle-ttft").choose(sim.next_request(), sim.telemetry)
+
+
+# -- the plug-in mechanism -------------------------------------------------------------------
+class _LowestIndex:
+    """A router of a user's own: always the first worker of ``offset`` and later."""
+
+    name = "lowest"
+
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset
+
+    def reset(self, num_workers, rng) -> None:
+        self.num_workers = num_workers
+
+    def choose(self, request, telemetry) -> int:
+        return min(self.offset, self.num_workers - 1)
+
+
+def test_register_router__a_users_router_is_built_by_name_and_replayed():
+    from mabp_gym.fleet import register_router, replay, router_names, shipped_trace
+    from mabp_gym.fleet.routers import ROUTERS as LIVE
+
+    register_router("test-lowest-1", _LowestIndex, offset=1)
+    try:
+        assert "test-lowest-1" in router_names() and "test-lowest-1" in router_names("user")
+        assert "test-lowest-1" not in router_names("production")
+        router = make_router("test-lowest-1")
+        assert isinstance(router, _LowestIndex) and router.offset == 1
+        assert make_router("test-lowest-1") is not router  # a fresh one each time
+        trace = shipped_trace("synthetic").head(40)
+        metrics = replay(trace, make_router("test-lowest-1"), FleetConfig(num_workers=3))
+        assert metrics["throughput"] > 0 and metrics["drop_rate"] < 1
+    finally:
+        del LIVE["test-lowest-1"]
+
+
+def test_register_router__the_shipped_kinds_decide_who_competes_in_a_table():
+    from mabp_gym.fleet import ABLATION_ROUTERS, PRODUCTION_ROUTERS, REFERENCE_ROUTERS
+
+    assert set(REFERENCE_ROUTERS) == {"oracle-ttft", "mabp-route-exact"}
+    assert ABLATION_ROUTERS == ("sglang-lib-default",)
+    assert "aibrix" in PRODUCTION_ROUTERS and "mabp-route" not in PRODUCTION_ROUTERS
+    assert make_router("vllm-loadaware").mode == "loadaware"
+    assert make_router("dynamo-t0.5").temperature == 0.5
+
+
+@pytest.mark.parametrize(
+    "name, entry, kind, match",
+    [
+        ("jsq", _LowestIndex, "user", "already registered"),
+        ("", _LowestIndex, "user", "non-empty string"),
+        ("a,b", _LowestIndex, "user", "without ','"),
+        ("test-new", _LowestIndex, "fancy", "kind of router 'test-new' must be one of"),
+        ("test-new", "no_colon", "user", "must look like 'module:attribute'"),
+        ("test-new", 3, "user", "a 'module:attribute' string or a callable, got int"),
+    ],
+)
+def test_register_router__bad_registrations_are_refused_and_change_nothing(
+    name, entry, kind, match
+):
+    from mabp_gym.fleet import register_router
+
+    before = dict(ROUTERS)
+    with pytest.raises(ValueError, match=match):
+        register_router(name, entry, kind=kind)
+    assert before == ROUTERS

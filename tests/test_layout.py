@@ -46,6 +46,17 @@ CORE = (
 """Every module of ``mabp_gym/core/`` (:func:`test_core__lists_every_module_of_its_folder`)."""
 SEAM = ("policy", "registry", "rollout", "extras", "version")
 """The modules at the top of the package beside ``__init__``: the policy seam and its helpers."""
+FLEET_CORE = (
+    "fleet",
+    "fleet.simulator",
+    "fleet.engine",
+    "fleet.trace",
+    "fleet.evaluate",
+    "fleet.features",
+    *(f"fleet.routers.{m}" for m in ("base", "baselines", "sglang", "dynamo", "llmd")),
+    *(f"fleet.routers.{m}" for m in ("production_stack", "aibrix", "oracle", "mabp_route")),
+)
+"""Serving-fleet mode without its Gymnasium env (``fleet.env``): gym-free like the core."""
 GYM_FREE = (
     *CORE,
     *SEAM,
@@ -55,6 +66,7 @@ GYM_FREE = (
     "harness.dispatch",
     "harness.summaries",
     "harness.verdicts",
+    *FLEET_CORE,
 )
 """Modules whose import leaves gymnasium and the learning stack out."""
 LEARNING = ("torch", "torch_geometric", "stable_baselines3", "tensorboard", "matplotlib")
@@ -189,12 +201,15 @@ def test_top_of_package__holds_the_face_and_the_policy_seam_alone():
 
 LAYERS = {
     "mabp_gym.core": ("mabp_gym.core", "mabp_gym.extras", "mabp_gym.version"),
+    # Fleet mode stands beside the envs on the core: its simulator, routers and env import
+    # the core's validators and themselves, never the SFMSN envs, agents or harness.
+    "mabp_gym.fleet": ("mabp_gym.core", "mabp_gym.fleet", "mabp_gym.extras", "mabp_gym.version"),
     **{
         f"mabp_gym.{module}": ("mabp_gym.core", *(f"mabp_gym.{m}" for m in SEAM)) for module in SEAM
     },
 }
 """What each lower layer may import (prefixes): the core only itself and the package's
-helpers; the policy seam only the core and itself (the registry names agents by strings,
+helpers; fleet mode the core and itself; the policy seam only the core and itself (the registry names agents by strings,
 resolved on first use)."""
 NEVER = {
     "mabp_gym.envs": ("mabp_gym.harness", "mabp_gym.cli", "mabp_gym.training"),

@@ -12,6 +12,8 @@ from mabp_gym.fleet.routers import (
     REFERENCE_ROUTERS,
     ROUTERS,
     make_router,
+    register_router,
+    router_names,
 )
 from mabp_gym.fleet.simulator import (
     METRICS,
@@ -60,6 +62,8 @@ __all__ = [
     "nominal_load",
     "parse_mooncake",
     "prefix_tree_trace",
+    "register_router",
+    "router_names",
     "read_mooncake",
     "replay",
     "scale_to_load",

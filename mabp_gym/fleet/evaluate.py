@@ -10,7 +10,7 @@ import numpy as np
 from scipy import stats
 
 from mabp_gym.core.validate import as_list
-from mabp_gym.fleet.routers import ABLATION_ROUTERS, REFERENCE_ROUTERS, make_router
+from mabp_gym.fleet.routers import COMPETING, ROUTERS, make_router
 from mabp_gym.fleet.simulator import (
     METRICS,
     FleetConfig,
@@ -238,7 +238,7 @@ def format_table(
         fair = np.array(
             [
                 summary[(load, r)]["drop_rate"][0] <= MAX_DROP_FOR_BEST
-                and r not in REFERENCE_ROUTERS + ABLATION_ROUTERS
+                and (r not in ROUTERS or ROUTERS[r].kind in COMPETING)
                 for r in present
             ]
         )
