@@ -209,8 +209,8 @@ LAYERS = {
     },
 }
 """What each lower layer may import (prefixes): the core only itself and the package's
-helpers; fleet mode the core and itself; the policy seam only the core and itself (the registry names agents by strings,
-resolved on first use)."""
+helpers; fleet mode the core and itself; the policy seam only the core and itself (the
+registry names agents by strings, resolved on first use)."""
 NEVER = {
     "mabp_gym.envs": ("mabp_gym.harness", "mabp_gym.cli", "mabp_gym.training"),
     "mabp_gym.harness": ("mabp_gym.cli", "mabp_gym.training"),

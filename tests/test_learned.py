@@ -39,6 +39,7 @@ def observation(workload, slots: int = 30, seed: int = 0) -> dict[str, np.ndarra
     return encoder.encode(sim.state)
 
 
+@pytest.mark.examples
 def test_gnn__training_smoke_resume_and_evaluation(tmp_path):
     from mabp_gym.training.gnn import main
 
@@ -261,6 +262,7 @@ def test_learn_mabp__fit_recovers_seen_pairs_and_uses_miss_primitives_for_unseen
     assert errors["work_abs_error"] == 0.0 and errors["pairs_seen"] == 2
 
 
+@pytest.mark.examples
 def test_learn_mabp__training_entry_point_fits_and_reports_errors(tmp_path):
     from mabp_gym.training.learn_mabp import main
 

@@ -26,4 +26,6 @@ def test_readme__opens_with_the_install_and_test_commands():
     assert lines[0].startswith("pip install -e . && ") and "mabp-gym eval" in lines[0]
     assert "torch" not in lines[0]
     assert lines[1].startswith("pip install torch==2.13.0 && pip install -e")
-    assert lines[1].endswith("&& python -m pytest")
+    # Every test, in two stages: the library's, then the examples end to end.
+    stages = '&& python -m pytest -m "not examples" && python -m pytest -m examples'
+    assert lines[1].endswith(stages)

@@ -154,6 +154,7 @@ def test_module_qualified_id__makes_the_env_in_a_process_that_never_imported_it(
 
 
 # -- examples, through their command lines ------------------------------------------------
+@pytest.mark.examples
 def test_ppo_sb3_example__trains_and_writes_a_curve(tmp_path):
     path = tmp_path / "curve.json"
     _run(
@@ -190,6 +191,7 @@ def test_ppo_sb3_example__trains_and_writes_a_curve(tmp_path):
     assert all(np.isfinite(p["return_stochastic"]) for p in result["curve"])
 
 
+@pytest.mark.examples
 def test_ppo_from_scratch_example__chooses_on_held_out_growth_and_evaluates_on_other_seeds(
     tmp_path,
 ):
@@ -365,6 +367,7 @@ def test_ppo_from_scratch_recipe__bad_knobs_are_refused(flag, value, match, caps
     assert match in capsys.readouterr().err
 
 
+@pytest.mark.examples
 def test_ppo_router_example__trains_on_fleet_v1_and_compares_on_the_held_out_half(tmp_path):
     path = tmp_path / "router.json"
     out = _run(
@@ -390,6 +393,7 @@ def test_ppo_router_example__trains_on_fleet_v1_and_compares_on_the_held_out_hal
     assert all(len(row["slo_goodput"]) == 1 and row["slo_goodput"][0] > 0 for row in rows.values())
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("agent", ["candidate", "mlp"])
 def test_cleanrl_example__runs_ppo_on_make_vec(agent):
     out = _run(
@@ -455,6 +459,7 @@ def test_cleanrl_example__an_unknown_agent_is_refused_by_name(capsys):
     )
 
 
+@pytest.mark.examples
 @pytest.mark.slow
 def test_cleanrl_example__at_its_defaults_ends_at_least_halfway_from_random_to_bp():
     # The documented defaults (load 0.3, 20,000 steps), seed 3 (the docs report 0-2): the
@@ -486,6 +491,7 @@ def test_cleanrl_example__at_its_defaults_ends_at_least_halfway_from_random_to_b
     assert final >= (returns["random"] + returns["bp"]) / 2, (final, returns)
 
 
+@pytest.mark.examples
 def test_marl_ppo_example__trains_per_role_and_reports_stable_loads_per_staleness(tmp_path):
     path = tmp_path / "marl.json"
     _run(
@@ -550,6 +556,7 @@ def test_marl_ppo__log_probability_ignores_masked_candidates():
     assert torch.equal(action[~mask], means[~mask])
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("flat", [False, True], ids=["dict", "flat"])
 def test_torchrl_example__builds_from_the_id_and_rolls_out(flat):
     out = _run(
@@ -566,6 +573,7 @@ def test_torchrl_example__builds_from_the_id_and_rolls_out(flat):
     assert ("['observation']" in out) == flat
 
 
+@pytest.mark.examples
 @pytest.mark.slow
 def test_rllib_example__trains_one_iteration_with_a_remote_env_runner():
     # ray[rllib] pins gymnasium 1.2.2 and lives in its own environment. Where it is absent
@@ -585,6 +593,7 @@ def test_rllib_example__trains_one_iteration_with_a_remote_env_runner():
     assert "iteration 0: env steps" in out and "episode return mean None" not in out
 
 
+@pytest.mark.examples
 def test_plot_ppo_curve__draws_the_seeds_curve_with_references_and_held_out_bars(tmp_path):
     settings = {
         "workload": "mixed",
