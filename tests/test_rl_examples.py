@@ -454,6 +454,8 @@ def test_cleanrl_example__an_unknown_agent_is_refused_by_name(capsys):
     cleanrl = _example("cleanrl_ppo")
     with pytest.raises(SystemExit):
         cleanrl.parse_args(["--agent", "transformer"])
+    defaults = cleanrl.parse_args([])
+    assert (defaults.agent, defaults.total_timesteps) == ("candidate", 100_000)
     assert (
         "--agent must be one of ['candidate', 'mlp'], got 'transformer'" in capsys.readouterr().err
     )
@@ -462,7 +464,7 @@ def test_cleanrl_example__an_unknown_agent_is_refused_by_name(capsys):
 @pytest.mark.examples
 @pytest.mark.slow
 def test_cleanrl_example__at_its_defaults_ends_at_least_halfway_from_random_to_bp():
-    # The documented defaults (load 0.3, 20,000 steps), seed 3 (the docs report 0-2): the
+    # The documented defaults (the candidate agent, load 0.3, 100,000 steps), seed 3: the
     # final return (last 10 episodes, sampled actions) against random scores and BP on the
     # same load and horizon.
     import gymnasium as gym
