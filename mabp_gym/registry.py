@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mabp_gym.core.validate import check_entry_point
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.extras import require
@@ -77,18 +78,7 @@ def register_policy(
         raise ValueError(f"policy name must be a non-empty string, got {name!r}")
     if name in _REGISTRY:
         raise ValueError(f"policy {name!r} is already registered; choose another name")
-    if isinstance(entry_point, str):
-        module_name, colon, attribute = entry_point.partition(":")
-        if not (module_name and colon and attribute):
-            raise ValueError(
-                f"entry point of policy {name!r} must look like "
-                f"'module:attribute', got {entry_point!r}"
-            )
-    elif not callable(entry_point):
-        raise ValueError(
-            f"entry point of policy {name!r} must be a 'module:attribute' "
-            f"string or a callable, got {type(entry_point).__name__}"
-        )
+    check_entry_point("policy", name, entry_point)
     _REGISTRY[name] = PolicySpec(name, entry_point, dict(kwargs), needs, checkpoint)
 
 

@@ -82,3 +82,20 @@ def checked_action(action: Any, what: str = "the action") -> Any:
             f"{np.asarray(action).dtype}"
         )
     return action
+
+
+def check_entry_point(what: str, name: str, entry_point: Any) -> None:
+    """Refuse an entry point of a registered ``what`` (``"policy"``, ``"router"``) that is
+    neither a ``"module:attribute"`` string nor a callable, naming ``name``."""
+    if isinstance(entry_point, str):
+        module_name, colon, attribute = entry_point.partition(":")
+        if not (module_name and colon and attribute):
+            raise ValueError(
+                f"entry point of {what} {name!r} must look like 'module:attribute', "
+                f"got {entry_point!r}"
+            )
+    elif not callable(entry_point):
+        raise ValueError(
+            f"entry point of {what} {name!r} must be a 'module:attribute' string or a "
+            f"callable, got {type(entry_point).__name__}"
+        )

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mabp_gym.core.validate import check_entry_point
+
 KINDS = ("baseline", "production", "ablation", "reference", "user")
 """What a router's row is; ``user`` (the default of :func:`register_router`) competes."""
 COMPETING = ("baseline", "production", "user")
@@ -75,18 +77,7 @@ def register_router(
         raise ValueError(f"router {name!r} is already registered; choose another name")
     if kind not in KINDS:
         raise ValueError(f"kind of router {name!r} must be one of {KINDS}, got {kind!r}")
-    if isinstance(entry_point, str):
-        module_name, colon, attribute = entry_point.partition(":")
-        if not (module_name and colon and attribute):
-            raise ValueError(
-                f"entry point of router {name!r} must look like 'module:attribute', "
-                f"got {entry_point!r}"
-            )
-    elif not callable(entry_point):
-        raise ValueError(
-            f"entry point of router {name!r} must be a 'module:attribute' string or a "
-            f"callable, got {type(entry_point).__name__}"
-        )
+    check_entry_point("router", name, entry_point)
     ROUTERS[name] = RouterSpec(name, entry_point, dict(kwargs), kind)
 
 
