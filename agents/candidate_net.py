@@ -45,7 +45,13 @@ table its coefficients come from."""
 
 
 def _symlog(x: torch.Tensor) -> torch.Tensor:
-    return symlog(x.float())
+    """``symlog`` of an input array as float: one pass to a new tensor, the rest in place
+    (``log(1 + |x|)`` as an add and a log, which vectorize where ``log1p`` does not; the
+    same values to float precision). The observation itself is never written."""
+    if x.requires_grad:
+        return symlog(x.float())
+    y = x.abs() if x.dtype == torch.float32 else x.float().abs_()
+    return y.add_(1.0).log_().copysign_(x)
 
 
 def _static(obs: dict[str, torch.Tensor], key: str) -> torch.Tensor:
@@ -59,6 +65,33 @@ def _static(obs: dict[str, torch.Tensor], key: str) -> torch.Tensor:
             "vector env)"
         )
     return index[0].round().long()
+
+
+class _Structure:
+    """What one workload structure gives every forward: the message-passing endpoints and
+    each candidate's row in the stacked coefficient table, built once per structure and
+    dtype of the index arrays (SB3's rollout buffer hands them back as floats).
+
+    ``matches`` checks that every graph of a batch has this structure (one compare per
+    index array); :func:`_static` is the full check with its message when they do not."""
+
+    KEYS = ("edge_index", *(STRUCTURE[kind][0] for kind in KINDS))
+
+    def __init__(self, obs: dict[str, torch.Tensor], starts: dict[str, int]) -> None:
+        self.rows = {key: obs[key][:1].clone() for key in self.KEYS}
+        self.src, self.dst = _static(obs, "edge_index")
+        self.where = torch.cat(
+            [_static(obs, STRUCTURE[kind][0])[0] + starts[kind] for kind in KINDS]
+        )
+
+    def matches(self, obs: dict[str, torch.Tensor]) -> bool:
+        for key, row in self.rows.items():
+            index = obs[key]
+            if index.dtype != row.dtype or index.shape[1:] != row.shape[1:]:
+                return False
+            if not torch.equal(index, row.expand_as(index)):
+                return False
+        return True
 
 
 class CandidateNet(nn.Module):
@@ -95,6 +128,7 @@ class CandidateNet(nn.Module):
         self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
         # Per node: service and retain coefficients; per link: route and transfer ones.
         self.split = {kind: 1 + widths[kind] for kind in KINDS}
+        self._structures: dict[torch.dtype, _Structure] = {}  # per index dtype, not saved
         self.node_head = nn.Sequential(
             nn.Linear(hidden, hidden),
             nn.ReLU(),
@@ -123,7 +157,8 @@ class CandidateNet(nn.Module):
     def forward(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         nodes = obs["node_features"]
         batch = nodes.shape[0]
-        src, dst = _static(obs, "edge_index")
+        structure = self._structure(obs)
+        src, dst = structure.src, structure.dst
         # (rows, B, width): the batch is the inner dimension.
         h = self.node_in(_symlog(nodes).transpose(0, 1))
         e = self.edge_in(_symlog(obs["edge_features"]).transpose(0, 1))
@@ -133,32 +168,51 @@ class CandidateNet(nn.Module):
             h = norm(h + torch.relu(update(total + h)))
         node = self.node_head(h)
         link = self.link_head[2](torch.relu(self._link_in(h, e, src, dst)))
-        tables = {
-            "node": dict(
-                zip(
-                    ("service", "retain"),
-                    node.split([self.split["service"], self.split["retain"]], dim=-1),
-                    strict=True,
-                )
-            ),
-            "link": dict(
-                zip(
-                    ("route", "transfer"),
-                    link.split([self.split["route"], self.split["transfer"]], dim=-1),
-                    strict=True,
-                )
-            ),
-        }
-        scores = []
-        for kind in KINDS:
-            key, table = STRUCTURE[kind]
-            where = _static(obs, key)[0]
-            coefficients = tables[table][kind].index_select(0, where)  # (count, B, 1 + F)
-            features = _symlog(obs[kind]).transpose(0, 1)  # (count, B, F)
-            scores.append(coefficients[..., 0] + (coefficients[..., 1:] * features).sum(-1))
-        raw = torch.cat(scores, dim=0).T  # (B, D)
+        # One table of every kind's coefficients [alpha | beta, zero-padded to the widest
+        # kind], stacked by rows (service and retain per node, route and transfer per
+        # link), laid out (rows, width, B) so that the batch stays the contiguous inner
+        # dimension of every candidate-level product: one gather, one product and one sum
+        # score every candidate.
+        width = 1 + max(self.widths[kind] for kind in KINDS)
+        service, retain = node.split([self.split["service"], self.split["retain"]], dim=-1)
+        route, transfer = link.split([self.split["route"], self.split["transfer"]], dim=-1)
+        table = torch.cat(
+            [
+                nn.functional.pad(part, (0, width - part.shape[-1]))
+                for part in (service, route, transfer, retain)
+            ]
+        )
+        coefficients = table.permute(0, 2, 1).contiguous().index_select(0, structure.where)
+        raw = (coefficients * self._features(obs, batch, width)).sum(1).T  # (B, D)
         pooled = torch.cat([h.mean(dim=0), h.amax(dim=0)], dim=-1)
-        return nn.functional.softsign(raw.reshape(batch, -1)), self.value(pooled)
+        return nn.functional.softsign(raw), self.value(pooled)
+
+    def _structure(self, obs: dict[str, torch.Tensor]) -> _Structure:
+        """The batch's structure, from the cache when its index arrays are the cached ones."""
+        dtype = obs["edge_index"].dtype
+        cached = self._structures.get(dtype)
+        if cached is not None and cached.matches(obs):
+            return cached
+        nodes, links = obs["node_features"].shape[1], obs["edge_features"].shape[1]
+        starts = dict(zip(KINDS, (0, nodes, nodes + links, nodes + 2 * links), strict=True))
+        self._structures[dtype] = built = _Structure(obs, starts)
+        return built
+
+    def _features(self, obs: dict[str, torch.Tensor], batch: int, width: int) -> torch.Tensor:
+        """Every candidate's ``[1 | symlog(features), zero-padded]``, ``(D, width, B)``, in
+        the action's layout."""
+        parts = [obs[kind] for kind in KINDS]
+        out = torch.empty(sum(part.shape[1] for part in parts), width, batch)
+        start = 0
+        for part in parts:
+            count, features = part.shape[1], part.shape[2]
+            out[start : start + count, 1 : 1 + features] = part.permute(1, 2, 0)
+            if features + 1 < width:
+                out[start : start + count, 1 + features :] = 0.0
+            start += count
+        out = _symlog(out)  # column 0 is overwritten: its memory may hold anything
+        out[:, 0] = 1.0
+        return out
 
     def _link_in(
         self, h: torch.Tensor, e: torch.Tensor, src: torch.Tensor, dst: torch.Tensor

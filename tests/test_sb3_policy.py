@@ -347,3 +347,22 @@ def test_graph_policy__sampled_scores_are_seeded_draws_around_the_means():
     assert np.array_equal(rows[0], first) and not np.array_equal(rows[0], rows[1])
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
         policy.sample_scores(obs, 7)  # type: ignore[arg-type]
+
+
+def test_graph_policy__one_network_alternating_workloads_and_index_dtypes_scores_the_same():
+    # The network caches each structure's gather plan: switching workloads, or getting the
+    # index arrays back as floats (SB3's rollout buffer stores every array as float32),
+    # must score exactly as a network that never saw anything else.
+    envs = {workload: _env(workload) for workload in ("mixed", "rag")}
+    obs = {workload: env.reset(seed=3)[0] for workload, env in envs.items()}
+    shared = _policy(envs["mixed"])
+    state = shared.state_dict()
+    for workload in ("mixed", "rag", "mixed", "rag"):
+        fresh = _policy(envs[workload], seed=1)
+        fresh.load_state_dict(state)
+        expected = _means(fresh, obs[workload])
+        shared_net = _policy(envs[workload], seed=1)
+        shared_net.features_extractor = shared.features_extractor  # the one cached network
+        as_floats = {k: v.astype(np.float32) for k, v in obs[workload].items()}
+        torch.testing.assert_close(_means(shared_net, obs[workload]), expected)
+        torch.testing.assert_close(_means(shared_net, as_floats), expected)
