@@ -260,3 +260,29 @@ def test_until_decided__bp_near_its_boundary_is_not_decided_grows_at_1200_slots(
     records, used = decide_horizons(specs, 9600, lambda s: execute(s, progress=False, workers=1))
     assert used[("bp", 0.41)] >= 2400
     assert stable_load(records) == {"bp": 0.41}
+
+
+@pytest.mark.slow
+def test_until_decided__decides_grows_only_where_the_long_fixed_runs_grow_too():
+    # BP on mixed at 0.41-0.44, seeds 975-979: a cell --until-decided 9600 decides "grows"
+    # (early, at 1,200 slots where it can) must not be stable in fixed 9,600-slot runs of
+    # the same seeds; every cell it credits is stable there too.
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+    from mabp_gym.harness.summaries import decide_horizons, undecided
+
+    loads = [0.41, 0.42, 0.43, 0.44]
+    specs = plan(["bp"], "mixed", loads, range(975, 980), horizon=600)
+    records, _ = decide_horizons(specs, 9600, lambda s: execute(s, progress=False, workers=1))
+    still = set(undecided(records))
+    decided = {row["load"]: row["stable"] for row in summarize_records(records)}
+    long = plan(["bp"], "mixed", loads, range(975, 980), horizon=9600)
+    fixed = {
+        row["load"]: row["stable"]
+        for row in summarize_records(execute(long, progress=False, workers=1))
+    }
+    for load in loads:
+        if ("bp", load) in still:
+            continue
+        assert decided[load] == fixed[load], f"load {load}: decided {decided[load]}"
+    assert decided[0.41] and decided[0.42]  # both refused at 1,200 slots before
