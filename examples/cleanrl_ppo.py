@@ -337,24 +337,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     np.random.seed(args.seed)
     torch.set_num_threads(1)
 
-    envs = gym.make_vec(
-        "mabp_gym/SFMSN-v0",
-        num_envs=args.num_envs,
-        workload=args.workload,
-        load=args.load,
-        horizon=args.horizon,
-        max_episode_steps=args.horizon,
-        obs_mode=AGENTS[args.agent][0],
-    )  # the batched vector env (mabp_gym.envs.vector_env): one compiled call steps every env
-    if args.agent == "mlp":  # the MLP reads the action mask off the flat vector's end
-        layout = envs.envs[0].unwrapped.flat_layout
-        assert layout["action_mask"][0].stop == envs.single_observation_space.shape[0]
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # the env's own returns
-    if args.norm_reward:
-        envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)
-    # NEXT_STEP: the step after an episode ends is a reset step, whose transition is
-    # masked out of the loss below (gymnasium >= 1.0's default, declared by the env).
-    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    envs = make_envs(args)
     act_dim = envs.single_action_space.shape[0]
     agent = make_agent(args, envs).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -404,29 +387,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         targets = advantages + val_buf
 
-        b_act = act_buf.reshape(-1, act_dim)
-        b_logp, b_adv, b_ret = logp_buf.flatten(), advantages.flatten(), targets.flatten()
-        b_valid = valid_buf.flatten()
-        for _epoch in range(args.update_epochs):
-            for idx in torch.randperm(batch_size, device=device).split(minibatch):
-                _, logp, entropy, value = agent.act(obs_buf.flat(idx), b_act[idx])
-                ratio = (logp - b_logp[idx]).exp()
-                adv, w = b_adv[idx], b_valid[idx]
-                # Normalized over the minibatch's real transitions (reset steps carry none).
-                mean = (adv * w).sum() / w.sum().clamp(min=1.0)
-                std = (((adv - mean) ** 2 * w).sum() / (w.sum() - 1).clamp(min=1.0)).sqrt()
-                adv = (adv - mean) / (std + 1e-8)
-                pg = torch.max(
-                    -adv * ratio, -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
-                )
-                v_loss = 0.5 * (value.flatten() - b_ret[idx]) ** 2
-                loss = (
-                    (pg - args.ent_coef * entropy + args.vf_coef * v_loss) * w
-                ).sum() / w.sum().clamp(min=1.0)
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                optimizer.step()
+        batch = (
+            act_buf.reshape(-1, act_dim),
+            logp_buf.flatten(),
+            advantages.flatten(),
+            targets.flatten(),
+            valid_buf.flatten(),
+        )
+        update(args, agent, optimizer, obs_buf, batch, minibatch, device)
         mean_return = float(np.mean(returns[-10:])) if returns else float("nan")
         print(
             f"step {global_step:>7}  episodes {len(returns):>4}  "
@@ -441,19 +409,84 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "mean_return": float(np.mean(returns[-10:])) if returns else float("nan"),
     }
     if args.eval_episodes > 0:
-        held_out = compare(args, {"trained": agent, "untrained": untrained}, device)
-        print(f"held-out returns, {args.eval_episodes} episodes from seed {args.eval_seed}:")
-        for name, values in sorted(held_out.items(), key=lambda kv: -np.mean(kv[1])):
-            print(f"  {name:10} {np.mean(values):10.2f} +- {np.std(values):.2f}")
-        best = max(BASELINES, key=lambda name: np.mean(held_out[name]))
-        beats = np.mean(held_out["trained"]) > max(np.mean(held_out[n]) for n in ("constant", "bp"))
-        print(
-            "the trained agent "
-            + ("beats" if beats else "does NOT beat")
-            + f" the constant action and BP (best baseline: {best})"
-        )
-        result["held_out"] = {name: float(np.mean(v)) for name, v in held_out.items()}
+        result["held_out"] = report_held_out(args, agent, untrained, device)
     return result
+
+
+def make_envs(args: Any) -> Any:
+    """The batched vector env (``mabp_gym.envs.vector_env``: one compiled call steps every
+    env) with the env's own returns recorded, and the reward normalized if asked."""
+    envs = gym.make_vec(
+        "mabp_gym/SFMSN-v0",
+        num_envs=args.num_envs,
+        workload=args.workload,
+        load=args.load,
+        horizon=args.horizon,
+        max_episode_steps=args.horizon,
+        obs_mode=AGENTS[args.agent][0],
+    )
+    if args.agent == "mlp":  # the MLP reads the action mask off the flat vector's end
+        layout = envs.envs[0].unwrapped.flat_layout
+        assert layout["action_mask"][0].stop == envs.single_observation_space.shape[0]
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    if args.norm_reward:
+        envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)
+    # NEXT_STEP: the step after an episode ends is a reset step, whose transition is
+    # masked out of the loss (gymnasium >= 1.0's default, declared by the env).
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    return envs
+
+
+def update(
+    args: Any,
+    agent: Any,
+    optimizer: torch.optim.Optimizer,
+    obs_buf: ObsBuffer,
+    batch: tuple[torch.Tensor, ...],
+    minibatch: int,
+    device: torch.device,
+) -> None:
+    """PPO's clipped update over one rollout, ``update_epochs`` passes of shuffled
+    minibatches; ``batch`` is the flattened (actions, log-probabilities, advantages, value
+    targets, valid-transition weights)."""
+    b_act, b_logp, b_adv, b_ret, b_valid = batch
+    for _epoch in range(args.update_epochs):
+        for idx in torch.randperm(len(b_logp), device=device).split(minibatch):
+            _, logp, entropy, value = agent.act(obs_buf.flat(idx), b_act[idx])
+            ratio = (logp - b_logp[idx]).exp()
+            adv, w = b_adv[idx], b_valid[idx]
+            # Normalized over the minibatch's real transitions (reset steps carry none).
+            mean = (adv * w).sum() / w.sum().clamp(min=1.0)
+            std = (((adv - mean) ** 2 * w).sum() / (w.sum() - 1).clamp(min=1.0)).sqrt()
+            adv = (adv - mean) / (std + 1e-8)
+            pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef))
+            v_loss = 0.5 * (value.flatten() - b_ret[idx]) ** 2
+            loss = (
+                (pg - args.ent_coef * entropy + args.vf_coef * v_loss) * w
+            ).sum() / w.sum().clamp(min=1.0)
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+
+
+def report_held_out(
+    args: Any, agent: Any, untrained: Any, device: torch.device
+) -> dict[str, float]:
+    """The trained and untrained agents' and the baselines' mean held-out returns, printed
+    best first, and whether the trained agent beats the constant action and BP."""
+    held_out = compare(args, {"trained": agent, "untrained": untrained}, device)
+    print(f"held-out returns, {args.eval_episodes} episodes from seed {args.eval_seed}:")
+    for name, values in sorted(held_out.items(), key=lambda kv: -np.mean(kv[1])):
+        print(f"  {name:10} {np.mean(values):10.2f} +- {np.std(values):.2f}")
+    best = max(BASELINES, key=lambda name: np.mean(held_out[name]))
+    beats = np.mean(held_out["trained"]) > max(np.mean(held_out[n]) for n in ("constant", "bp"))
+    print(
+        "the trained agent "
+        + ("beats" if beats else "does NOT beat")
+        + f" the constant action and BP (best baseline: {best})"
+    )
+    return {name: float(np.mean(v)) for name, v in held_out.items()}
 
 
 if __name__ == "__main__":

@@ -275,19 +275,7 @@ def train(args: Args) -> tuple[RolePolicy, RolePolicy, list[dict[str, float]]]:
         flat = {k: torch.cat([o[k] for o in batch["obs"]]) for k in batch["obs"][0]}
         act = torch.cat(batch["act"])
         old_logp, adv, ret = torch.cat(batch["logp"]), advantages.flatten(), returns.flatten()
-        size = len(ret)
-        for _ in range(args.epochs):
-            for idx in torch.randperm(size).split(size // args.minibatches):
-                _, logp, _, value = policy.act({k: v[idx] for k, v in flat.items()}, act[idx])
-                ratio = (logp - old_logp[idx]).exp()
-                a = (adv[idx] - adv[idx].mean()) / (adv[idx].std() + 1e-8)
-                pg = torch.max(-a * ratio, -a * ratio.clamp(1 - args.clip, 1 + args.clip)).mean()
-                v_loss = 0.5 * ((value - ret[idx]) ** 2).mean()
-                loss = pg + args.vf_coef * v_loss
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
-                optimizer.step()
+        ppo_update(policy, optimizer, flat, (act, old_logp, adv, ret), args)
         var = float(ret.var())
         point = {
             "slots": slots,
@@ -307,17 +295,48 @@ def train(args: Args) -> tuple[RolePolicy, RolePolicy, list[dict[str, float]]]:
                 point["best"] = True
             next_select = slots + args.select_every
         log.append(point)
-        print(
-            f"slots {slots:>7}  backlog {point['mean_backlog']:8.1f}  "
-            f"ev {point['explained_variance']:.2f}  "
-            f"select {point.get('select_backlog', float('nan')):8.1f} "
-            f"{'stable' if point.get('select_stable') else '      '}  {point['wall_s']:.0f}s"
-            f"{'  *' if point.get('best') else ''}",
-            flush=True,
-        )
+        print_point(point)
     assert best_state is not None
     policy.load_state_dict(best_state)  # the chosen checkpoint
     return policy, untrained, log
+
+
+def ppo_update(
+    policy: RolePolicy,
+    optimizer: torch.optim.Optimizer,
+    flat: dict[str, torch.Tensor],
+    batch: tuple[torch.Tensor, ...],
+    args: Args,
+) -> None:
+    """PPO's clipped update over one rollout: ``epochs`` passes of shuffled minibatches;
+    ``batch`` is the flattened (actions, log-probabilities, advantages, returns)."""
+    act, old_logp, adv, ret = batch
+    size = len(ret)
+    for _ in range(args.epochs):
+        for idx in torch.randperm(size).split(size // args.minibatches):
+            _, logp, _, value = policy.act({k: v[idx] for k, v in flat.items()}, act[idx])
+            ratio = (logp - old_logp[idx]).exp()
+            a = (adv[idx] - adv[idx].mean()) / (adv[idx].std() + 1e-8)
+            pg = torch.max(-a * ratio, -a * ratio.clamp(1 - args.clip, 1 + args.clip)).mean()
+            v_loss = 0.5 * ((value - ret[idx]) ** 2).mean()
+            loss = pg + args.vf_coef * v_loss
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+            optimizer.step()
+
+
+def print_point(point: dict[str, float]) -> None:
+    """One line of the training log: slots, backlog, explained variance, the selection's
+    backlog and verdict, wall time, and a star where the checkpoint was chosen."""
+    print(
+        f"slots {point['slots']:>7}  backlog {point['mean_backlog']:8.1f}  "
+        f"ev {point['explained_variance']:.2f}  "
+        f"select {point.get('select_backlog', float('nan')):8.1f} "
+        f"{'stable' if point.get('select_stable') else '      '}  {point['wall_s']:.0f}s"
+        f"{'  *' if point.get('best') else ''}",
+        flush=True,
+    )
 
 
 def selection_run(policy: RolePolicy, args: Args, seed: int) -> dict[str, float]:

@@ -208,7 +208,6 @@ def train(args: GNNArgs) -> dict[str, Any]:
 
     from mabp_gym.agents.gnn import (
         GNNScheduler,
-        load_checkpoint,
         observation_dims,
         resolve_device,
         save_checkpoint,
@@ -228,23 +227,7 @@ def train(args: GNNArgs) -> dict[str, Any]:
     imitation_path = out / "gnn_imitation.pt"
     command = command_line("gnn", args)
 
-    # -- resume ------------------------------------------------------------------------------
-    # From imitation: continue its epochs. From PPO (its archive, or gnn_ppo.pt): continue
-    # its step count, with no imitation candidate unless this run's --out holds one (the
-    # weights are PPO's: saved as "imitation" they were relabelled, or untrained ones chosen).
-    start_epoch, ppo_zip, ppo_start = 0, None, 0
-    if args.resume:
-        resume = Path(args.resume)
-        if resume.suffix == ".zip":
-            ppo_zip = resume
-            start_epoch = args.imitation_epochs
-        else:
-            resumed, info = load_checkpoint(resume, workload, device)
-            model.load_state_dict(resumed.state_dict())
-            if info.get("phase") == "ppo":
-                start_epoch, ppo_start = args.imitation_epochs, int(info.get("steps", 0))
-            else:
-                start_epoch = int(info.get("epoch", args.imitation_epochs))
+    start_epoch, ppo_zip, ppo_start = _resume_point(args, model, workload, device)
 
     def save_imitation(epoch: int) -> None:
         save_checkpoint(
@@ -304,6 +287,29 @@ def train(args: GNNArgs) -> dict[str, Any]:
     }
     (out / "report.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def _resume_point(
+    args: GNNArgs, model: Any, workload: Any, device: str
+) -> tuple[int, Path | None, int]:
+    """Where a ``--resume`` run starts: the imitation epoch, the PPO archive (or None) and
+    the PPO step count; a ``.pt`` checkpoint's weights are loaded into ``model``.
+
+    From imitation: continue its epochs. From PPO (its archive, or gnn_ppo.pt): continue
+    its step count, with no imitation candidate unless this run's --out holds one (the
+    weights are PPO's: saved as "imitation" they were relabelled, or untrained ones chosen)."""
+    if not args.resume:
+        return 0, None, 0
+    resume = Path(args.resume)
+    if resume.suffix == ".zip":
+        return args.imitation_epochs, resume, 0
+    from mabp_gym.agents.gnn import load_checkpoint
+
+    resumed, info = load_checkpoint(resume, workload, device)
+    model.load_state_dict(resumed.state_dict())
+    if info.get("phase") == "ppo":
+        return args.imitation_epochs, None, int(info.get("steps", 0))
+    return int(info.get("epoch", args.imitation_epochs)), None, 0
 
 
 def _select(

@@ -142,6 +142,77 @@ def _box(spec: ArraySpec) -> spaces.Box:
     return spaces.Box(low=spec.low, high=spec.high, shape=spec.shape, dtype=spec.dtype)
 
 
+def _built_workload(
+    workload: Any, overrides: dict[str, Any]
+) -> tuple[tuple[float, float] | None, Workload]:
+    """The env's load interval (or None) and its workload, built from a name, a file or a
+    ``Workload`` with ``overrides``. ``load=(low, high)`` builds at the low end (each
+    episode draws its load at reset); the high end is validated here too, so an interval
+    is refused at construction, not at some seed's reset."""
+    interval = _load_interval(overrides.get("load"))
+    if interval is not None:
+        try:
+            if isinstance(workload, str):
+                make_workload(workload, **{**overrides, "load": interval[1]})
+            elif isinstance(workload, Workload):
+                workload.with_load(interval[1])
+        except ValueError as error:
+            raise ValueError(f"load interval {interval}, high end: {error}") from None
+        overrides["load"] = interval[0]
+    if isinstance(workload, Workload):
+        load = overrides.pop("load", None)
+        return interval, workload if load is None else workload.with_load(load)
+    if isinstance(workload, str):
+        return interval, make_workload(workload, **overrides)
+    raise ValueError(
+        f"workload must be a workload name, a workload file or a Workload, got {workload!r}"
+    )
+
+
+def _checked_reward(reward: Any) -> tuple[RewardFn | None, str]:
+    """A reward function (and the kind ``"custom"``) or one of :data:`REWARDS` (and no
+    function)."""
+    if callable(reward):
+        _check_reward_signature(reward)
+        return reward, "custom"
+    if not isinstance(reward, str) or reward not in REWARDS:
+        raise ValueError(
+            f"reward must be one of {REWARDS} or a function (outcome, before, after, nu) "
+            f"-> float, got {reward!r}"
+        )
+    return None, reward
+
+
+def _check_flags(workload: Workload, **flags: Any) -> None:
+    """Each switch is a bool; ``memory`` names the builder's own memory parameter when the
+    workload has one, which a user may have meant."""
+    for name, flag in flags.items():
+        if not isinstance(flag, (bool, np.bool_)):
+            clash = name == "memory" and "memory" in dict(workload.params)
+            raise ValueError(
+                f"{name} must be True or False, got {flag!r}"
+                + (
+                    " (the env's switch of the memory system; the builder's own memory "
+                    f"parameter of {workload.name!r} goes through "
+                    f"workload=make_workload({workload.name!r}, memory=...))"
+                    if clash
+                    else ""
+                )
+            )
+
+
+def _flat_layout(encoder: ObservationEncoder) -> dict[str, tuple[slice, tuple[int, ...]]]:
+    """Where each of :data:`FLAT_KEYS` sits in the flat observation, and its shape."""
+    layout = {}
+    start = 0
+    for key in FLAT_KEYS:
+        shape = encoder.layout[key].shape
+        size = int(np.prod(shape))
+        layout[key] = (slice(start, start + size), shape)
+        start += size
+    return layout
+
+
 class SFMSNEnv(gym.Env):
     """A stateful foundation-model service network (SFMSN) as a Gymnasium environment.
 
@@ -262,58 +333,13 @@ class SFMSNEnv(gym.Env):
         _reject_unknown_keywords(workload, workload_overrides)
         if not isinstance(obs_mode, str) or obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
-        # load=(low, high): build at the low end, draw each episode's load at reset.
-        self.load_interval = _load_interval(workload_overrides.get("load"))
-        if self.load_interval is not None:
-            # The builder (or with_load) validates the high end too (its range), then builds
-            # at the low end: an interval refused at construction, not at some seed's reset.
-            try:
-                if isinstance(workload, str):
-                    make_workload(workload, **{**workload_overrides, "load": self.load_interval[1]})
-                elif isinstance(workload, Workload):
-                    workload.with_load(self.load_interval[1])
-            except ValueError as error:
-                raise ValueError(f"load interval {self.load_interval}, high end: {error}") from None
-            workload_overrides["load"] = self.load_interval[0]
-        if isinstance(workload, Workload):
-            load = workload_overrides.pop("load", None)
-            self.workload = workload if load is None else workload.with_load(load)
-        elif isinstance(workload, str):
-            self.workload = make_workload(workload, **workload_overrides)
-        else:
-            raise ValueError(
-                f"workload must be a workload name, a workload file or a Workload, got {workload!r}"
-            )
-        if callable(reward):
-            _check_reward_signature(reward)
-            self._reward_fn: RewardFn | None = reward
-            reward = "custom"
-        elif not isinstance(reward, str) or reward not in REWARDS:
-            raise ValueError(
-                f"reward must be one of {REWARDS} or a function (outcome, before, after, nu) "
-                f"-> float, got {reward!r}"
-            )
-        else:
-            self._reward_fn = None
+        self.load_interval, self.workload = _built_workload(workload, workload_overrides)
+        self._reward_fn, reward = _checked_reward(reward)
         check_number(nu, "nu", low=0.0)
         check_number(reward_scale, "reward_scale", low=0.0, low_open=True)
-        for name, flag in (
-            ("memory", memory),
-            ("check_invariants", check_invariants),
-            ("diagnostics", diagnostics),
-        ):
-            if not isinstance(flag, (bool, np.bool_)):
-                clash = name == "memory" and "memory" in dict(self.workload.params)
-                raise ValueError(
-                    f"{name} must be True or False, got {flag!r}"
-                    + (
-                        " (the env's switch of the memory system; the builder's own memory "
-                        f"parameter of {self.workload.name!r} goes through "
-                        f"workload=make_workload({self.workload.name!r}, memory=...))"
-                        if clash
-                        else ""
-                    )
-                )
+        _check_flags(
+            self.workload, memory=memory, check_invariants=check_invariants, diagnostics=diagnostics
+        )
         if render_mode == "rgb_array":
             require("plot", 'render_mode="rgb_array"')
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -335,14 +361,9 @@ class SFMSNEnv(gym.Env):
         self.obs_mode = obs_mode
         self._base_workload = self.workload
         if obs_mode == "flat":
-            self.flat_layout: dict[str, tuple[slice, tuple[int, ...]]] = {}
-            start = 0
-            for key in FLAT_KEYS:
-                shape = self._encoder.layout[key].shape
-                size = int(np.prod(shape))
-                self.flat_layout[key] = (slice(start, start + size), shape)
-                start += size
-            self.observation_space = spaces.Box(-np.inf, np.inf, (start,), dtype=np.float32)
+            self.flat_layout = _flat_layout(self._encoder)
+            size = sum(part.stop - part.start for part, _ in self.flat_layout.values())
+            self.observation_space = spaces.Box(-np.inf, np.inf, (size,), dtype=np.float32)
         else:
             self.observation_space = observation_space(self._encoder)
         self._last: SlotOutcome | None = None
