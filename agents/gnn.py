@@ -127,17 +127,12 @@ class GNNScheduler(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Node embeddings ``(B*N, hidden)`` and link embeddings ``(B*E, hidden)``.
 
-        The GINE rounds are written out (``nn((1 + eps) h + sum_j relu(h_j + lin(e_ji)))``,
-        summed at each link's destination), as PyG's ``GINEConv`` computes them, without
-        its per-call dispatch; the convolutions hold the parameters."""
+        Each round is PyG's ``GINEConv`` (``nn((1 + eps) h + sum_j relu(h_j + lin(e_ji)))``,
+        summed at each link's destination) with a residual and a layer norm."""
         h = self.node_in(symlog(x))
         e = self.edge_in(symlog(edge_attr))
-        src, dst = edge_index
-        for gine, norm in zip(self.convs, self.norms, strict=True):
-            conv: Any = gine  # GINEConv: its lin, nn and eps
-            message = torch.relu(h[src] + conv.lin(e))
-            total = torch.zeros_like(h).index_add_(0, dst, message)
-            h = norm(h + torch.relu(conv.nn(total + (1 + conv.eps) * h)))
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            h = norm(h + torch.relu(conv(h, edge_index, e)))
         return h, e
 
     def forward(
