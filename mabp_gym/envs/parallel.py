@@ -8,7 +8,9 @@ and memory and its in-neighbours' queue lengths of the commodities they route to
 they were ``staleness`` slots ago; it scores only its own candidates.
 The per-node scores are written into the global score vector, which goes through the ONE
 shared projection (:func:`mabp_gym.project`) and the simulator, exactly as the single-agent
-env's action does.
+env's action does. What each agent owns and hears from is
+:mod:`~mabp_gym.envs.agent_layout`, padded into tables by :mod:`~mabp_gym.envs.agent_tables`;
+the delayed telemetry is :mod:`~mabp_gym.envs.telemetry`.
 
 Why the per-node projections are the global projection
 -------------------------------------------------------
@@ -52,8 +54,7 @@ received and sent per slot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -71,49 +72,22 @@ from mabp_gym.core.encoding import (
 )
 from mabp_gym.core.simulator import Simulator, SlotOutcome
 from mabp_gym.core.validate import checked_action
-from mabp_gym.core.workload import ROLES, Workload
+from mabp_gym.core.workload import Workload
+from mabp_gym.envs.agent_layout import NEIGHBOUR_STATIC_FEATURES, AgentLayout, agent_layouts
+from mabp_gym.envs.agent_tables import AgentTables, gather_rows
 from mabp_gym.envs.env import SFMSNEnv
+from mabp_gym.envs.telemetry import MAX_STALENESS, TelemetryBuffer, link_delays
+
+__all__ = [
+    "AGENT_REWARDS",
+    "MAX_STALENESS",
+    "NEIGHBOUR_STATIC_FEATURES",
+    "AgentLayout",
+    "SFMSNParallelEnv",
+    "parallel_env",
+]
 
 AGENT_REWARDS = ("own", "global")
-MAX_STALENESS = 10_000
-"""The longest telemetry delay in slots: the buffer holds that many slots of every node's
-published state (about 7.5 kB a slot on ``mixed``, so 75 MB at the limit; 2e5 slots asked
-for 1.5 GB and then failed)."""
-NEIGHBOUR_STATIC_FEATURES = (
-    *(f"role_{r}" for r in ROLES),
-    "mu",
-    "budget",
-    "link_capacity",
-    "link_cost",
-    "link_bandwidth",
-)
-
-
-@dataclass(frozen=True, eq=False)
-class AgentLayout:
-    """What one agent owns and whom it hears from (static; global indices).
-
-    The agent's action is ``[service (A) | route (R) | transfer (T) | retain (K)]`` with
-    every block padded to the largest agent's (``SFMSNParallelEnv.local_slices``); row
-    ``k`` of a block scores the ``k``-th candidate listed here.
-    """
-
-    name: str
-    node: int
-    actions: np.ndarray  # (A_i,) int64, service candidates (global action ids)
-    routes: np.ndarray  # (R_i,) int64, route candidates on links leaving the node
-    transfers: np.ndarray  # (T_i,) int64, transfer candidates on links leaving the node
-    retains: np.ndarray  # (K_i,) int64, retain candidates of the node
-    neighbours: np.ndarray  # (Nb_i,) int64, heads of the node's links, in link order
-    neighbour_links: np.ndarray  # (Nb_i,) int64, the link to each neighbour
-    neighbour_delays: np.ndarray  # (Nb_i,) int64, age of each neighbour's telemetry
-    route_neighbour: np.ndarray  # (R_i,) int64, neighbour slot of each route's head
-    transfer_neighbour: np.ndarray  # (T_i,) int64, neighbour slot of each transfer's head
-    upstream_routes: np.ndarray  # (U_i,) int64, route candidates INTO the node (ascending)
-    upstream_delays: np.ndarray  # (U_i,) int64, age of each upstream queue length
-    relayed: np.ndarray  # (Nb_i,) bool, the neighbour relays its upstream queue lengths
-    telemetry_received: int  # numbers received per slot
-    telemetry_sent: int  # numbers this node's message costs per slot, summed over readers
 
 
 def parallel_env(
@@ -231,14 +205,13 @@ class SFMSNParallelEnv(ParallelEnv):
         self.render_mode = self._single.render_mode
         self.agent_reward = agent_reward
         self._encoder = ObservationEncoder(self.workload, memory=self.memory)
-        self.link_delays = _link_delays(self.workload, staleness)
-        self.layouts = _layouts(self.workload, self.link_delays, self.memory)
+        self.link_delays = link_delays(self.workload, staleness)
+        self.layouts = agent_layouts(self.workload, self.link_delays, self.memory)
         self.possible_agents = [layout.name for layout in self.layouts]
         self.agents: list[str] = []
         self._by_name = {layout.name: layout for layout in self.layouts}
-        self._build_tables()
-        # Relayed upstream queue lengths travel two links, so they can be twice as old.
-        self._history = 2 * max(int(self.link_delays.max(initial=0)), 0) + 1
+        self._tables = AgentTables(self.workload, self.layouts, self.link_delays, self.memory)
+        self._build_spaces()
         self.last_scores: np.ndarray | None = None
         self.last_control: Control | None = None
         self.last_outcome: SlotOutcome | None = None
@@ -263,7 +236,7 @@ class SFMSNParallelEnv(ParallelEnv):
     @property
     def local_slices(self) -> tuple[slice, slice, slice, slice]:
         """Slices of an agent's action: ``(service, route, transfer, retain)``."""
-        a, r, t, k = self._sizes
+        a, r, t, k = self._tables.sizes
         return (
             slice(0, a),
             slice(a, a + r),
@@ -271,191 +244,23 @@ class SFMSNParallelEnv(ParallelEnv):
             slice(a + r + t, a + r + t + k),
         )
 
-    def _build_tables(self) -> None:
-        """Padded per-agent gathers, so that an observation is a few array operations."""
+    def _build_spaces(self) -> None:
+        """Every agent's observation and action space (one object each) and the state's."""
         ix = self.workload.index
         lays = self.layouts
-        a_max = max(len(x.actions) for x in lays)
-        r_max = max(len(x.routes) for x in lays)
-        t_max = max(len(x.transfers) for x in lays)
-        k_max = max(len(x.retains) for x in lays)
-        nb_max = max(len(x.neighbours) for x in lays)
-        self._sizes = (a_max, r_max, t_max, k_max)
-        self._nb_max = nb_max
         n, c, s = ix.num_nodes, ix.num_commodities, ix.num_signatures
-        up_index = self._build_upstream()
-        self._build_candidates()
-        self._build_static_parts(up_index)
-        self._build_score_map()
         inf = np.inf
         self._obs_spaces = {x.name: self._observation_space() for x in lays}
         self._act_spaces = {
-            x.name: spaces.Box(-1.0, 1.0, (self._d_local,), dtype=np.float32) for x in lays
+            x.name: spaces.Box(-1.0, 1.0, (self._tables.d_local,), dtype=np.float32) for x in lays
         }
         self.state_space = spaces.Box(0.0, inf, (n * c + n * s,), dtype=np.float32)
 
-    def _pad(self, rows: list[Any], width: int, fill: int) -> np.ndarray:
-        """``rows`` (one per agent) as a table of ``width`` columns, padded with ``fill``."""
-        table = np.full((len(self.layouts), width), fill, dtype=np.int64)
-        for q, row in enumerate(rows):
-            table[q, : len(row)] = row
-        return table
-
-    def _build_upstream(self) -> np.ndarray:
-        """The routes into every node, for the upstream telemetry; returns their index
-        rows ``(N + 1, 2, U)`` (commodity, fan-out of the source pair)."""
-        ix = self.workload.index
-        n = ix.num_nodes
-        # Routes into every node (ascending), for the upstream telemetry: an agent's own
-        # and, relayed, its out-neighbours'. Row n (no neighbour) and padding read node n.
-        route_dst = ix.link_dst[ix.route_link]
-        into = [np.flatnonzero(route_dst == j) for j in range(n)]
-        u_max = max(r.size for r in into)
-        self._u_max = u_max
-        fanout = np.bincount(ix.route_src_pair, minlength=ix.num_pairs)
-        up_src = np.full((n + 1, u_max), n, dtype=np.int64)
-        up_comm = np.zeros((n + 1, u_max), dtype=np.int64)
-        up_delay = np.zeros((n + 1, u_max), dtype=np.int64)
-        up_index = np.full((n + 1, 2, u_max), -1, dtype=np.int64)
-        for j, routes in enumerate(into):
-            k = routes.size
-            up_src[j, :k] = ix.link_src[ix.route_link[routes]]
-            up_comm[j, :k] = ix.route_commodity[routes]
-            up_delay[j, :k] = self.link_delays[ix.route_link[routes]]
-            up_index[j, 0, :k] = ix.route_commodity[routes]
-            up_index[j, 1, :k] = fanout[ix.route_src_pair[routes]]
-        self._up_src, self._up_comm, self._up_delay = up_src, up_comm, up_delay
-        self._up_valid = up_src < n
-        self._fanout_max = int(fanout.max(initial=0))
-
-        return up_index
-
-    def _build_candidates(self) -> None:
-        """Each agent's candidates (service, route, transfer, retain) and neighbours as
-        padded gathers, and what the route and transfer features read."""
-        ix = self.workload.index
-        lays = self.layouts
-        n_ag = len(lays)
-        a_max, r_max, t_max, k_max = self._sizes
-        nb_max = self._nb_max
-        n, s = ix.num_nodes, ix.num_signatures
-        self._agent_node = np.asarray([x.node for x in lays], dtype=np.int64)
-        self._svc = self._pad([x.actions for x in lays], a_max, ix.num_actions)
-        self._route = self._pad([x.routes for x in lays], r_max, ix.num_routes)
-        self._transfer = self._pad([x.transfers for x in lays], t_max, ix.num_transfers)
-        self._retain = self._pad([x.retains for x in lays], k_max, ix.num_retains)
-        self._nb_node = self._pad([x.neighbours for x in lays], nb_max, n)
-        self._nb_delay = self._pad([x.neighbour_delays for x in lays], nb_max, 0)
-        self._svc_valid = self._svc < ix.num_actions
-        self._route_valid = self._route < ix.num_routes
-        self._transfer_valid = self._transfer < ix.num_transfers
-        self._retain_valid = self._retain < ix.num_retains
-        self._nb_valid = self._nb_node < n
-        self._route_slot = self._pad([x.route_neighbour for x in lays], r_max, 0)
-        self._transfer_slot = self._pad([x.transfer_neighbour for x in lays], t_max, 0)
-        route_comm = np.append(ix.route_commodity, 0)[self._route]
-        self._route_comm = route_comm
-        self._transfer_sig = np.append(ix.transfer_signature, 0)[self._transfer]
-        self._rows = np.arange(n_ag)[:, None]
-        # Signatures that make commodity c a hit at the head of each route (for the
-        # "compatible memory at the destination" bit); S marks padding and reads 0.
-        route_dst = np.append(ix.link_dst[ix.route_link], n)[self._route]
-        compat: dict[tuple[int, int], list[int]] = {}
-        for act in np.flatnonzero(ix.action_signature >= 0):
-            key = (int(ix.action_node[act]), int(ix.action_commodity[act]))
-            compat.setdefault(key, []).append(int(ix.action_signature[act]))
-        width = max([1, *(len(v) for v in compat.values())])
-        self._route_sigs = np.full((n_ag, r_max, width), s, dtype=np.int64)
-        for q in range(n_ag):
-            for k in range(r_max):
-                found = compat.get((int(route_dst[q, k]), int(route_comm[q, k])), [])
-                self._route_sigs[q, k, : len(found)] = found
-        sizes = np.append(ix.signature_size, 0.0)
-        self._transfer_size = sizes[np.append(ix.transfer_signature, s)[self._transfer]].astype(
-            np.float32
-        )
-        bandwidth = np.append(ix.link_bandwidth, 0.0)
-        self._transfer_bw = bandwidth[np.append(ix.transfer_link, ix.num_links)[self._transfer]]
-        self._budget = ix.budget if self.memory else np.zeros(n)
-
-    def _build_static_parts(self, up_index: np.ndarray) -> None:
-        """The observation parts that never change: candidate indices, neighbour roles,
-        capacities and costs, relays."""
-        wl, ix = self.workload, self.workload.index
-        lays = self.layouts
-        n_ag = len(lays)
-        nb_max = self._nb_max
-        n = ix.num_nodes
-        route_comm = self._route_comm
-        sig = np.append(ix.action_signature, -1)
-        comm = np.append(ix.action_commodity, -1)
-        self._service_index = np.stack([comm[self._svc], sig[self._svc]], axis=1)
-        self._route_index = np.stack(
-            [
-                np.where(self._route_valid, self._route_slot, -1),
-                np.where(self._route_valid, route_comm, -1),
-            ],
-            axis=1,
-        )
-        self._transfer_index = np.stack(
-            [
-                np.where(self._transfer_valid, self._transfer_slot, -1),
-                np.where(self._transfer_valid, self._transfer_sig, -1),
-            ],
-            axis=1,
-        )
-        self._retain_index = np.append(ix.retain_signature, -1)[self._retain]
-        roles = np.zeros((n + 1, len(ROLES)), dtype=np.float32)
-        roles[np.arange(n), [ROLES.index(node.role) for node in wl.nodes]] = 1.0
-        static = np.zeros((n_ag, nb_max, len(NEIGHBOUR_STATIC_FEATURES)), dtype=np.float32)
-        static[..., : len(ROLES)] = roles[self._nb_node]
-        static[..., len(ROLES)] = np.append(ix.mu, 0.0)[self._nb_node]
-        static[..., len(ROLES) + 1] = np.append(self._budget, 0.0)[self._nb_node]
-        links = self._pad([x.neighbour_links for x in lays], nb_max, ix.num_links)
-        for f, values in enumerate((ix.link_capacity, ix.link_cost, ix.link_bandwidth)):
-            static[..., len(ROLES) + 2 + f] = np.append(values.astype(np.float64), 0.0)[links]
-        self._nb_static = static
-        self._upstream_index = up_index[self._agent_node]
-        relay = np.zeros((n_ag, nb_max), dtype=bool)
-        for q, x in enumerate(lays):
-            relay[q, : len(x.relayed)] = x.relayed
-        self._relay = relay
-        self._route_cost = np.append(ix.link_cost[ix.route_link], 0.0)[self._route].astype(
-            np.float32
-        )
-
-    def _build_score_map(self) -> None:
-        """Where each agent's action entries go in the global score vector."""
-        ix = self.workload.index
-        n_ag = len(self.layouts)
-        a_max, r_max, t_max, k_max = self._sizes
-        offsets = np.cumsum([0, a_max, r_max, t_max])
-        global_offsets = np.cumsum([0, ix.num_actions, ix.num_routes, ix.num_transfers])
-        local_pos, global_pos = [], []
-        d_local = a_max + r_max + t_max + k_max
-        for q in range(n_ag):
-            for block, (table, valid) in enumerate(
-                (
-                    (self._svc, self._svc_valid),
-                    (self._route, self._route_valid),
-                    (self._transfer, self._transfer_valid),
-                    (self._retain, self._retain_valid),
-                )
-            ):
-                cols = np.flatnonzero(valid[q])
-                local_pos.append(q * d_local + offsets[block] + cols)
-                global_pos.append(global_offsets[block] + table[q, cols])
-        self._local_pos = np.concatenate(local_pos)
-        self._global_pos = np.concatenate(global_pos)
-        if np.unique(self._global_pos).size != ix.num_scores:
-            raise AssertionError("every candidate must belong to exactly one agent")
-        self._d_local = d_local
-
     def _observation_space(self) -> spaces.Dict:
-        ix = self.workload.index
-        a, r, t, k = self._sizes
-        nb, c, s = self._nb_max, ix.num_commodities, ix.num_signatures
-        u = self._u_max
+        ix, tb = self.workload.index, self._tables
+        a, r, t, k = tb.sizes
+        nb, c, s = tb.nb_max, ix.num_commodities, ix.num_signatures
+        u = tb.u_max
         inf = np.inf
 
         def box(shape: tuple[int, ...], low: float = 0.0, high: float = inf) -> spaces.Box:
@@ -485,9 +290,9 @@ class SFMSNParallelEnv(ParallelEnv):
                 "neighbour_mask": spaces.Box(0, 1, (nb,), dtype=np.int8),
                 "upstream_queues": box((u,)),
                 "upstream_age": box((u,)),
-                "upstream_index": index((2, u), max(c, self._fanout_max + 1)),
+                "upstream_index": index((2, u), max(c, tb.fanout_max + 1)),
                 "neighbour_upstream": box((nb, u)),
-                "candidate_mask": spaces.Box(0, 1, (self._d_local,), dtype=np.int8),
+                "candidate_mask": spaces.Box(0, 1, (tb.d_local,), dtype=np.int8),
             }
         )
 
@@ -512,16 +317,7 @@ class SFMSNParallelEnv(ParallelEnv):
             raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
         global_obs, _ = self._single.reset(seed=seed)
         self.agents = list(self.possible_agents)
-        n, c, s = (
-            self.workload.index.num_nodes,
-            self.workload.index.num_commodities,
-            self.workload.index.num_signatures,
-        )
-        depth = self._history
-        # Ring buffers of the published telemetry; row N is "no neighbour" and reads 0.
-        self._hist_queues = np.zeros((depth, n + 1, c), dtype=np.float32)
-        self._hist_memory = np.zeros((depth, n + 1, s), dtype=np.float32)
-        self._hist_free = np.zeros((depth, n + 1), dtype=np.float32)
+        self._telemetry = TelemetryBuffer(self._tables)
         self.last_scores = self.last_control = self.last_outcome = None
         assert isinstance(global_obs, dict)  # the wrapped env runs in obs_mode='dict'
         obs = self._observe(global_obs)
@@ -582,10 +378,11 @@ class SFMSNParallelEnv(ParallelEnv):
 
     def assemble(self, actions: dict[str, np.ndarray]) -> np.ndarray:
         """The global ``(D,)`` score vector of the agents' local actions."""
+        tb = self._tables
         if not isinstance(actions, Mapping):
             raise ValueError(
                 f"actions must be a dict from agent name to an array of shape "
-                f"({self._d_local},), got {type(actions).__name__}"
+                f"({tb.d_local},), got {type(actions).__name__}"
             )
         missing = [a for a in self.agents if a not in actions]
         unknown = [a for a in actions if a not in self._by_name]
@@ -594,21 +391,20 @@ class SFMSNParallelEnv(ParallelEnv):
                 f"actions must name every live agent exactly: missing {missing}, "
                 f"unknown {unknown}; agents: {self.agents}"
             )
-        stacked = np.empty((len(self.possible_agents), self._d_local), dtype=np.float64)
+        stacked = np.empty((len(self.possible_agents), tb.d_local), dtype=np.float64)
         for q, name in enumerate(self.possible_agents):
             what = f"action of agent {name!r}"
             action = np.asarray(checked_action(actions[name], what), dtype=np.float64)
-            if action.shape != (self._d_local,):
+            if action.shape != (tb.d_local,):
                 raise ValueError(
-                    f"action of agent {name!r} must have shape "
-                    f"({self._d_local},), got {action.shape}"
+                    f"action of agent {name!r} must have shape ({tb.d_local},), got {action.shape}"
                 )
             stacked[q] = action
         if not np.isfinite(stacked).all():
             bad = [self.possible_agents[q] for q in np.flatnonzero(~np.isfinite(stacked).all(1))]
             raise ValueError(f"actions must be finite floats; NaN or inf from agents {bad}")
         scores = np.empty(self.workload.index.num_scores)
-        scores[self._global_pos] = stacked.ravel()[self._local_pos]
+        scores[tb.global_pos] = stacked.ravel()[tb.local_pos]
         return scores
 
     def global_observation(self) -> dict[str, np.ndarray]:
@@ -638,49 +434,28 @@ class SFMSNParallelEnv(ParallelEnv):
 
     # -- observations ---------------------------------------------------------------------
     def _observe(self, global_obs: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+        """Every agent's observation of the slot: its own rows of ``global_obs`` and what
+        it has received of its neighbours (published now, read as old as its links)."""
         state = self.sim.state
         t = state.t
-        depth = self._history
+        tb = self._tables
         queues = global_obs["queues"]  # (N, C), units in service included
         memory = global_obs["memory"]  # (N, S)
-        here = t % depth
-        self._hist_queues[here, :-1] = queues
-        self._hist_memory[here, :-1] = memory
-        self._hist_free[here, :-1] = self._budget - state.memory_used
-        # Telemetry of each neighbour slot as it was d slots ago (the episode start before).
-        seen = np.maximum(t - self._nb_delay, 0)
-        slot = seen % depth
-        nb_queues = self._hist_queues[slot, self._nb_node]  # (n_ag, Nb, C)
-        nb_memory = self._hist_memory[slot, self._nb_node]  # (n_ag, Nb, S)
-        nb_free = self._hist_free[slot, self._nb_node]  # (n_ag, Nb)
-        age = np.where(self._nb_valid, t - seen, 0).astype(np.float32)
-        # Upstream queue lengths: the agent's own, each as old as its route's link, and each
-        # neighbour's as that neighbour received them, relayed over the link to it.
-        own_up = self._agent_node
-        up_seen = np.maximum(t - self._up_delay[own_up], 0)
-        up_queues = self._hist_queues[
-            up_seen % depth, self._up_src[own_up], self._up_comm[own_up]
-        ]  # (n_ag, U)
-        up_age = np.where(self._up_valid[own_up], t - up_seen, 0).astype(np.float32)
-        relay_seen = np.maximum(seen[:, :, None] - self._up_delay[self._nb_node], 0)
-        nb_upstream = np.where(
-            self._relay[:, :, None],
-            self._hist_queues[
-                relay_seen % depth, self._up_src[self._nb_node], self._up_comm[self._nb_node]
-            ],
-            np.float32(0.0),
-        )  # (n_ag, Nb, U)
-        own_queues = queues[self._agent_node]  # (n_ag, C)
-        own_memory = memory[self._agent_node]  # (n_ag, S)
+        self._telemetry.publish(t, queues, memory, tb.budget - state.memory_used)
+        heard = self._telemetry.read(t)
+        own_queues = queues[tb.agent_node]  # (n_ag, C)
+        own_memory = memory[tb.agent_node]  # (n_ag, S)
 
-        service = _gather_rows(global_obs["service"], self._svc)
-        retain = _gather_rows(global_obs["retain"], self._retain)
-        route = self._route_features(own_queues, nb_queues, nb_memory)
-        transfer, movable = self._transfer_features(own_memory, nb_memory, nb_free)
-        local_mask = self._local_mask(global_obs["action_mask"], movable)
+        service = gather_rows(global_obs["service"], tb.svc)
+        retain = gather_rows(global_obs["retain"], tb.retain)
+        route = tb.route_features(own_queues, heard.neighbour_queues, heard.neighbour_memory)
+        transfer, movable = tb.transfer_features(
+            own_memory, heard.neighbour_memory, heard.neighbour_free
+        )
+        local_mask = tb.local_mask(global_obs["action_mask"], movable)
 
-        nodes = global_obs["node_features"][self._agent_node]
-        ages = self._queue_ages(state, t)[self._agent_node]
+        nodes = global_obs["node_features"][tb.agent_node]
+        ages = self._queue_ages(state, t)[tb.agent_node]
         obs = {}
         for q, name in enumerate(self.possible_agents):
             obs[name] = {
@@ -689,89 +464,25 @@ class SFMSNParallelEnv(ParallelEnv):
                 "queue_age": ages[q],
                 "memory": own_memory[q],
                 "service": service[q],
-                "service_index": self._service_index[q].copy(),
+                "service_index": tb.service_index[q].copy(),
                 "route": route[q],
-                "route_index": self._route_index[q].copy(),
+                "route_index": tb.route_index[q].copy(),
                 "transfer": transfer[q],
-                "transfer_index": self._transfer_index[q].copy(),
+                "transfer_index": tb.transfer_index[q].copy(),
                 "retain": retain[q],
-                "retain_index": self._retain_index[q].copy(),
-                "neighbour_queues": nb_queues[q],
-                "neighbour_memory": nb_memory[q],
-                "neighbour_age": age[q],
-                "neighbour_static": self._nb_static[q].copy(),
-                "neighbour_mask": self._nb_valid[q].astype(np.int8),
-                "upstream_queues": up_queues[q],
-                "upstream_age": up_age[q],
-                "upstream_index": self._upstream_index[q].copy(),
-                "neighbour_upstream": nb_upstream[q],
+                "retain_index": tb.retain_index[q].copy(),
+                "neighbour_queues": heard.neighbour_queues[q],
+                "neighbour_memory": heard.neighbour_memory[q],
+                "neighbour_age": heard.neighbour_age[q],
+                "neighbour_static": tb.nb_static[q].copy(),
+                "neighbour_mask": tb.nb_valid[q].astype(np.int8),
+                "upstream_queues": heard.upstream_queues[q],
+                "upstream_age": heard.upstream_age[q],
+                "upstream_index": tb.upstream_index[q].copy(),
+                "neighbour_upstream": heard.neighbour_upstream[q],
                 "candidate_mask": local_mask[q],
             }
         return obs
-
-    def _route_features(
-        self, own_queues: np.ndarray, nb_queues: np.ndarray, nb_memory: np.ndarray
-    ) -> np.ndarray:
-        """Each agent's route candidates: backlog difference as the agent sees it, link cost,
-        compatible memory at the destination, own backlog.  # (n_ag, R, 4) float32"""
-        rows = self._rows
-        route = np.zeros((*self._route.shape, len(ROUTE_FEATURES)), dtype=np.float32)
-        src = own_queues[rows, self._route_comm]
-        dst = nb_queues[rows, self._route_slot, self._route_comm]
-        padded_memory = np.concatenate(
-            [nb_memory, np.zeros((*nb_memory.shape[:2], 1), dtype=np.float32)], axis=2
-        )
-        compatible = padded_memory[
-            rows[:, :, None], self._route_slot[:, :, None], self._route_sigs
-        ].max(axis=2, initial=0.0)
-        valid = self._route_valid
-        route[..., 0] = np.where(valid, src - dst, 0.0)
-        route[..., 1] = self._route_cost
-        route[..., 2] = np.where(valid, compatible, 0.0)
-        route[..., 3] = np.where(valid, src, 0.0)
-
-        return route
-
-    def _transfer_features(
-        self, own_memory: np.ndarray, nb_memory: np.ndarray, nb_free: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Each agent's transfer candidates (held here, size, room at the destination) and
-        which of them could move now (held here, not there, fits the link and the room)."""
-        rows = self._rows
-        ix = self.workload.index
-        transfer = np.zeros((*self._transfer.shape, len(TRANSFER_FEATURES)), dtype=np.float32)
-        if ix.num_signatures:
-            holds = own_memory[rows, self._transfer_sig] > 0
-            dst_holds = nb_memory[rows, self._transfer_slot, self._transfer_sig] > 0
-        else:
-            holds = dst_holds = np.zeros(self._transfer.shape, dtype=bool)
-        dst_free = nb_free[rows, self._transfer_slot]
-        valid = self._transfer_valid
-        transfer[..., 0] = holds & valid
-        transfer[..., 1] = self._transfer_size
-        transfer[..., 2] = np.where(valid, dst_free, 0.0)
-
-        movable = (
-            holds
-            & ~dst_holds
-            & valid
-            & (self._transfer_size <= self._transfer_bw)
-            & (self._transfer_size <= dst_free + 1e-9)
-        )
-        return transfer, movable
-
-    def _local_mask(self, mask: np.ndarray, movable: np.ndarray) -> np.ndarray:
-        """Each agent's candidate mask: the global mask's service and route entries, the
-        movable transfers, every retain candidate.  # (n_ag, D_local) int8"""
-        ix = self.workload.index
-        n_act, n_route = ix.num_actions, ix.num_routes
-        a, r, tt, _ = self._sizes
-        local_mask = np.zeros((len(self.layouts), self._d_local), dtype=np.int8)
-        local_mask[:, :a] = np.append(mask[:n_act], 0)[self._svc]
-        local_mask[:, a : a + r] = np.append(mask[n_act : n_act + n_route], 0)[self._route]
-        local_mask[:, a + r : a + r + tt] = movable
-        local_mask[:, a + r + tt :] = self._retain_valid
-        return local_mask
 
     def _queue_ages(self, state, t: int) -> np.ndarray:
         ix = self.workload.index
@@ -784,7 +495,8 @@ class SFMSNParallelEnv(ParallelEnv):
     def _per_agent(self, per_pair: np.ndarray) -> np.ndarray:
         """Sum of a per-pair quantity over each agent's node, ``(n_agents,)``."""
         ix = self.workload.index
-        return np.bincount(ix.pair_node, weights=per_pair, minlength=ix.num_nodes)[self._agent_node]
+        per_node = np.bincount(ix.pair_node, weights=per_pair, minlength=ix.num_nodes)
+        return per_node[self._tables.agent_node]
 
     def _node_penalty(self, control: Control, outcome: SlotOutcome) -> np.ndarray:
         """``h_i(t)``: the penalty of each node's own decisions; sums to ``h(t)``.
@@ -818,7 +530,7 @@ class SFMSNParallelEnv(ParallelEnv):
         for i, s in outcome.generated:
             if state.holder[i, s] >= 0:
                 per_node[i] += wl.omega
-        return per_node[self._agent_node]
+        return per_node[self._tables.agent_node]
 
     def _infos(
         self, backlog: dict[str, float], penalty: dict[str, float]
@@ -832,137 +544,3 @@ class SFMSNParallelEnv(ParallelEnv):
             }
             for x in self.layouts
         }
-
-
-def _gather_rows(table: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """Rows ``index`` of ``table``; the index ``len(table)`` pads with a row of zeros."""
-    padded = np.concatenate([table, np.zeros((1, table.shape[1]), dtype=table.dtype)])
-    return padded[index]
-
-
-def _link_delays(workload: Workload, staleness: Any) -> np.ndarray:
-    """``(E,)`` telemetry delay per link from the ``staleness`` argument."""
-    ix = workload.index
-    limit = min(workload.horizon, MAX_STALENESS)
-    allowed = (
-        "an integer >= 0, a sequence of one integer per link, or a mapping "
-        "{(src name, dst name): delay}"
-    )
-
-    def check(value: Any, where: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(
-                f"staleness{where} must be an integer number of slots, got "
-                f"{value!r}; staleness is {allowed}"
-            )
-        if not 0 <= value <= limit:
-            raise ValueError(
-                f"staleness{where} must be in [0, {limit}] (at most the horizon, "
-                f"{workload.horizon}, and {MAX_STALENESS:,} slots: the telemetry buffer keeps "
-                f"that many slots of state), got {value}"
-            )
-        return int(value)
-
-    if isinstance(staleness, Mapping):
-        delays = np.zeros(ix.num_links, dtype=np.int64)
-        names = {
-            (workload.nodes[link.src].name, workload.nodes[link.dst].name): e
-            for e, link in enumerate(workload.links)
-        }
-        for key, value in staleness.items():
-            if key not in names:
-                raise ValueError(
-                    f"staleness names link {key!r}, which does not exist; links: {sorted(names)}"
-                )
-            delays[names[key]] = check(value, f"[{key!r}]")
-        return delays
-    sequence = isinstance(staleness, Sequence) and not isinstance(staleness, str)
-    if sequence or (isinstance(staleness, np.ndarray) and staleness.ndim > 0):
-        values = list(staleness)
-        if len(values) != ix.num_links:
-            raise ValueError(
-                f"staleness as a sequence needs one delay per link "
-                f"({ix.num_links}), got {len(values)}"
-            )
-        return np.asarray([check(v, f"[{e}]") for e, v in enumerate(values)], dtype=np.int64)
-    return np.full(ix.num_links, check(staleness, ""), dtype=np.int64)
-
-
-def _layouts(workload: Workload, delays: np.ndarray, memory: bool) -> list[AgentLayout]:
-    ix = workload.index
-    route_src = ix.link_src[ix.route_link]
-    transfer_src = ix.link_src[ix.transfer_link]
-    route_dst = ix.link_dst[ix.route_link]
-    # Message of node j to the tails of its links: its backlog on its admissible pairs
-    # and, with memory, its residency bits of the signatures it can hold plus its free
-    # budget. Over a link that carries transfers it adds the upstream queue lengths it
-    # received (one per route into j), relayed so that the tail can value j's memory as j
-    # does. Besides, j sends the head of each of its routes its queue length of the
-    # route's commodity (one number per route).
-    pairs = np.bincount(ix.pair_node, minlength=ix.num_nodes)
-    inbound = np.bincount(route_dst, minlength=ix.num_nodes)
-    holdable = ix.eligible.sum(axis=1) if memory else np.zeros(ix.num_nodes, dtype=np.int64)
-    message = pairs + holdable + (holdable > 0)
-    readers = np.zeros(ix.num_nodes, dtype=np.int64)
-    relay_readers = np.zeros(ix.num_nodes, dtype=np.int64)
-    carries_transfers = np.zeros(ix.num_links, dtype=bool)
-    carries_transfers[ix.transfer_link] = True
-    layouts = []
-    for i, node in enumerate(workload.nodes):
-        actions = np.flatnonzero(ix.action_node == i)
-        routes = np.flatnonzero(route_src == i)
-        transfers = np.flatnonzero(transfer_src == i)
-        retains = np.flatnonzero(ix.retain_node == i)
-        if not (actions.size or routes.size or transfers.size or retains.size):
-            continue
-        links = np.flatnonzero(ix.link_src == i)
-        neighbours = ix.link_dst[links]
-        upstream = np.flatnonzero(route_dst == i)
-        slot_of = {int(j): k for k, j in enumerate(neighbours)}
-        readers[neighbours] += 1
-        relayed = carries_transfers[links]
-        relay_readers[neighbours[relayed]] += 1
-        layouts.append(
-            AgentLayout(
-                name=node.name,
-                node=i,
-                actions=actions,
-                routes=routes,
-                transfers=transfers,
-                retains=retains,
-                neighbours=neighbours.copy(),
-                neighbour_links=links,
-                neighbour_delays=delays[links].copy(),
-                route_neighbour=np.asarray(
-                    [slot_of[int(ix.link_dst[ix.route_link[r]])] for r in routes], dtype=np.int64
-                ),
-                transfer_neighbour=np.asarray(
-                    [slot_of[int(ix.link_dst[ix.transfer_link[k]])] for k in transfers],
-                    dtype=np.int64,
-                ),
-                upstream_routes=upstream,
-                upstream_delays=delays[ix.route_link[upstream]].copy(),
-                relayed=relayed,
-                telemetry_received=int(
-                    message[neighbours].sum() + inbound[neighbours[relayed]].sum() + upstream.size
-                ),
-                telemetry_sent=0,
-            )
-        )
-    from dataclasses import replace
-
-    # Upstream queue lengths go only to heads that are agents (that read observations).
-    is_agent = np.zeros(ix.num_nodes, dtype=bool)
-    is_agent[[x.node for x in layouts]] = True
-    outbound = np.bincount(route_src[is_agent[route_dst]], minlength=ix.num_nodes)
-    return [
-        replace(
-            x,
-            telemetry_sent=int(
-                message[x.node] * readers[x.node]
-                + inbound[x.node] * relay_readers[x.node]
-                + outbound[x.node]
-            ),
-        )
-        for x in layouts
-    ]
