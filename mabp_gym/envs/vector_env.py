@@ -19,7 +19,7 @@ speed-up), and the per-step ``info`` holds the envs' diagnostics in Gymnasium's 
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -43,9 +43,51 @@ _STATIC_KEYS = (
     "retain_index",
 )
 _DYNAMIC_KEYS = FLAT_KEYS  # the arrays a step changes, in the kernel's order
-# Positions in the kernel's outputs (see _buffers).
-_DONE, _COUNTS, _SUMS, _UNITS, _QUEUE_FLAT, _HIT_E, _SLOT = 8, 10, 11, 13, 18, 19, 20
 _OUT_ROWS = 64  # rows per env of the served-unit outputs, doubled when a slot needs more
+
+
+class SlotBuffers(NamedTuple):
+    """What the kernels write for every env (row ``i``: env ``i``), by name: the kernels
+    take it as one named tuple (numba reads the fields by name)."""
+
+    transfers: np.ndarray  # (N, T) the executed transfers
+    n_transfers: np.ndarray  # (N,) how many
+    projection_hit: np.ndarray  # (N, A) the projection's hit bits
+    route: np.ndarray  # (N, R)
+    service: np.ndarray  # (N, A)
+    start: np.ndarray  # (N, nodes) -1 or the action a node starts
+    scratch: np.ndarray  # (N, nodes * S) int8 the projection's scratch
+    transition_hit: np.ndarray  # (N, A) the transition's hit bits
+    done: np.ndarray  # (N, rows, 3) served units
+    spent: np.ndarray  # (N, nodes) work spent per node
+    counts: np.ndarray  # (N, 8) CompiledTransition.counts
+    sums: np.ndarray  # (N, 4) CompiledTransition.sums
+    affected: np.ndarray  # (N, nodes) bool the retention scratch
+    unit_successor: np.ndarray  # (N, rows) each served unit's successor
+    unit_floats: np.ndarray  # (N, rows, 2) its (work, penalty)
+    delays: np.ndarray  # (N, rows) its delay
+    generated: np.ndarray  # (N, rows, 3) the object it generated
+    evicted: np.ndarray  # (N, max(retains, 1), 2)
+    queue_flat: np.ndarray  # (N, nodes * commodities + 1) float32 queues for the encoder
+    encoder_hit: np.ndarray  # (N, A) the encoder's hit bits
+    slot: np.ndarray  # (N,) each env's slot
+
+
+class StackedState(NamedTuple):
+    """Every env's :class:`~mabp_gym.core.state.SimState` arrays the kernels take
+    (``STATE_FIELDS``), stacked one row per env."""
+
+    holder: np.ndarray
+    owner: np.ndarray
+    memory_used: np.ndarray
+    service_action: np.ndarray
+    service_residual: np.ndarray
+    service_hit: np.ndarray
+    service_birth: np.ndarray
+    queue_len: np.ndarray
+
+
+assert StackedState._fields == STATE_FIELDS, "StackedState follows the transition's fields"
 
 
 def _step_all(
@@ -88,8 +130,21 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
     (6)-(8). Returns 0, or -1 / -2 (rows short, nothing changed)."""
     ints, floats = statics[0]  # the transition's packs of the workload's static arrays
     pool, head, tail, meta = fifo
-    transfers, n_transfers, hit, route, service, start, scratch, hit_t, done, spent = out[:10]
-    counts, sums = out[10], out[11]
+    transfers, n_transfers, hit, route, service = (
+        out.transfers,
+        out.n_transfers,
+        out.projection_hit,
+        out.route,
+        out.service,
+    )
+    start, scratch, hit_t, done, spent = (
+        out.start,
+        out.scratch,
+        out.transition_hit,
+        out.done,
+        out.spent,
+    )
+    counts, sums = out.counts, out.sums
     st = _state_row(i, state)
     hit[i, :] = 0
     route[i, :] = 0
@@ -129,9 +184,10 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out):  # p
     memory, generates, in_kernel, retain_at = flags
     ints, floats = statics[0]
     pool, head, tail, meta = fifo
-    done, counts, sums = out[8], out[10], out[11]
-    affected, unit_succ, unit_floats, delays, generated, evicted = out[12:18]
-    t = out[20]
+    done, counts, sums = out.done, out.counts, out.sums
+    affected, unit_succ, unit_floats = out.affected, out.unit_successor, out.unit_floats
+    delays, generated, evicted = out.delays, out.generated, out.evicted
+    t = out.slot
     fifo_i = (pool[i], head[i], tail[i], meta[i])
     uniforms = np.empty(served)
     for k in range(served):
@@ -163,7 +219,7 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out):  # p
 def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
     """Env ``i``'s observation into row ``i`` of the batch."""
     (ints, floats), enc_statics, pressure = statics
-    queue_flat, hit_e = out[18], out[19]
+    queue_flat, hit_e = out.queue_flat, out.encoder_hit
     nodes, queues, resident, service_o, route_o, transfer_o, retain_o, mask = obs
     _encode(
         memory,
@@ -311,9 +367,11 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         ix = self._workload.index
         n, a = ix.num_nodes, ix.num_actions
         state = env.sim.state
-        self._state: tuple[np.ndarray, ...] = tuple(
-            np.zeros((n_envs, *getattr(state, name).shape), dtype=getattr(state, name).dtype)
-            for name in STATE_FIELDS
+        self._state = StackedState(
+            *(
+                np.zeros((n_envs, *getattr(state, name).shape), dtype=getattr(state, name).dtype)
+                for name in STATE_FIELDS
+            )
         )
         self._fifo: tuple[np.ndarray, ...] = (
             np.zeros((n_envs, _OUT_ROWS, 3), dtype=np.int64),  # pool
@@ -323,26 +381,30 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         )
         self._units = np.zeros(n_envs, dtype=np.int64)
         self._scores = np.zeros((n_envs, ix.num_scores))
-        self._out: list[np.ndarray] = [
-            np.zeros((n_envs, ix.num_transfers), dtype=np.int64),  # executed transfers
-            np.zeros(n_envs, dtype=np.int64),  # how many
-            np.zeros((n_envs, a), dtype=np.int64),  # the projection's hit bits
-            np.zeros((n_envs, ix.num_routes), dtype=np.int64),  # route
-            np.zeros((n_envs, a), dtype=np.int64),  # service
-            np.full((n_envs, n), -1, dtype=np.int64),  # start
-            np.zeros((n_envs, n * ix.num_signatures), dtype=np.int8),  # projection scratch
-            np.zeros((n_envs, a), dtype=np.int64),  # the transition's hit bits
-            np.zeros((n_envs, _OUT_ROWS, 3), dtype=np.int64),  # served units
-            np.zeros((n_envs, n)),  # work spent per node
-            np.zeros((n_envs, 8), dtype=np.int64),  # CompiledTransition.counts
-            np.zeros((n_envs, 4)),  # CompiledTransition.sums
-            np.zeros((n_envs, n), dtype=np.bool_),  # retention scratch
-            *self._unit_rows(_OUT_ROWS),
-            np.zeros((n_envs, max(ix.num_retains, 1), 2), dtype=np.int64),  # evicted
-            np.zeros((n_envs, n * ix.num_commodities + 1), dtype=np.float32),  # queues
-            np.zeros((n_envs, a), dtype=np.int64),  # the encoder's hit bits
-            np.zeros(n_envs, dtype=np.int64),  # slot
-        ]
+        successor, unit_floats, delays, generated = self._unit_rows(_OUT_ROWS)
+        self._out = SlotBuffers(
+            transfers=np.zeros((n_envs, ix.num_transfers), dtype=np.int64),
+            n_transfers=np.zeros(n_envs, dtype=np.int64),
+            projection_hit=np.zeros((n_envs, a), dtype=np.int64),
+            route=np.zeros((n_envs, ix.num_routes), dtype=np.int64),
+            service=np.zeros((n_envs, a), dtype=np.int64),
+            start=np.full((n_envs, n), -1, dtype=np.int64),
+            scratch=np.zeros((n_envs, n * ix.num_signatures), dtype=np.int8),
+            transition_hit=np.zeros((n_envs, a), dtype=np.int64),
+            done=np.zeros((n_envs, _OUT_ROWS, 3), dtype=np.int64),
+            spent=np.zeros((n_envs, n)),
+            counts=np.zeros((n_envs, 8), dtype=np.int64),
+            sums=np.zeros((n_envs, 4)),
+            affected=np.zeros((n_envs, n), dtype=np.bool_),
+            unit_successor=successor,
+            unit_floats=unit_floats,
+            delays=delays,
+            generated=generated,
+            evicted=np.zeros((n_envs, max(ix.num_retains, 1), 2), dtype=np.int64),
+            queue_flat=np.zeros((n_envs, n * ix.num_commodities + 1), dtype=np.float32),
+            encoder_hit=np.zeros((n_envs, a), dtype=np.int64),
+            slot=np.zeros(n_envs, dtype=np.int64),
+        )
         layout = env._encoder.layout
         self._obs: dict[str, np.ndarray] = {
             key: np.zeros((n_envs, *spec.shape), dtype=spec.dtype) for key, spec in layout.items()
@@ -382,7 +444,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         head[i] = -1
         tail[i] = -1
         self._rebind_fifo(i)
-        self._out[_SLOT][i] = state.t
+        self._out.slot[i] = state.t
         self._units[i] = state.units
         if self.compiled:
             self._rngs[i] = sim.rng
@@ -408,11 +470,17 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
 
     def _grow_rows(self) -> None:
         """Twice the served-unit rows per env, keeping what the envs already served wrote."""
-        done = self._out[_DONE]
+        done = self._out.done
         bigger = np.zeros((self.num_envs, 2 * done.shape[1], 3), dtype=np.int64)
         bigger[:, : done.shape[1]] = done
-        self._out[_DONE] = bigger
-        self._out[_UNITS : _UNITS + 4] = self._unit_rows(bigger.shape[1])
+        successor, floats, delays, generated = self._unit_rows(bigger.shape[1])
+        self._out = self._out._replace(
+            done=bigger,
+            unit_successor=successor,
+            unit_floats=floats,
+            delays=delays,
+            generated=generated,
+        )
 
     # -- the Gymnasium API -------------------------------------------------------------
     def reset(
@@ -535,7 +603,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         for i in np.flatnonzero(resetting).tolist():
             infos = self._reset_env(i, None, infos)
         self._elapsed[active] += 1
-        truncated[active] = self._out[_SLOT][active] >= self._workload.horizon
+        truncated[active] = self._out.slot[active] >= self._workload.horizon
         if self.max_episode_steps is not None:
             truncated[active] |= self._elapsed[active] >= self.max_episode_steps
         self._needs_reset = truncated.copy()
@@ -548,7 +616,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         for i in np.flatnonzero(active).tolist():
             env = self.envs[i]
             obs, rewards[i], _, _, info = env.step(scores[i])
-            self._out[_SLOT][i] = env.sim.state.t
+            self._out.slot[i] = env.sim.state.t
             self._write_obs(i, obs)
             if info:
                 infos = self._add_info(infos, dict(info), i)
@@ -570,7 +638,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 self._statics_all,
                 self._state,
                 self._fifo,
-                tuple(self._out),
+                self._out,
                 self._dynamic,
             )
             if code == 0:
@@ -578,16 +646,16 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             self._grow_rows() if code == -1 else self._grow_pool()
         enc = env0._encoder
         if enc._successor_positions.shape[1] >= 8:  # numpy's pairwise float32 sum
-            probs = enc._successor_probs[self._out[_HIT_E], enc._arange_a]
-            queued = self._out[_QUEUE_FLAT][:, enc._successor_positions]
+            probs = enc._successor_probs[self._out.encoder_hit, enc._arange_a]
+            queued = self._out.queue_flat[:, enc._successor_positions]
             self._obs["service"][:, :, _PRESSURE] = (probs * queued).sum(axis=-1)
-        counts, sums, slot = self._out[_COUNTS], self._out[_SUMS], self._out[_SLOT]
+        counts, sums, slot = self._out.counts, self._out.sums, self._out.slot
         self._units[active] += counts[active, 2] - counts[active, 4]
         for i in np.flatnonzero(active).tolist():
             state = self.envs[i].sim.state
             state.t, state.units = int(slot[i]), int(self._units[i])
         # h(t) and the reward in the single env's order of operations.
-        held = self._state[2].sum(axis=1)  # memory_used
+        held = self._state.memory_used.sum(axis=1)
         wl = self._workload
         penalty_memory = sums[:, 0] + wl.theta * held + wl.omega * counts[:, 6]
         cost = env0.nu * (sums[:, 3] + sums[:, 1] + penalty_memory)
@@ -599,8 +667,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         return rewards
 
     def _lyapunov(self) -> np.ndarray:
-        backlog = self._state[7].copy()  # queue_len
-        service_action = self._state[3]
+        backlog = self._state.queue_len.copy()
+        service_action = self._state.service_action
         action_pair = self._workload.index.action_pair
         busy = np.nonzero(service_action >= 0)
         np.add.at(backlog, (busy[0], action_pair[service_action[busy]]), 1)
