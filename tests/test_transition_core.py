@@ -81,15 +81,15 @@ def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
             assert np.array_equal(tc._field(core.floats, k), np.ravel(getattr(ix, field))), field
     # The derived fields: each (hit, action) row's successor law, the arrival mix, and
     # each node's range of retention candidates.
-    ptr = tc._field(core.ints, tc._SUCCESSOR_PTR)
-    bound = tc._field(core.floats, tc._SUCCESSOR_BOUND)
-    target = tc._field(core.ints, tc._SUCCESSOR_PAIR)
+    ptr = tc._field(core.ints, tc.IntField.SUCCESSOR_PTR)
+    bound = tc._field(core.floats, tc.FloatField.SUCCESSOR_BOUND)
+    target = tc._field(core.ints, tc.IntField.SUCCESSOR_PAIR)
     for h in range(2):
         for a in range(ix.num_actions):
             rows = slice(ptr[h * ix.num_actions + a], ptr[h * ix.num_actions + a + 1])
             assert bound[rows].tolist() == list(ix.successor_cum[h][a])
             assert target[rows].tolist() == list(ix.successor_pair[h][a])
-    cum = tc._field(core.floats, tc._ARRIVAL_CUM)
+    cum = tc._field(core.floats, tc.FloatField.ARRIVAL_CUM)
     assert np.array_equal(cum, np.cumsum(ix.arrival_share)[:-1])
     for name in tc.INT_FIELDS + tc.FLOAT_FIELDS:  # the views the explainer reads
         pack = core.ints if name in tc.INT_FIELDS else core.floats
@@ -97,13 +97,13 @@ def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
         assert np.array_equal(core.field(name), tc._field(pack, k)), name
     with pytest.raises(KeyError, match="no packed field 'nope'"):
         core.field("nope")
-    starts = tc._field(core.ints, tc._RETAIN_PTR)
+    starts = tc._field(core.ints, tc.IntField.RETAIN_PTR)
     assert starts[0] == 0 and starts[-1] == ix.num_retains
     for i in range(ix.num_nodes):
         assert (ix.retain_node[starts[i] : starts[i + 1]] == i).all()
-    assert core.ints[tc._REPLICAS] == wl.replicas
-    assert core.floats[tc._TOTAL_RATE] == wl.total_rate
-    assert core.floats[tc._MIGRATION_COST] == wl.migration_cost
+    assert core.ints[tc.Scalar.REPLICAS] == wl.replicas
+    assert core.floats[tc.Scalar.TOTAL_RATE] == wl.total_rate
+    assert core.floats[tc.Scalar.MIGRATION_COST] == wl.migration_cost
 
 
 def test_transition_core__routing_from_a_full_pool_grows_it_first():

@@ -19,23 +19,10 @@ from mabp_gym.core.kernels.rules import CHECK_TOLERANCE as _TOLERANCE
 from mabp_gym.core.kernels.rules import EPS as _EPS
 from mabp_gym.core.kernels.rules import in_service_spend
 from mabp_gym.core.kernels.transition_core import (
-    _ACTION_NODE,
-    _ACTION_PAIR,
-    _BUDGET,
-    _ELIGIBLE,
-    _LINK_BANDWIDTH,
-    _LINK_CAPACITY,
-    _LINK_DST,
-    _LINK_SRC,
-    _MU,
-    _REPLICAS,
-    _ROUTE_LINK,
-    _ROUTE_SRC_PAIR,
-    _SIGNATURE_SIZE,
-    _TRANSFER_LINK,
-    _TRANSFER_SIGNATURE,
-    _WORK,
     CompiledTransition,
+    FloatField,
+    IntField,
+    Scalar,
     _compiled,
     _field,
     _hits_after,
@@ -92,11 +79,12 @@ def _transfers_fit(transfers, holder, memory_used, ints, floats):  # pragma: no 
     whose destination does not, no object moves twice or arrives twice, and each link's
     bandwidth and each receiving node's budget hold after all of them."""
     n_nodes, n_sig = holder.shape
-    transfer_link = _field(ints, _TRANSFER_LINK)
-    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
-    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
-    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
-    link_bandwidth = _field(floats, _LINK_BANDWIDTH)
+    transfer_link = _field(ints, IntField.TRANSFER_LINK)
+    transfer_signature = _field(ints, IntField.TRANSFER_SIGNATURE)
+    link_src, link_dst = _field(ints, IntField.LINK_SRC), _field(ints, IntField.LINK_DST)
+    signature_size = _field(floats, FloatField.SIGNATURE_SIZE)
+    budget = _field(floats, FloatField.BUDGET)
+    link_bandwidth = _field(floats, FloatField.LINK_BANDWIDTH)
     flags = np.zeros(n_nodes * n_sig, dtype=np.int8)  # 1 moved out, 2 arriving
     bandwidth = np.zeros(link_bandwidth.shape[0])
     used = memory_used.copy()
@@ -152,10 +140,12 @@ def feasible(memory, control, retain, state, ints, floats):  # pragma: no cover 
     if memory and n_sig > 0:
         _hits_after(transfers, ints, holder, hit)
     # Links, then compute (units in service first), then starts, then queues.
-    link_capacity = _field(ints, _LINK_CAPACITY)
-    action_node, action_pair = _field(ints, _ACTION_NODE), _field(ints, _ACTION_PAIR)
-    route_link, route_src_pair = _field(ints, _ROUTE_LINK), _field(ints, _ROUTE_SRC_PAIR)
-    mu, work = _field(floats, _MU), _field(floats, _WORK)  # work[h * A + a]
+    link_capacity = _field(ints, IntField.LINK_CAPACITY)
+    action_node = _field(ints, IntField.ACTION_NODE)
+    action_pair = _field(ints, IntField.ACTION_PAIR)
+    route_link = _field(ints, IntField.ROUTE_LINK)
+    route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
+    mu, work = _field(floats, FloatField.MU), _field(floats, FloatField.WORK)  # work[h * A + a]
     taken = np.zeros(n_pairs, dtype=np.int64)
     load = np.zeros(link_capacity.shape[0], dtype=np.int64)
     for r in range(route.shape[0]):
@@ -223,9 +213,10 @@ def invariants_hold(memory, units, state, fifo, ints, floats):  # pragma: no cov
             if owner[m] >= 0:
                 return False
         return True
-    replicas = ints[_REPLICAS]
-    eligible = _field(ints, _ELIGIBLE)
-    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
+    replicas = ints[Scalar.REPLICAS]
+    eligible = _field(ints, IntField.ELIGIBLE)
+    signature_size = _field(floats, FloatField.SIGNATURE_SIZE)
+    budget = _field(floats, FloatField.BUDGET)
     resident = 0
     for i in range(n_nodes):
         held = 0.0

@@ -21,31 +21,9 @@ from mabp_gym.core.kernels.jit import kernel
 from mabp_gym.core.kernels.rules import EPS as _EPS
 from mabp_gym.core.kernels.rules import hit_bits, in_service_spend
 from mabp_gym.core.kernels.transition_core import (
-    _ACTION_NODE,
-    _ACTION_PAIR,
-    _BUDGET,
-    _HIT_SLOT,
-    _LINK_BANDWIDTH,
-    _LINK_CAPACITY,
-    _LINK_COST,
-    _LINK_DST,
-    _LINK_SRC,
-    _MU,
-    _PAIR_COMMODITY,
-    _PAIR_NODE,
-    _PENALTY,
-    _RETAIN_NODE,
-    _RETAIN_SIGNATURE,
-    _ROUTE_DST_PAIR,
-    _ROUTE_LINK,
-    _ROUTE_SRC_PAIR,
-    _SIGNATURE_SIZE,
-    _TRANSFER_DST_SLOT,
-    _TRANSFER_LINK,
-    _TRANSFER_SIGNATURE,
-    _TRANSFER_SRC_SLOT,
-    _WORK,
     CompiledTransition,
+    FloatField,
+    IntField,
     _field,
     _hits_after,
     state_arrays,
@@ -110,13 +88,15 @@ def _project_transfers(block, holder, memory_used, ints, floats, flags, out):  #
     order = _descending(block, live)
     if order.size == 0:
         return 0
-    transfer_link = _field(ints, _TRANSFER_LINK)
-    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
-    src_slot, dst_slot = _field(ints, _TRANSFER_SRC_SLOT), _field(ints, _TRANSFER_DST_SLOT)
-    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
-    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
+    transfer_link = _field(ints, IntField.TRANSFER_LINK)
+    transfer_signature = _field(ints, IntField.TRANSFER_SIGNATURE)
+    src_slot = _field(ints, IntField.TRANSFER_SRC_SLOT)
+    dst_slot = _field(ints, IntField.TRANSFER_DST_SLOT)
+    link_src, link_dst = _field(ints, IntField.LINK_SRC), _field(ints, IntField.LINK_DST)
+    signature_size = _field(floats, FloatField.SIGNATURE_SIZE)
+    budget = _field(floats, FloatField.BUDGET)
     used = memory_used.copy()
-    bandwidth = _field(floats, _LINK_BANDWIDTH).copy()
+    bandwidth = _field(floats, FloatField.LINK_BANDWIDTH).copy()
     n_exec = 0
     for k in order:
         e = transfer_link[k]
@@ -170,15 +150,17 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out):  # pragma:
         n_exec = _project_transfers(block, holder, memory_used, ints, floats, flags, transfers_out)
     # Hit bits of the post-transfer memory.
     if memory and n_sig > 0:
-        src_slot, dst_slot = _field(ints, _TRANSFER_SRC_SLOT), _field(ints, _TRANSFER_DST_SLOT)
+        src_slot = _field(ints, IntField.TRANSFER_SRC_SLOT)
+        dst_slot = _field(ints, IntField.TRANSFER_DST_SLOT)
         for q in range(n_exec):
             flags[src_slot[transfers_out[q]]] = 0
             flags[dst_slot[transfers_out[q]]] = 0
         _hits_after(transfers_out[:n_exec], ints, holder, hit)
 
     # 2. Units in service take their compute first; then service in descending score.
-    mu, work = _field(floats, _MU), _field(floats, _WORK)  # work[h * A + a]
-    action_pair, action_node = _field(ints, _ACTION_PAIR), _field(ints, _ACTION_NODE)
+    mu, work = _field(floats, FloatField.MU), _field(floats, FloatField.WORK)  # work[h * A + a]
+    action_pair = _field(ints, IntField.ACTION_PAIR)
+    action_node = _field(ints, IntField.ACTION_NODE)
     left = np.empty(mu.shape[0])
     in_service_spend(mu, service_action, service_residual, left)
     for i in range(mu.shape[0]):
@@ -212,12 +194,13 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out):  # pragma:
 
     # 3. Routing in descending score with what is left of each queue.
     if n_route > 0:
-        route_src_pair, route_link = _field(ints, _ROUTE_SRC_PAIR), _field(ints, _ROUTE_LINK)
+        route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
+        route_link = _field(ints, IntField.ROUTE_LINK)
         block = scores[n_act : n_act + n_route]
         live = np.empty(n_route, dtype=np.bool_)
         for r in range(n_route):
             live[r] = block[r] > 0 and queue_len[route_src_pair[r]] > 0
-        capacity = _field(ints, _LINK_CAPACITY).copy()
+        capacity = _field(ints, IntField.LINK_CAPACITY).copy()
         for r in _descending(block, live):
             p = route_src_pair[r]
             e = route_link[r]
@@ -275,14 +258,16 @@ def _encode_memory(
     memory."""
     n_nodes, n_sig = holder.shape
     holder_flat = holder.reshape(n_nodes * n_sig)
-    src_slot, dst_slot = _field(ints, _TRANSFER_SRC_SLOT), _field(ints, _TRANSFER_DST_SLOT)
-    transfer_link = _field(ints, _TRANSFER_LINK)
-    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
-    link_dst, signature_size = _field(ints, _LINK_DST), _field(floats, _SIGNATURE_SIZE)
-    link_bandwidth = _field(floats, _LINK_BANDWIDTH)
+    src_slot = _field(ints, IntField.TRANSFER_SRC_SLOT)
+    dst_slot = _field(ints, IntField.TRANSFER_DST_SLOT)
+    transfer_link = _field(ints, IntField.TRANSFER_LINK)
+    transfer_signature = _field(ints, IntField.TRANSFER_SIGNATURE)
+    link_dst = _field(ints, IntField.LINK_DST)
+    signature_size = _field(floats, FloatField.SIGNATURE_SIZE)
+    link_bandwidth = _field(floats, FloatField.LINK_BANDWIDTH)
     offset = mask.shape[0] - transfer.shape[0]  # the transfers' scores come last but one
     offset -= retain.shape[0]
-    free = _field(floats, _BUDGET) - memory_used
+    free = _field(floats, FloatField.BUDGET) - memory_used
     for k in range(transfer.shape[0]):
         src_holds = holder_flat[src_slot[k]] >= 0
         dst = link_dst[transfer_link[k]]
@@ -296,7 +281,8 @@ def _encode_memory(
             and np.float64(size) <= link_bandwidth[transfer_link[k]]
             and np.float64(size) <= free[dst] + 1e-9
         )
-    retain_node, retain_signature = _field(ints, _RETAIN_NODE), _field(ints, _RETAIN_SIGNATURE)
+    retain_node = _field(ints, IntField.RETAIN_NODE)
+    retain_signature = _field(ints, IntField.RETAIN_SIGNATURE)
     for k in range(retain.shape[0]):
         retain[k, 0] = 1.0 if holder[retain_node[k], retain_signature[k]] >= 0 else 0.0
         retain[k, 1] = signature_size[retain_signature[k]]
@@ -324,12 +310,16 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask = out
     n_nodes, n_comm = queues.shape
     n_act, n_route, n_sig = service.shape[0], route.shape[0], resident.shape[1]
-    pair_node, pair_commodity = _field(ints, _PAIR_NODE), _field(ints, _PAIR_COMMODITY)
-    action_pair, action_node = _field(ints, _ACTION_PAIR), _field(ints, _ACTION_NODE)
-    route_src_pair, route_dst_pair = _field(ints, _ROUTE_SRC_PAIR), _field(ints, _ROUTE_DST_PAIR)
-    work, penalty = _field(floats, _WORK), _field(floats, _PENALTY)  # [h * A + a]
-    route_link, link_cost = _field(ints, _ROUTE_LINK), _field(floats, _LINK_COST)
-    mu = _field(floats, _MU)
+    pair_node = _field(ints, IntField.PAIR_NODE)
+    pair_commodity = _field(ints, IntField.PAIR_COMMODITY)
+    action_pair = _field(ints, IntField.ACTION_PAIR)
+    action_node = _field(ints, IntField.ACTION_NODE)
+    route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
+    route_dst_pair = _field(ints, IntField.ROUTE_DST_PAIR)
+    work = _field(floats, FloatField.WORK)
+    penalty = _field(floats, FloatField.PENALTY)  # [h * A + a]
+    route_link, link_cost = _field(ints, IntField.ROUTE_LINK), _field(floats, FloatField.LINK_COST)
+    mu = _field(floats, FloatField.MU)
     pairs = queue_len.copy()  # the backlog per pair, units in service included
     for i in range(n_nodes):
         if service_action[i] >= 0:
@@ -342,7 +332,7 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
         for s in range(n_sig):
             resident[i, s] = 1.0 if holder[i, s] >= 0 else 0.0
     if memory and n_sig > 0:
-        hit_bits(holder, _field(ints, _HIT_SLOT), hit)
+        hit_bits(holder, _field(ints, IntField.HIT_SLOT), hit)
     else:
         hit[:] = 0
     for a in range(n_act):

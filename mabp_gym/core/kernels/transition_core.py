@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import weakref
+from enum import IntEnum
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -98,73 +99,61 @@ def _lengths(pool, head, lengths):  # pragma: no cover - compiled
 # -- one slot, in two kernels around the draws ---------------------------------------------
 # The static index arrays travel in two packs, each headed by the bounds of its fields
 # (a kernel slices a field out as a view: fewer arguments to pass on every call).
-INT_FIELDS = (
-    "link_src",
-    "link_dst",
-    "transfer_link",
-    "transfer_signature",
-    "action_pair",
-    "action_node",
-    "action_signature",
-    "route_src_pair",
-    "route_dst_pair",
-    "route_link",
-    "pair_commodity",
-    "retain_node",
-    "retain_signature",
-    "retain_of",  # (N * S,) raveled
-    "hit_slot",  # (A,) raveled position of each action's signature, N * S for none
-    "link_capacity",
-    "eligible",  # (N * S,) raveled, 0 or 1
-    "successor_ptr",  # (2A + 1,) the successor law of row h * A + a: its entries' bounds
-    "successor_pair",  # each entry's target pair
-    "arrival_pair",  # the pair of each arrival-mix bin
-    "retain_ptr",  # (N + 1,) each node's retention candidates (sorted by node)
-    "transfer_src_slot",  # (T,) raveled (source node, signature) of each transfer candidate
-    "transfer_dst_slot",  # (T,) raveled (destination node, signature)
-    "pair_node",
-)
-FLOAT_FIELDS = (
-    "signature_size",
-    "mu",
-    "budget",
-    "link_cost",
-    "gen_prob",
-    "link_bandwidth",
-    "work",  # (2A,) raveled: work[h * A + a]
-    "penalty",  # (2A,) raveled
-    "successor_bound",  # each successor entry's cumulative probability
-    "arrival_cum",  # the arrival mix's cumulative shares, the last one left out
-)
-# Each field's number in its pack (module constants: numba freezes them into the kernels).
-_LINK_SRC, _LINK_DST = INT_FIELDS.index("link_src"), INT_FIELDS.index("link_dst")
-_TRANSFER_LINK = INT_FIELDS.index("transfer_link")
-_TRANSFER_SIGNATURE = INT_FIELDS.index("transfer_signature")
-_ACTION_PAIR, _ACTION_NODE = INT_FIELDS.index("action_pair"), INT_FIELDS.index("action_node")
-_ACTION_SIGNATURE = INT_FIELDS.index("action_signature")
-_ROUTE_SRC_PAIR = INT_FIELDS.index("route_src_pair")
-_ROUTE_DST_PAIR = INT_FIELDS.index("route_dst_pair")
-_ROUTE_LINK = INT_FIELDS.index("route_link")
-_PAIR_COMMODITY = INT_FIELDS.index("pair_commodity")
-_RETAIN_NODE = INT_FIELDS.index("retain_node")
-_RETAIN_SIGNATURE = INT_FIELDS.index("retain_signature")
-_RETAIN_OF, _HIT_SLOT = INT_FIELDS.index("retain_of"), INT_FIELDS.index("hit_slot")
-_LINK_CAPACITY, _ELIGIBLE = INT_FIELDS.index("link_capacity"), INT_FIELDS.index("eligible")
-_SUCCESSOR_PTR = INT_FIELDS.index("successor_ptr")
-_SUCCESSOR_PAIR = INT_FIELDS.index("successor_pair")
-_ARRIVAL_PAIR, _RETAIN_PTR = INT_FIELDS.index("arrival_pair"), INT_FIELDS.index("retain_ptr")
-_TRANSFER_SRC_SLOT = INT_FIELDS.index("transfer_src_slot")
-_TRANSFER_DST_SLOT = INT_FIELDS.index("transfer_dst_slot")
-_PAIR_NODE = INT_FIELDS.index("pair_node")
-_SIGNATURE_SIZE, _MU = FLOAT_FIELDS.index("signature_size"), FLOAT_FIELDS.index("mu")
-_BUDGET, _LINK_COST = FLOAT_FIELDS.index("budget"), FLOAT_FIELDS.index("link_cost")
-_GEN_PROB, _LINK_BANDWIDTH = FLOAT_FIELDS.index("gen_prob"), FLOAT_FIELDS.index("link_bandwidth")
-_WORK, _PENALTY = FLOAT_FIELDS.index("work"), FLOAT_FIELDS.index("penalty")
-_SUCCESSOR_BOUND = FLOAT_FIELDS.index("successor_bound")
-_ARRIVAL_CUM = FLOAT_FIELDS.index("arrival_cum")
-# The scalars after each pack's bounds (see _pack).
-_REPLICAS = len(INT_FIELDS) + 1
-_TOTAL_RATE, _MIGRATION_COST = len(FLOAT_FIELDS) + 1, len(FLOAT_FIELDS) + 2
+class IntField(IntEnum):
+    """Each field of the int pack by name, its value the field's number (numba reads
+    the members as constants)."""
+
+    LINK_SRC = 0
+    LINK_DST = 1
+    TRANSFER_LINK = 2
+    TRANSFER_SIGNATURE = 3
+    ACTION_PAIR = 4
+    ACTION_NODE = 5
+    ACTION_SIGNATURE = 6
+    ROUTE_SRC_PAIR = 7
+    ROUTE_DST_PAIR = 8
+    ROUTE_LINK = 9
+    PAIR_COMMODITY = 10
+    RETAIN_NODE = 11
+    RETAIN_SIGNATURE = 12
+    RETAIN_OF = 13  # (N * S,) raveled
+    HIT_SLOT = 14  # (A,) raveled position of each action's signature, N * S for none
+    LINK_CAPACITY = 15
+    ELIGIBLE = 16  # (N * S,) raveled, 0 or 1
+    SUCCESSOR_PTR = 17  # (2A + 1,) the successor law of row h * A + a: its entries' bounds
+    SUCCESSOR_PAIR = 18  # each entry's target pair
+    ARRIVAL_PAIR = 19  # the pair of each arrival-mix bin
+    RETAIN_PTR = 20  # (N + 1,) each node's retention candidates (sorted by node)
+    TRANSFER_SRC_SLOT = 21  # (T,) raveled (source node, signature) of each transfer candidate
+    TRANSFER_DST_SLOT = 22  # (T,) raveled (destination node, signature)
+    PAIR_NODE = 23
+
+
+class FloatField(IntEnum):
+    """Each field of the float pack by name, its value the field's number."""
+
+    SIGNATURE_SIZE = 0
+    MU = 1
+    BUDGET = 2
+    LINK_COST = 3
+    GEN_PROB = 4
+    LINK_BANDWIDTH = 5
+    WORK = 6  # (2A,) raveled: work[h * A + a]
+    PENALTY = 7  # (2A,) raveled
+    SUCCESSOR_BOUND = 8  # each successor entry's cumulative probability
+    ARRIVAL_CUM = 9  # the arrival mix's cumulative shares, the last one left out
+
+
+class Scalar(IntEnum):
+    """The scalars after each pack's bounds (see ``_pack``), by name: their positions."""
+
+    REPLICAS = len(IntField) + 1  # in the int pack
+    TOTAL_RATE = len(FloatField) + 1  # in the float pack
+    MIGRATION_COST = len(FloatField) + 2  # in the float pack
+
+
+INT_FIELDS = tuple(field.name.lower() for field in IntField)
+FLOAT_FIELDS = tuple(field.name.lower() for field in FloatField)
 
 
 def _field(pack, k):  # pragma: no cover - compiled
@@ -188,13 +177,13 @@ def _hits_after(transfers, ints, holder, hit):  # pragma: no cover
     after = holder.copy()
     move_objects(
         transfers,
-        _field(ints, _TRANSFER_LINK),
-        _field(ints, _TRANSFER_SIGNATURE),
-        _field(ints, _LINK_SRC),
-        _field(ints, _LINK_DST),
+        _field(ints, IntField.TRANSFER_LINK),
+        _field(ints, IntField.TRANSFER_SIGNATURE),
+        _field(ints, IntField.LINK_SRC),
+        _field(ints, IntField.LINK_DST),
         after,
     )
-    hit_bits(after, _field(ints, _HIT_SLOT), hit)
+    hit_bits(after, _field(ints, IntField.HIT_SLOT), hit)
 
 
 @jit.part
@@ -202,10 +191,10 @@ def _transfer(transfers, ints, floats, holder, owner, memory_used, hit):  # prag
     """SPEC 1 steps 2-4: the feasible ``transfers`` move their objects and memory use, and
     ``hit`` takes the hit bits of the post-transfer memory (what the check found). Returns
     the transfers' migration cost."""
-    link_src, link_dst = _field(ints, _LINK_SRC), _field(ints, _LINK_DST)
-    transfer_link = _field(ints, _TRANSFER_LINK)
-    transfer_signature = _field(ints, _TRANSFER_SIGNATURE)
-    signature_size = _field(floats, _SIGNATURE_SIZE)
+    link_src, link_dst = _field(ints, IntField.LINK_SRC), _field(ints, IntField.LINK_DST)
+    transfer_link = _field(ints, IntField.TRANSFER_LINK)
+    transfer_signature = _field(ints, IntField.TRANSFER_SIGNATURE)
+    signature_size = _field(floats, FloatField.SIGNATURE_SIZE)
     cost = 0.0
     for q in range(transfers.shape[0]):
         k = transfers[q]
@@ -214,9 +203,9 @@ def _transfer(transfers, ints, floats, holder, owner, memory_used, hit):  # prag
         owner[holder[link_src[e], s]] = link_dst[e]
         memory_used[link_src[e]] -= signature_size[s]
         memory_used[link_dst[e]] += signature_size[s]
-        cost += floats[_MIGRATION_COST] * signature_size[s]
+        cost += floats[Scalar.MIGRATION_COST] * signature_size[s]
     move_objects(transfers, transfer_link, transfer_signature, link_src, link_dst, holder)
-    hit_bits(holder, _field(ints, _HIT_SLOT), hit)
+    hit_bits(holder, _field(ints, IntField.HIT_SLOT), hit)
     return cost
 
 
@@ -224,8 +213,9 @@ def _transfer(transfers, ints, floats, holder, owner, memory_used, hit):  # prag
 def _route_units(route, queue_len, fifo, ints, floats):  # pragma: no cover
     """SPEC 1 step 5's routing: units leave their queue now and join the next hop's tail
     (they are served there from t + 1). Returns (units routed, transmission penalty)."""
-    route_src_pair, route_dst_pair = _field(ints, _ROUTE_SRC_PAIR), _field(ints, _ROUTE_DST_PAIR)
-    route_link, link_cost = _field(ints, _ROUTE_LINK), _field(floats, _LINK_COST)
+    route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
+    route_dst_pair = _field(ints, IntField.ROUTE_DST_PAIR)
+    route_link, link_cost = _field(ints, IntField.ROUTE_LINK), _field(floats, FloatField.LINK_COST)
     pool, head, tail, meta = fifo
     routed = 0
     penalty = 0.0
@@ -280,8 +270,9 @@ def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover 
         moved += route[r]
     if moved > meta[1]:
         return -2
-    action_pair, action_node = _field(ints, _ACTION_PAIR), _field(ints, _ACTION_NODE)
-    mu, work = _field(floats, _MU), _field(floats, _WORK)
+    action_pair = _field(ints, IntField.ACTION_PAIR)
+    action_node = _field(ints, IntField.ACTION_NODE)
+    mu, work = _field(floats, FloatField.MU), _field(floats, FloatField.WORK)
     sums[0] = _transfer(transfers, ints, floats, holder, owner, memory_used, hit)
 
     # (5) Units in service take their compute first, then whole units, then starts.
@@ -341,13 +332,13 @@ def _generate(a, rng, ints, floats, holder, owner, generated, n_gen):  # pragma:
     replica is owned or reserved; else with probability ``gen_prob[a]`` (a draw from
     ``rng`` only strictly between 0 and 1; ``rng`` is ``None`` when no action has such a
     probability). Returns the new ``n_gen``."""
-    s, i = _field(ints, _ACTION_SIGNATURE)[a], _field(ints, _ACTION_NODE)[a]
+    s, i = _field(ints, IntField.ACTION_SIGNATURE)[a], _field(ints, IntField.ACTION_NODE)[a]
     if s < 0 or holder[i, s] >= 0:
         return n_gen
     for g in range(n_gen):
         if generated[g, 0] == i and generated[g, 1] == s:
             return n_gen
-    replicas = ints[_REPLICAS]
+    replicas = ints[Scalar.REPLICAS]
     free = -1
     for m in range(s * replicas, (s + 1) * replicas):
         reserved = owner[m] >= 0
@@ -357,7 +348,7 @@ def _generate(a, rng, ints, floats, holder, owner, generated, n_gen):  # pragma:
         if not reserved:
             free = m
             break
-    p = _field(floats, _GEN_PROB)[a]
+    p = _field(floats, FloatField.GEN_PROB)[a]
     if free < 0 or (p < 1.0 and (rng is None or not rng.random() < p)):
         return n_gen
     generated[n_gen, 0] = i
@@ -375,9 +366,11 @@ def _retain(
     negative priorities, insert the kept generated objects. Returns (objects inserted,
     objects evicted, listed in ``evicted``)."""
     n_nodes, n_sig = holder.shape
-    retain_node, retain_signature = _field(ints, _RETAIN_NODE), _field(ints, _RETAIN_SIGNATURE)
-    retain_of, retain_ptr = _field(ints, _RETAIN_OF), _field(ints, _RETAIN_PTR)
-    signature_size, budget = _field(floats, _SIGNATURE_SIZE), _field(floats, _BUDGET)
+    retain_node = _field(ints, IntField.RETAIN_NODE)
+    retain_signature = _field(ints, IntField.RETAIN_SIGNATURE)
+    retain_of, retain_ptr = _field(ints, IntField.RETAIN_OF), _field(ints, IntField.RETAIN_PTR)
+    signature_size = _field(floats, FloatField.SIGNATURE_SIZE)
+    budget = _field(floats, FloatField.BUDGET)
     for k in range(retain.shape[0]):
         if holder[retain_node[k], retain_signature[k]] >= 0 and retain[k] < 0:
             affected[retain_node[k]] = True
@@ -441,7 +434,8 @@ def _retain(
 def _arrive(t, uniforms, queue_len, fifo, ints, floats):  # pragma: no cover
     """SPEC 1 step 8: each arrival's uniform picks its pair by the mix's cumulative shares
     (bisect right over a few entries); each pair's arrivals join its tail as one run."""
-    arrival_cum, arrival_pair = _field(floats, _ARRIVAL_CUM), _field(ints, _ARRIVAL_PAIR)
+    arrival_cum = _field(floats, FloatField.ARRIVAL_CUM)
+    arrival_pair = _field(ints, IntField.ARRIVAL_PAIR)
     pool, head, tail, meta = fifo
     arrivals = np.zeros(queue_len.shape[0], dtype=np.int64)
     for k in range(uniforms.shape[0]):
@@ -476,10 +470,11 @@ def _outcome_kernel(
     holder, owner, memory_used, queue_len = state[0], state[1], state[2], state[7]
     pool, head, tail, meta = fifo
     affected, done, unit_succ, unit_floats, delays, generated, evicted, counts, sums = out
-    pair_commodity = _field(ints, _PAIR_COMMODITY)
-    work, penalty = _field(floats, _WORK), _field(floats, _PENALTY)
-    successor_ptr, successor_pair = _field(ints, _SUCCESSOR_PTR), _field(ints, _SUCCESSOR_PAIR)
-    successor_bound = _field(floats, _SUCCESSOR_BOUND)
+    pair_commodity = _field(ints, IntField.PAIR_COMMODITY)
+    work, penalty = _field(floats, FloatField.WORK), _field(floats, FloatField.PENALTY)
+    successor_ptr = _field(ints, IntField.SUCCESSOR_PTR)
+    successor_pair = _field(ints, IntField.SUCCESSOR_PAIR)
+    successor_bound = _field(floats, FloatField.SUCCESSOR_BOUND)
     n_act = work.shape[0] // 2
 
     # (6) Outcomes: successors at the same node, exits, generated objects.
@@ -522,7 +517,7 @@ def _outcome_kernel(
 
     # (8) Poisson arrivals: a Poisson total split by the mix; one run per pair.
     if rng is not None:
-        arrival_uniforms = np.empty(rng.poisson(floats[_TOTAL_RATE]))
+        arrival_uniforms = np.empty(rng.poisson(floats[Scalar.TOTAL_RATE]))
         for k in range(arrival_uniforms.shape[0]):
             arrival_uniforms[k] = rng.random()
     _arrive(t, arrival_uniforms, queue_len, fifo, ints, floats)
@@ -703,7 +698,7 @@ class CompiledTransition:
         self.counts = np.zeros(8, dtype=np.int64)  # started, routed, arrivals, hits, exits,
         # generated, insertions, evictions
         self.sums = np.zeros(4)  # transfer cost, transmission, work, compute penalty
-        retains = int(self.ints[_RETAIN_NODE + 1] - self.ints[_RETAIN_NODE])
+        retains = int(self.ints[IntField.RETAIN_NODE + 1] - self.ints[IntField.RETAIN_NODE])
         self.evicted = np.zeros((max(retains, 1), 2), dtype=np.int64)
         self.served_by_action = np.zeros(n_act, dtype=np.int64)
         self._grow_outputs(64)
