@@ -1,0 +1,116 @@
+"""MABP's compiled decision (mabp_gym.agents.mabp_core) against its numpy path, bit for bit."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import mabp_gym  # noqa: F401
+from mabp_gym.agents.mabp import MABP
+from mabp_gym.core.kernels import jit
+from mabp_gym.core.workloads import WORKLOADS
+
+pytestmark = pytest.mark.skipif(not jit.COMPILED, reason="the kernels run as plain Python here")
+
+VARIANTS = {
+    "mabp": {},
+    "no-transition": {"transition": False},
+    "no-reuse": {"reuse": False},
+}
+
+
+@pytest.fixture(autouse=True)
+def _compile_at_once(monkeypatch):
+    monkeypatch.setattr(MABP, "compile_after", 0)
+
+
+def _numpy_twin(workload, **kw) -> MABP:
+    twin = MABP(workload, **kw)
+    twin._statics = None  # the numpy path
+    return twin
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_mabp_core__scores_and_object_values_equal_the_numpy_path_to_the_bit(workload, variant):
+    env = gym.make("mabp_gym/SFMSN-v0", workload=workload, load=0.9, horizon=300)
+    wl = env.unwrapped.workload
+    compiled, twin = MABP(wl, **VARIANTS[variant]), _numpy_twin(wl, **VARIANTS[variant])
+    obs, _ = env.reset(seed=3)
+    compiled.reset(3)
+    twin.reset(3)
+    assert compiled._compiled_statics() is not None
+    for _ in range(150):
+        got, want = compiled.scores(obs), twin.scores(obs)
+        assert got.tobytes() == want.tobytes()
+        if wl.index.num_retains:
+            assert compiled.object_values.tobytes() == twin.object_values.tobytes()
+        else:
+            assert compiled.object_values is None and twin.object_values is None
+        obs, *_ = env.step(got)
+
+
+def test_mabp_core__without_memory_and_with_recency_retention_the_rules_agree():
+    env = gym.make("mabp_gym/SFMSN-v0", workload="mixed", load=0.8, memory=False)
+    wl = env.unwrapped.workload
+    compiled, twin = MABP(wl, memory=False), _numpy_twin(wl, memory=False)
+    recency = MABP(wl, retention=False)
+    assert recency._compiled_statics() is None  # most-recently-used stays in numpy
+    obs, _ = env.reset(seed=0)
+    for _ in range(100):
+        got = compiled.scores(obs)
+        assert got.tobytes() == twin.scores(obs).tobytes()
+        obs, *_ = env.step(got)
+
+
+def test_mabp_core__a_subclass_that_changes_the_weights_runs_the_numpy_path():
+    class Scaled(MABP):
+        def weights(self, queues):
+            return 2.0 * super().weights(queues)
+
+    env = gym.make("mabp_gym/SFMSN-v0", workload="mixed")
+    assert Scaled(env.unwrapped.workload)._compiled_statics() is None
+    assert MABP(env.unwrapped.workload)._compiled_statics() is not None
+
+
+def test_mabp_core__row_sums_add_as_numpy_does_at_every_length_up_to_128():
+    from mabp_gym.agents.mabp_core import _row_sum
+
+    rng = np.random.default_rng(0)
+    for n in range(0, 129):
+        values = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n)
+        assert _row_sum(np.concatenate([values, [1e300]]), n) == values.sum(), n
+
+
+def test_mabp_core__the_first_decisions_run_numpy_then_the_kernel_takes_over_unchanged(
+    monkeypatch,
+):
+    import mabp_gym.agents.mabp as module
+
+    monkeypatch.setattr(MABP, "compile_after", 5)
+    monkeypatch.setattr(MABP, "_decisions", 0)
+    monkeypatch.setattr(module, "_kernel_on_disk", lambda: False)  # a fresh install
+    env = gym.make("mabp_gym/SFMSN-v0", workload="rag", load=0.9)
+    wl = env.unwrapped.workload
+    switching, twin = MABP(wl), _numpy_twin(wl)
+    obs, _ = env.reset(seed=1)
+    paths = []
+    for _ in range(12):
+        got = switching.scores(obs)
+        paths.append(switching._statics is not False)
+        assert got.tobytes() == twin.scores(obs).tobytes()
+        obs, *_ = env.step(got)
+    assert paths == [False] * 5 + [True] * 7
+
+
+def test_mabp_core__a_kernel_in_the_disk_cache_runs_from_the_first_decision(monkeypatch):
+    import mabp_gym.agents.mabp as module
+
+    monkeypatch.setattr(MABP, "compile_after", 10**9)
+    monkeypatch.setattr(MABP, "_decisions", 0)
+    monkeypatch.setattr(module, "_kernel_on_disk", lambda: True)
+    env = gym.make("mabp_gym/SFMSN-v0", workload="mixed")
+    policy = MABP(env.unwrapped.workload)
+    policy.scores(env.reset(seed=0)[0])
+    assert policy._statics is not False and policy._statics is not None
