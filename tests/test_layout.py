@@ -22,6 +22,10 @@ ROOT = PACKAGE.parent
 CORE = (
     "core.workload",
     "core.workloads",
+    "core.workloads_parts",
+    "core.workloads_theory",
+    "core.workloads_service",
+    "core.workloads_multihop",
     "core.index",
     "core.fluid",
     "core.validate",
