@@ -2,14 +2,14 @@
 # Regenerates every number and figure of docs/results.md (benchmark v3; v2's verdict study).
 # Results stream to results/*.jsonl; rerunning skips the runs already there, and
 # `mabp-gym table --from-results` re-tabulates without running anything.
-# Cost on 2 cores: Table I about 1.5 hours (Oracle-Sur and the GNN dominate), the seed-set
+# Cost on 2 cores: Table I about 16 minutes (2026-12-04; Oracle-Sur and the GNN dominate), the seed-set
 # check about 1 hour, the rest about 10 minutes (benchmarks/RESULTS.md has the figures).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POLICIES="sp jsq bp cost-bp greedycache-bp gnn learn-mabp mabp frame-mabp residual-mabp oracle-sur mabp-no-transition mabp-no-reuse mabp-no-retention"
 SEEDS_A="100 101 102 103 104"
 
-# Table I under verdict v3: both verdicts from the same 4,000-slot runs (the paper load
+# Table I (verdict v4; the same cells as v3's, docs/results.md): both verdicts from the same 4,000-slot runs (the paper load
 # reads their first 600 slots), loads 0.05-1.0 in steps of 0.05, each policy stopped at its
 # first growing load; fixed-load metrics at 0.85. About 15 minutes on one worker here.
 mabp-gym table --search --policies $POLICIES --loads 0.05:1.0:0.05 --seeds $SEEDS_A \

@@ -216,8 +216,9 @@ requests left in the network at their age)."""
 
 TABLE_LEGEND = (
     "Stable load: the largest grid load at which it and every smaller grid load pass verdict "
-    "v3 (growth pooled over the seeds under 1.5% of the arrivals with 95% confidence and, "
-    "where significantly above zero, halving when the run doubles), below the occupation "
+    "v4 (growth pooled over the seeds under 1.5% of the arrivals with 95% confidence and, "
+    "where significantly above zero and material (a rise of a quarter of the backlog), "
+    "halving when the run doubles), below the occupation "
     "bound; '<x': not even the lowest load run, x; '(partial: y not run)': capped before a "
     "load missing from the grid. "
     "Paper load: the paper's rule (slots 120-600: slope < 0.035 and mean backlog < 120). The "
