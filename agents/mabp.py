@@ -318,9 +318,11 @@ class MABP(Policy):
         if self._statics is not False:
             return self._statics  # type: ignore[return-value]
         if self._eligible is None:
+            # Against the functions the class was defined with: a subclass, or a patch of
+            # MABP itself or of this instance, takes the numpy path that calls it.
             own_rule = all(
-                getattr(type(self), name) is getattr(MABP, name)
-                for name in ("weights", "_route_weights", "_object_values", "pair_backlog")
+                getattr(type(self), name) is function and name not in vars(self)
+                for name, function in _KERNEL_RULE.items()
             )
             narrow = self._law.shape[2] <= 128  # numpy sums wider rows by another recursion
             retention = self.retention or not self.ix.num_retains
@@ -403,3 +405,11 @@ class MABP(Policy):
         return np.bincount(
             self._member_retain, per_action[self._member_action], minlength=ix.num_retains
         )
+
+
+_KERNEL_RULE = {
+    name: getattr(MABP, name)
+    for name in ("weights", "_route_weights", "_object_values", "pair_backlog")
+}
+"""The pieces of the rule :func:`~mabp_gym.agents.mabp_core.mabp_fill` computes, as
+defined: where one is replaced, MABP decides with numpy."""
