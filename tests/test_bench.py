@@ -70,7 +70,10 @@ def test_scores_are_relative_to_mabp_and_zero_where_the_backlog_grows():
     assert [s["policy"] for s in partial][:3] == ["frame-mabp", "mabp", "p"]
     text = bench.markdown(rows, [], [task, other])
     assert "| frame-mabp | 2 of 2 | 2.00 |" in text and "| bp | 0 of 1 | - |" in text
-    assert "| bp | 3 | 900.0 ± 0.0 | 900.0 | 0.1000 | no | 0.00 |" in text
+    # mixed's delay floor is 4 slots at P95 (test_floor checks it): 900 slots sit 225x over it.
+    assert by[(task.name, "bp")]["floor_p95"] == 4.0
+    assert "| bp | 3 | 900.0 ± 0.0 | 225.0x | 900.0 | 0.1000 | no | 0.00 |" in text
+    assert "delay floor P95 4 slots" in text
 
 
 def test_learned_policies_without_a_checkpoint_for_a_task_are_left_out_and_said_so():
@@ -99,9 +102,10 @@ def test_cli__runs_the_suite_resumes_and_prints_the_board_from_saved_results(tmp
     first = cli(*common, "--out", str(out), "--no-progress", "--json", str(board))
     assert first.returncode == 0, first.stderr
     assert len(out.read_text().splitlines()) == 4
-    assert "**mixed-0.90** (mixed at load 0.9, bound 1.00;" in first.stdout
+    assert "**mixed-0.90** (mixed at load 0.9, bound 1.00, delay floor P95 4 slots;" in first.stdout
     rows = json.loads(board.read_text())["rows"]
     assert {r["policy"] for r in rows} == {"bp", "mabp"}
+    assert all(r["p95_delay_all"] >= r["floor_p95"] == 4.0 for r in rows)
     again = cli(*common, "--out", str(out), "--from-results")
     assert again.returncode == 0 and again.stdout == first.stdout
     assert len(out.read_text().splitlines()) == 4  # nothing ran again

@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from mabp_gym.core.floor import delay_floor
 from mabp_gym.core.metrics import growth_verdict, pooled
+from mabp_gym.core.workloads import make_workload
 from mabp_gym.extras import MissingExtraError
 from mabp_gym.harness.runs import RunSpec, plan
 from mabp_gym.harness.summaries import check_one_setting, occupation_load
@@ -181,11 +183,13 @@ def leaderboard(
 
     Row keys: ``task``, ``policy``, ``seeds``, ``bound`` (the occupation bound as a load),
     ``p95_delay_all`` and ``p95_delay_all_half_width`` (95%), ``mean_backlog``,
-    ``penalty_per_arrival``, ``stable``, ``growth_mean``, ``score``, ``reference_grows``.
+    ``penalty_per_arrival``, ``stable``, ``growth_mean``, ``score``, ``reference_grows``,
+    ``floor_p95`` (:func:`task_floor`) and ``over_floor`` (the P95 delay over it).
     """
     records = list(records)
     rows = []
     for task in tasks:
+        floor = task_floor(task)
         mine = list({r.get("key", id(r)): r for r in records if task.matches(r)}.values())  # once
         by_policy: dict[str, list[dict[str, Any]]] = {}
         for record in mine:
@@ -200,8 +204,23 @@ def leaderboard(
             row = {"task": task.name, "policy": policy, "bound": bound, **summaries[policy]}
             row["score"] = _score(row, reference)
             row["reference_grows"] = None if reference is None else not reference["stable"]
+            row["floor_p95"] = floor
+            row["over_floor"] = row["p95_delay_all"] / floor
             rows.append(row)
     return rows
+
+
+_FLOORS: dict[Task, float] = {}
+
+
+def task_floor(task: Task) -> float:
+    """The P95 of the task's delay floor over its arrival mix, in slots
+    (:func:`mabp_gym.core.floor.delay_floor`: every request's shortest possible path, no
+    waiting and every assisted service a hit), a bound no policy's P95 delay goes below."""
+    if task not in _FLOORS:
+        workload = make_workload(task.workload, load=task.load, **dict(task.overrides))
+        _FLOORS[task] = delay_floor(workload).p95
+    return _FLOORS[task]
 
 
 def _summary(members: list[dict[str, Any]]) -> dict[str, Any]:
@@ -274,19 +293,23 @@ def markdown(
             continue
         bound = mine[0]["bound"]
         where = f"bound {bound:.2f}" if bound is not None else "bound not computed"
+        floor = mine[0]["floor_p95"]
         lines += [
             "",
-            f"**{task.name}** ({task.workload} at load {task.load:g}, {where}; {task.why})",
+            f"**{task.name}** ({task.workload} at load {task.load:g}, {where}, delay floor "
+            f"P95 {floor:g} slots; {task.why})",
             "",
-            "| Policy | Seeds | P95 delay (all) | Backlog | Penalty / arrival | Stable | Score |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "| Policy | Seeds | P95 delay (all) | Over floor | Backlog | Penalty / arrival | "
+            "Stable | Score |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for row in mine:
             grows = " (MABP not stable)" if row["reference_grows"] else ""
             score = "-" if row["score"] is None else f"{row['score']:.2f}{grows}"
             lines.append(
                 f"| {row['policy']} | {row['seeds']} | {row['p95_delay_all']:.1f} ± "
-                f"{row['p95_delay_all_half_width']:.1f} | {row['mean_backlog']:.1f} | "
+                f"{row['p95_delay_all_half_width']:.1f} | {row['over_floor']:.1f}x | "
+                f"{row['mean_backlog']:.1f} | "
                 f"{row['penalty_per_arrival']:.4f} | {'yes' if row['stable'] else 'no'} | "
                 f"{score} |"
             )
@@ -301,6 +324,9 @@ def markdown(
         "confidence and, where significantly above zero and material, halving when the run "
         "doubles). Score: "
         "MABP's P95 delay (all) over the policy's, 0 where it is not stable; where MABP "
-        "itself is not, its delay grows with the run length and the score with it.",
+        "itself is not, its delay grows with the run length and the score with it. "
+        "Delay floor: the P95 over the arrival mix of every request's shortest possible "
+        "delay (no waiting, every assisted service a hit, its luckiest outcomes), a bound no "
+        "scheduler goes below; over floor: the P95 delay (all) over it, the headroom.",
     ]
     return "\n".join(lines) + "\n"
