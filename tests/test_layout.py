@@ -28,6 +28,7 @@ CORE = (
     "core.workloads_multihop",
     "core.index",
     "core.fluid",
+    "core.floor",
     "core.validate",
     "core.state",
     "core.control",
