@@ -43,7 +43,9 @@ class DelayFloor:
 
     @property
     def p95(self) -> float:
-        """The P95 of the floor over the arrival mix: no policy's P95 delay is below it."""
+        """The P95 of the floor over the arrival mix. Every completed request's delay is at
+        least its stream's floor; a P95 over a sample (whose mix of streams varies) or one
+        counting unfinished requests at their age can sit slightly below this."""
         return self.quantile(0.95)
 
 
