@@ -70,7 +70,7 @@ def _register() -> None:
             gymnasium.register(
                 id=env_id,
                 entry_point=entry,
-                vector_entry_point="mabp_gym.envs.vector_env:SFMSNVectorEnv",
+                vector_entry_point="mabp_gym.envs.worker_vector_env:batched_vector_env",
                 # No max_episode_steps: the env's horizon is the one truncation rule, so
                 # make(id, horizon=H) runs H slots (a registered TimeLimit would cut at 600).
                 kwargs={"workload": workload},

@@ -14,6 +14,7 @@ import pytest
 import mabp_gym
 from mabp_gym.core.kernels import jit
 from mabp_gym.envs.vector_env import SFMSNVectorEnv
+from mabp_gym.envs.worker_vector_env import SFMSNWorkerVectorEnv
 
 compiled_only = pytest.mark.skipif(
     not jit.COMPILED, reason="needs the compiled core (numba, MABP_GYM_PURE unset)"
@@ -306,3 +307,109 @@ def test_batched__get_attr_and_call_as_sync_does_and_set_attr_refused():
     batched.close()
     with pytest.raises(RuntimeError, match="closed"):
         batched.get_attr("nu")
+
+
+# -- the batched env over several processes (make_vec(..., workers=P)) -------------------
+
+
+@compiled_only
+def test_workers__equal_single_envs_through_autoresets_with_uneven_blocks():
+    kwargs = {"workload": "mixed", "load": 0.85, "horizon": 30, "max_episode_steps": 30}
+    vec = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=5, workers=2, **kwargs)
+    assert isinstance(vec.unwrapped, SFMSNWorkerVectorEnv)
+    assert [count for _, count in vec.unwrapped._blocks] == [3, 2]
+    _compare(vec, 70, **kwargs)
+    vec.close()
+
+
+@compiled_only
+def test_workers__flat_observation_drift_reward_and_the_reset_infos_merged():
+    kwargs = {
+        "workload": "rag",
+        "load": (0.5, 1.2),  # each reset's info holds the drawn load: merged by env
+        "obs_mode": "flat",
+        "reward": "drift_plus_penalty",
+        "horizon": 25,
+        "max_episode_steps": 25,
+    }
+    vec = SFMSNWorkerVectorEnv(4, workers=3, **kwargs)
+    _compare(vec, 60, **kwargs)
+    vec.close()
+
+
+def test_workers__diagnostics_infos_merged_as_one_batched_env_gives_them():
+    kwargs = {"workload": "mixed", "diagnostics": True, "horizon": 20, "max_episode_steps": 20}
+    workers = SFMSNWorkerVectorEnv(3, workers=2, **kwargs)
+    batched = SFMSNVectorEnv(3, **kwargs)
+    actions = np.random.default_rng(0).uniform(-1, 1, batched.action_space.shape)
+    for vec in (workers, batched):
+        vec.reset(seed=4)
+    got, want = workers.step(actions)[4], batched.step(actions)[4]
+    assert set(got) == set(want) and got["_backlog"].all()
+    for key in ("backlog", "hits", "penalty", "_backlog"):
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    np.testing.assert_array_equal(got["control"]["service"], want["control"]["service"])
+    workers.close()
+
+
+def test_workers__a_reset_mask_across_blocks_as_one_batched_env():
+    workers = SFMSNWorkerVectorEnv(4, workers=2, workload="agentic")
+    batched = SFMSNVectorEnv(4, workload="agentic")
+    actions = np.ones((4, batched.single_action_space.shape[0]))
+    for vec in (workers, batched):
+        vec.reset(seed=0)
+        for _ in range(3):
+            vec.step(actions)
+    for mask in (np.array([True, False, False, False]), np.array([False, False, True, True])):
+        got, _ = workers.reset(seed=[9, None, 11, None], options={"reset_mask": mask})
+        want, _ = batched.reset(seed=[9, None, 11, None], options={"reset_mask": mask})
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+        np.testing.assert_array_equal(workers.step(actions)[1], batched.step(actions)[1])
+    workers.close()
+
+
+def test_workers__bad_input_is_refused_before_any_env_steps():
+    for kwargs, match in [
+        ({"num_envs": 2, "workers": 0}, "positive integer"),
+        ({"num_envs": 2, "workers": 1.5}, "positive integer"),
+        ({"num_envs": 2, "workers": 3}, r"at most num_envs \(2\)"),
+        ({"num_envs": 2, "workers": 2, "context": "thread"}, "context must be"),
+        ({"num_envs": 2, "workers": 2, "lod": 0.5}, "'lod'"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            gym.make_vec("mabp_gym/Mixed-v0", **kwargs)
+    with pytest.raises(ValueError, match="at least 2"):
+        SFMSNWorkerVectorEnv(2, workers=1)
+    # workers=1 is the in-process batched env.
+    assert isinstance(gym.make_vec("mabp_gym/Mixed-v0", num_envs=2).unwrapped, SFMSNVectorEnv)
+    vec = SFMSNWorkerVectorEnv(3, workers=2, workload="mixed")
+    with pytest.raises(RuntimeError, match="reset"):
+        vec.step(vec.action_space.sample())
+    vec.reset(seed=0)
+    bad = np.zeros(vec.action_space.shape)
+    bad[2, 0] = np.inf  # the in-process block's env: refused before the worker steps
+    with pytest.raises(ValueError, match=r"env\(s\) \[2\]"):
+        vec.step(bad)
+    assert [env.sim.state.t for env in vec.get_attr("unwrapped")] == [0, 0, 0]
+    assert vec.call("nu") == (5.0, 5.0, 5.0)
+    with pytest.raises(AttributeError, match="refused"):
+        vec.call("step", bad[0])
+    with pytest.raises(AttributeError, match="settings when it is made"):
+        vec.set_attr("nu", 1.0)
+    vec.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        vec.step(bad)
+
+
+def test_workers__a_dead_worker_is_an_error_and_closes_the_vector_env():
+    vec = SFMSNWorkerVectorEnv(2, workers=2, workload="mixed")
+    vec.reset(seed=0)
+    process = vec._processes[0]
+    process.kill()
+    process.join()
+    with pytest.raises(RuntimeError, match="worker 0 of the vector env died"):
+        vec.step(np.zeros(vec.action_space.shape))
+    assert vec.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        vec.reset()

@@ -266,6 +266,82 @@ if jit.COMPILED:
     _step_all = jit.kernel(_step_all)
 
 
+def checked_scores(
+    actions: Any, needs_reset: np.ndarray, num_scores: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """A batch of actions as ``(N, D)`` float64 scores, and which envs autoreset this step.
+
+    An env that autoresets ignores its row (Gymnasium's next-step autoreset, as
+    ``SyncVectorEnv`` does): only the rows of envs that step must be finite, and the
+    resetting rows are zeros in the returned array (a copy then: the caller's stays).
+
+    Raises:
+        ValueError: not real numbers, not of shape ``(N, D)``, or NaN / inf in a row that
+            steps; nothing is changed.
+    """
+    checked_action(actions, "the actions")
+    scores = np.asarray(actions, dtype=np.float64)
+    expected = (needs_reset.shape[0], num_scores)
+    if scores.shape != expected:
+        raise ValueError(
+            f"actions must have shape {expected} (one score vector per env), "
+            f"got {np.shape(actions)}"
+        )
+    resetting = needs_reset.copy()
+    bad = ~np.isfinite(scores).all(axis=1) & ~resetting
+    if resetting.any():
+        scores = np.where(resetting[:, None], 0.0, scores)
+    if bad.any():
+        raise ValueError(
+            f"actions must be finite; env(s) {np.flatnonzero(bad).tolist()} got NaN or inf"
+        )
+    return scores, resetting
+
+
+def env_seeds(seed: Any, num_envs: int) -> list[int | None]:
+    """One seed (or None) per env: ``seed + i`` for an integer, or a sequence of them;
+    every one checked before any env is reset."""
+
+    def whole(value: Any) -> bool:
+        return (
+            isinstance(value, (int, np.integer))
+            and not isinstance(value, (bool, np.bool_))
+            and bool(value >= 0)
+        )
+
+    if seed is None or whole(seed):
+        return [None if seed is None else int(seed) + i for i in range(num_envs)]
+    if isinstance(seed, (list, tuple, np.ndarray)) and len(seed) == num_envs:
+        bad = [i for i, s in enumerate(seed) if s is not None and not whole(s)]
+        if not bad:
+            return [None if s is None else int(s) for s in seed]
+        raise ValueError(
+            f"seed of env(s) {bad} must be an integer >= 0 or None, got {[seed[i] for i in bad]!r}"
+        )
+    raise ValueError(
+        f"seed must be None, an integer >= 0 or a sequence of {num_envs} seeds "
+        f"(one per env), got {seed!r}"
+    )
+
+
+def reset_mask(options: dict[str, Any] | None, num_envs: int, reset_once: bool) -> np.ndarray:
+    """Which envs a reset resets: all, or Gymnasium's ``options={"reset_mask": mask}``
+    (a bool array, one per env, at least one True; the others keep their episode)."""
+    options = dict(options or {})
+    mask = options.pop("reset_mask", None)
+    if options:
+        raise ValueError(f"options are not supported but reset_mask, got {sorted(options)}")
+    if mask is None:
+        return np.ones(num_envs, dtype=bool)
+    if not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (num_envs,)):
+        raise ValueError(f"reset_mask must be a bool array of shape ({num_envs},), got {mask!r}")
+    if not mask.any():
+        raise ValueError("reset_mask must select at least one env")
+    if not reset_once:
+        raise ValueError("reset_mask resets some envs: reset() every env first")
+    return mask
+
+
 class SFMSNVectorEnv(gym.vector.VectorEnv):
     """``num_envs`` SFMSN envs of one configuration, stepped together (module docstring).
 
@@ -493,8 +569,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
         self._require_open()
-        seeds = self._seeds(seed)
-        mask = self._reset_mask(options)
+        seeds = env_seeds(seed, self.num_envs)
+        mask = reset_mask(options, self.num_envs, self._reset_once)
         infos: dict[str, Any] = {}
         for i, env_seed in enumerate(seeds):
             if mask[i]:
@@ -502,58 +578,9 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._reset_once = True
         return self._observation(), infos
 
-    def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray:
-        """Which envs a reset resets: all, or Gymnasium's ``options={"reset_mask": mask}``
-        (a bool array, one per env, at least one True; the others keep their episode)."""
-        options = dict(options or {})
-        mask = options.pop("reset_mask", None)
-        if options:
-            raise ValueError(f"options are not supported but reset_mask, got {sorted(options)}")
-        if mask is None:
-            return np.ones(self.num_envs, dtype=bool)
-        if not (
-            isinstance(mask, np.ndarray)
-            and mask.dtype == np.bool_
-            and mask.shape == (self.num_envs,)
-        ):
-            raise ValueError(
-                f"reset_mask must be a bool array of shape ({self.num_envs},), got {mask!r}"
-            )
-        if not mask.any():
-            raise ValueError("reset_mask must select at least one env")
-        if not self._reset_once:
-            raise ValueError("reset_mask resets some envs: reset() every env first")
-        return mask
-
     def _require_open(self) -> None:
         if self.closed:
             raise RuntimeError("the vector env is closed: make a new one")
-
-    def _seeds(self, seed: Any) -> list[int | None]:
-        """One seed (or None) per env: ``seed + i`` for an integer, or a sequence of them;
-        every one checked before any env is reset."""
-
-        def whole(value: Any) -> bool:
-            return (
-                isinstance(value, (int, np.integer))
-                and not isinstance(value, (bool, np.bool_))
-                and bool(value >= 0)
-            )
-
-        if seed is None or whole(seed):
-            return [None if seed is None else int(seed) + i for i in range(self.num_envs)]
-        if isinstance(seed, (list, tuple, np.ndarray)) and len(seed) == self.num_envs:
-            bad = [i for i, s in enumerate(seed) if s is not None and not whole(s)]
-            if not bad:
-                return [None if s is None else int(s) for s in seed]
-            raise ValueError(
-                f"seed of env(s) {bad} must be an integer >= 0 or None, got "
-                f"{[seed[i] for i in bad]!r}"
-            )
-        raise ValueError(
-            f"seed must be None, an integer >= 0 or a sequence of {self.num_envs} seeds "
-            f"(one per env), got {seed!r}"
-        )
 
     def _reset_env(self, i: int, seed: int | None, infos: dict[str, Any]) -> dict[str, Any]:
         obs, info = self.envs[i].reset(seed=seed)
@@ -576,24 +603,9 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._require_open()
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
-        checked_action(actions, "the actions")
-        scores = np.asarray(actions, dtype=np.float64)
-        expected = (self.num_envs, self._workload.index.num_scores)
-        if scores.shape != expected:
-            raise ValueError(
-                f"actions must have shape {expected} (one score vector per env), "
-                f"got {np.shape(actions)}"
-            )
-        # An env that autoresets this step ignores its row (Gymnasium's next-step autoreset,
-        # as SyncVectorEnv does): only the rows of envs that step are checked and used.
-        resetting = self._needs_reset.copy()
-        bad = ~np.isfinite(scores).all(axis=1) & ~resetting
-        if resetting.any():
-            scores = np.where(resetting[:, None], 0.0, scores)  # a copy: the caller's stays
-        if bad.any():
-            raise ValueError(
-                f"actions must be finite; env(s) {np.flatnonzero(bad).tolist()} got NaN or inf"
-            )
+        scores, resetting = checked_scores(
+            actions, self._needs_reset, self._workload.index.num_scores
+        )
         rewards = np.zeros(self.num_envs)
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}

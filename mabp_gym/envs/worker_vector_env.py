@@ -1,0 +1,435 @@
+"""The batched vector env over several processes: ``N`` envs in ``P`` workers, each stepping
+its share with one :class:`~mabp_gym.envs.vector_env.SFMSNVectorEnv` (the EnvPool /
+PufferLib pattern), so that a step uses ``P`` cores.
+
+``gymnasium.make_vec(id, num_envs=N, workers=P)`` builds it for every SFMSN id (``workers=1``,
+the default, is the in-process batched env). Worker ``j`` owns a contiguous block of envs;
+the actions, observations, rewards and truncations travel through shared memory, and only
+the command and the (usually empty) info dict through a pipe. Env ``i`` is seeded ``seed + i``
+and steps exactly as env ``i`` of one batched env, and so as a single env with that seed
+(``tests/test_worker_vector_env.py`` compares them step by step).
+
+Actions are checked in the main process before any worker steps, so a refused batch changes
+no env. A worker that fails or dies raises in the main process with the worker's message,
+and the vector env is closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import multiprocessing.connection
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import batch_space
+
+from mabp_gym.envs.env import FLAT_KEYS
+from mabp_gym.envs.vector_env import SFMSNVectorEnv, checked_scores, env_seeds, reset_mask
+
+START_METHODS = ("fork", "forkserver", "spawn")
+"""The ``context`` values: multiprocessing's start methods (``None``: its default)."""
+
+
+def batched_vector_env(num_envs: int, *, workers: int = 1, **kwargs: Any) -> gym.vector.VectorEnv:
+    """The SFMSN ids' vector entry point: the batched env in this process (``workers=1``)
+    or over ``workers`` processes (:class:`SFMSNWorkerVectorEnv`)."""
+    _check_workers(workers, num_envs)
+    if workers == 1:
+        return SFMSNVectorEnv(num_envs, **kwargs)
+    return SFMSNWorkerVectorEnv(num_envs, workers=workers, **kwargs)
+
+
+def _check_workers(workers: Any, num_envs: Any) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    whole = isinstance(num_envs, (int, np.integer)) and not isinstance(num_envs, bool)
+    if whole and workers > num_envs:
+        raise ValueError(
+            f"workers ({workers}) must be at most num_envs ({num_envs}): each worker "
+            "steps at least one env"
+        )
+
+
+def _blocks(num_envs: int, workers: int) -> list[tuple[int, int]]:
+    """Each worker's ``(first env, number of envs)``: contiguous, sizes within one."""
+    sizes = [num_envs // workers + (j < num_envs % workers) for j in range(workers)]
+    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+    return list(zip(firsts, sizes, strict=True))
+
+
+class _Shared:
+    """Arrays in shared memory, one per name, each with a row per env."""
+
+    def __init__(self, context: Any, layout: dict[str, tuple[tuple[int, ...], Any]]) -> None:
+        self.layout = layout
+        self.raw = {
+            name: context.RawArray(
+                ctypes.c_byte, max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+            )
+            for name, (shape, dtype) in layout.items()
+        }
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Numpy views of the shared arrays (in whichever process holds this object)."""
+        return {
+            name: np.frombuffer(self.raw[name], dtype=dtype, count=int(np.prod(shape))).reshape(
+                shape
+            )
+            for name, (shape, dtype) in self.layout.items()
+        }
+
+
+class _Block:
+    """One block of envs in one batched env, answering the vector env's commands and
+    writing its rows of the shared arrays (in a worker process, or in the main one)."""
+
+    def __init__(self, block: tuple[int, int], settings: dict, shared: _Shared) -> None:
+        first, count = block
+        self.rows = slice(first, first + count)
+        self.vec = SFMSNVectorEnv(count, copy=False, **settings)
+        self.arrays = shared.arrays()
+        flat = self.vec.envs[0].obs_mode == "flat"
+        self.dynamic = ("obs",) if flat else FLAT_KEYS
+        self.every = tuple(key for key in self.arrays if key not in _NOT_OBS)
+
+    def handle(self, command: str, argument: Any) -> tuple[str, Any]:
+        """``("ok", value)``, or ``("error", (type name, message))``."""
+        vec, arrays, rows = self.vec, self.arrays, self.rows
+        try:
+            if command == "step":
+                obs, rewards, terminated, truncated, info = vec.step(arrays["actions"][rows])
+                self._write(obs, self.dynamic)
+                arrays["rewards"][rows] = rewards
+                arrays["terminated"][rows] = terminated
+                arrays["truncated"][rows] = truncated
+                return "ok", info
+            if command == "reset":
+                obs, info = vec.reset(**argument)
+                self._write(obs, self.every)
+                return "ok", info
+            if command == "get_attr":
+                return "ok", vec.get_attr(argument)
+            if command == "call":
+                name, args, kwargs = argument
+                return "ok", vec.call(name, *args, **kwargs)
+            if command == "close":
+                vec.close()
+                return "ok", None
+            return "error", ("ValueError", f"unknown command {command!r}")
+        except Exception as error:
+            return "error", (type(error).__name__, str(error))
+
+    def _write(self, obs: Any, keys: tuple[str, ...]) -> None:
+        for key in keys:
+            self.arrays[key][self.rows] = obs if key == "obs" else obs[key]
+
+
+def _worker(
+    pipe: Any, parent_end: Any, block: tuple[int, int], settings: dict, shared: _Shared
+) -> None:
+    """A worker process's loop: one :class:`_Block`, commands from ``pipe``."""
+    parent_end.close()
+    try:
+        envs = _Block(block, settings, shared)
+    except Exception as error:  # the main process made the same env first: unexpected
+        pipe.send(("error", (type(error).__name__, str(error))))
+        return
+    pipe.send(("ok", None))
+    while True:
+        command, argument = pipe.recv()
+        pipe.send(envs.handle(command, argument))
+        if command == "close":
+            return
+
+
+class _InProcess:
+    """The main process's block behind a pipe's ``send`` / ``recv``: a command runs when
+    it is sent (after the workers' were: the main process steps its block while they
+    step theirs)."""
+
+    def __init__(self, envs: _Block) -> None:
+        self.envs = envs
+        self.answer: tuple[str, Any] = ("ok", None)
+
+    def send(self, message: tuple[str, Any]) -> None:
+        self.answer = self.envs.handle(*message)
+
+    def recv(self) -> tuple[str, Any]:
+        return self.answer
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+_SKIP = "skip"  # no message for this worker
+_NOT_OBS = ("actions", "rewards", "terminated", "truncated")
+_ERRORS = {
+    error.__name__: error
+    for error in (ValueError, TypeError, RuntimeError, AttributeError, KeyError)
+}
+
+
+class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
+    """``num_envs`` SFMSN envs over ``workers`` processes (module docstring).
+
+    Args:
+        num_envs: how many envs (at least ``workers``).
+        workers: how many processes step them (at least 2; ``make_vec(..., workers=1)``
+            gives the in-process batched env).
+        context: the multiprocessing start method, one of :data:`START_METHODS`, or
+            ``None`` for multiprocessing's default (as Gymnasium's ``AsyncVectorEnv``).
+        copy: return fresh arrays every step (default); ``False`` returns the shared
+            buffers, which the next step overwrites.
+        max_episode_steps, autoreset_mode, **env_kwargs: as for
+            :class:`~mabp_gym.envs.vector_env.SFMSNVectorEnv`.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        *,
+        workers: int = 2,
+        context: str | None = None,
+        copy: bool = True,
+        max_episode_steps: int | None = None,
+        autoreset_mode: Any = None,
+        **env_kwargs: Any,
+    ) -> None:
+        self._processes: list[Any] = []
+        self._pipes: list[Any] = []
+        # One env in this process checks every argument before any worker starts, and
+        # gives the spaces and the observation's layout.
+        prototype = SFMSNVectorEnv(
+            1,
+            max_episode_steps=max_episode_steps,
+            copy=copy,
+            autoreset_mode=autoreset_mode,
+            **env_kwargs,
+        )
+        prototype.close()
+        _check_workers(workers, num_envs)
+        if workers < 2:
+            raise ValueError(
+                f"workers must be at least 2 for the worker vector env, got {workers}; "
+                "gymnasium.make_vec(..., workers=1) gives the in-process batched env"
+            )
+        if context is not None and context not in START_METHODS:
+            raise ValueError(f"context must be None or one of {START_METHODS}, got {context!r}")
+        self.num_envs, self.workers, self.copy = int(num_envs), int(workers), bool(copy)
+        self.single_observation_space = prototype.single_observation_space
+        self.single_action_space = prototype.single_action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = dict(prototype.metadata)
+        self.render_mode = None
+        self.max_episode_steps = prototype.max_episode_steps
+        self._num_scores = prototype._workload.index.num_scores
+        self._needs_reset = np.ones(self.num_envs, dtype=bool)
+        self._reset_once = False
+        self._start(prototype, context, max_episode_steps, env_kwargs)
+
+    def _start(self, prototype: SFMSNVectorEnv, context: Any, steps: Any, env_kwargs: dict) -> None:
+        """The shared arrays and the worker processes, each ready before this returns."""
+        n = self.num_envs
+        obs_layout: dict[str, tuple[tuple[int, ...], Any]]
+        if prototype.envs[0].obs_mode == "flat":
+            width = prototype.single_observation_space.shape
+            assert width is not None
+            obs_layout = {"obs": ((n, *width), np.float32)}
+        else:
+            obs_layout = {
+                key: ((n, *buf.shape[1:]), buf.dtype) for key, buf in prototype._obs.items()
+            }
+        layout: dict[str, tuple[tuple[int, ...], Any]] = {
+            **obs_layout,
+            "actions": ((n, self._num_scores), np.float64),
+            "rewards": ((n,), np.float64),
+            "terminated": ((n,), np.bool_),
+            "truncated": ((n,), np.bool_),
+        }
+        ctx = multiprocessing.get_context(context)
+        self._shared = _Shared(ctx, layout)
+        self._arrays = self._shared.arrays()
+        self._obs_keys = tuple(obs_layout)
+        settings = {"max_episode_steps": steps, **env_kwargs}
+        self._blocks = _blocks(n, self.workers)
+        # Workers 0 .. P-2 are processes; the last block steps in this process.
+        for block in self._blocks[:-1]:
+            parent_end, child_end = ctx.Pipe()
+            process = ctx.Process(
+                target=_worker,
+                args=(child_end, parent_end, block, settings, self._shared),
+                daemon=True,
+                name=f"mabp_gym worker {len(self._processes)}",
+            )
+            process.start()
+            child_end.close()
+            self._processes.append(process)
+            self._pipes.append(parent_end)
+        self._pipes.append(_InProcess(_Block(self._blocks[-1], settings, self._shared)))
+        self._gather()
+
+    # -- messages ----------------------------------------------------------------------
+    def _send(self, command: str, arguments: list[Any] | None = None) -> list[Any]:
+        """Send ``command`` to the workers (one argument each, or ``None`` for all of them;
+        a worker whose argument is ``_SKIP`` gets nothing and answers ``{}``), and return
+        their answers in order."""
+        arguments = arguments if arguments is not None else [None] * self.workers
+        dead = set()
+        for j, (pipe, argument) in enumerate(zip(self._pipes, arguments, strict=True)):
+            if argument is not _SKIP:
+                try:
+                    pipe.send((command, argument))
+                except (BrokenPipeError, OSError):
+                    dead.add(j)
+        return self._gather([j for j, a in enumerate(arguments) if a is not _SKIP], dead)
+
+    def _gather(self, which: list[int] | None = None, dead: set[int] | None = None) -> list[Any]:
+        """The answers of workers ``which`` (all by default), in worker order, ``{}`` for
+        the others; a worker's error raises here (its type where it is a common one, else
+        RuntimeError) after all of them have answered."""
+        which = list(range(len(self._pipes))) if which is None else which
+        answers: list[Any] = [{} for _ in self._pipes]
+        failure = None
+        for j in which:
+            try:
+                if dead and j in dead:
+                    raise EOFError
+                status, value = self._pipes[j].recv()
+            except (EOFError, OSError):
+                status, value = "died", None
+            if status == "ok":
+                answers[j] = value
+            elif failure is None:
+                failure = (j, status, value)
+        if failure is not None:
+            j, status, value = failure
+            if status == "died":
+                self.close()
+                raise RuntimeError(f"worker {j} of the vector env died; the vector env is closed")
+            name, message = value
+            raise _ERRORS.get(name, RuntimeError)(f"{message} (in worker {j})")
+        return answers
+
+    def _merge(self, infos: list[dict]) -> dict[str, Any]:
+        """The workers' infos (Gymnasium's vector form over their blocks) as one."""
+        merged: dict[str, Any] = {}
+        for (first, count), info in zip(self._blocks, infos, strict=True):
+            _place(merged, info, first, count, self.num_envs)
+        return merged
+
+    # -- the Gymnasium API -------------------------------------------------------------
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        self._require_open()
+        seeds = env_seeds(seed, self.num_envs)
+        mask = reset_mask(options, self.num_envs, self._reset_once)
+        arguments: list[Any] = []
+        for first, count in self._blocks:
+            block = mask[first : first + count]
+            options = None if block.all() else {"reset_mask": block}
+            seed_block = seeds[first : first + count]
+            arguments.append({"seed": seed_block, "options": options} if block.any() else _SKIP)
+        infos = self._send("reset", arguments)
+        self._needs_reset[mask] = False
+        self._reset_once = True
+        return self._observation(), self._merge(infos)
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        self._require_open()
+        if not self._reset_once:
+            raise RuntimeError("call reset() before step()")
+        scores, _ = checked_scores(actions, self._needs_reset, self._num_scores)
+        self._arrays["actions"][:] = scores
+        infos = self._merge(self._send("step"))
+        truncated = self._arrays["truncated"].copy()
+        self._needs_reset = truncated.copy()
+        return (
+            self._observation(),
+            self._arrays["rewards"].copy(),
+            self._arrays["terminated"].copy(),
+            truncated,
+            infos,
+        )
+
+    def _observation(self) -> Any:
+        if self._obs_keys == ("obs",):
+            obs = self._arrays["obs"]
+            return obs.copy() if self.copy else obs
+        return {
+            key: self._arrays[key].copy() if self.copy else self._arrays[key]
+            for key in self._obs_keys
+        }
+
+    def _require_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("the vector env is closed: make a new one")
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Each env's attribute ``name`` (picklable values), as the batched env gives it."""
+        self._require_open()
+        return tuple(
+            value for block in self._send("get_attr", [name] * self.workers) for value in block
+        )
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Each env's ``name(*args, **kwargs)``, as the batched env's :meth:`call` (which
+        refuses ``step``, ``reset`` and ``close``); arguments and values are pickled."""
+        self._require_open()
+        if name in SFMSNVectorEnv.UNCALLABLE:
+            raise AttributeError(
+                f"call({name!r}) is refused by the vector env: it steps its envs' states "
+                f"itself; use its own {name}()"
+            )
+        return tuple(
+            value
+            for block in self._send("call", [(name, args, kwargs)] * self.workers)
+            for value in block
+        )
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Refused, as by the batched env: the workers read their settings when made."""
+        raise AttributeError(
+            f"set_attr({name!r}): the vector env reads its envs' settings when it is made; "
+            "make a new one with the setting"
+        )
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for pipe in getattr(self, "_pipes", ()):
+            with contextlib.suppress(BrokenPipeError, OSError):
+                pipe.send(("close", None))
+        for pipe in getattr(self, "_pipes", ()):
+            try:
+                if pipe.poll(5):
+                    pipe.recv()
+            except (EOFError, OSError):
+                pass
+            pipe.close()
+        for process in getattr(self, "_processes", ()):
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()
+                process.join()
+        self._pipes, self._processes = [], []
+
+
+def _place(merged: dict[str, Any], info: dict[str, Any], first: int, count: int, n: int) -> None:
+    """Put one worker's vector-form ``info`` (``count`` envs) at rows ``first`` on of
+    ``merged`` (``n`` envs), nested dicts included."""
+    rows = slice(first, first + count)
+    for key, value in info.items():
+        if isinstance(value, dict):
+            _place(merged.setdefault(key, {}), value, first, count, n)
+            continue
+        value = np.asarray(value)
+        if key not in merged:
+            if value.dtype == object:
+                merged[key] = np.full(n, None, dtype=object)
+            else:
+                merged[key] = np.zeros((n, *value.shape[1:]), dtype=value.dtype)
+        merged[key][rows] = value
