@@ -47,3 +47,16 @@ def test_oracle_sur__controls_identical_to_the_golden_file(name, overrides):
 def test_oracle_sur__slot_programs_identical_to_the_golden_file(name, overrides):
     """Random programs with compute left on the EPS boundaries of the program's comparisons."""
     assert maker.programs(name, overrides) == GOLDEN["programs"][maker.key(name, overrides)]
+
+
+LARGE = ("multihop", {"nodes": 600, "load": 0.3})
+"""A network large enough for the paths that only size takes: the projection's radix order
+(up to about 1,000 live routes a slot) and many generations a slot."""
+
+
+@pytest.mark.slow  # 3 s compiled, 25 s as plain Python (MABP_GYM_PURE=1)
+@pytest.mark.parametrize("memory", [True, False])
+def test_slots__a_large_network_gives_the_digests_it_gave_before_the_linear_kernels(memory):
+    expected = json.loads((DATA / "slot_golden_large.json").read_text())["trajectories"]
+    got = maker.trajectory(*LARGE, memory)
+    assert got == expected[maker.key(*LARGE, memory)]

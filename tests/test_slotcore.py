@@ -62,3 +62,21 @@ def test_descending__is_numpys_stable_argsort_of_the_negated_scores():
         wanted = np.flatnonzero(live)
         expected = wanted[np.argsort(-block[wanted], kind="mergesort")]
         assert np.array_equal(slotcore._descending(block, live), expected)
+
+
+def test_descending__by_radix_from_many_candidates_on_the_same_order():
+    # From _RADIX_FROM live candidates on the order comes from a radix sort of the values'
+    # bits: the same order, ties in index order, for values of any magnitude (subnormal to
+    # huge, shared and distinct bytes) and queues that leave some positive scores dead.
+    rng = np.random.default_rng(1)
+    start = slotcore._RADIX_FROM
+    for n in (start - 1, start, start + 1, 3 * start, 20_000):
+        for values in (
+            np.round(rng.uniform(-1, 1, n), 2),
+            rng.choice([5e-324, 1e-300, 0.25, 0.5, 1.0, 3.0, 7e10, -2.0, 0.0], n),
+            rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n),
+        ):
+            live = (values > 0) & (rng.random(n) < 0.9)
+            wanted = np.flatnonzero(live)
+            expected = wanted[np.argsort(-values[wanted], kind="stable")]
+            assert np.array_equal(slotcore._descending(values, live), expected), n

@@ -164,3 +164,24 @@ def test_transition_core__simulators_of_one_workload_keep_their_own_buffers():
         for k in range(2):
             together[k].append(_outcome(outs[k]))
     assert together == alone
+
+
+def test_arrivals__pick_their_pair_by_bisect_right_over_many_bins():
+    """A network of many sources has many arrival bins: each uniform's pair is the bin
+    that ``bisect_right`` over the cumulative shares picks, exact boundaries included."""
+    from mabp_gym.core.kernels.transition_core import CompiledTransition, _arrive
+
+    wl = make_workload("multihop", nodes=300, load=0.3)
+    core = CompiledTransition.shared(wl)
+    cum, pairs = core.field("arrival_cum"), core.field("arrival_pair")
+    assert cum.shape[0] > 100
+    rng = np.random.default_rng(0)
+    uniforms = np.concatenate([rng.random(5000), cum[::7], np.nextafter(cum[::7], 0.0)])
+    queue_len = np.zeros(wl.index.num_pairs, dtype=np.int64)
+    fifo = RunFifo(wl.index.num_pairs)
+    fifo.reserve(wl.index.num_pairs)
+    _arrive(3, uniforms, queue_len, fifo.arrays(), core.ints, core.floats)
+    bins = np.searchsorted(cum, uniforms, side="right")
+    expected = np.bincount(pairs[bins], minlength=wl.index.num_pairs)
+    np.testing.assert_array_equal(queue_len, expected)
+    assert fifo.lengths() == expected.tolist()

@@ -325,27 +325,25 @@ def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover 
 
 
 @jit.part
-def _generate(a, rng, ints, floats, holder, owner, generated, n_gen):  # pragma: no cover
+def _generate(a, rng, ints, floats, holder, owner, generated, n_gen, pending):  # pragma: no cover
     """SPEC 1 step 6: a unit of action ``a`` served may generate an object of the action's
     signature at its node (recorded in ``generated``, row ``n_gen``). None is generated when
     the node holds the signature, a generation of it there is pending this slot, or every
     replica is owned or reserved; else with probability ``gen_prob[a]`` (a draw from
     ``rng`` only strictly between 0 and 1; ``rng`` is ``None`` when no action has such a
-    probability). Returns the new ``n_gen``."""
+    probability). Returns the new ``n_gen``.
+
+    ``pending`` is ``(pending (N * S,), reserved (identities,))``, the slot's generations
+    so far as flags, so that a check costs the same however many were generated (a scan
+    of ``generated`` made the outcomes quadratic in the network's size)."""
+    pending_slot, reserved_identity = pending
     s, i = _field(ints, IntField.ACTION_SIGNATURE)[a], _field(ints, IntField.ACTION_NODE)[a]
-    if s < 0 or holder[i, s] >= 0:
+    if s < 0 or holder[i, s] >= 0 or pending_slot[i * holder.shape[1] + s]:
         return n_gen
-    for g in range(n_gen):
-        if generated[g, 0] == i and generated[g, 1] == s:
-            return n_gen
     replicas = ints[Scalar.REPLICAS]
     free = -1
     for m in range(s * replicas, (s + 1) * replicas):
-        reserved = owner[m] >= 0
-        for g in range(n_gen):
-            if generated[g, 2] == m:
-                reserved = True
-        if not reserved:
+        if owner[m] < 0 and not reserved_identity[m]:
             free = m
             break
     p = _field(floats, FloatField.GEN_PROB)[a]
@@ -354,6 +352,8 @@ def _generate(a, rng, ints, floats, holder, owner, generated, n_gen):  # pragma:
     generated[n_gen, 0] = i
     generated[n_gen, 1] = s
     generated[n_gen, 2] = free
+    pending_slot[i * holder.shape[1] + s] = True
+    reserved_identity[free] = True
     return n_gen + 1
 
 
@@ -374,15 +374,24 @@ def _retain(
     for k in range(retain.shape[0]):
         if holder[retain_node[k], retain_signature[k]] >= 0 and retain[k] < 0:
             affected[retain_node[k]] = True
-    for g in range(n_gen):
-        affected[generated[g, 0]] = True
+    # Each node's generated objects as a list in generation order (first_gen[i], then
+    # next_gen[g]): a scan of every generated object per node was quadratic in size.
+    first_gen = np.full(n_nodes, -1, dtype=np.int64)
+    next_gen = np.empty(n_gen, dtype=np.int64)
+    count_gen = np.zeros(n_nodes, dtype=np.int64)
+    for g in range(n_gen - 1, -1, -1):
+        node = generated[g, 0]
+        affected[node] = True
+        next_gen[g] = first_gen[node]
+        first_gen[node] = g
+        count_gen[node] += 1
     insertions = 0
     n_evicted = 0
     for i in range(n_nodes):
         if not affected[i]:
             continue
         affected[i] = False
-        width = retain_ptr[i + 1] - retain_ptr[i] + n_gen
+        width = retain_ptr[i + 1] - retain_ptr[i] + count_gen[i]
         key = np.empty(width)  # minus the priority
         sig = np.empty(width, dtype=np.int64)
         ident = np.empty(width, dtype=np.int64)
@@ -393,12 +402,13 @@ def _retain(
             if m >= 0:
                 key[n], sig[n], ident[n], new[n] = -retain[k], retain_signature[k], m, False
                 n += 1
-        for g in range(n_gen):
-            if generated[g, 0] == i:
-                s = generated[g, 1]
-                key[n], sig[n], new[n] = -retain[retain_of[i * n_sig + s]], s, True
-                ident[n] = generated[g, 2]
-                n += 1
+        g = first_gen[i]
+        while g >= 0:
+            s = generated[g, 1]
+            key[n], sig[n], new[n] = -retain[retain_of[i * n_sig + s]], s, True
+            ident[n] = generated[g, 2]
+            n += 1
+            g = next_gen[g]
         # Insertion sort by (minus priority, signature): a node holds a few objects.
         order = np.empty(n, dtype=np.int64)
         for y in range(n):
@@ -433,17 +443,22 @@ def _retain(
 @jit.part
 def _arrive(t, uniforms, queue_len, fifo, ints, floats):  # pragma: no cover
     """SPEC 1 step 8: each arrival's uniform picks its pair by the mix's cumulative shares
-    (bisect right over a few entries); each pair's arrivals join its tail as one run."""
+    (bisect right, by halving: a network of many sources has many entries); each pair's
+    arrivals join its tail as one run."""
     arrival_cum = _field(floats, FloatField.ARRIVAL_CUM)
     arrival_pair = _field(ints, IntField.ARRIVAL_PAIR)
     pool, head, tail, meta = fifo
     arrivals = np.zeros(queue_len.shape[0], dtype=np.int64)
     for k in range(uniforms.shape[0]):
         u = uniforms[k]
-        bin_ = 0
-        while bin_ < arrival_cum.shape[0] and arrival_cum[bin_] <= u:
-            bin_ += 1
-        arrivals[arrival_pair[bin_]] += 1
+        low, high = 0, arrival_cum.shape[0]  # the first entry above u, in [low, high]
+        while low < high:
+            mid = (low + high) // 2
+            if arrival_cum[mid] <= u:
+                low = mid + 1
+            else:
+                high = mid
+        arrivals[arrival_pair[low]] += 1
     for p in range(queue_len.shape[0]):
         if arrivals[p] > 0:
             _push(pool, head, tail, meta, p, t, arrivals[p])
@@ -479,6 +494,8 @@ def _outcome_kernel(
 
     # (6) Outcomes: successors at the same node, exits, generated objects.
     served_by_action = np.zeros(n_act, dtype=np.int64)
+    n_slots = holder.shape[0] * holder.shape[1] if generates else 0
+    pending = (np.zeros(n_slots, dtype=np.bool_), np.zeros(owner.shape[0], dtype=np.bool_))
     n_exit = 0
     n_gen = 0
     hits = 0
@@ -506,7 +523,7 @@ def _outcome_kernel(
             queue_len[target] += 1
             unit_succ[k] = pair_commodity[target]
         if generates:
-            n_gen = _generate(a, rng, ints, floats, holder, owner, generated, n_gen)
+            n_gen = _generate(a, rng, ints, floats, holder, owner, generated, n_gen, pending)
 
     # (7) Retention.
     insertions, n_evicted = 0, 0
