@@ -46,6 +46,7 @@ CORE = (
     "core.kernels.rules",
     "core.kernels.slotcore",
     "core.kernels.transition_core",
+    "core.kernels.batch",
     "core.kernels.check_core",
 )
 """Every module of ``mabp_gym/core/`` (:func:`test_core__lists_every_module_of_its_folder`)."""

@@ -156,6 +156,15 @@ class ObservationEncoder:
         self._transfer_dst_node = np.ascontiguousarray(self._transfer_dst)
         self._work = np.ascontiguousarray(ix.work)
         self._packs = CompiledTransition.shared(workload)  # the static arrays, packed
+        self.kernel_statics = (
+            self._compat_ptr,
+            self._compat_action,
+            self._retain_positions,
+            self._static_nodes,
+            self._successor_probs,
+            self._successor_positions,
+        )
+        """The encoding kernel's ``statics`` (``slotcore.encode_compiled``)."""
 
     def encode(self, state) -> dict[str, np.ndarray]:
         """The observation of ``state`` (fresh arrays every call)."""
@@ -175,13 +184,14 @@ class ObservationEncoder:
             state_arrays(state),
             self._packs.ints,
             self._packs.floats,
-            (self._compat_ptr, self._compat_action, self._retain_positions, self._static_nodes),
+            self.kernel_statics,
             (self._queue_flat, hit, nodes, queues, memory, service, route, transfer, retain, mask),
         )
-        # The successor pressure is a float32 sum whose order numpy fixes: numpy's.
-        service[:, 3] = (
-            self._successor_probs[hit, self._arange_a] * self._queue_flat[self._successor_positions]
-        ).sum(axis=1)
+        if self._successor_positions.shape[1] >= 8:  # numpy's pairwise float32 sum
+            service[:, 3] = (
+                self._successor_probs[hit, self._arange_a]
+                * self._queue_flat[self._successor_positions]
+            ).sum(axis=1)
         return self._observation(nodes, queues, memory, service, route, transfer, retain, mask)
 
     def _observation(

@@ -47,12 +47,12 @@ _COMPILED: weakref.WeakKeyDictionary[WorkloadIndex, slotcore.CompiledProjection]
 )
 
 
-def validate_scores(workload: Workload, scores: np.ndarray) -> np.ndarray:
+def validate_scores(workload: Workload, scores: np.ndarray, what: str = "scores") -> np.ndarray:
     """Return ``scores`` as a float64 vector or raise ``ValueError`` naming what is wrong:
-    not real numbers (:func:`~mabp_gym.core.validate.checked_action`), the shape, NaN or
-    inf."""
+    not real numbers (:func:`~mabp_gym.core.validate.checked_action`, naming ``what``), the
+    shape, NaN or inf."""
     expected = workload.index.num_scores
-    array = np.asarray(checked_action(scores, "scores"), dtype=np.float64)
+    array = np.asarray(checked_action(scores, what), dtype=np.float64)
     if array.shape != (expected,):
         raise ValueError(
             f"scores must have shape ({expected},) for workload "
@@ -77,8 +77,15 @@ def project(
     Returns:
         A :class:`Control` that :func:`mabp_gym.core.control.check_control` accepts.
     """
+    return project_checked(workload, state, validate_scores(workload, scores), memory=memory)
+
+
+def project_checked(
+    workload: Workload, state: SimState, scores: np.ndarray, *, memory: bool = True
+) -> Control:
+    """:func:`project` of ``scores`` that :func:`validate_scores` already returned (a
+    float64 vector of the right shape, finite): the env's step checks its action once."""
     ix = workload.index
-    scores = validate_scores(workload, scores)
     kernel = _COMPILED.get(ix)
     if kernel is None:
         kernel = _COMPILED[ix] = slotcore.CompiledProjection(workload)

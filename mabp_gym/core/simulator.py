@@ -30,7 +30,7 @@ import numpy as np
 from mabp_gym.core.control import CHECK_TOLERANCE, Control, check_control
 from mabp_gym.core.kernels import check_core
 from mabp_gym.core.kernels.transition_core import CompiledTransition, RunFifo, state_arrays
-from mabp_gym.core.projection import project
+from mabp_gym.core.projection import project, project_checked
 from mabp_gym.core.state import SimState
 from mabp_gym.core.workload import Workload
 
@@ -176,6 +176,27 @@ class Simulator:
         if self.check_invariants:
             check_control(self.workload, self.state, control, memory=self.memory)
         return control, self._execute(control)
+
+    def step_checked_scores(self, scores: np.ndarray) -> tuple[float, int]:
+        """The training path's slot: project ``scores`` that
+        :func:`~mabp_gym.core.projection.validate_scores` returned and execute the control
+        (feasible by construction), returning only ``(h(t), backlog)``: no
+        :class:`SlotOutcome` is built (the env's step without diagnostics needs no more).
+        With ``check_invariants`` on it takes :meth:`step_scores`' path."""
+        if self.check_invariants:
+            _, outcome = self.step_scores(scores)
+            return outcome.penalty, outcome.backlog
+        self._require_reset()
+        control = project_checked(self.workload, self.state, scores, memory=self.memory)
+        core, st, wl = self._core, self.state, self.workload
+        core(st, self.rng, self._generates, control)
+        counts, sums = core.counts, core.sums
+        st.units += int(counts[2] - counts[4])  # arrivals - completed
+        st.t += 1
+        held_size = float(st.memory_used.sum())
+        penalty_memory = float(sums[0]) + wl.theta * held_size + wl.omega * int(counts[6])
+        # h(t) in SlotOutcome.penalty's order of additions, so that rewards are equal.
+        return float(sums[3]) + float(sums[1]) + penalty_memory, st.units
 
     # ----------------------------------------------------------------------------------
     def step(self, control: Control) -> SlotOutcome:

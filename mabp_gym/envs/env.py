@@ -18,8 +18,9 @@ from mabp_gym.core.encoding import (
     ObservationEncoder,
     symlog,
 )
+from mabp_gym.core.projection import validate_scores
 from mabp_gym.core.simulator import Simulator, SlotOutcome
-from mabp_gym.core.validate import check_number, checked_action
+from mabp_gym.core.validate import check_number
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import is_workload_file, make_workload, workload_params
 from mabp_gym.extras import has_extra, require
@@ -367,6 +368,8 @@ class SFMSNEnv(gym.Env):
         else:
             self.observation_space = observation_space(self._encoder)
         self._last: SlotOutcome | None = None
+        # Whether a step may skip the slot's SlotOutcome: nothing reads it.
+        self._lean = not self.diagnostics and self._reward_fn is None and render_mode is None
 
     # ----------------------------------------------------------------------------------
     def reset(
@@ -408,8 +411,10 @@ class SFMSNEnv(gym.Env):
     def step(
         self, action: np.ndarray
     ) -> tuple[dict[str, np.ndarray] | np.ndarray, float, bool, bool, dict[str, Any]]:
-        # The projection validates the scores (shape, finiteness) before anything changes.
-        scores = checked_action(action)
+        # The scores are checked (real numbers, shape, finite) once, before anything changes.
+        scores = validate_scores(self.workload, action, "the action")
+        if self._lean:
+            return self._step_lean(scores)
         state = self.sim.state
         if self.reward_kind == "drift_plus_penalty":
             before = _lyapunov(state, self.workload)
@@ -448,6 +453,23 @@ class SFMSNEnv(gym.Env):
             "action_mask": obs["action_mask"].astype(bool),
         }
         return self._observe(obs), float(reward), False, bool(truncated), info
+
+    def _step_lean(
+        self, scores: np.ndarray
+    ) -> tuple[dict[str, np.ndarray] | np.ndarray, float, bool, bool, dict[str, Any]]:
+        """:meth:`step` where nothing needs the slot's :class:`SlotOutcome` (no diagnostics,
+        a built-in reward, no render): the same slot, observation and reward."""
+        if self.reward_kind == "drift_plus_penalty":
+            before = _lyapunov(self.sim.state, self.workload)
+        penalty, backlog = self.sim.step_checked_scores(scores)
+        cost = self.nu * penalty
+        if self.reward_kind == "backlog":
+            reward = -(backlog + cost) / self.reward_scale
+        else:
+            reward = -(_lyapunov(self.sim.state, self.workload) - before + cost) / self.reward_scale
+        obs = self._encoder.encode(self.sim.state)
+        truncated = self.sim.state.t >= self.horizon
+        return self._observe(obs), float(reward), False, bool(truncated), SlimInfo()
 
     def _custom_reward(self, outcome: SlotOutcome, before: np.ndarray) -> float:
         assert self._reward_fn is not None

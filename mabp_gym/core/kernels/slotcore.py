@@ -340,17 +340,19 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     """The observation of :class:`mabp_gym.core.encoding.ObservationEncoder` over flat arrays.
 
     ``state``, ``ints`` and ``floats`` as for the projection; ``statics`` is the encoder's
-    ``(compat_ptr, compat_action, retain_positions, static_nodes)``: per route, the actions
-    at its destination whose hit makes the route memory-compatible, the queue entries each
-    retention candidate serves, the static node features. ``out`` is ``(queue_flat, hit,
-    nodes, queues, resident, service, route, transfer, retain, mask)``. Fills every output
-    but the successor-pressure column ``service[:, 3]`` (a float32 sum whose order numpy
-    fixes; the caller computes it with numpy from ``queue_flat`` and ``hit``). Sums of
-    queue counts are exact in float32 in any order.
+    ``(compat_ptr, compat_action, retain_positions, static_nodes, successor_probs,
+    successor_positions)``: per route, the actions at its destination whose hit makes the
+    route memory-compatible, the queue entries each retention candidate serves, the static
+    node features, and per (hit, action) the successor law over queue entries. ``out`` is
+    ``(queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask)``.
+    Fills every output; the successor-pressure column ``service[:, 3]`` (a float32 sum whose
+    order numpy fixes) only where a law has fewer than 8 terms, which numpy adds one by one
+    from zero: else the caller computes it with numpy from ``queue_flat`` and ``hit``. Sums
+    of queue counts are exact in float32 in any order.
     """
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
     queue_len = state[7]
-    compat_ptr, compat_action, retain_positions, static_nodes = statics
+    compat_ptr, compat_action, retain_positions, static_nodes, probs, positions = statics
     queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask = out
     n_nodes, n_comm = queues.shape
     n_act, n_route, n_sig = service.shape[0], route.shape[0], resident.shape[1]
@@ -419,6 +421,12 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
         mask[n_act + r] = queue_len[route_src_pair[r]] > 0
     for k in range(mask.shape[0] - retain.shape[0], mask.shape[0]):
         mask[k] = 1
+    if positions.shape[1] < 8:
+        for a in range(n_act):
+            pressure = np.float32(0.0)
+            for w in range(positions.shape[1]):
+                pressure += probs[hit[a], a, w] * queue_flat[positions[a, w]]
+            service[a, 3] = pressure
 
 
 encode_compiled = kernel(_encode_kernel)
