@@ -274,3 +274,71 @@ def test_env_ids__one_per_built_in_workload():
     assert set(mabp_gym.ENV_IDS) == set(mabp_gym.WORKLOADS)
     env = gym.make("mabp_gym/Multihop-v0", nodes=20)
     assert len(env.unwrapped.workload.nodes) == 20
+
+
+# -- the training step: one compiled call, the same slots as the outcome path -------------
+
+
+def _fused_against_outcome_path(steps: int, seed: int = 5, **kwargs) -> None:
+    """An env without diagnostics (the fused step: projection, transition and encoding in
+    one compiled call, no SlotOutcome) against one with them (the simulator's outcome
+    path, held to the golden digests), the same random scores, through truncations."""
+    from mabp_gym.core.kernels import jit
+    from mabp_gym.envs.env import SFMSNEnv
+
+    fused, outcome = SFMSNEnv(**kwargs), SFMSNEnv(diagnostics=True, **kwargs)
+    assert fused._fused_ok == jit.COMPILED and not outcome._lean
+    rng = np.random.default_rng(seed)
+    got_obs, _ = fused.reset(seed=seed)
+    want_obs, _ = outcome.reset(seed=seed)
+    for step in range(steps):
+        if isinstance(want_obs, dict):
+            for key, value in want_obs.items():
+                np.testing.assert_array_equal(got_obs[key], value, err_msg=f"{step} {key}")
+        else:
+            np.testing.assert_array_equal(got_obs, want_obs, err_msg=str(step))
+        action = rng.uniform(-1, 1, fused.action_space.shape).astype(np.float32)
+        got_obs, got_reward, _, got_done, _ = fused.step(action)
+        want_obs, want_reward, _, want_done, _ = outcome.step(action)
+        assert got_reward == want_reward and got_done == want_done, step
+        if got_done:
+            got_obs, _ = fused.reset()
+            want_obs, _ = outcome.reset()
+
+
+@pytest.mark.parametrize("workload", sorted(mabp_gym.WORKLOADS))
+def test_env__the_training_step_gives_the_outcome_paths_slots(workload):
+    _fused_against_outcome_path(70, workload=workload, load=0.85, horizon=30)
+
+
+def test_env__the_training_step_with_flat_observations_drift_reward_and_load_interval():
+    _fused_against_outcome_path(
+        60,
+        workload="rag",
+        load=(0.5, 1.2),
+        obs_mode="flat",
+        reward="drift_plus_penalty",
+        horizon=25,
+    )
+
+
+def test_env__the_training_step_grows_its_buffers_and_draws_generations_in_the_kernel():
+    # Load 1.6 grows the queues past the first pool and unit rows; gen_prob 0.5 makes the
+    # kernel draw the generations from the env's generator.
+    _fused_against_outcome_path(300, workload="mixed", load=1.6, gen_prob=0.5, horizon=300)
+
+
+def test_env__the_training_step_follows_a_simulator_reset_from_outside():
+    from mabp_gym.envs.env import SFMSNEnv
+
+    fused, outcome = SFMSNEnv(workload="agentic"), SFMSNEnv(workload="agentic", diagnostics=True)
+    action = np.full(fused.action_space.shape, 0.5, dtype=np.float32)
+    for env in (fused, outcome):
+        env.reset(seed=1)
+        env.step(action)
+        env.sim.reset(9)  # a new state and generator behind the env's back
+    for _ in range(5):
+        got, want = fused.step(action), outcome.step(action)
+        assert got[1] == want[1]
+        for key, value in want[0].items():
+            np.testing.assert_array_equal(got[0][key], value, err_msg=key)

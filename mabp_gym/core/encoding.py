@@ -30,6 +30,19 @@ SERVICE_FEATURES = ("work", "penalty", "hit", "successor_pressure", "queue")
 ROUTE_FEATURES = ("differential", "cost", "dst_compatible_memory", "queue")
 TRANSFER_FEATURES = ("src_holds", "size", "dst_free_budget")
 RETAIN_FEATURES = ("held", "size", "demand")
+DYNAMIC_KEYS = (
+    "node_features",
+    "queues",
+    "memory",
+    "service",
+    "route",
+    "transfer",
+    "retain",
+    "action_mask",
+)
+"""The observation's arrays that a slot changes, in the order the encoding kernel and
+:meth:`ObservationEncoder._observation` take them (the others are the static structure:
+``edge_index``, ``edge_features`` and every ``*_index`` array)."""
 
 
 def symlog(x: Any) -> Any:

@@ -58,7 +58,7 @@ def validate_scores(workload: Workload, scores: np.ndarray, what: str = "scores"
             f"scores must have shape ({expected},) for workload "
             f"{workload.name!r}, got {np.shape(scores)}"
         )
-    if not np.all(np.isfinite(array)):
+    if not np.isfinite(array).all():
         raise ValueError(f"scores must be finite floats of shape ({expected},); got NaN or inf")
     return array
 

@@ -14,10 +14,13 @@ import numpy as np
 from gymnasium import spaces
 
 from mabp_gym.core.encoding import (
+    DYNAMIC_KEYS,
     ArraySpec,
     ObservationEncoder,
     symlog,
 )
+from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels.batch import FusedStep
 from mabp_gym.core.projection import validate_scores
 from mabp_gym.core.simulator import Simulator, SlotOutcome
 from mabp_gym.core.validate import check_number
@@ -34,16 +37,7 @@ pair (units in service included, ``(P,)`` int64) before and after the slot, and 
 ``nu``; the env divides the value by ``reward_scale``. ``backlog`` is
 ``lambda o, b, a, nu: -(o.backlog + nu * o.penalty)``."""
 OBS_MODES = ("dict", "flat")
-FLAT_KEYS = (
-    "node_features",
-    "queues",
-    "memory",
-    "service",
-    "route",
-    "transfer",
-    "retain",
-    "action_mask",
-)
+FLAT_KEYS = DYNAMIC_KEYS
 """The arrays of the ``obs_mode="flat"`` vector, in order: the observation less its static
 parts (``edge_index``, ``edge_features`` and every ``*_index`` array)."""
 
@@ -370,6 +364,9 @@ class SFMSNEnv(gym.Env):
         self._last: SlotOutcome | None = None
         # Whether a step may skip the slot's SlotOutcome: nothing reads it.
         self._lean = not self.diagnostics and self._reward_fn is None and render_mode is None
+        # ... and whether the slot and observation then run as one compiled call.
+        self._fused_ok = self._lean and jit.COMPILED and not check_invariants
+        self._fused: FusedStep | None = None
 
     # ----------------------------------------------------------------------------------
     def reset(
@@ -393,6 +390,7 @@ class SFMSNEnv(gym.Env):
         sim_seed = seed if seed is not None else int(self.np_random.integers(2**31))
         self.sim.reset(sim_seed)
         self._last = None
+        self._fused = None  # bound to the episode's state and generator
         obs = self._encoder.encode(self.sim.state)
         if self.diagnostics:
             info["action_mask"] = obs["action_mask"].astype(bool)
@@ -454,6 +452,13 @@ class SFMSNEnv(gym.Env):
         }
         return self._observe(obs), float(reward), False, bool(truncated), info
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The fused step holds compiled-code objects (numba's typed list of the generator):
+        # it is not pickled (nor deep-copied) but rebuilt on the next step from the state.
+        state = self.__dict__.copy()
+        state["_fused"] = None
+        return state
+
     def _step_lean(
         self, scores: np.ndarray
     ) -> tuple[dict[str, np.ndarray] | np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -461,13 +466,20 @@ class SFMSNEnv(gym.Env):
         a built-in reward, no render): the same slot, observation and reward."""
         if self.reward_kind == "drift_plus_penalty":
             before = _lyapunov(self.sim.state, self.workload)
-        penalty, backlog = self.sim.step_checked_scores(scores)
+        if self._fused_ok:
+            self.sim._require_reset()
+            if self._fused is None or not self._fused.bound_to(self.sim):
+                self._fused = FusedStep(self.sim, self._encoder)
+            penalty, backlog = self._fused.step(scores)
+            obs = self._fused.observation()
+        else:
+            penalty, backlog = self.sim.step_checked_scores(scores)
+            obs = self._encoder.encode(self.sim.state)
         cost = self.nu * penalty
         if self.reward_kind == "backlog":
             reward = -(backlog + cost) / self.reward_scale
         else:
             reward = -(_lyapunov(self.sim.state, self.workload) - before + cost) / self.reward_scale
-        obs = self._encoder.encode(self.sim.state)
         truncated = self.sim.state.t >= self.horizon
         return self._observe(obs), float(reward), False, bool(truncated), SlimInfo()
 

@@ -14,8 +14,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from mabp_gym.core.encoding import DYNAMIC_KEYS, SERVICE_FEATURES
 from mabp_gym.core.kernels import jit, slotcore, transition_core
-from mabp_gym.core.kernels.transition_core import STATE_FIELDS
+from mabp_gym.core.kernels.transition_core import STATE_FIELDS, CompiledTransition
+
+_PRESSURE = SERVICE_FEATURES.index("successor_pressure")
+_SERVICE = DYNAMIC_KEYS.index("service")
 
 
 class SlotBuffers(NamedTuple):
@@ -275,3 +279,113 @@ def slot_buffers(n_envs: int, ix: Any, rows: int) -> SlotBuffers:
         encoder_hit=np.zeros((n_envs, a), dtype=np.int64),
         slot=np.zeros(n_envs, dtype=np.int64),
     )
+
+
+def long_pressure(encoder: Any, out: SlotBuffers, service: np.ndarray) -> None:
+    """The successor-pressure column of ``service`` (``(N, A, features)``) with numpy's
+    pairwise float32 sum, where the encoder's successor laws have 8 terms or more (the
+    kernel adds shorter ones itself, in numpy's order)."""
+    if encoder._successor_positions.shape[1] >= 8:
+        probs = encoder._successor_probs[out.encoder_hit, encoder._arange_a]
+        queued = out.queue_flat[:, encoder._successor_positions]
+        service[:, :, _PRESSURE] = (probs * queued).sum(axis=-1)
+
+
+class FusedStep:
+    """One simulator's slot and observation in one compiled call: :func:`step_all` with
+    one env whose state rows are views of the simulator's own arrays (the training path of
+    :class:`~mabp_gym.envs.env.SFMSNEnv`). Made per episode: the simulator's state and
+    generator are new at each reset.
+
+    Args:
+        sim: a :class:`~mabp_gym.core.simulator.Simulator` just reset, without invariant
+            checks. encoder: its :class:`~mabp_gym.core.encoding.ObservationEncoder`.
+    """
+
+    def __init__(self, sim: Any, encoder: Any) -> None:
+        self.sim, self.encoder = sim, encoder
+        wl = sim.workload
+        ix = wl.index
+        core = CompiledTransition.shared(wl)
+        self.statics = ((core.ints, core.floats), encoder.kernel_statics)
+        generates = bool(sim._generates)
+        in_kernel = bool(core.draws_in_kernel and generates)
+        self.flags = (bool(sim.memory), generates, in_kernel, ix.score_slices[3].start)
+        self._buffers(slot_buffers(1, ix, 64))
+        self.active = np.ones(1, dtype=np.bool_)
+        self.rates = np.array([float(wl.total_rate)])
+        self.rngs = generators([sim.rng])
+        self.obs = tuple(
+            np.zeros((1, *encoder.layout[key].shape), dtype=encoder.layout[key].dtype)
+            for key in DYNAMIC_KEYS
+        )
+        state = self._state = sim.state
+        self.state = tuple(getattr(state, name)[None] for name in STATE_FIELDS)
+        self._arrays = tuple(getattr(state, name) for name in STATE_FIELDS)
+        self._rng = sim.rng
+        self._bind_fifo()
+
+    def bound_to(self, sim: Any) -> bool:
+        """Whether this step still runs ``sim``: the same simulator, state, arrays and
+        generator as when it was made (a reset or a state set from outside changes them)."""
+        state = sim.state
+        return (
+            sim is self.sim
+            and state is self._state
+            and sim.rng is self._rng
+            and all(
+                getattr(state, name) is array
+                for name, array in zip(STATE_FIELDS, self._arrays, strict=True)
+            )
+        )
+
+    def _buffers(self, out: SlotBuffers) -> None:
+        self.out, self._out = out, tuple(out)  # the kernel takes the plain tuple
+
+    def _bind_fifo(self) -> None:
+        self._pool = self.sim.state.fifo.pool
+        self.fifo = tuple(array[None] for array in self.sim.state.fifo.arrays())
+
+    def step(self, scores: np.ndarray) -> tuple[float, int]:
+        """Project the checked float64 ``scores`` and run the slot; returns ``(h(t),
+        backlog)`` and leaves the observation in :attr:`obs`."""
+        sim, st, out = self.sim, self.sim.state, self.out
+        if st.fifo.pool is not self._pool:  # a reserve outside the kernel replaced it
+            self._bind_fifo()
+        out.slot[0] = st.t
+        while True:
+            _, code = step_all(
+                0,
+                self.active,
+                scores[None],
+                self.rngs,
+                self.rates,
+                self.flags,
+                self.statics,
+                self.state,
+                self.fifo,
+                self._out,
+                self.obs,
+            )
+            if code == 0:
+                break
+            if code == -1:  # more served-unit rows: nothing of the slot has happened yet
+                self._buffers(slot_buffers(1, sim.workload.index, 2 * out.done.shape[1]))
+                out = self.out
+                out.slot[0] = st.t
+            else:
+                st.fifo.reserve(2 * st.fifo.pool.shape[0])
+                self._bind_fifo()
+        long_pressure(self.encoder, out, self.obs[_SERVICE])
+        counts, sums = out.counts[0], out.sums[0]
+        st.units += int(counts[2] - counts[4])  # arrivals - completed
+        st.t = int(out.slot[0])
+        wl = sim.workload
+        held_size = float(st.memory_used.sum())
+        penalty_memory = float(sums[0]) + wl.theta * held_size + wl.omega * int(counts[6])
+        # h(t) in SlotOutcome.penalty's order of additions, so that rewards are equal.
+        return float(sums[3]) + float(sums[1]) + penalty_memory, st.units
+
+    def observation(self) -> dict[str, np.ndarray]:
+        """The slot's observation, fresh arrays (the encoder's dict)."""
+        return self.encoder._observation(*(array[0].copy() for array in self.obs))

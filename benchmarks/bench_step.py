@@ -1,0 +1,138 @@
+"""The env's step at RL scale, this tree against a baseline: one env, and the batched env.
+
+Cases, on ``mabp_gym/Mixed-v0`` at load 0.85 with random score actions drawn up front:
+
+- ``single``: ``env.step`` of one env (``gym.make``, its wrappers included), microseconds
+  a step;
+- ``batched xN``: ``gym.make_vec(..., num_envs=N)`` (the batched env), microseconds a
+  env-slot, for N = 16 and 256 (``--envs``).
+
+Each measurement runs in a fresh process that imports one tree, after a warm-up (the
+numba cache is filled by the warm-up of the first run), and reports the process's CPU
+time, which another job on the machine disturbs less than the wall clock. The trees take
+turns (which goes first alternates) and every ratio is taken within a repeat. Targets:
+``single`` at most 0.6x the baseline's time, the batched env's env-slot at N = 16 at most
+a third of it, and N = 256 no slower per env-slot than N = 16.
+
+    python benchmarks/bench_step.py --baseline 69d66d0 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _report import emit
+from _trees import trees
+
+
+def measure(tree: Path, case: str, steps: int) -> float:
+    """Microseconds of CPU a step (``single``) or an env-slot (``batched xN``)."""
+    sys.path.insert(0, str(tree))
+    sys.path.insert(0, str(tree / "benchmarks"))
+    from _trees import import_tree
+
+    import_tree(tree)
+    import gymnasium as gym
+    import numpy as np
+
+    import mabp_gym  # noqa: F401  (registers the ids)
+
+    rng = np.random.default_rng(0)
+    if case == "single":
+        env = gym.make("mabp_gym/Mixed-v0", load=0.85)
+        env.reset(seed=0)
+        actions = rng.uniform(-1, 1, (steps, *env.action_space.shape)).astype(np.float32)
+        for action in actions[: steps // 5]:  # warm-up
+            if env.step(action)[3]:
+                env.reset()
+        started = time.process_time()
+        for action in actions:
+            if env.step(action)[3]:
+                env.reset()
+        return 1e6 * (time.process_time() - started) / steps
+    num_envs = int(case.split("x")[1])
+    envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=num_envs, load=0.85)
+    envs.reset(seed=0)
+    rounds = max(20, steps // num_envs)
+    actions = rng.uniform(-1, 1, (rounds, *envs.action_space.shape)).astype(np.float32)
+    for action in actions[: rounds // 5]:
+        envs.step(action)
+    started = time.process_time()
+    for action in actions:
+        envs.step(action)
+    return 1e6 * (time.process_time() - started) / (rounds * num_envs)
+
+
+def _run(tree: Path, case: str, steps: int) -> float:
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--serve", str(tree), case, str(steps)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tempfile.gettempdir(),
+    )
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6000, help="steps (or env-slots) a run")
+    parser.add_argument("--envs", type=int, nargs="*", default=[16, 256])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--baseline", metavar="REF", help="git ref to compare against")
+    parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        tree, case, steps = args.serve
+        print(measure(Path(tree), case, int(steps)))
+        return
+    cases = ["single", *(f"batched x{n}" for n in args.envs)]
+    runs: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as where, trees(args.baseline, Path(where)) as found:
+        names = list(found)
+        for name in names:  # fill each tree's numba cache before anything is timed
+            _run(found[name], "batched x2", 200)
+            _run(found[name], "single", 200)
+        for repeat in range(args.repeats):
+            for case in cases:
+                for name in names if repeat % 2 == 0 else names[::-1]:
+                    runs.setdefault((name, case), []).append(_run(found[name], case, args.steps))
+    print(f"{'case':<14} " + " ".join(f"{name:>12}" for name in names) + "   ratio (range)")
+    rows = []
+    for case in cases:
+        medians = {name: statistics.median(runs[(name, case)]) for name in names}
+        line = f"{case:<14} " + " ".join(f"{medians[name]:>10.1f}us" for name in names)
+        row = {"case": case, **{f"us_{name}": medians[name] for name in names}}
+        if len(names) == 2:
+            ratios = [
+                a / b
+                for a, b in zip(runs[("current", case)], runs[("baseline", case)], strict=True)
+            ]
+            row["ratio"] = statistics.median(ratios)
+            line += f"   {row['ratio']:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+        print(line)
+        rows.append(row)
+    emit(
+        {
+            "benchmark": "bench_step",
+            "workload": "mixed",
+            "load": 0.85,
+            "steps": args.steps,
+            "repeats": args.repeats,
+            "baseline": args.baseline,
+            "rows": rows,
+            "runs": {f"{name} {case}": values for (name, case), values in runs.items()},
+        },
+        args.json,
+    )
+
+
+if __name__ == "__main__":
+    main()
