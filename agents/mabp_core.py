@@ -13,7 +13,6 @@ episode, by name.
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import numpy as np
@@ -179,6 +178,4 @@ mabp_fill = jit.kernel(mabp_fill)
 def kernel_is_cached() -> bool:
     """Whether numba's disk cache holds :func:`mabp_fill` (an index file next to this
     module's ``__pycache__`` entries); ``False`` where it cannot tell or nothing compiles."""
-    cache = getattr(mabp_fill, "_cache", None)
-    path = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
-    return isinstance(path, str) and os.path.exists(path)
+    return jit.is_cached(mabp_fill)

@@ -287,6 +287,7 @@ def _fused_against_outcome_path(steps: int, seed: int = 5, **kwargs) -> None:
     from mabp_gym.envs.env import SFMSNEnv
 
     fused, outcome = SFMSNEnv(**kwargs), SFMSNEnv(diagnostics=True, **kwargs)
+    fused.compile_after = 0  # the compiled step from the first step on, cached or not
     assert fused._fused_ok == jit.COMPILED and not outcome._lean
     rng = np.random.default_rng(seed)
     got_obs, _ = fused.reset(seed=seed)
@@ -300,6 +301,7 @@ def _fused_against_outcome_path(steps: int, seed: int = 5, **kwargs) -> None:
         action = rng.uniform(-1, 1, fused.action_space.shape).astype(np.float32)
         got_obs, got_reward, _, got_done, _ = fused.step(action)
         want_obs, want_reward, _, want_done, _ = outcome.step(action)
+        assert (fused._fused is not None) == jit.COMPILED
         assert got_reward == want_reward and got_done == want_done, step
         if got_done:
             got_obs, _ = fused.reset()
@@ -332,6 +334,7 @@ def test_env__the_training_step_follows_a_simulator_reset_from_outside():
     from mabp_gym.envs.env import SFMSNEnv
 
     fused, outcome = SFMSNEnv(workload="agentic"), SFMSNEnv(workload="agentic", diagnostics=True)
+    fused.compile_after = 0
     action = np.full(fused.action_space.shape, 0.5, dtype=np.float32)
     for env in (fused, outcome):
         env.reset(seed=1)
@@ -342,3 +345,28 @@ def test_env__the_training_step_follows_a_simulator_reset_from_outside():
         assert got[1] == want[1]
         for key, value in want[0].items():
             np.testing.assert_array_equal(got[0][key], value, err_msg=key)
+
+
+def test_env__training_steps_wait_for_the_compiled_step_until_it_is_cached_or_due(monkeypatch):
+    """A short run never compiles the single compiled step (15 s once per install): the
+    kernels run one by one until ``compile_after`` steps of the process, or at once when
+    numba's disk cache holds it."""
+    from mabp_gym.envs import env as env_module
+    from mabp_gym.envs.env import SFMSNEnv
+
+    monkeypatch.setattr(env_module, "_ON_DISK", [False])
+    monkeypatch.setattr(env_module, "_LEAN_STEPS", [0])
+    env = SFMSNEnv(workload="mixed")
+    env.compile_after = 3
+    env.reset(seed=0)
+    action = np.zeros(env.action_space.shape, dtype=np.float32)
+    fused = []
+    for _ in range(5):
+        env.step(action)
+        fused.append(env._fused is not None)
+    assert fused == [False, False, False, env._fused_ok, env._fused_ok]
+    monkeypatch.setattr(env_module, "_ON_DISK", [True])
+    other = SFMSNEnv(workload="mixed")
+    other.reset(seed=0)
+    other.step(action)
+    assert (other._fused is not None) == other._fused_ok

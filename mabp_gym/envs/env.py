@@ -19,7 +19,7 @@ from mabp_gym.core.encoding import (
     ObservationEncoder,
     symlog,
 )
-from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels import batch, jit
 from mabp_gym.core.kernels.batch import FusedStep
 from mabp_gym.core.projection import validate_scores
 from mabp_gym.core.simulator import Simulator, SlotOutcome
@@ -309,6 +309,12 @@ class SFMSNEnv(gym.Env):
         "render_fps": 4,
     }
 
+    compile_after = 5_000
+    """Training steps (of every env of the process) taken with the simulator's kernels one
+    by one before the single compiled step is compiled, unless numba's disk cache already
+    holds it: compiling it costs about 15 s once per install (then 40% less time a step),
+    which a short run or a test should not pay."""
+
     def __init__(
         self,
         workload: str | Workload = "mixed",
@@ -466,7 +472,7 @@ class SFMSNEnv(gym.Env):
         a built-in reward, no render): the same slot, observation and reward."""
         if self.reward_kind == "drift_plus_penalty":
             before = _lyapunov(self.sim.state, self.workload)
-        if self._fused_ok:
+        if self._fused_ok and (self._fused is not None or _fuse_now(self.compile_after)):
             self.sim._require_reset()
             if self._fused is None or not self._fused.bound_to(self.sim):
                 self._fused = FusedStep(self.sim, self._encoder)
@@ -552,6 +558,19 @@ def _check_reward_signature(fn: Callable[..., Any]) -> None:
             f"reward function {getattr(fn, '__name__', fn)!r} must take (outcome, before, "
             f"after, nu), got the signature {signature}"
         ) from None
+
+
+_LEAN_STEPS = [0]  # training steps taken one kernel at a time, every env of the process
+_ON_DISK: list[bool] = []  # whether the compiled step was in numba's disk cache, asked once
+
+
+def _fuse_now(compile_after: int) -> bool:
+    """Whether a training step should be the one compiled call (:class:`FusedStep`): it
+    is on disk, or the process has taken ``compile_after`` steps without it."""
+    if not _ON_DISK:
+        _ON_DISK.append(jit.is_cached(batch.step_all))
+    _LEAN_STEPS[0] += 1
+    return _ON_DISK[0] or _LEAN_STEPS[0] > compile_after
 
 
 def _lyapunov(state, workload: Workload) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable)
 
@@ -41,3 +41,11 @@ def part(function: F) -> F:
     if njit is None:
         return function
     return njit(cache=True, inline="always")(function)  # type: ignore[return-value]
+
+
+def is_cached(function: Any) -> bool:
+    """Whether numba's disk cache holds the compiled ``function`` (a :func:`kernel`): its
+    index file exists. ``False`` where it cannot tell or nothing compiles."""
+    cache = getattr(function, "_cache", None)
+    path = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    return isinstance(path, str) and os.path.exists(path)
