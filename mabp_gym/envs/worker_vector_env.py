@@ -1,17 +1,18 @@
-"""The batched vector env over several processes: ``N`` envs in ``P`` workers, each stepping
-its share with one :class:`~mabp_gym.envs.vector_env.SFMSNVectorEnv` (the EnvPool /
-PufferLib pattern), so that a step uses ``P`` cores.
+"""The batched vector env over several processes: ``N`` envs stepped by ``P`` processes,
+each stepping its share with one :class:`~mabp_gym.envs.vector_env.SFMSNVectorEnv` (the
+EnvPool / PufferLib pattern), so that a step uses ``P`` cores.
 
 ``gymnasium.make_vec(id, num_envs=N, workers=P)`` builds it for every SFMSN id (``workers=1``,
-the default, is the in-process batched env). Worker ``j`` owns a contiguous block of envs;
-the actions, observations, rewards and truncations travel through shared memory, and only
-the command and the (usually empty) info dict through a pipe. Env ``i`` is seeded ``seed + i``
-and steps exactly as env ``i`` of one batched env, and so as a single env with that seed
-(``tests/test_worker_vector_env.py`` compares them step by step).
+the default, is the in-process batched env). The envs are cut into ``P`` contiguous blocks:
+``P - 1`` worker processes step the first ones and this process steps the last while they
+do. The actions, observations, rewards and truncations travel through shared memory, and
+only the command and the (usually empty) info dict through a pipe. Env ``i`` is seeded
+``seed + i`` and steps exactly as env ``i`` of one batched env, and so as a single env with
+that seed (``tests/test_vector_env.py`` compares them step by step).
 
-Actions are checked in the main process before any worker steps, so a refused batch changes
-no env. A worker that fails or dies raises in the main process with the worker's message,
-and the vector env is closed.
+Actions are checked in this process before any worker steps, so a refused batch changes no
+env. A worker that fails raises here with the worker's message; one that dies closes the
+vector env with an error naming it.
 """
 
 from __future__ import annotations
@@ -180,8 +181,8 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
 
     Args:
         num_envs: how many envs (at least ``workers``).
-        workers: how many processes step them (at least 2; ``make_vec(..., workers=1)``
-            gives the in-process batched env).
+        workers: how many processes step them, this one included (at least 2;
+            ``make_vec(..., workers=1)`` gives the in-process batched env).
         context: the multiprocessing start method, one of :data:`START_METHODS`, or
             ``None`` for multiprocessing's default (as Gymnasium's ``AsyncVectorEnv``).
         copy: return fresh arrays every step (default); ``False`` returns the shared
