@@ -370,3 +370,17 @@ def test_env__training_steps_wait_for_the_compiled_step_until_it_is_cached_or_du
     other.reset(seed=0)
     other.step(action)
     assert (other._fused is not None) == other._fused_ok
+
+
+def test_env__a_strided_action_is_the_same_action():
+    from mabp_gym.envs.env import SFMSNEnv
+
+    envs = [SFMSNEnv(workload="rag") for _ in range(2)]
+    for env in envs:
+        env.compile_after = 0
+        env.reset(seed=3)
+    wide = np.random.default_rng(0).uniform(-1, 1, (envs[0].action_space.shape[0], 2))
+    got = envs[0].step(wide[:, 0])  # a strided view
+    want = envs[1].step(wide[:, 0].copy())
+    assert got[1] == want[1]
+    np.testing.assert_array_equal(got[0]["queues"], want[0]["queues"])

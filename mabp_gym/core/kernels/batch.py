@@ -357,7 +357,7 @@ class FusedStep:
             _, code = step_all(
                 0,
                 self.active,
-                scores[None],
+                np.ascontiguousarray(scores)[None],  # one compiled layout for every action
                 self.rngs,
                 self.rates,
                 self.flags,
