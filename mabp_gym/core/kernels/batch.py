@@ -315,10 +315,14 @@ class FusedStep:
         self.active = np.ones(1, dtype=np.bool_)
         self.rates = np.array([float(wl.total_rate)])
         self.rngs = generators([sim.rng])
-        self.obs = tuple(
-            np.zeros((1, *encoder.layout[key].shape), dtype=encoder.layout[key].dtype)
+        # The observation's arrays: the kernel writes each one whole but the queue matrix
+        # (the pairs' entries only), so fresh ones every step need no copy afterwards.
+        self._obs_specs = tuple(
+            (np.zeros if key == "queues" else np.empty, (1, *encoder.layout[key].shape), dtype)
             for key in DYNAMIC_KEYS
+            for dtype in (encoder.layout[key].dtype,)
         )
+        self.obs: tuple[np.ndarray, ...] = ()
         state = self._state = sim.state
         self.state = tuple(getattr(state, name)[None] for name in STATE_FIELDS)
         self._arrays = tuple(getattr(state, name) for name in STATE_FIELDS)
@@ -353,6 +357,7 @@ class FusedStep:
         if st.fifo.pool is not self._pool:  # a reserve outside the kernel replaced it
             self._bind_fifo()
         out.slot[0] = st.t
+        self.obs = tuple(make(shape, dtype=dtype) for make, shape, dtype in self._obs_specs)
         while True:
             _, code = step_all(
                 0,
@@ -387,5 +392,5 @@ class FusedStep:
         return float(sums[3]) + float(sums[1]) + penalty_memory, st.units
 
     def observation(self) -> dict[str, np.ndarray]:
-        """The slot's observation, fresh arrays (the encoder's dict)."""
-        return self.encoder._observation(*(array[0].copy() for array in self.obs))
+        """The slot's observation (the encoder's dict), arrays of its own."""
+        return self.encoder._observation(*(array[0] for array in self.obs))
