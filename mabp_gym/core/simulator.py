@@ -29,7 +29,12 @@ import numpy as np
 
 from mabp_gym.core.control import CHECK_TOLERANCE, Control, check_control
 from mabp_gym.core.kernels import check_core
-from mabp_gym.core.kernels.transition_core import CompiledTransition, RunFifo, state_arrays
+from mabp_gym.core.kernels.transition_core import (
+    CompiledTransition,
+    RunFifo,
+    slot_cost,
+    state_arrays,
+)
 from mabp_gym.core.projection import project, project_checked
 from mabp_gym.core.state import SimState
 from mabp_gym.core.workload import Workload
@@ -188,15 +193,12 @@ class Simulator:
             return outcome.penalty, outcome.backlog
         self._require_reset()
         control = project_checked(self.workload, self.state, scores, memory=self.memory)
-        core, st, wl = self._core, self.state, self.workload
+        core, st = self._core, self.state
         core(st, self.rng, self._generates, control)
-        counts, sums = core.counts, core.sums
-        st.units += int(counts[2] - counts[4])  # arrivals - completed
+        counts, sums = core.counts.tolist(), core.sums.tolist()
+        st.units += counts[2] - counts[4]  # arrivals - completed
         st.t += 1
-        held_size = float(st.memory_used.sum())
-        penalty_memory = float(sums[0]) + wl.theta * held_size + wl.omega * int(counts[6])
-        # h(t) in SlotOutcome.penalty's order of additions, so that rewards are equal.
-        return float(sums[3]) + float(sums[1]) + penalty_memory, st.units
+        return slot_cost(self.workload, st.memory_used, counts, sums), st.units
 
     # ----------------------------------------------------------------------------------
     def step(self, control: Control) -> SlotOutcome:

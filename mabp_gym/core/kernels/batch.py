@@ -10,15 +10,17 @@ numpy), so the slots are those of :class:`~mabp_gym.core.simulator.Simulator`.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from mabp_gym.core.encoding import DYNAMIC_KEYS, SERVICE_FEATURES
 from mabp_gym.core.kernels import jit, slotcore, transition_core
-from mabp_gym.core.kernels.transition_core import STATE_FIELDS, CompiledTransition
+from mabp_gym.core.kernels.transition_core import STATE_FIELDS, CompiledTransition, slot_cost
 
 _PRESSURE = SERVICE_FEATURES.index("successor_pressure")
+_state_fields = operator.attrgetter(*STATE_FIELDS)  # a state's arrays, in the kernels' order
 _SERVICE = DYNAMIC_KEYS.index("service")
 
 
@@ -325,7 +327,7 @@ class FusedStep:
         self.obs: tuple[np.ndarray, ...] = ()
         state = self._state = sim.state
         self.state = tuple(getattr(state, name)[None] for name in STATE_FIELDS)
-        self._arrays = tuple(getattr(state, name) for name in STATE_FIELDS)
+        self._arrays = _state_fields(state)
         self._rng = sim.rng
         self._bind_fifo()
 
@@ -337,10 +339,7 @@ class FusedStep:
             sim is self.sim
             and state is self._state
             and sim.rng is self._rng
-            and all(
-                getattr(state, name) is array
-                for name, array in zip(STATE_FIELDS, self._arrays, strict=True)
-            )
+            and all(map(operator.is_, _state_fields(state), self._arrays))
         )
 
     def _buffers(self, out: SlotBuffers) -> None:
@@ -382,14 +381,10 @@ class FusedStep:
                 st.fifo.reserve(2 * st.fifo.pool.shape[0])
                 self._bind_fifo()
         long_pressure(self.encoder, out, self.obs[_SERVICE])
-        counts, sums = out.counts[0], out.sums[0]
-        st.units += int(counts[2] - counts[4])  # arrivals - completed
-        st.t = int(out.slot[0])
-        wl = sim.workload
-        held_size = float(st.memory_used.sum())
-        penalty_memory = float(sums[0]) + wl.theta * held_size + wl.omega * int(counts[6])
-        # h(t) in SlotOutcome.penalty's order of additions, so that rewards are equal.
-        return float(sums[3]) + float(sums[1]) + penalty_memory, st.units
+        counts, sums = out.counts[0].tolist(), out.sums[0].tolist()
+        st.units += counts[2] - counts[4]  # arrivals - completed
+        st.t = st.t + 1
+        return slot_cost(sim.workload, st.memory_used, counts, sums), st.units
 
     def observation(self) -> dict[str, np.ndarray]:
         """The slot's observation (the encoder's dict), arrays of its own."""

@@ -586,6 +586,16 @@ def _pack(arrays: list[np.ndarray], extra: list[float], dtype: type) -> np.ndarr
     return np.concatenate(parts).astype(dtype)
 
 
+def slot_cost(workload, memory_used: np.ndarray, counts: list, sums: list) -> float:
+    """``h(t)`` of a slot from a kernel's ``counts`` and ``sums`` (as Python lists) and the
+    memory held after it, in :attr:`SlotOutcome.penalty`'s order of additions (compute,
+    transmission, then memory: transfers, holding, insertions), so that every path that
+    reports it gives the same float."""
+    held_size = float(memory_used.sum())
+    penalty_memory = sums[0] + workload.theta * held_size + workload.omega * counts[6]
+    return sums[3] + sums[1] + penalty_memory
+
+
 class RunFifo:
     """The compiled transition's FIFO: per pair, a linked list of runs ``(birth, units)``
     in one pool of rows (``pool[k] = (birth, units, next row)``, free rows linked from
