@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels import jit
 from mabp_gym.core.kernels.jit import kernel
 from mabp_gym.core.kernels.rules import EPS as _EPS
 from mabp_gym.core.kernels.rules import hit_bits, in_service_spend
@@ -56,10 +57,14 @@ def _descending_radix(block, order, spare):  # pragma: no cover
     counts = np.empty(256, dtype=np.int64)
     for byte in range(8):
         shift = np.uint64(8 * byte)
-        counts[:] = 0
+        for d in range(256):
+            counts[d] = 0
+        shared = True
         for k in range(n):
-            counts[(keys[k] >> shift) & np.uint64(255)] += 1
-        if counts.max() == n:
+            d = (keys[k] >> shift) & np.uint64(255)
+            counts[d] += 1
+            shared = shared and counts[d] == k + 1
+        if shared:
             continue
         total = 0
         for d in range(256):
@@ -255,7 +260,7 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out):  # pragma:
     return n_exec
 
 
-_descending_radix = kernel(_descending_radix)
+_descending_radix = jit.part(_descending_radix)
 _descending = kernel(_descending)
 _project_compiled = kernel(_project_kernel)
 
