@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mabp_gym.core.kernels import jit
-from mabp_gym.core.kernels import jit
 from mabp_gym.core.kernels.jit import kernel
 from mabp_gym.core.kernels.rules import EPS as _EPS
 from mabp_gym.core.kernels.rules import hit_bits, in_service_spend
