@@ -14,10 +14,10 @@ done
 python -c "from mabp_gym.fleet import agentic_session_trace, write_mooncake
 write_mooncake(agentic_session_trace(3000, sessions=150, seed=0), 'results/agentic.jsonl.gz')"
 mabp-gym fleet --trace results/agentic.jsonl.gz --fleet-size 4 --loads 0.6 0.9 --runs 10 \
-  --layout routers --routers jsq bp affinity sglang dynamo-t0 llm-d vllm-loadaware \
+  --layout routers --routers round-robin jsq lor bp affinity sglang dynamo-t0 llm-d vllm-loadaware \
   aibrix mabp-route mabp-route-exact oracle-ttft --set agentic_fraction=1 --set tool_depth=2 \
   --markdown results/fleet_agentic.md --json results/fleet_agentic.json
-step_routers=(jsq bp sglang sglang-lib-default dynamo-t0 llm-d vllm-loadaware aibrix mabp-route
+step_routers=(round-robin jsq lor bp sglang sglang-lib-default dynamo-t0 llm-d vllm-loadaware aibrix mabp-route
   mabp-route-exact oracle-ttft)
 for trace in conversation synthetic conversation-spread; do
   spread=()
