@@ -348,7 +348,16 @@ class StepEngine:
         self.waiting: deque[Sequence] = deque()
         self.busy = False
         self.batch: list[tuple[Sequence, int]] = []  # (sequence, prefill tokens; 0: decode)
+        self.shape = (0, 0, 0)  # the step's prefill tokens, decodes, context tokens read
         self.preemptions = 0
+        # A run of identical decode steps scheduled as one event (the simulator's):
+        # when the first began, each one's end and duration, and a version that a cut
+        # (an arrival) bumps so that the superseded end event is skipped.
+        self.run_start = 0.0
+        self.run_ends: list[float] = []
+        self.run_durations: list[float] = []
+        self.run_version = 0
+        self.synced_at = 0.0  # when the simulator last copied this engine's telemetry
 
     # -- admission ------------------------------------------------------------------------
     def _prompt_units(self, seq: Sequence, prompt: list[int]) -> list[int]:
@@ -414,9 +423,34 @@ class StepEngine:
             if self.chunked_prefill:
                 prefill_tokens += self._admit_waiting(batch, admitted, budget)
         self.batch = batch
+        self.shape = (prefill_tokens, decode_tokens, context)
         if not batch:
             return 0.0, admitted
         return self.profile.step_s(prefill_tokens, decode_tokens, context), admitted
+
+    def coalescible(self) -> int:
+        """Steps, the one just formed included, that would run this same batch of decodes
+        with nothing else changing: no sequence finishes before the last of them, none needs
+        a new block, and no waiting sequence can join (admission failed for want of slots,
+        budget or memory, and none of those grows while decodes fill their blocks). 1 when
+        the step computes any prefill."""
+        steps = 0
+        for seq, chunk in self.batch:
+            if chunk:
+                return 1
+            left = min(
+                seq.request.output_length - seq.generated,
+                seq.capacity - seq.target - seq.generated,
+            )
+            if steps == 0 or left < steps:
+                steps = left
+        return max(steps, 1)
+
+    def advance(self, steps: int) -> None:
+        """Apply ``steps`` decode steps of the current batch that end before the last one
+        (no sequence finishes or needs a block in them: :meth:`coalescible`)."""
+        for seq, _ in self.batch:
+            seq.generated += steps
 
     def _running_step(self, batch: list[tuple[Sequence, int]]) -> tuple[int, int, int, int]:
         """The running sequences' part of a step, oldest first: a decode token each, or the

@@ -23,6 +23,7 @@ Causal order of one request:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -385,6 +386,7 @@ class ExactState(_EngineMetrics):
 
     def prefill_backlog_s(self) -> np.ndarray:
         """Seconds of admitted prefill work left on each worker.  # (W,) float64"""
+        self._sim._settle_prefill_free()
         return np.maximum(self.prefill_free - self._sim.now, 0.0)
 
     def cached_blocks(self, hash_ids: Sequence[int]) -> np.ndarray:
@@ -561,7 +563,7 @@ class FleetSimulator:
         self._origin = float(self._times[0]) if len(self._times) else 0.0
         self._agentic = self.rng.random(len(trace)) < cfg.agentic_fraction
         self._next_trace = 0
-        self._events: list[tuple[float, int, int, Any]] = []
+        self._events: list[tuple[float, int, float, int, Any]] = []
         self._seq = 0
         self._next_rid = len(trace)
         self._fresh_block = -1  # downstream jobs' new blocks get negative ids: never in a trace
@@ -583,11 +585,15 @@ class FleetSimulator:
         self.end_log: list[int] = []
 
     # -- the event loop ------------------------------------------------------------------------
-    def _push(self, when: float, kind: int, payload: Any) -> None:
+    def _push(self, when: float, kind: int, payload: Any, pushed_at: float | None = None) -> None:
         # kind 0 (completion) sorts before kind 1 (arrival) at equal times: a finishing request
-        # frees its slot before a simultaneous arrival is routed.
+        # frees its slot before a simultaneous arrival is routed. Equal times and kinds go
+        # in the order the events were pushed: by the time of the push (``pushed_at``, now
+        # unless an event stands for one a run of coalesced steps would have pushed later),
+        # then by the push itself.
         self._seq += 1
-        heapq.heappush(self._events, (when, kind, self._seq, payload))
+        at = self.now if pushed_at is None else pushed_at
+        heapq.heappush(self._events, (when, kind, at, self._seq, payload))
 
     def next_request(self) -> Request | None:
         """Advance to the next arrival (trace request or downstream job), handling earlier
@@ -604,7 +610,11 @@ class FleetSimulator:
             if events and (
                 events[0][0] < t_trace or (events[0][0] == t_trace and events[0][1] == 0)
             ):
-                when, kind, _, payload = heapq.heappop(events)
+                when, kind, _, _, payload = heapq.heappop(events)
+                if kind == 0 and type(payload) is tuple and len(payload) == 2:
+                    engine = self.engines[payload[0]]
+                    if payload[1] != engine.run_version:
+                        continue  # a run of steps cut short by an arrival: superseded
                 if when >= self._next_scrape:
                     self._scrape(when)
                 self.now = when
@@ -612,7 +622,7 @@ class FleetSimulator:
                     if isinstance(payload, int):  # a first token streams back
                         self.first_token_log.append(payload)
                         self.first_token_times.append(when)
-                    elif len(payload) == 1:  # a step of the step engine ends
+                    elif len(payload) == 2:  # a step (or run of steps) of the step engine ends
                         self._end_step(payload[0])
                     else:
                         self._complete(*payload)
@@ -758,6 +768,7 @@ class FleetSimulator:
         if not engine.busy:
             self._begin_step(w)
         else:
+            self._cut_run(w)
             self._sync_step_telemetry(w)
 
     def _drop_waiting(self, w: int, seq: EngineSequence) -> None:
@@ -797,11 +808,86 @@ class FleetSimulator:
         engine.busy = bool(engine.batch)
         if engine.busy:
             self.gpu_seconds += duration
-            self._push(self.now + duration, 0, (w,))
+            self._plan_run(w, duration)
         self._sync_step_telemetry(w)
+
+    def _plan_run(self, w: int, duration: float) -> None:
+        """Schedule the end of the step just formed, or of the run of identical decode steps
+        it starts (:meth:`StepEngine.coalescible`), as one event.
+
+        The steps of a run change nothing a router or the records see until the last one
+        ends: the same batch, no first token, completion, block, admission or timeout drop
+        (a run stops before the step at whose start a waiting request would time out).
+        Their end times are summed one by one as separate events would be, so the records
+        are the same to the last bit; an arrival at the engine cuts the run after the step
+        in progress (:meth:`_cut_run`)."""
+        engine = self.engines[w]
+        steps = engine.coalescible()
+        end = self.now + duration
+        ends, durations = [end], [duration]
+        if steps > 1:
+            timeout, oldest = self.config.timeout_s, math.inf
+            for seq in engine.waiting:
+                if seq.first < 0 and seq.generated == 0:
+                    oldest = min(oldest, seq.request.arrival)
+            step_s = engine.profile.step_s
+            _, decodes, context = engine.shape
+            for _ in range(steps - 1):
+                if end - oldest > timeout:
+                    break  # the next step's start drops a waiting request: a real step
+                context += decodes
+                duration = step_s(0, decodes, context)
+                end = end + duration
+                ends.append(end)
+                durations.append(duration)
+        engine.run_start = self.now
+        engine.run_ends = ends
+        engine.run_durations = durations
+        engine.run_version += 1
+        pushed = ends[-2] if len(ends) > 1 else self.now
+        self._push(end, 0, (w, engine.run_version), pushed)
+
+    def _cut_run(self, w: int) -> None:
+        """An arrival at a busy engine: its run of steps ends with the step in progress (a
+        step ending now has ended: completions come before arrivals at equal times)."""
+        engine = self.engines[w]
+        ends = engine.run_ends
+        if len(ends) < 2:
+            return
+        done = bisect.bisect_right(ends, self.now)  # steps ended by now
+        if done + 1 >= len(ends):
+            return  # the step in progress is the run's last
+        del ends[done + 1 :]
+        del engine.run_durations[done + 1 :]
+        engine.run_version += 1
+        pushed = ends[-2] if len(ends) > 1 else engine.run_start
+        self._push(ends[-1], 0, (w, engine.run_version), pushed)
+
+    def _settle_prefill_free(self) -> None:
+        """``prefill_free`` of the engines inside a run, as the run's steps would have set it
+        at their starts (the pending prefill of a blocked waiting queue, priced from the
+        start of the step in progress)."""
+        for w, engine in enumerate(self.engines):
+            ends = engine.run_ends
+            if len(ends) < 2 or not engine.waiting:
+                continue
+            done = bisect.bisect_right(ends, self.now, 0, len(ends) - 1)
+            start = ends[done - 1] if done else engine.run_start
+            if start > engine.synced_at:
+                engine.synced_at = start
+                self.prefill_free[w] = start + (
+                    engine.pending_prefill_tokens() * engine.profile.prefill_s_per_token
+                )
 
     def _end_step(self, w: int) -> None:
         engine = self.engines[w]
+        steps = len(engine.run_ends)
+        if steps > 1:
+            engine.advance(steps - 1)
+            for duration in engine.run_durations[1:]:
+                self.gpu_seconds += duration
+        engine.run_ends = []
+        engine.run_durations = []
         firsts, done = engine.finish_step()
         for seq in firsts:
             seq.first = self.now
@@ -824,6 +910,7 @@ class FleetSimulator:
         self.waiting_count[w] = len(engine.waiting)
         self.running_blocks[w] = engine.kv.held
         # The exact prefill backlog in seconds, for BP and the exact-state references.
+        engine.synced_at = self.now
         self.prefill_free[w] = self.now + (
             engine.pending_prefill_tokens() * engine.profile.prefill_s_per_token
         )
