@@ -782,14 +782,15 @@ class FleetSimulator:
         cfg = self.config
         engine = self.engines[w]
         # Requests that waited past the timeout before their first admission are dropped.
-        kept: deque[EngineSequence] = deque()
-        for seq in engine.waiting:
-            never_ran = seq.first < 0 and seq.generated == 0
-            if never_ran and self.now - seq.request.arrival > cfg.timeout_s:
-                self._drop_waiting(w, seq)
-            else:
-                kept.append(seq)
-        engine.waiting = kept
+        if engine.waiting:
+            kept: deque[EngineSequence] = deque()
+            for seq in engine.waiting:
+                never_ran = seq.first < 0 and seq.generated == 0
+                if never_ran and self.now - seq.request.arrival > cfg.timeout_s:
+                    self._drop_waiting(w, seq)
+                else:
+                    kept.append(seq)
+            engine.waiting = kept
         while True:
             duration, admitted = engine.form_batch()
             if engine.batch or not engine.waiting or engine.running:
@@ -830,13 +831,17 @@ class FleetSimulator:
             for seq in engine.waiting:
                 if seq.first < 0 and seq.generated == 0:
                     oldest = min(oldest, seq.request.arrival)
-            step_s = engine.profile.step_s
+            profile = engine.profile
             _, decodes, context = engine.shape
+            # profile.step_s(0, decodes, context) term by term: (beta0 + 0.0) + decode
+            # term is exactly beta0 + decode term, so the sum is the same to the bit.
+            fixed = profile.beta0_s + profile.decode_s_per_token * decodes
+            attention = profile.attention_s_per_context_token
             for _ in range(steps - 1):
                 if end - oldest > timeout:
                     break  # the next step's start drops a waiting request: a real step
                 context += decodes
-                duration = step_s(0, decodes, context)
+                duration = fixed + attention * context
                 end = end + duration
                 ends.append(end)
                 durations.append(duration)
