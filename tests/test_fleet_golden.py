@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from mabp_gym.fleet import FleetConfig, FleetSimulator, make_router, scale_to_load, shipped_trace
-from mabp_gym.fleet.engine import StepEngine
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "fleet_step_golden.json").read_text())
 CASES = {
@@ -57,12 +56,33 @@ def test_step_engine__records_are_those_of_one_event_a_step(case):
     assert sim.gpu_seconds == pytest.approx(expected["gpu_seconds"], rel=1e-12)
 
 
-def test_step_engine__coalescing_off_gives_the_same_run(monkeypatch):
-    case = CASES["dynamo-t0-tight-memory-1.2"]
-    fast = run(*case, requests=500)
-    monkeypatch.setattr(StepEngine, "coalescible", lambda self: 1)
-    slow = run(*case, requests=500)
+@pytest.mark.parametrize("case", ["mabp-route-exact-0.7", "dynamo-t0-tight-memory-1.2"])
+def test_step_engine__a_router_sees_the_same_fleet_with_coalescing_off(case):
+    router, load, overrides, seed = CASES[case]
+    cfg = FleetConfig(num_workers=4, **overrides)
+    trace = scale_to_load(shipped_trace("conversation").head(400), load, cfg)
+    fast, slow = (FleetSimulator(trace, cfg, seed, engine="step") for _ in range(2))
+    for engine in slow.engines:
+        engine.coalescible = lambda: 1  # one event a step
+    chooser = make_router(router)
+    chooser.reset(cfg.num_workers, np.random.default_rng(seed))
+    while (request := fast.next_request()) is not None:
+        assert slow.next_request().rid == request.rid
+        assert fast.now == slow.now
+        for sim in (fast, slow):
+            sim.telemetry.exact.prefill_backlog_s()
+        assert np.array_equal(fast.prefill_free, slow.prefill_free)
+        assert np.array_equal(fast.engine_metrics, slow.engine_metrics)
+        assert np.array_equal(fast.telemetry.scraped.table, slow.telemetry.scraped.table)
+        assert fast.telemetry.scraped.taken_at == slow.telemetry.scraped.taken_at
+        assert np.array_equal(
+            fast.telemetry.cached_blocks(request.hash_ids),
+            slow.telemetry.cached_blocks(request.hash_ids),
+        )
+        worker = chooser.choose(request, fast.telemetry)
+        fast.dispatch(worker)
+        slow.dispatch(worker)
+    assert slow.next_request() is None
     assert fast.records == slow.records and fast.end_log == slow.end_log
     assert fast.first_token_times == slow.first_token_times
-    assert fast.dropped == slow.dropped and fast.dropped > 0
-    assert np.array_equal(fast.prefill_free, slow.prefill_free)
+    assert sum(len(e.run_ends) for e in fast.engines) == 0

@@ -645,6 +645,8 @@ class FleetSimulator:
                 return None
             self.arrived += 1
             self._pending = request
+            if self.engines:
+                self._settle_prefill_free()
             return request
 
     def _scrape(self, when: float) -> None:
@@ -874,7 +876,7 @@ class FleetSimulator:
         start of the step in progress)."""
         for w, engine in enumerate(self.engines):
             ends = engine.run_ends
-            if len(ends) < 2 or not engine.waiting:
+            if len(ends) < 2:
                 continue
             done = bisect.bisect_right(ends, self.now, 0, len(ends) - 1)
             start = ends[done - 1] if done else engine.run_start
