@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the tables of docs/fleet.md: the simple engine on both shipped traces and the
-# synthetic agentic-session trace, 4 workers, loads 0.6 and 0.9, 10 runs (about 12 minutes on
+# synthetic agentic-session trace, 4 workers, loads 0.6 and 0.9, 10 runs (about 6 minutes on
 # one busy core); then the step engine on both traces and on the conversation trace with its
-# bursts spread, loads 0.5 and 0.7, 10 runs (about an hour; --out keeps finished runs).
+# bursts spread, loads 0.5 and 0.7, 10 runs (about 27 minutes; --out keeps finished runs).
 # The Markdown tables land in results/fleet_*.md; docs/fleet.md holds copies of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
