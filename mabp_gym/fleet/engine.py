@@ -564,6 +564,9 @@ class StepEngine:
 
     def pending_prefill_tokens(self) -> int:
         """Prompt tokens still to compute, running and waiting (the exact backlog)."""
-        return sum(s.target - s.computed for s in self.running) + sum(
-            s.target for s in self.waiting
-        )
+        pending = 0
+        for seq in self.running:
+            pending += seq.target - seq.computed
+        for seq in self.waiting:
+            pending += seq.target
+        return pending

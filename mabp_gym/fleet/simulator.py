@@ -882,6 +882,9 @@ class FleetSimulator:
             start = ends[done - 1] if done else engine.run_start
             if start > engine.synced_at:
                 engine.synced_at = start
+                if not engine.waiting:  # a run's batch only decodes: nothing pending
+                    self.prefill_free[w] = start
+                    continue
                 self.prefill_free[w] = start + (
                     engine.pending_prefill_tokens() * engine.profile.prefill_s_per_token
                 )
