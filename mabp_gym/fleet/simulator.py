@@ -799,11 +799,12 @@ class FleetSimulator:
                 break
             # Nothing runs and the first waiting request does not fit the whole memory.
             self._drop_waiting(w, engine.waiting.popleft())
-        journal = self.journals[w]
-        for block, was_present in engine.kv.journal:
-            journal.append((self.now, block, was_present))
-        engine.kv.journal.clear()
-        self._prune_journal(w)
+        if engine.kv.journal:  # the prefix cache changed: KV events, then forget old ones
+            journal = self.journals[w]
+            for block, was_present in engine.kv.journal:
+                journal.append((self.now, block, was_present))
+            engine.kv.journal.clear()
+            self._prune_journal(w)
         for seq, hit in admitted:
             if seq.first < 0 and seq.generated == 0:  # first admission (not a recompute)
                 self.prompt_tokens += seq.request.input_length
@@ -839,14 +840,15 @@ class FleetSimulator:
             # term is exactly beta0 + decode term, so the sum is the same to the bit.
             fixed = profile.beta0_s + profile.decode_s_per_token * decodes
             attention = profile.attention_s_per_context_token
+            add_end, add_duration = ends.append, durations.append
             for _ in range(steps - 1):
                 if end - oldest > timeout:
                     break  # the next step's start drops a waiting request: a real step
                 context += decodes
                 duration = fixed + attention * context
                 end = end + duration
-                ends.append(end)
-                durations.append(duration)
+                add_end(end)
+                add_duration(duration)
         engine.run_start = self.now
         engine.run_ends = ends
         engine.run_durations = durations
@@ -894,8 +896,7 @@ class FleetSimulator:
         steps = len(engine.run_ends)
         if steps > 1:
             engine.advance(steps - 1)
-            for duration in engine.run_durations[1:]:
-                self.gpu_seconds += duration
+            self.gpu_seconds += sum(engine.run_durations[1:])
         engine.run_ends = []
         engine.run_durations = []
         firsts, done = engine.finish_step()
