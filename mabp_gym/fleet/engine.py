@@ -24,6 +24,7 @@ step stretched by a neighbour's prefill chunk counts against every decode in it.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,8 +235,8 @@ new blocks count down from -1): such a block is never asked for again, so it is 
 not cached, when its sequence lets it go."""
 
 
-def _own(block: int) -> bool:
-    return block < OWN_BASE + 2**61
+OWN_LIMIT = OWN_BASE + 2**61
+"""Blocks below this are generated tokens' (see :data:`OWN_BASE`)."""
 
 
 class KVCache:
@@ -272,24 +273,36 @@ class KVCache:
 
     def acquire(self, block: int, units: int = 1) -> None:
         """Reference ``block`` (a hit if resident, else a newly filled block of ``units``)."""
-        if block in self.refs:
-            self.refs[block] += 1
-            return
-        if block in self.idle:
-            del self.idle[block]
-        else:
-            while self.resident + units > self.capacity:
-                if not self.idle:
-                    raise MemoryError("no free KV block")  # callers check free() first
-                evicted, _ = self.idle.popitem(last=False)
-                self.resident -= self.units.pop(evicted)
-                self.journal.append((evicted, True))
-            self.units[block] = units
-            self.resident += units
-            if not _own(block):
-                self.journal.append((block, False))
-        self.refs[block] = 1
-        self.held += self.units[block]
+        self.acquire_all((block,), (units,))
+
+    def acquire_all(self, blocks: Seq[int], units: Seq[int]) -> None:
+        """:meth:`acquire` each block in turn (one call for a prompt's blocks)."""
+        refs, idle, sizes, journal = self.refs, self.idle, self.units, self.journal
+        held, resident, capacity = self.held, self.resident, self.capacity
+        try:
+            for block, size in zip(blocks, units, strict=True):
+                count = refs.get(block)
+                if count is not None:
+                    refs[block] = count + 1
+                    continue
+                if block in idle:
+                    del idle[block]
+                    size = sizes[block]
+                else:
+                    while resident + size > capacity:
+                        if not idle:
+                            raise MemoryError("no free KV block")  # callers check free()
+                        evicted, _ = idle.popitem(last=False)
+                        resident -= sizes.pop(evicted)
+                        journal.append((evicted, True))
+                    sizes[block] = size
+                    resident += size
+                    if block >= OWN_LIMIT:
+                        journal.append((block, False))
+                refs[block] = 1
+                held += size
+        finally:
+            self.held, self.resident = held, resident
 
     def own_block(self) -> int:
         """A new one-unit block for generated tokens."""
@@ -298,16 +311,27 @@ class KVCache:
         return self._next_own
 
     def release(self, block: int) -> None:
-        count = self.refs[block] - 1
-        if count:
-            self.refs[block] = count
-            return
-        del self.refs[block]
-        self.held -= self.units[block]
-        if _own(block):
-            self.resident -= self.units.pop(block)
-        else:  # a prompt block stays cached for later hits
-            self.idle[block] = None
+        self.release_all((block,))
+
+    def release_all(self, blocks: Seq[int]) -> None:
+        """Drop a reference to each block: a prompt block nobody holds stays cached, a block
+        of generated tokens is freed."""
+        refs, idle, sizes = self.refs, self.idle, self.units
+        held, resident = self.held, self.resident
+        for block in blocks:
+            count = refs[block] - 1
+            if count:
+                refs[block] = count
+                continue
+            del refs[block]
+            size = sizes[block]
+            held -= size
+            if block < OWN_LIMIT:
+                resident -= size
+                del sizes[block]
+            else:  # a prompt block stays cached for later hits
+                idle[block] = None
+        self.held, self.resident = held, resident
 
 
 class StepEngine:
@@ -355,7 +379,6 @@ class StepEngine:
         # (an arrival) bumps so that the superseded end event is skipped.
         self.run_start = 0.0
         self.run_ends: list[float] = []
-        self.run_durations: list[float] = []
         self.run_version = 0
         self.synced_at = 0.0  # when the simulator last copied this engine's telemetry
 
@@ -384,8 +407,7 @@ class StepEngine:
         need = sum(kv.cost(b, u) for b, u in zip(prompt, units, strict=True))
         if kv.free() < need + own:
             return False, 0
-        for block, size in zip(prompt, units, strict=True):
-            kv.acquire(block, size)
+        kv.acquire_all(prompt, units)
         seq.blocks = prompt + [kv.own_block() for _ in range(own)]
         seq.capacity = covered + own * bs
         # vLLM recomputes at least the last prompt token.
@@ -402,8 +424,7 @@ class StepEngine:
         return min(hits * self.block_tokens, seq.target - 1)
 
     def _release(self, seq: Sequence) -> None:
-        for block in seq.blocks:
-            self.kv.release(block)
+        self.kv.release_all(seq.blocks)
         seq.blocks = []
         seq.capacity = 0
 
@@ -445,6 +466,17 @@ class StepEngine:
             if steps == 0 or left < steps:
                 steps = left
         return max(steps, 1)
+
+    def run_seconds(self, steps: int) -> float:
+        """Seconds of the decode steps 2 to ``steps`` of a run that this step starts (the
+        context grows by one token a decode a step): summed in closed form."""
+        p = self.profile
+        _, decodes, context = self.shape
+        later = steps - 1
+        read = later * context + decodes * later * steps // 2
+        return later * (p.beta0_s + p.decode_s_per_token * decodes) + (
+            p.attention_s_per_context_token * read
+        )
 
     def advance(self, steps: int) -> None:
         """Apply ``steps`` decode steps of the current batch that end before the last one

@@ -828,7 +828,7 @@ class FleetSimulator:
         engine = self.engines[w]
         steps = engine.coalescible()
         end = self.now + duration
-        ends, durations = [end], [duration]
+        ends = [end]
         if steps > 1:
             timeout, oldest = self.config.timeout_s, math.inf
             for seq in engine.waiting:
@@ -840,18 +840,15 @@ class FleetSimulator:
             # term is exactly beta0 + decode term, so the sum is the same to the bit.
             fixed = profile.beta0_s + profile.decode_s_per_token * decodes
             attention = profile.attention_s_per_context_token
-            add_end, add_duration = ends.append, durations.append
+            add_end = ends.append
             for _ in range(steps - 1):
                 if end - oldest > timeout:
                     break  # the next step's start drops a waiting request: a real step
                 context += decodes
-                duration = fixed + attention * context
-                end = end + duration
+                end = end + (fixed + attention * context)
                 add_end(end)
-                add_duration(duration)
         engine.run_start = self.now
         engine.run_ends = ends
-        engine.run_durations = durations
         engine.run_version += 1
         pushed = ends[-2] if len(ends) > 1 else self.now
         self._push(end, 0, (w, engine.run_version), pushed)
@@ -867,7 +864,6 @@ class FleetSimulator:
         if done + 1 >= len(ends):
             return  # the step in progress is the run's last
         del ends[done + 1 :]
-        del engine.run_durations[done + 1 :]
         engine.run_version += 1
         pushed = ends[-2] if len(ends) > 1 else engine.run_start
         self._push(ends[-1], 0, (w, engine.run_version), pushed)
@@ -896,9 +892,8 @@ class FleetSimulator:
         steps = len(engine.run_ends)
         if steps > 1:
             engine.advance(steps - 1)
-            self.gpu_seconds += sum(engine.run_durations[1:])
+            self.gpu_seconds += engine.run_seconds(steps)
         engine.run_ends = []
-        engine.run_durations = []
         firsts, done = engine.finish_step()
         for seq in firsts:
             seq.first = self.now
