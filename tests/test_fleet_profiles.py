@@ -4,6 +4,7 @@ vLLM settings (validation, and what each one changes)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import gymnasium
 import numpy as np
@@ -124,6 +125,31 @@ def test_fleet_cli__profile_is_chosen_and_a_bad_one_is_one_line(run_cli):
     assert len(result.stderr.strip().splitlines()) == 1
     result = run_cli(*args, "--set", "enable_chunked_prefill=maybe", "--engine", "step")
     assert result.returncode == 2 and "give true or false" in result.stderr
+    result = run_cli(*args, "--set", "max_num_batched_tokens=4096", "--set", "block_size=16")
+    assert result.returncode == 2 and "step-engine setting" in result.stderr
+
+
+def test_fleet_cli__vllm_settings_reach_the_engine(run_cli, tmp_path):
+    records = []
+    settings = ("max_num_batched_tokens=4096", "block_size=16", "enable_chunked_prefill=false")
+    for given in ((), settings):
+        out = tmp_path / f"runs{len(given)}.json"
+        args = ["fleet", "--requests", "60", "--runs", "1", "--routers", "round-robin"]
+        args += ["--loads", "0.7", "--engine", "step", "--json", str(out)]
+        for setting in given:
+            args += ["--set", setting]
+        result = run_cli(*args)
+        assert result.returncode == 0, result.stderr
+        (record,) = json.loads(out.read_text())
+        records.append(record)
+    assert records[1]["profile"] == "qwen2.5-7b-a100" and records[0]["key"] != records[1]["key"]
+    # Whole prompts in bigger steps: the same requests see other first-token times.
+    assert records[0]["p95_ttft_s"] != records[1]["p95_ttft_s"]
+
+
+def test_fleet_env__the_renamed_batch_limit_is_named():
+    with pytest.raises(TypeError, match="max_running is now max_num_seqs"):
+        gymnasium.make("mabp_gym/Fleet-v1", num_requests=20, max_running=8)
 
 
 @pytest.mark.parametrize(

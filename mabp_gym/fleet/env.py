@@ -109,13 +109,12 @@ class FleetEnv(gymnasium.Env):
         known = {f.name for f in fields(FleetConfig)}
         unknown = sorted(set(overrides) - known)
         if unknown:
+            renamed = " (max_running is now max_num_seqs)" if "max_running" in unknown else ""
             # TypeError, as Python raises for an unknown argument (wrappers rely on it).
             raise TypeError(
-                f"FleetEnv.__init__() got an unexpected keyword argument {unknown[0]!r}; "
-                f"its arguments: trace, num_requests, load, engine, spread_bursts, profile "
-                f"and the "
-                f"FleetConfig fields "
-                f"{sorted(known)}"
+                f"FleetEnv.__init__() got an unexpected keyword argument {unknown[0]!r}"
+                f"{renamed}; its arguments: trace, num_requests, load, engine, spread_bursts, "
+                f"profile and the FleetConfig fields {sorted(known)}"
             )
         self.config = make_config(**overrides)
         self.profile = check_engine_config(self.config, engine, profile)
