@@ -34,6 +34,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engine", choices=("simple", "step"), default="simple")
+    parser.add_argument("--profile", default=None, help="the step engine's profile")
     parser.add_argument("--routers", nargs="+", default=list(ROUTERS))
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
@@ -49,7 +50,14 @@ def main() -> None:
         times, metrics = [], {}
         for seed in range(args.repeats):
             started = time.perf_counter()
-            metrics = replay(trace, make_router(name), config, seed=seed, engine=args.engine)
+            metrics = replay(
+                trace,
+                make_router(name),
+                config,
+                seed=seed,
+                engine=args.engine,
+                profile=args.profile,
+            )
             times.append(time.perf_counter() - started)
         rows.append(
             {

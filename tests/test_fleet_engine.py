@@ -143,3 +143,17 @@ def test_unknown_engine_or_profile_is_refused():
         FleetSimulator(trace, engine="vidur")
     with pytest.raises(ValueError, match="profile must be one of"):
         FleetSimulator(trace, engine="step", profile="gpt-9")
+
+
+def test_an_arrival_during_a_run_of_decodes_joins_the_step_after_the_one_in_progress():
+    # A decodes alone (one event for its run of steps); B arrives at 0.5 s, mid-run. B's
+    # prefill shares the step after the one in progress at 0.5 s with A's next decode.
+    sim = replay_on_worker_0([TraceRequest(0.0, 512, 100, (1,)), TraceRequest(500.0, 512, 2, (2,))])
+    end, generated = step(prefill=512), 1  # A's prefill step emits its first token
+    while end <= 0.5:
+        end += step(decodes=1, context=512 + generated)
+        generated += 1
+    joined = end + step(prefill=512, decodes=1, context=512 + generated)
+    times = by_rid(sim)
+    assert times[1][0] == pytest.approx(joined - 0.5, rel=1e-12)
+    assert times[0][1] > times[1][1] + 0.5  # A, 100 tokens long, ends after B

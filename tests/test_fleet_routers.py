@@ -69,6 +69,39 @@ def choices(name: str, telemetry, req, seeds=range(40)) -> set[int]:
 
 
 # -- the paper's baselines ---------------------------------------------------------------------
+def test_round_robin__takes_the_workers_in_turn_whatever_their_load():
+    router = fresh("round-robin", num_workers=3)
+    tel = fleet(in_flight=[0, 9, 9], waiting=[0, 5, 5], caches={2: PROMPT})
+    assert [router.choose(request(), tel) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    router.reset(3, np.random.default_rng(1))  # a new run starts at worker 0 again
+    assert router.choose(request(), tel) == 0
+
+
+def test_round_robin__spreads_a_replay_evenly():
+    from mabp_gym.fleet import replay, shipped_trace
+
+    trace = Trace("t", tuple(shipped_trace("synthetic").requests[:90]))
+    router = make_router("round-robin")
+    cfg = FleetConfig(num_workers=3, agentic_fraction=0.0)
+    sim = FleetSimulator(trace, cfg)
+    router.reset(3, np.random.default_rng(0))
+    counts = [0, 0, 0]
+    while (req := sim.next_request()) is not None:
+        worker = router.choose(req, sim.telemetry)
+        counts[worker] += 1
+        sim.dispatch(worker)
+    assert counts == [30, 30, 30]
+    assert replay(trace, make_router("round-robin"), cfg)["drop_rate"] == 0.0
+
+
+def test_lor__fewest_waiting_as_scraped_running_ignored_ties_to_lowest():
+    # Worker 0 runs a full batch with nobody waiting: Vidur's LOR counts only the queue.
+    tel = fleet(in_flight=[32, 0, 3], waiting=[0, 0, 3], running=[32, 0, 0])
+    assert choices("lor", tel, request()) == {0}
+    tel = fleet(waiting=[4, 1, 2])
+    assert choices("lor", tel, request()) == {1}
+
+
 def test_jsq__picks_fewest_in_flight_and_breaks_ties_at_random():
     assert choices("jsq", fleet(in_flight=[3, 1, 2]), request()) == {1}
     assert choices("jsq", fleet(in_flight=[1, 4, 1]), request()) == {0, 2}

@@ -71,7 +71,7 @@ def test_simulator__lru_evicts_the_tail_before_the_shared_prefix():
 
 def test_simulator__concurrency_limit_queues_and_prefill_is_serial():
     trace = Trace("t", tuple(TraceRequest(0.0, 4, 10, (k,)) for k in range(3)))
-    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "max_running": 2}))
+    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "max_num_seqs": 2}))
     run_to_end(sim)
     ttfts = sorted(record[0] for record in sim.records)
     # prefill 4 ms each, serial; the third waits for the first to finish at 0.104 s.
@@ -80,10 +80,10 @@ def test_simulator__concurrency_limit_queues_and_prefill_is_serial():
 
 def test_simulator__drops_when_the_waiting_room_is_full_or_the_wait_times_out():
     trace = Trace("t", tuple(TraceRequest(0.0, 4, 1000, (k,)) for k in range(4)))
-    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "max_running": 1, "max_waiting": 2}))
+    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "max_num_seqs": 1, "max_waiting": 2}))
     run_to_end(sim)
     assert sim.dropped == 1 and len(sim.records) == 3
-    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "max_running": 1, "timeout_s": 5.0}))
+    sim = FleetSimulator(trace, FleetConfig(**{**EXACT, "max_num_seqs": 1, "timeout_s": 5.0}))
     run_to_end(sim)
     # Each request runs 10 s, so everyone queued behind the first waited > 5 s.
     assert sim.dropped == 3 and sim.metrics()["drop_rate"] == pytest.approx(0.75)
@@ -124,8 +124,8 @@ def test_simulator__rejects_a_bad_worker_and_out_of_order_calls():
 
 
 def test_config__names_a_bad_or_unknown_setting():
-    with pytest.raises(ValueError, match="max_running must be > 0"):
-        FleetConfig(max_running=0)
+    with pytest.raises(ValueError, match="max_num_seqs must be > 0"):
+        FleetConfig(max_num_seqs=0)
     with pytest.raises(ValueError, match="p_downstream_miss is a probability"):
         FleetConfig(p_downstream_miss=1.5)
     with pytest.raises(TypeError, match="num_workers must be an integer"):
@@ -169,12 +169,12 @@ def test_replay__prefix_aware_routing_raises_the_hit_ratio_over_jsq():
 @given(
     data=st.data(),
     workers=st.integers(1, 3),
-    max_running=st.integers(1, 3),
+    max_num_seqs=st.integers(1, 3),
     cache_blocks=st.integers(1, 6),
     max_waiting=st.integers(1, 3),  # 0 is refused (it would drop every waiting request)
 )
 def test_simulator__conserves_requests_and_bounds_caches_for_any_routing(
-    data, workers, max_running, cache_blocks, max_waiting
+    data, workers, max_num_seqs, cache_blocks, max_waiting
 ):
     count = data.draw(st.integers(1, 25))
     gaps = data.draw(st.lists(st.integers(0, 400), min_size=count, max_size=count))
@@ -188,7 +188,7 @@ def test_simulator__conserves_requests_and_bounds_caches_for_any_routing(
         **{
             **EXACT,
             "num_workers": workers,
-            "max_running": max_running,
+            "max_num_seqs": max_num_seqs,
             "cache_blocks": cache_blocks,
             "max_waiting": max_waiting,
             "agentic_fraction": 0.5,
@@ -197,7 +197,7 @@ def test_simulator__conserves_requests_and_bounds_caches_for_any_routing(
     )
     sim = FleetSimulator(Trace("random", tuple(requests)), config, seed=count)
     while sim.next_request() is not None:
-        assert (sim.running <= max_running).all() and (sim.waiting_count <= max_waiting).all()
+        assert (sim.running <= max_num_seqs).all() and (sim.waiting_count <= max_waiting).all()
         assert all(len(c) <= cache_blocks for c in sim.caches)
         sim.dispatch(data.draw(st.integers(0, workers - 1)))
     assert sim.arrived == count + sim.downstream_jobs
@@ -273,7 +273,7 @@ def test_scraped_metrics_are_those_of_the_last_scrape_tick():
         "hand",
         tuple(TraceRequest(t, 1024, 500, (10 * k + 1,)) for k, t in enumerate((0.0, 10.0, 70.0))),
     )
-    cfg = FleetConfig(num_workers=1, agentic_fraction=0.0, max_running=1)
+    cfg = FleetConfig(num_workers=1, agentic_fraction=0.0, max_num_seqs=1)
     sim = FleetSimulator(trace, cfg)
     scraped, exact = sim.telemetry.scraped, sim.telemetry.exact
     sim.next_request()

@@ -56,6 +56,21 @@ def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
     return done
 
 
+def _bools(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``--set NAME=true`` / ``false`` for the fleet's on/off settings."""
+    from dataclasses import fields
+
+    from mabp_gym.fleet import FleetConfig
+
+    switches = {f.name for f in fields(FleetConfig) if f.type == "bool"}
+    for name in switches & set(overrides):
+        text = str(overrides[name]).lower()
+        if text not in ("true", "false"):
+            raise ValueError(f"--set {name}: give true or false, got {overrides[name]!r}")
+        overrides[name] = text == "true"
+    return overrides
+
+
 def _fleet(args: argparse.Namespace) -> None:
     from mabp_gym.fleet import ROUTERS, load_trace, make_config, scale_to_load
     from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
@@ -63,14 +78,14 @@ def _fleet(args: argparse.Namespace) -> None:
     from mabp_gym.harness.results_file import _ResultsFile
 
     with user_input():
-        overrides = _parse_overrides(args.overrides)
+        overrides = _bools(_parse_overrides(args.overrides))
         if "num_workers" in overrides:
             raise ValueError(
                 f"--set num_workers={overrides['num_workers']!r}: give the fleet's size with "
                 "--fleet-size"
             )
         config = make_config(num_workers=args.workers, **overrides)
-        check_engine_config(config, args.engine)
+        profile = check_engine_config(config, args.engine, args.profile)
         routers = [r for token in (args.routers or list(ROUTERS)) for r in token.split(",") if r]
         if not routers:
             raise ValueError(f"--routers: name at least one router of {sorted(ROUTERS)}")
@@ -126,13 +141,14 @@ def _fleet(args: argparse.Namespace) -> None:
             seed=args.seed,
             progress=lambda line: print(line, file=sys.stderr),
             engine=args.engine,
+            profile=profile,
             done=done,
             on_record=None if sink is None else lambda record: sink.write(_finite(record)),
         )
     table = format_table(records, routers, args.layout)
     print(
         f"trace {trace.name}: {len(trace)} requests, {config.num_workers} workers, "
-        f"{args.engine} engine"
+        f"{args.engine} engine" + (f", profile {profile}" if profile else "")
     )
     print(table)
     print(FLEET_LEGEND)

@@ -344,6 +344,12 @@ def _add_fleet(commands: Any) -> None:
         help="worker model: simple (FIFO prefill, decode fixed at admission) or step "
         "(continuous batching, chunked prefill, shared KV, preemption; docs/fleet.md)",
     )
+    fleet.add_argument(
+        "--profile",
+        default=None,
+        help="the step engine's step-time profile (default qwen2.5-7b-a100; "
+        "llama-3-8b-a100); docs/fleet.md, section Fidelity",
+    )
     fleet.add_argument("--requests", type=int, default=None, help="use the first N requests")
     fleet.add_argument(
         "--spread-bursts",

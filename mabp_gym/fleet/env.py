@@ -17,6 +17,7 @@ from mabp_gym.fleet.simulator import (
     FleetConfig,
     FleetSimulator,
     Request,
+    check_engine_config,
     make_config,
     scale_to_load,
 )
@@ -58,7 +59,7 @@ class FleetEnv(gymnasium.Env):
 
     ## Observation Space
     ``Box(0, inf, (num_workers * 6 + 4,), float32)``: per worker (row-major) requests in
-    flight / ``max_running``, waiting / ``max_running``, prefill backlog (s), KV used fraction,
+    flight / ``max_num_seqs``, waiting / ``max_num_seqs``, prefill backlog (s), KV used fraction,
     cached fraction of the pending prompt (KV events), whether it holds the request's tool
     state; then the request's prompt blocks / 64, output tokens / 1000, agentic flag,
     downstream flag.
@@ -79,10 +80,13 @@ class FleetEnv(gymnasium.Env):
     (``"simple"``, default, or ``"step"``: continuous batching); ``spread_bursts``: spread
     each run of equal timestamps up to the next one (:meth:`Trace.spread_bursts`; the
     conversation trace's 3-s clock otherwise delivers about ten requests at one instant);
-    any ``FleetConfig`` field as a keyword (e.g. ``num_workers=4``).
+    ``profile``: the step engine's step-time profile (``mabp_gym.fleet.engine.PROFILES``,
+    default ``qwen2.5-7b-a100``; refused with the simple engine); any ``FleetConfig`` field
+    as a keyword (e.g. ``num_workers=4``, ``max_num_batched_tokens=4096``).
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version; ``profile`` and the step engine's vLLM settings added without
+      changing the defaults' dynamics.
     """
 
     metadata = {"render_modes": []}
@@ -94,6 +98,7 @@ class FleetEnv(gymnasium.Env):
         load: float | None = 0.8,
         engine: str = "simple",
         spread_bursts: bool = False,
+        profile: str | None = None,
         **overrides: Any,
     ) -> None:
         if engine not in ENGINES:
@@ -104,14 +109,15 @@ class FleetEnv(gymnasium.Env):
         known = {f.name for f in fields(FleetConfig)}
         unknown = sorted(set(overrides) - known)
         if unknown:
+            renamed = " (max_running is now max_num_seqs)" if "max_running" in unknown else ""
             # TypeError, as Python raises for an unknown argument (wrappers rely on it).
             raise TypeError(
-                f"FleetEnv.__init__() got an unexpected keyword argument {unknown[0]!r}; "
-                f"its arguments: trace, num_requests, load, engine, spread_bursts and the "
-                f"FleetConfig fields "
-                f"{sorted(known)}"
+                f"FleetEnv.__init__() got an unexpected keyword argument {unknown[0]!r}"
+                f"{renamed}; its arguments: trace, num_requests, load, engine, spread_bursts, "
+                f"profile and the FleetConfig fields {sorted(known)}"
             )
         self.config = make_config(**overrides)
+        self.profile = check_engine_config(self.config, engine, profile)
         self._seen: int = 0  # records and drops already scored
         self._dropped: int = 0
         if num_requests is not None:
@@ -158,8 +164,8 @@ class FleetEnv(gymnasium.Env):
         blocks = len(request.hash_ids)
         workers = np.stack(
             [
-                t.in_flight / cfg.max_running,
-                t.exact.waiting / cfg.max_running,
+                t.in_flight / cfg.max_num_seqs,
+                t.exact.waiting / cfg.max_num_seqs,
                 t.exact.prefill_backlog_s(),
                 t.exact.kv_used_fraction(),
                 t.cached_blocks(request.hash_ids) / blocks,
@@ -216,7 +222,9 @@ class FleetEnv(gymnasium.Env):
         super().reset(seed=seed)  # a refused seed raises before anything changes too
         self._new_episode()
         run_seed = int(self.np_random.integers(2**31))
-        self.sim = FleetSimulator(self.trace, self.config, run_seed, engine=self.engine)
+        self.sim = FleetSimulator(
+            self.trace, self.config, run_seed, engine=self.engine, profile=self.profile
+        )
         self._seen = 0
         self._dropped = 0
         self._request = self.sim.next_request()

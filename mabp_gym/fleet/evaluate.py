@@ -47,11 +47,14 @@ def evaluate_fleet(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     engine: str = "simple",
+    profile: str | None = None,
     done: dict[str, dict[str, Any]] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One record per (router, load, run): the run's metrics (``engine``: the worker
-    model, :data:`mabp_gym.fleet.simulator.ENGINES`).
+    model, :data:`mabp_gym.fleet.simulator.ENGINES`; ``profile``: the step engine's
+    step-time profile, :data:`mabp_gym.fleet.engine.PROFILES`, default
+    :data:`~mabp_gym.fleet.engine.DEFAULT_PROFILE`).
 
     ``done`` maps run keys (:func:`run_key`, also each record's ``"key"``) to records
     already made, which are reused instead of run again; ``on_record`` gets each new record
@@ -68,7 +71,7 @@ def evaluate_fleet(
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     seed = int(seed)  # a numpy integer is no JSON for the run key
     routers, loads = as_list(routers, "routers", of="names"), as_list(loads, "loads")
-    check_engine_config(config, engine)
+    profile = check_engine_config(config, engine, profile)
     for name in routers:
         make_router(name)  # fail before any work on an unknown name
     for what, values in (("routers", list(routers)), ("loads", list(loads))):
@@ -83,7 +86,7 @@ def evaluate_fleet(
         for name in routers:
             reused = 0
             for run in range(runs):
-                key = run_key(digest, name, load, seed + run, config, engine)
+                key = run_key(digest, name, load, seed + run, config, engine, profile)
                 if key in done:
                     # The same run (the key holds the trace's content, not its name): under
                     # this command's trace name and run index, as if run now (a copy of a
@@ -91,7 +94,14 @@ def evaluate_fleet(
                     records.append({**done[key], "trace": trace.name, "run": run})
                     reused += 1
                     continue
-                metrics = replay(scaled, make_router(name), config, seed=seed + run, engine=engine)
+                metrics = replay(
+                    scaled,
+                    make_router(name),
+                    config,
+                    seed=seed + run,
+                    engine=engine,
+                    profile=profile,
+                )
                 record = {
                     "trace": trace.name,
                     "router": name,
@@ -100,6 +110,7 @@ def evaluate_fleet(
                     "seed": seed + run,
                     "workers": config.num_workers,
                     "engine": engine,
+                    "profile": profile,
                     **metrics,
                     "key": key,
                 }
@@ -123,16 +134,22 @@ def trace_digest(trace: Trace) -> str:
 
 
 def run_key(
-    digest: str, router: str, load: float, seed: int, config: FleetConfig, engine: str
+    digest: str,
+    router: str,
+    load: float,
+    seed: int,
+    config: FleetConfig,
+    engine: str,
+    profile: str | None = None,
 ) -> str:
     """What determines a fleet run's record: the trace's content, the router, the load,
-    the seed, every fleet constant and the engine."""
+    the seed, every fleet constant, the engine and its profile."""
     import dataclasses
     import hashlib
     import json
 
     payload = json.dumps(
-        [digest, router, float(load).hex(), seed, dataclasses.asdict(config), engine],
+        [digest, router, float(load).hex(), seed, dataclasses.asdict(config), engine, profile],
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
@@ -175,7 +192,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[tuple[float, str], dict
 
 def _check_one_setting(cell: tuple[float, str], rows: list[dict[str, Any]]) -> None:
     where = f"the runs of {cell[1]} at load {cell[0]:g}"
-    for field in ("trace", "engine", "workers"):
+    for field in ("trace", "engine", "profile", "workers"):
         values = {repr(r[field]) for r in rows if r.get(field) is not None}
         if len(values) > 1:
             raise ValueError(

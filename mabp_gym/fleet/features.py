@@ -62,7 +62,7 @@ class RouterFeatures:
                 squash(self.backlog / slo),
                 squash(self._prefill / slo),
                 hits / blocks,
-                squash(telemetry.in_flight / cfg.max_running),
+                squash(telemetry.in_flight / cfg.max_num_seqs),
                 held,
             ],
             axis=1,

@@ -7,7 +7,7 @@ times are fixed when it is admitted, so a replay costs O(requests x blocks) dict
 Causal order of one request:
   1. it arrives; the router picks a worker from the telemetry (``Telemetry``);
   2. the worker drops it if ``max_waiting`` requests already wait, else queues it (FIFO);
-  3. it is admitted when fewer than ``max_running`` requests run there (dropped instead when
+  3. it is admitted when fewer than ``max_num_seqs`` requests run there (dropped instead when
      it waited longer than ``timeout_s``); the engine's LRU prefix cache is matched over the
      leading block hashes, then all its prompt blocks are touched (tail first, so the prefix
      is the most recent and is evicted last, as vLLM frees blocks in reverse order);
@@ -23,6 +23,7 @@ Causal order of one request:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -33,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from mabp_gym.fleet.engine import DEFAULT_PROFILE, PROFILES, StepEngine
+from mabp_gym.fleet.engine import DEFAULT_PROFILE, MAX_BATCHED_TOKENS, PROFILES, StepEngine
 from mabp_gym.fleet.engine import Sequence as EngineSequence
 from mabp_gym.fleet.trace import BLOCK_TOKENS, Trace
 
@@ -62,8 +63,19 @@ class FleetConfig:
     """Tokens per block: the block size the trace is hashed in (``Trace.block_tokens``; the
     Mooncake traces hash 512-token blocks); a simulator refuses a trace of another size, whose
     every hit it would miscount."""
-    max_running: int = 32
-    """Concurrency (batch) limit per worker; more requests wait in the worker's FIFO queue."""
+    max_num_seqs: int = 32
+    """Concurrency (batch) limit per worker, vLLM's ``max_num_seqs`` (its default is 256
+    or more); more requests wait in the worker's FIFO queue."""
+    max_num_batched_tokens: int = MAX_BATCHED_TOKENS
+    """Step engine: tokens a step may compute, vLLM's ``max_num_batched_tokens`` (2,048
+    with chunked prefill in vLLM 0.8)."""
+    block_size: int = 0
+    """Step engine: tokens a KV block holds, vLLM's ``block_size`` (its default is 16; 0
+    here: ``block_tokens``); it must divide ``block_tokens``: a prefix-cache hit is still a
+    whole trace block. The KV memory stays ``cache_blocks * block_tokens`` tokens."""
+    enable_chunked_prefill: bool = True
+    """Step engine: vLLM's ``enable_chunked_prefill``. Off, a step holds either prefills
+    (whole prompts, before any decode) or decodes, as vLLM's scheduler without it."""
     max_waiting: int = 512
     """Waiting requests per worker beyond which an arriving request is dropped."""
     timeout_s: float = 180.0
@@ -111,9 +123,13 @@ class FleetConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (np.integer, np.floating)):  # numpy numbers are numbers
+            if isinstance(value, (np.integer, np.floating, np.bool_)):  # numpy numbers
                 value = value.item()
                 object.__setattr__(self, f.name, value)
+            if f.type == "bool":
+                if not isinstance(value, bool):
+                    raise TypeError(f"FleetConfig.{f.name} must be True or False, got {value!r}")
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"FleetConfig.{f.name} must be a number, got {value!r}")
             if f.type == "int" and not isinstance(value, int):
@@ -126,7 +142,7 @@ class FleetConfig:
             "num_workers",
             "cache_blocks",
             "block_tokens",
-            "max_running",
+            "max_num_seqs",
             "max_waiting",  # 0 would drop every request that cannot start at once
             "timeout_s",
             "prefill_s_per_token",
@@ -134,17 +150,23 @@ class FleetConfig:
             "slo_ttft_s",
             "slo_tpot_s",
             "tool_capacity",
+            "max_num_batched_tokens",
         )
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"FleetConfig.{name} must be > 0, got {getattr(self, name)}")
         for f in fields(self):
-            if getattr(self, f.name) < 0:
+            if f.type != "bool" and getattr(self, f.name) < 0:
                 raise ValueError(f"FleetConfig.{f.name} must be >= 0, got {getattr(self, f.name)}")
         if 0 < self.scrape_interval_s < MIN_SCRAPE_INTERVAL_S:
             raise ValueError(
                 f"FleetConfig.scrape_interval_s must be 0 (exact) or at least "
                 f"{MIN_SCRAPE_INTERVAL_S:g} s, got {self.scrape_interval_s:g}"
+            )
+        if self.block_size and self.block_tokens % self.block_size:
+            raise ValueError(
+                f"FleetConfig.block_size must divide block_tokens ({self.block_tokens}): "
+                f"a prefix-cache hit is a whole trace block; got {self.block_size}"
             )
         for name in ("agentic_fraction", "p_downstream_hit", "p_downstream_miss"):
             if getattr(self, name) > 1:
@@ -172,13 +194,35 @@ SIMPLE_ENGINE_SPEEDS = (
 estimates and the load scaling, not the run."""
 
 
-def check_engine_config(config: FleetConfig, engine: str) -> None:
-    """Refuse a simple-engine step time changed for the step engine, which would ignore it
-    (a "2x slower GPU" made the step-engine fleet look better: the trace was stretched, the
-    engine was not slowed)."""
-    if engine != "step":
-        return
+STEP_ENGINE_SETTINGS = ("max_num_batched_tokens", "block_size", "enable_chunked_prefill")
+"""The step engine's vLLM settings: the simple engine has no steps, blocks or chunks."""
+
+
+def check_engine_config(config: FleetConfig, engine: str, profile: str | None = None) -> str | None:
+    """The step-time profile of a run (``None`` for the simple engine), after refusing what
+    the engine would ignore: a simple-engine step time changed for the step engine (a "2x
+    slower GPU" made the step-engine fleet look better: the trace was stretched, the engine
+    was not slowed), or a profile or a step-engine setting for the simple engine."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     default = FleetConfig()
+    if engine == "simple":
+        if profile is not None:
+            raise ValueError(
+                f"profile={profile!r} sets the step engine's step times; the simple engine "
+                "takes FleetConfig's: use engine='step' or leave profile out"
+            )
+        changed = [n for n in STEP_ENGINE_SETTINGS if getattr(config, n) != getattr(default, n)]
+        if changed:
+            raise ValueError(
+                f"FleetConfig.{changed[0]} is a step-engine setting that the simple engine "
+                "ignores: use engine='step' or leave it at the default"
+            )
+        return None
+    if profile is None:
+        profile = DEFAULT_PROFILE
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
     changed = [n for n in SIMPLE_ENGINE_SPEEDS if getattr(config, n) != getattr(default, n)]
     if changed:
         raise ValueError(
@@ -186,6 +230,7 @@ def check_engine_config(config: FleetConfig, engine: str) -> None:
             "takes its step times from its profile (mabp_gym.fleet.engine.PROFILES), so "
             f"leave {', '.join(changed)} at the default with engine='step'"
         )
+    return profile
 
 
 def check_block_size(trace: Trace, config: FleetConfig) -> None:
@@ -203,6 +248,8 @@ def make_config(**overrides: Any) -> FleetConfig:
     """A ``FleetConfig`` with overrides, naming any unknown key."""
     known = {f.name for f in fields(FleetConfig)}
     unknown = sorted(set(overrides) - known)
+    if "max_running" in unknown:
+        raise ValueError("the fleet setting max_running is now max_num_seqs (vLLM's name)")
     if unknown:
         raise ValueError(f"unknown fleet setting(s) {unknown}; known: {sorted(known)}")
     return FleetConfig(**overrides)
@@ -284,11 +331,12 @@ class _EngineMetrics:
 
     config: FleetConfig
     running_blocks: np.ndarray  # (W,) int64
+    kv_capacity: int  # KV blocks a worker holds, in the units of running_blocks
 
     def kv_used_fraction(self) -> np.ndarray:
         """KV blocks held by running requests over capacity, as vLLM reports it (cached but
         unreferenced blocks count as free).  # (W,) float64"""
-        return np.minimum(1.0, self.running_blocks / self.config.cache_blocks)
+        return np.minimum(1.0, self.running_blocks / self.kv_capacity)
 
 
 class ScrapedMetrics(_EngineMetrics):
@@ -305,6 +353,7 @@ class ScrapedMetrics(_EngineMetrics):
 
     def __init__(self, sim: FleetSimulator) -> None:
         self.config = sim.config
+        self.kv_capacity = sim.kv_capacity
         # One (3, W) table, so that a scrape is one copy: waiting, running, running blocks.
         live = sim.engine_metrics
         self.table = live.copy() if sim.config.scrape_interval_s > 0 else live  # 0: live
@@ -328,6 +377,7 @@ class ExactState(_EngineMetrics):
     def __init__(self, sim: FleetSimulator) -> None:
         self._sim = sim
         self.config = sim.config
+        self.kv_capacity = sim.kv_capacity
         self.waiting = sim.waiting_count  # (W,) int64
         self.running = sim.running  # (W,) int64
         self.active_blocks = sim.active_blocks  # (W,) int64
@@ -336,6 +386,7 @@ class ExactState(_EngineMetrics):
 
     def prefill_backlog_s(self) -> np.ndarray:
         """Seconds of admitted prefill work left on each worker.  # (W,) float64"""
+        self._sim._settle_prefill_free()
         return np.maximum(self.prefill_free - self._sim.now, 0.0)
 
     def cached_blocks(self, hash_ids: Sequence[int]) -> np.ndarray:
@@ -451,7 +502,9 @@ class FleetSimulator:
             admission; the module docstring) or ``"step"`` (vLLM-style continuous batching
             with chunked prefill, shared KV memory and preemption:
             :mod:`mabp_gym.fleet.engine`).
-        profile: the step engine's step-time profile (:data:`mabp_gym.fleet.engine.PROFILES`).
+        profile: the step engine's step-time profile (:data:`mabp_gym.fleet.engine.PROFILES`;
+            ``None``: :data:`~mabp_gym.fleet.engine.DEFAULT_PROFILE`); refused with the
+            simple engine, which takes its step times from ``config``.
     """
 
     def __init__(
@@ -460,17 +513,13 @@ class FleetSimulator:
         config: FleetConfig | None = None,
         seed: int = 0,
         engine: str = "simple",
-        profile: str = DEFAULT_PROFILE,
+        profile: str | None = None,
     ) -> None:
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-        if profile not in PROFILES:
-            raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
         self.config = config or FleetConfig()
         self.engine = engine
         cfg = self.config
+        self.profile = check_engine_config(cfg, engine, profile)
         check_block_size(trace, cfg)
-        check_engine_config(cfg, engine)
         self.trace = trace
         self.rng = np.random.default_rng(seed)
         w = cfg.num_workers
@@ -485,12 +534,22 @@ class FleetSimulator:
         self.prefill_free = np.zeros(w, dtype=np.float64)
         self.caches: list[Any] = [OrderedDict() for _ in range(w)]
         self.engines: list[StepEngine] = []
-        if engine == "step":
+        self.kv_capacity = cfg.cache_blocks  # KV memory in the units of running_blocks
+        if self.profile is not None:
             self.engines = [
-                StepEngine(cfg.cache_blocks, cfg.block_tokens, cfg.max_running, PROFILES[profile])
+                StepEngine(
+                    cfg.cache_blocks,
+                    cfg.block_tokens,
+                    cfg.max_num_seqs,
+                    PROFILES[self.profile],
+                    block_size=cfg.block_size,
+                    max_batched_tokens=cfg.max_num_batched_tokens,
+                    chunked_prefill=cfg.enable_chunked_prefill,
+                )
                 for _ in range(w)
             ]
             self.caches = [e.kv for e in self.engines]  # KV events read the shared memory
+            self.kv_capacity = self.engines[0].kv.capacity
         self.tools: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(w)]
         # Per worker, the prefix cache's recent membership changes: (time, block, whether
         # it was present before), so that KV events can be read with a delay.
@@ -504,7 +563,7 @@ class FleetSimulator:
         self._origin = float(self._times[0]) if len(self._times) else 0.0
         self._agentic = self.rng.random(len(trace)) < cfg.agentic_fraction
         self._next_trace = 0
-        self._events: list[tuple[float, int, int, Any]] = []
+        self._events: list[tuple[float, int, float, int, Any]] = []
         self._seq = 0
         self._next_rid = len(trace)
         self._fresh_block = -1  # downstream jobs' new blocks get negative ids: never in a trace
@@ -526,11 +585,15 @@ class FleetSimulator:
         self.end_log: list[int] = []
 
     # -- the event loop ------------------------------------------------------------------------
-    def _push(self, when: float, kind: int, payload: Any) -> None:
+    def _push(self, when: float, kind: int, payload: Any, pushed_at: float | None = None) -> None:
         # kind 0 (completion) sorts before kind 1 (arrival) at equal times: a finishing request
-        # frees its slot before a simultaneous arrival is routed.
+        # frees its slot before a simultaneous arrival is routed. Equal times and kinds go
+        # in the order the events were pushed: by the time of the push (``pushed_at``, now
+        # unless an event stands for one a run of coalesced steps would have pushed later),
+        # then by the push itself.
         self._seq += 1
-        heapq.heappush(self._events, (when, kind, self._seq, payload))
+        at = self.now if pushed_at is None else pushed_at
+        heapq.heappush(self._events, (when, kind, at, self._seq, payload))
 
     def next_request(self) -> Request | None:
         """Advance to the next arrival (trace request or downstream job), handling earlier
@@ -547,7 +610,11 @@ class FleetSimulator:
             if events and (
                 events[0][0] < t_trace or (events[0][0] == t_trace and events[0][1] == 0)
             ):
-                when, kind, _, payload = heapq.heappop(events)
+                when, kind, _, _, payload = heapq.heappop(events)
+                if kind == 0 and type(payload) is tuple and len(payload) == 2:
+                    engine = self.engines[payload[0]]
+                    if payload[1] != engine.run_version:
+                        continue  # a run of steps cut short by an arrival: superseded
                 if when >= self._next_scrape:
                     self._scrape(when)
                 self.now = when
@@ -555,7 +622,7 @@ class FleetSimulator:
                     if isinstance(payload, int):  # a first token streams back
                         self.first_token_log.append(payload)
                         self.first_token_times.append(when)
-                    elif len(payload) == 1:  # a step of the step engine ends
+                    elif len(payload) == 2:  # a step (or run of steps) of the step engine ends
                         self._end_step(payload[0])
                     else:
                         self._complete(*payload)
@@ -578,6 +645,8 @@ class FleetSimulator:
                 return None
             self.arrived += 1
             self._pending = request
+            if self.engines:
+                self._settle_prefill_free()
             return request
 
     def _scrape(self, when: float) -> None:
@@ -617,7 +686,7 @@ class FleetSimulator:
             return
         self.in_flight[w] += 1
         self.active_blocks[w] += self.config.blocks(request.input_length + request.output_length)
-        if self.running[w] < self.config.max_running:
+        if self.running[w] < self.config.max_num_seqs:
             self._admit(request, w)
         else:
             self.queues[w].append(request)
@@ -701,6 +770,7 @@ class FleetSimulator:
         if not engine.busy:
             self._begin_step(w)
         else:
+            self._cut_run(w)
             self._sync_step_telemetry(w)
 
     def _drop_waiting(self, w: int, seq: EngineSequence) -> None:
@@ -714,25 +784,27 @@ class FleetSimulator:
         cfg = self.config
         engine = self.engines[w]
         # Requests that waited past the timeout before their first admission are dropped.
-        kept: deque[EngineSequence] = deque()
-        for seq in engine.waiting:
-            never_ran = seq.first < 0 and seq.generated == 0
-            if never_ran and self.now - seq.request.arrival > cfg.timeout_s:
-                self._drop_waiting(w, seq)
-            else:
-                kept.append(seq)
-        engine.waiting = kept
+        if engine.waiting:
+            kept: deque[EngineSequence] = deque()
+            for seq in engine.waiting:
+                never_ran = seq.first < 0 and seq.generated == 0
+                if never_ran and self.now - seq.request.arrival > cfg.timeout_s:
+                    self._drop_waiting(w, seq)
+                else:
+                    kept.append(seq)
+            engine.waiting = kept
         while True:
             duration, admitted = engine.form_batch()
             if engine.batch or not engine.waiting or engine.running:
                 break
             # Nothing runs and the first waiting request does not fit the whole memory.
             self._drop_waiting(w, engine.waiting.popleft())
-        journal = self.journals[w]
-        for block, was_present in engine.kv.journal:
-            journal.append((self.now, block, was_present))
-        engine.kv.journal.clear()
-        self._prune_journal(w)
+        if engine.kv.journal:  # the prefix cache changed: KV events, then forget old ones
+            journal = self.journals[w]
+            for block, was_present in engine.kv.journal:
+                journal.append((self.now, block, was_present))
+            engine.kv.journal.clear()
+            self._prune_journal(w)
         for seq, hit in admitted:
             if seq.first < 0 and seq.generated == 0:  # first admission (not a recompute)
                 self.prompt_tokens += seq.request.input_length
@@ -740,11 +812,88 @@ class FleetSimulator:
         engine.busy = bool(engine.batch)
         if engine.busy:
             self.gpu_seconds += duration
-            self._push(self.now + duration, 0, (w,))
+            self._plan_run(w, duration)
         self._sync_step_telemetry(w)
+
+    def _plan_run(self, w: int, duration: float) -> None:
+        """Schedule the end of the step just formed, or of the run of identical decode steps
+        it starts (:meth:`StepEngine.coalescible`), as one event.
+
+        The steps of a run change nothing a router or the records see until the last one
+        ends: the same batch, no first token, completion, block, admission or timeout drop
+        (a run stops before the step at whose start a waiting request would time out).
+        Their end times are summed one by one as separate events would be, so the records
+        are the same to the last bit; an arrival at the engine cuts the run after the step
+        in progress (:meth:`_cut_run`)."""
+        engine = self.engines[w]
+        steps = engine.coalescible()
+        end = self.now + duration
+        ends = [end]
+        if steps > 1:
+            timeout, oldest = self.config.timeout_s, math.inf
+            for seq in engine.waiting:
+                if seq.first < 0 and seq.generated == 0:
+                    oldest = min(oldest, seq.request.arrival)
+            profile = engine.profile
+            _, decodes, context = engine.shape
+            # profile.step_s(0, decodes, context) term by term: (beta0 + 0.0) + decode
+            # term is exactly beta0 + decode term, so the sum is the same to the bit.
+            fixed = profile.beta0_s + profile.decode_s_per_token * decodes
+            attention = profile.attention_s_per_context_token
+            add_end = ends.append
+            for _ in range(steps - 1):
+                if end - oldest > timeout:
+                    break  # the next step's start drops a waiting request: a real step
+                context += decodes
+                end = end + (fixed + attention * context)
+                add_end(end)
+        engine.run_start = self.now
+        engine.run_ends = ends
+        engine.run_version += 1
+        pushed = ends[-2] if len(ends) > 1 else self.now
+        self._push(end, 0, (w, engine.run_version), pushed)
+
+    def _cut_run(self, w: int) -> None:
+        """An arrival at a busy engine: its run of steps ends with the step in progress (a
+        step ending now has ended: completions come before arrivals at equal times)."""
+        engine = self.engines[w]
+        ends = engine.run_ends
+        if len(ends) < 2:
+            return
+        done = bisect.bisect_right(ends, self.now)  # steps ended by now
+        if done + 1 >= len(ends):
+            return  # the step in progress is the run's last
+        del ends[done + 1 :]
+        engine.run_version += 1
+        pushed = ends[-2] if len(ends) > 1 else engine.run_start
+        self._push(ends[-1], 0, (w, engine.run_version), pushed)
+
+    def _settle_prefill_free(self) -> None:
+        """``prefill_free`` of the engines inside a run, as the run's steps would have set it
+        at their starts (the pending prefill of a blocked waiting queue, priced from the
+        start of the step in progress)."""
+        for w, engine in enumerate(self.engines):
+            ends = engine.run_ends
+            if len(ends) < 2:
+                continue
+            done = bisect.bisect_right(ends, self.now, 0, len(ends) - 1)
+            start = ends[done - 1] if done else engine.run_start
+            if start > engine.synced_at:
+                engine.synced_at = start
+                if not engine.waiting:  # a run's batch only decodes: nothing pending
+                    self.prefill_free[w] = start
+                    continue
+                self.prefill_free[w] = start + (
+                    engine.pending_prefill_tokens() * engine.profile.prefill_s_per_token
+                )
 
     def _end_step(self, w: int) -> None:
         engine = self.engines[w]
+        steps = len(engine.run_ends)
+        if steps > 1:
+            engine.advance(steps - 1)
+            self.gpu_seconds += engine.run_seconds(steps)
+        engine.run_ends = []
         firsts, done = engine.finish_step()
         for seq in firsts:
             seq.first = self.now
@@ -765,8 +914,9 @@ class FleetSimulator:
         engine = self.engines[w]
         self.running[w] = len(engine.running)
         self.waiting_count[w] = len(engine.waiting)
-        self.running_blocks[w] = len(engine.kv.refs)
+        self.running_blocks[w] = engine.kv.held
         # The exact prefill backlog in seconds, for BP and the exact-state references.
+        engine.synced_at = self.now
         self.prefill_free[w] = self.now + (
             engine.pending_prefill_tokens() * engine.profile.prefill_s_per_token
         )
@@ -798,7 +948,7 @@ class FleetSimulator:
 
     def _admit_waiting(self, w: int) -> None:
         queue = self.queues[w]
-        while queue and self.running[w] < self.config.max_running:
+        while queue and self.running[w] < self.config.max_num_seqs:
             request = queue.popleft()
             self.waiting_count[w] -= 1
             if self.now - request.arrival > self.config.timeout_s:
@@ -854,13 +1004,15 @@ def replay(
     config: FleetConfig | None = None,
     seed: int = 0,
     engine: str = "simple",
+    profile: str | None = None,
 ) -> dict[str, float]:
-    """Route every request of ``trace`` with ``router``; the run's metrics.
+    """Route every request of ``trace`` with ``router``; the run's metrics (``engine`` and
+    ``profile`` as :class:`FleetSimulator`'s).
 
     The router is reset with a generator seeded from ``seed``; its decision time is measured
     with ``time.perf_counter_ns`` around each ``choose`` call.
     """
-    sim = FleetSimulator(trace, config, seed, engine=engine)
+    sim = FleetSimulator(trace, config, seed, engine=engine, profile=profile)
     router.reset(sim.config.num_workers, np.random.default_rng([seed, 1]))
     telemetry = sim.telemetry
     clock = time.perf_counter_ns

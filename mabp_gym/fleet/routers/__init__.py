@@ -7,7 +7,8 @@ the rule (not the code) of the file their docstring cites; they keep their own a
 indexes where the real router does (SGLang, llm-d, vLLM production-stack and AIBrix learn
 which worker saw which prefix from their own routing history), and read the engines' cache
 through ``Telemetry.cached_blocks`` where the real router subscribes to KV events (Dynamo).
-Block hashes stand in for tokens and prompt text. One module per family.
+Block hashes stand in for tokens and prompt text. One module per family
+(``vidur`` holds the reference simulator's ``lor``).
 
 The plug-in mechanism is :func:`mabp_gym.registry.register_policy`'s, for routers::
 
@@ -98,7 +99,9 @@ def make_router(name: str) -> Any:
 
 _HERE = "mabp_gym.fleet.routers."
 for _name, _entry, _kind, _kwargs in (
+    ("round-robin", "baselines:RoundRobin", "baseline", {}),
     ("jsq", "baselines:JSQ", "baseline", {}),
+    ("lor", "vidur:LeastOutstandingRequests", "baseline", {}),
     ("bp", "baselines:BP", "baseline", {}),
     ("affinity", "baselines:PrefixAffinity", "baseline", {}),
     ("sglang", "sglang:SGLangCacheAware", "production", {"preset": "deployed"}),

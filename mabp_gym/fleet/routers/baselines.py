@@ -1,4 +1,4 @@
-"""The paper's baselines as routers: JSQ, BP and prefix affinity."""
+"""The paper's baselines as routers (JSQ, BP, prefix affinity) and round-robin."""
 
 from __future__ import annotations
 
@@ -10,6 +10,27 @@ from mabp_gym.fleet.routers.base import (
     argmin_random,
 )
 from mabp_gym.fleet.simulator import Request, Telemetry
+
+
+class RoundRobin(RouterBase):
+    """Round-robin: the workers in turn, 0, 1, ..., W - 1, 0, ..., whatever their load.
+
+    The default global scheduler of the reference simulators (Vidur's ``round_robin``:
+    ``request counter % replicas``) and of vLLM production-stack's router
+    (``roundrobin`` in ``src/vllm_router/routers/routing_logic.py``); it reads nothing, so
+    it is the floor a load- or cache-aware rule must beat.
+    """
+
+    name = "round-robin"
+
+    def reset(self, num_workers: int, rng: np.random.Generator) -> None:
+        super().reset(num_workers, rng)
+        self.turn = 0
+
+    def choose(self, request: Request, telemetry: Telemetry) -> int:
+        worker = self.turn
+        self.turn = (worker + 1) % self.num_workers
+        return worker
 
 
 class JSQ(RouterBase):

@@ -33,7 +33,7 @@ class MABPRoute(RouterBase):
       ``p_gap = p_miss - p_hit``, each costing about ``E[job]`` seconds of prefill and decode;
       which worker holds a tool state is the router's own record of where it sent that
       state's requests (an LRU of ``tool_capacity`` keys a worker);
-    - ``damping_w``: ``damping * (busy_w / max_running)^2 * prefill(r)``, ``busy_w`` the
+    - ``damping_w``: ``damping * (busy_w / max_num_seqs)^2 * prefill(r)``, ``busy_w`` the
       router's in-flight count capped at the batch limit, grows as a worker nears its batch
       limit, so reuse never piles requests onto a saturated worker.
 
@@ -82,12 +82,12 @@ class MABPRoute(RouterBase):
         self._prefill = prefill
         if self.exact:
             backlog = exact.prefill_backlog_s()
-            excess = (exact.running >= cfg.max_running) * exact.waiting
+            excess = (exact.running >= cfg.max_num_seqs) * exact.waiting
             busy = exact.running
         else:
             backlog = self._estimated_backlog(telemetry.now)
-            excess = np.maximum(telemetry.in_flight - cfg.max_running, 0)
-            busy = np.minimum(telemetry.in_flight, cfg.max_running)
+            excess = np.maximum(telemetry.in_flight - cfg.max_num_seqs, 0)
+            busy = np.minimum(telemetry.in_flight, cfg.max_num_seqs)
         cost = backlog + excess * self.mean_prefill + prefill
         if request.tool_key >= 0 and not request.downstream:
             gap = max(cfg.p_downstream_miss - cfg.p_downstream_hit, 0.0)
@@ -99,7 +99,7 @@ class MABPRoute(RouterBase):
             else:
                 held = np.array([request.tool_key in t for t in self.tools], dtype=bool)
             cost = cost + self.tool_weight * gap * job * ~held
-        fill = busy / cfg.max_running
+        fill = busy / cfg.max_num_seqs
         return cost + self.damping * fill * fill * full
 
     def choose(self, request: Request, telemetry: Telemetry) -> int:

@@ -22,10 +22,12 @@ class VLLMProductionStack(RouterBase):
     hash trie of prompt chunks, random among the workers with that match (all workers when
     nothing matches), then insert. ``loadaware``: highest
     ``matched / prompt - beta * (load - mean_load) / max(1, mean_load)``, ``beta = 1``,
-    load = requests in flight, ``matched`` from the engines' own KV caches (the LMCache
-    controller: ``Telemetry.cached_blocks``); ties to the first worker (the lexicographically
-    first URL); when no worker holds any of the prefix, the lowest request rate (requests
-    routed per second over the last ``window_s``, the router's 60 s request statistics).
+    load = the router's own count of requests in flight (its ``request_stats``, recomputed a
+    request, as pull request 1035 describes it), ``matched`` from the engines' own KV caches
+    (the LMCache controller: ``Telemetry.cached_blocks``); ties to the first worker (the
+    lexicographically first URL); when no worker holds any of the prefix, the lowest request
+    rate (requests routed per second over the last ``window_s``, the router's 60 s request
+    statistics).
     """
 
     def __init__(self, mode: str = "prefixaware", beta: float = 1.0, window_s: float = 60.0):
