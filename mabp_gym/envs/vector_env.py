@@ -354,6 +354,14 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         scores, resetting = checked_scores(
             actions, self._needs_reset, self._workload.index.num_scores
         )
+        return self.step_checked(scores, resetting)
+
+    def step_checked(
+        self, scores: np.ndarray, resetting: np.ndarray
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """:meth:`step` of what :func:`checked_scores` returned for this env's
+        ``_needs_reset`` (the worker vector env checks a whole batch once, in its main
+        process, before any block steps)."""
         rewards = np.zeros(self.num_envs)
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}
@@ -428,6 +436,15 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             rewards = -(self._lyapunov() - before + cost) / env0.reward_scale
         rewards[~active] = 0.0
         return rewards
+
+    def share_observations(self, arrays: dict[str, np.ndarray]) -> None:
+        """Write the observation into ``arrays`` (one per key of the Dict observation, of
+        the batch's shapes, e.g. rows of shared memory) from now on, instead of buffers of
+        its own: with ``copy=False`` a step then returns them, and nothing is copied."""
+        for key, array in arrays.items():
+            array[...] = self._obs[key]
+            self._obs[key] = array
+        self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
 
     def _lyapunov(self) -> np.ndarray:
         backlog = self._state.queue_len.copy()
