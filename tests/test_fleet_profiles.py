@@ -109,6 +109,8 @@ def test_a_profile_is_refused_when_unknown_or_with_the_simple_engine():
     trace = Trace("t", tuple(shipped_trace("synthetic").requests[:20]))
     with pytest.raises(ValueError, match=r"profile must be one of \['llama-3-8b-a100'"):
         replay(trace, make_router("jsq"), engine="step", profile="gpt-9")
+    with pytest.raises(ValueError, match="profile must be one of"):  # its name first
+        replay(trace, make_router("jsq"), profile="gpt-9")
     with pytest.raises(ValueError, match="the simple engine takes FleetConfig's"):
         replay(trace, make_router("jsq"), profile="llama-3-8b-a100")
     with pytest.raises(ValueError, match="the simple engine takes FleetConfig's"):

@@ -206,6 +206,8 @@ def check_engine_config(config: FleetConfig, engine: str, profile: str | None = 
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     default = FleetConfig()
+    if profile is not None and profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
     if engine == "simple":
         if profile is not None:
             raise ValueError(
