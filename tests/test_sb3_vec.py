@@ -87,3 +87,28 @@ def test_sb3_vec_env__refuses_what_it_cannot_wrap():
     with pytest.raises(RuntimeError, match="step_async"):
         envs.step_wait()
     assert envs.get_attr("nu", indices=[1]) == [envs.get_attr("nu")[0]]
+
+
+def test_sb3_vec_env__over_worker_processes_gives_the_same_transitions():
+    # make_sb3_vec_env(..., workers=2): the batched env over two processes, with SB3's
+    # same-step resets through reset_mask, transition for transition.
+    from mabp_gym.envs.sb3 import make_sb3_vec_env
+
+    workers = make_sb3_vec_env("mabp_gym/Mixed-v0", 4, workers=2, seed=0, horizon=20)
+    single = make_sb3_vec_env("mabp_gym/Mixed-v0", 4, seed=0, horizon=20)
+    got, want = workers.reset(), single.reset()
+    rng = np.random.default_rng(0)
+    for step in range(45):  # two truncations
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=f"{step} {key}")
+        actions = rng.uniform(-1, 1, (4, single.action_space.shape[0])).astype(np.float32)
+        got, got_rewards, got_dones, got_infos = workers.step(actions)
+        want, want_rewards, want_dones, want_infos = single.step(actions)
+        np.testing.assert_array_equal(got_rewards, want_rewards)
+        np.testing.assert_array_equal(got_dones, want_dones)
+        for got_info, want_info in zip(got_infos, want_infos, strict=True):
+            assert set(got_info) == set(want_info)
+            if "terminal_observation" in want_info:
+                for key, value in want_info["terminal_observation"].items():
+                    np.testing.assert_array_equal(got_info["terminal_observation"][key], value)
+    workers.close()
