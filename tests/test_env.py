@@ -357,14 +357,20 @@ def test_env__training_steps_wait_for_the_compiled_step_until_it_is_cached_or_du
     monkeypatch.setattr(env_module, "_ON_DISK", [False])
     monkeypatch.setattr(env_module, "_LEAN_STEPS", [0])
     env = SFMSNEnv(workload="mixed")
+    reference = SFMSNEnv(workload="mixed", diagnostics=True)
     env.compile_after = 3
-    env.reset(seed=0)
-    action = np.zeros(env.action_space.shape, dtype=np.float32)
+    for each in (env, reference):
+        each.reset(seed=0)
+    rng = np.random.default_rng(0)
     fused = []
-    for _ in range(5):
-        env.step(action)
+    for _ in range(6):  # the same slots on both sides of the switch
+        action = rng.uniform(-1, 1, env.action_space.shape).astype(np.float32)
+        got, want = env.step(action), reference.step(action)
         fused.append(env._fused is not None)
-    assert fused == [False, False, False, env._fused_ok, env._fused_ok]
+        assert got[1] == want[1]
+        np.testing.assert_array_equal(got[0]["queues"], want[0]["queues"])
+    assert fused == [False, False, False, *[env._fused_ok] * 3]
+    action = np.zeros(env.action_space.shape, dtype=np.float32)
     monkeypatch.setattr(env_module, "_ON_DISK", [True])
     other = SFMSNEnv(workload="mixed")
     other.reset(seed=0)
