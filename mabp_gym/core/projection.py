@@ -52,7 +52,9 @@ def validate_scores(workload: Workload, scores: np.ndarray, what: str = "scores"
     not real numbers (:func:`~mabp_gym.core.validate.checked_action`, naming ``what``), the
     shape, NaN or inf."""
     expected = workload.index.num_scores
-    array = np.asarray(checked_action(scores, what), dtype=np.float64)
+    if type(scores) is not np.ndarray or scores.dtype.kind != "f":  # the common case skips it
+        checked_action(scores, what)
+    array = np.asarray(scores, dtype=np.float64)
     if array.shape != (expected,):
         raise ValueError(
             f"scores must have shape ({expected},) for workload "
