@@ -531,14 +531,28 @@ class StepEngine:
             fits, hit = self._admit(seq)
             if not fits:
                 break
-            self.waiting.popleft()
-            self.running.append(seq)
-            admitted.append((seq, hit))
-            chunk = min(seq.target - seq.computed, budget)
-            batch.append((seq, chunk))
+            chunk = self._start_running(
+                seq, hit, min(seq.target - seq.computed, budget), batch, admitted
+            )
             budget -= chunk
             prefill_tokens += chunk
         return prefill_tokens
+
+    def _start_running(
+        self,
+        seq: Sequence,
+        hit: int,
+        chunk: int,
+        batch: list[tuple[Sequence, int]],
+        admitted: list[tuple[Sequence, int]],
+    ) -> int:
+        """Move the head of the waiting queue (``seq``, admitted with ``hit`` cached
+        tokens) into the running batch with its first ``chunk`` of prefill; returns it."""
+        self.waiting.popleft()
+        self.running.append(seq)
+        admitted.append((seq, hit))
+        batch.append((seq, chunk))
+        return chunk
 
     def _prefill_step(
         self, batch: list[tuple[Sequence, int]], admitted: list[tuple[Sequence, int]]
@@ -555,11 +569,7 @@ class StepEngine:
             fits, hit = self._admit(seq)
             if not fits:
                 break
-            self.waiting.popleft()
-            self.running.append(seq)
-            admitted.append((seq, hit))
-            chunk = seq.target - seq.computed
-            batch.append((seq, chunk))
+            chunk = self._start_running(seq, hit, seq.target - seq.computed, batch, admitted)
             budget -= chunk
             prefill_tokens += chunk
         return prefill_tokens
