@@ -25,11 +25,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from mabp_gym.core.encoding import SERVICE_FEATURES, symlog
+from mabp_gym.core.encoding import symlog
 from mabp_gym.core.kernels import jit
 from mabp_gym.core.kernels.batch import (
     StackedState,
     generators,
+    long_pressure,
     slot_buffers,
     step_all,
     unit_rows,
@@ -39,7 +40,6 @@ from mabp_gym.core.validate import checked_action
 from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv
 
 _AUTORESET = getattr(gym.vector, "AutoresetMode", None)
-_PRESSURE = SERVICE_FEATURES.index("successor_pressure")
 _NEXT = 2  # the pool's "next row" column (transition_core)
 _STATIC_KEYS = (
     "edge_index",
@@ -415,11 +415,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             if code == 0:
                 break
             self._grow_rows() if code == -1 else self._grow_pool()
-        enc = env0._encoder
-        if enc._successor_positions.shape[1] >= 8:  # numpy's pairwise float32 sum
-            probs = enc._successor_probs[self._out.encoder_hit, enc._arange_a]
-            queued = self._out.queue_flat[:, enc._successor_positions]
-            self._obs["service"][:, :, _PRESSURE] = (probs * queued).sum(axis=-1)
+        long_pressure(env0._encoder, self._out, self._obs["service"])
         counts, sums, slot = self._out.counts, self._out.sums, self._out.slot
         self._units[active] += counts[active, 2] - counts[active, 4]
         for i in np.flatnonzero(active).tolist():

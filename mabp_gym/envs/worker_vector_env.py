@@ -95,8 +95,7 @@ class _Block:
         flat = self.vec.envs[0].obs_mode == "flat"
         # A Dict observation is written straight into the shared rows; a flat one is
         # assembled by the batched env and copied there.
-        self.dynamic: tuple[str, ...] = ("obs",) if flat else ()
-        self.every = self.dynamic
+        self.copied: tuple[str, ...] = ("obs",) if flat else ()
         if not flat:
             keys = [key for key in self.arrays if key not in _NOT_OBS]
             self.vec.share_observations({key: self.arrays[key][self.rows] for key in keys})
@@ -111,14 +110,14 @@ class _Block:
                 if resetting.any():
                     scores = np.where(resetting[:, None], 0.0, scores)
                 obs, rewards, terminated, truncated, info = vec.step_checked(scores, resetting)
-                self._write(obs, self.dynamic)
+                self._write(obs, self.copied)
                 arrays["rewards"][rows] = rewards
                 arrays["terminated"][rows] = terminated
                 arrays["truncated"][rows] = truncated
                 return "ok", info
             if command == "reset":
                 obs, info = vec.reset(**argument)
-                self._write(obs, self.every)
+                self._write(obs, self.copied)
                 return "ok", info
             if command == "get_attr":
                 return "ok", vec.get_attr(argument)
