@@ -420,19 +420,17 @@ class SFMSNEnv(gym.Env):
         if self._lean:
             return self._step_lean(scores)
         state = self.sim.state
-        if self.reward_kind == "drift_plus_penalty":
-            before = _lyapunov(state, self.workload)
-        elif self._reward_fn is not None:
+        before = (
+            _lyapunov(state, self.workload) if self.reward_kind == "drift_plus_penalty" else 0.0
+        )
+        if self._reward_fn is not None:
             pairs = state.backlog_pairs(self.workload)
         control, outcome = self.sim.step_scores(scores)
         self._last = outcome
-        cost = self.nu * outcome.penalty
-        if self.reward_kind == "backlog":
-            reward = -(outcome.backlog + cost) / self.reward_scale
-        elif self._reward_fn is not None:
+        if self._reward_fn is not None:
             reward = self._custom_reward(outcome, pairs) / self.reward_scale
         else:
-            reward = -(_lyapunov(self.sim.state, self.workload) - before + cost) / self.reward_scale
+            reward = self._reward(outcome.penalty, outcome.backlog, before)
         obs = self._encoder.encode(self.sim.state)
         truncated = self.sim.state.t >= self.horizon
         if not self.diagnostics:
@@ -470,8 +468,8 @@ class SFMSNEnv(gym.Env):
     ) -> tuple[dict[str, np.ndarray] | np.ndarray, float, bool, bool, dict[str, Any]]:
         """:meth:`step` where nothing needs the slot's :class:`SlotOutcome` (no diagnostics,
         a built-in reward, no render): the same slot, observation and reward."""
-        if self.reward_kind == "drift_plus_penalty":
-            before = _lyapunov(self.sim.state, self.workload)
+        drift = self.reward_kind == "drift_plus_penalty"
+        before = _lyapunov(self.sim.state, self.workload) if drift else 0.0
         if self._fused_ok and (self._fused is not None or _fuse_now(self.compile_after)):
             self.sim._require_reset()
             if self._fused is None or not self._fused.bound_to(self.sim):
@@ -481,13 +479,19 @@ class SFMSNEnv(gym.Env):
         else:
             penalty, backlog = self.sim.step_checked_scores(scores)
             obs = self._encoder.encode(self.sim.state)
+        reward = self._reward(penalty, backlog, before)
+        truncated = self.sim.state.t >= self.horizon
+        return self._observe(obs), reward, False, bool(truncated), SlimInfo()
+
+    def _reward(self, penalty: float, backlog: int, before: float) -> float:
+        """A built-in reward of the slot just run: ``backlog`` (the backlog after it) or
+        ``drift_plus_penalty`` (the Lyapunov drift from ``before``), plus ``nu`` times its
+        penalty, scaled."""
         cost = self.nu * penalty
         if self.reward_kind == "backlog":
-            reward = -(backlog + cost) / self.reward_scale
-        else:
-            reward = -(_lyapunov(self.sim.state, self.workload) - before + cost) / self.reward_scale
-        truncated = self.sim.state.t >= self.horizon
-        return self._observe(obs), float(reward), False, bool(truncated), SlimInfo()
+            return float(-(backlog + cost) / self.reward_scale)
+        drift = _lyapunov(self.sim.state, self.workload) - before
+        return float(-(drift + cost) / self.reward_scale)
 
     def _custom_reward(self, outcome: SlotOutcome, before: np.ndarray) -> float:
         assert self._reward_fn is not None
