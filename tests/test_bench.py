@@ -15,7 +15,7 @@ from mabp_gym.harness import bench
 def record(policy: str, task: bench.Task, seed: int, delay: float, growth: float = 0.0):
     return {
         "policy": policy,
-        "workload": task.workload,
+        "workload": task.network,
         "load": task.load,
         "overrides": dict(task.overrides),
         "seed": seed,
@@ -154,3 +154,42 @@ def test_cli__every_requested_pair_left_out_says_why_not_none():
     assert result.returncode != 0
     assert "every requested pair was left out (gnn on multihop-0.50:" in result.stderr
     assert "None" not in result.stderr
+
+
+def test_the_generalisation_track_is_listed_with_its_rule_and_held_out_of_training():
+    from mabp_gym.core.held_out import held_out_reason
+    from mabp_gym.core.workloads import make_workload
+
+    text = bench.list_text()
+    main, held = text.split("Generalisation track")
+    assert "mixed-0.90" in main and "moe-0.85" in held and "file-multihop14-0.90" in held
+    assert "Rule: training never sees" in held and "9000-9999" in held
+    for name, overrides in (
+        ("moe", {}),
+        ("moe", {"Z": 4}),
+        ("multihop", {"nodes": 100}),
+        ("multihop", {"nodes": 300, "seed": 4}),
+        (bench.EXAMPLE_FILE, {"load": 0.3}),
+    ):
+        assert held_out_reason(make_workload(name, **overrides)) is not None, name
+    for name, overrides in (("mixed", {}), ("multihop", {"nodes": 99}), ("rag", {"Z": 4})):
+        assert held_out_reason(make_workload(name, **overrides)) is None, name
+
+
+def test_a_workload_file_task_matches_its_records_and_the_tracks_get_their_own_standings():
+    held = bench.tasks_named(["file-multihop14-0.90"])[0]
+    main = bench.TASKS[0]
+    assert held.network == "multihop14" and held.track == "held-out"
+    records = [
+        record(policy, task, seed, delay)
+        for task in (main, held)
+        for seed in (9000, 9001)
+        for policy, delay in (("mabp", 100.0), ("bp", 50.0))
+    ]
+    assert all(held.matches(r) for r in records[4:]) and not any(
+        held.matches(r) for r in records[:4]
+    )
+    text = bench.markdown(bench.leaderboard(records, [main, held]), (), [main, held])
+    first, second = text.split("Generalisation track")
+    assert "Main track:" in first and "| bp | 1 of 1 | 2.00 |" in first
+    assert "| bp | 1 of 1 | 2.00 |" in second and "**file-multihop14-0.90**" in second

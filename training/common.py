@@ -11,6 +11,7 @@ import numpy as np
 
 from mabp_gym.core.simulator import Simulator, SlotOutcome
 from mabp_gym.core.workload import Workload
+from mabp_gym.core.workloads import make_workload
 from mabp_gym.rollout import episode
 
 ScoreCallable = Callable[[dict[str, np.ndarray]], np.ndarray]
@@ -23,6 +24,17 @@ episode or checkpoint choice uses it."""
 
 def final_eval_seeds(count: int) -> range:
     return range(FINAL_EVAL_SEED, FINAL_EVAL_SEED + count)
+
+
+def check_network(workload: str, option: str = "--workload", **overrides: Any) -> None:
+    """Refuse a workload that is not one (``make_workload``'s error) or that the
+    benchmark's generalisation track holds out (its networks are never trained on);
+    ``option`` names what gave it."""
+    from mabp_gym.core.held_out import held_out_reason
+
+    reason = held_out_reason(make_workload(workload, **overrides))
+    if reason is not None:
+        raise ValueError(f"{option} {workload}: {reason}; train on another network")
 
 
 def check_held_out(seed: Any, training: set[int], held_out: dict[str, Any], hint: str) -> None:

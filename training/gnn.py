@@ -33,6 +33,7 @@ from mabp_gym.training.arguments import (
 )
 from mabp_gym.training.common import (
     check_held_out,
+    check_network,
     final_eval_seeds,
     rollout,
     seed_everything,
@@ -572,7 +573,7 @@ def _check_archive_tensors(path: Path, where: str) -> None:
 def validate(args: GNNArgs) -> None:
     """Raise ``ValueError`` naming the first bad argument, before any work starts (and
     before torch loads: the device is checked after every other argument)."""
-    make_workload(args.workload)
+    check_network(args.workload)
     teachers = ("mabp", "oracle-sur")
     if args.teacher not in teachers:
         raise ValueError(f"--teacher must be one of {teachers}, got {args.teacher!r}")

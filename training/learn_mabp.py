@@ -27,6 +27,7 @@ from mabp_gym.training.arguments import (
 )
 from mabp_gym.training.common import (
     check_held_out,
+    check_network,
     final_eval_seeds,
     rollout,
     seed_everything,
@@ -148,7 +149,7 @@ def train(args: LearnMABPArgs) -> dict[str, Any]:
 def validate(args: LearnMABPArgs) -> None:
     """Raise ``ValueError`` naming the first bad argument, before any work starts (and
     before torch loads: the device is checked after every other argument)."""
-    make_workload(args.workload)
+    check_network(args.workload)
     require_at_least(args, 1, "eval_seeds")
     require_at_least(args, MIN_EXPLORE_SLOTS, "explore_slots")
     check_held_out(

@@ -174,12 +174,7 @@ def _bench(args: argparse.Namespace) -> None:
     from mabp_gym.harness import bench
 
     if args.list:
-        for task in bench.TASKS:
-            extra = ", ".join(f"{k}={v}" for k, v in task.overrides)
-            print(
-                f"{task.name}: {task.workload}{f' ({extra})' if extra else ''} at load "
-                f"{task.load:g}; {task.why}"
-            )
+        print(bench.list_text(), end="")
         return
     from mabp_gym.harness.evaluation import execute
     from mabp_gym.harness.results_file import read_records

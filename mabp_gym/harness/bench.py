@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.core.floor import delay_floor
+from mabp_gym.core.held_out import EXAMPLE_FILE, HELD_OUT_NODES
 from mabp_gym.core.metrics import growth_verdict, pooled
-from mabp_gym.core.workloads import make_workload
+from mabp_gym.core.workloads import is_workload_file, make_workload
 from mabp_gym.extras import MissingExtraError
 from mabp_gym.harness.runs import RunSpec, plan
 from mabp_gym.harness.summaries import check_one_setting, occupation_load
@@ -34,20 +35,30 @@ from mabp_gym.harness.summaries import check_one_setting, occupation_load
 
 @dataclass(frozen=True)
 class Task:
-    """A workload (with overrides) at one load."""
+    """A workload (with overrides) at one load; ``workload`` is a name or a workload
+    file's path. ``track``: ``"main"``, or ``"held-out"`` for a network that training
+    never sees (:func:`held_out_reason`)."""
 
     name: str
     workload: str
     load: float
     overrides: tuple[tuple[str, Any], ...] = ()
     why: str = ""
+    track: str = "main"
+
+    @functools.cached_property
+    def network(self) -> str:
+        """The workload's name in run records (a file's own ``name``)."""
+        if is_workload_file(self.workload):
+            return make_workload(self.workload, horizon=10).name
+        return self.workload
 
     def matches(self, record: dict[str, Any]) -> bool:
         """Whether a run record is a run of this task at the benchmark's setting (memory
         on, ``nu`` and warm-up at their defaults, the policy's own arguments): a results
         file may hold other runs of the same workload and load, which are not the task's."""
         return (
-            record.get("workload") == self.workload
+            record.get("workload") == self.network
             and abs(float(record.get("load", -1.0)) - self.load) < 1e-9
             and dict(record.get("overrides") or {}) == dict(self.overrides)
             and record.get("memory", True) is True
@@ -76,14 +87,74 @@ TASKS: tuple[Task, ...] = (
         why="mixed with half its memory budget",
     ),
 )
+GENERALISATION: tuple[Task, ...] = (
+    Task("moe-0.85", "moe", 0.85, why="mixture-of-experts workers", track="held-out"),
+    Task(
+        "multihop100-0.30",
+        "multihop",
+        0.30,
+        (("nodes", HELD_OUT_NODES),),
+        why="a generated network twice the size of multihop's default",
+        track="held-out",
+    ),
+    Task(
+        "file-multihop14-0.90",
+        EXAMPLE_FILE,
+        0.90,
+        why="the workload file shipped in mabp_gym/examples",
+        track="held-out",
+    ),
+)
+"""The generalisation track: networks no training may use (every ``moe``, ``multihop``
+from :data:`HELD_OUT_NODES` nodes, the shipped example file). A learned policy's result
+there is zero-shot."""
+TASKS = TASKS + GENERALISATION
 TASK_NAMES = tuple(task.name for task in TASKS)
 EVALUATION_SEEDS = range(9000, 10000)
 """The published evaluation seeds: training, tuning and checkpoint choice must not use them."""
 SEEDS = tuple(range(9000, 9010))
 HORIZON = 4000
-POLICIES = ("bp", "mabp", "frame-mabp", "oracle-sur", "gnn", "learn-mabp", "residual-mabp")
-LEARNED = ("gnn", "learn-mabp", "residual-mabp")
+POLICIES = (
+    "bp",
+    "mabp",
+    "frame-mabp",
+    "oracle-sur",
+    "gnn",
+    "learn-mabp",
+    "residual-mabp",
+    "residual-mabp-any",
+)
+LEARNED = ("gnn", "learn-mabp", "residual-mabp", "residual-mabp-any")
 REFERENCE = "mabp"
+
+
+TRACK_TITLES = {
+    "main": "Main track",
+    "held-out": "Generalisation track (networks no training saw: a learned policy is zero-shot)",
+}
+
+
+def list_text() -> str:
+    """What ``mabp-gym bench --list`` prints: the tasks by track, and the held-out rule."""
+    lines = []
+    for track, title in TRACK_TITLES.items():
+        lines.append(f"{title}:")
+        for task in TASKS:
+            if task.track != track:
+                continue
+            extra = ", ".join(f"{k}={v}" for k, v in task.overrides)
+            shown = "file multihop14.json" if task.workload == EXAMPLE_FILE else task.workload
+            lines.append(
+                f"  {task.name}: {shown}{f' ({extra})' if extra else ''} at load "
+                f"{task.load:g}; {task.why}"
+            )
+    lines.append(
+        "Rule: training never sees a generalisation-track network (every moe, multihop from "
+        f"{HELD_OUT_NODES} nodes, the example file; `mabp-gym train` refuses them), and no "
+        f"training, tuning or checkpoint choice uses the evaluation seeds "
+        f"{EVALUATION_SEEDS.start}-{EVALUATION_SEEDS.stop - 1}."
+    )
+    return "\n".join(lines) + "\n"
 
 
 def tasks_named(names: Iterable[str] | None) -> list[Task]:
@@ -163,6 +234,11 @@ def plan_bench(
 
 
 def _no_checkpoint(policy: str, task: Task) -> str:
+    if task.track == "held-out":
+        return (
+            "a held-out network, on which no training may run: only a policy whose one "
+            "checkpoint runs on every network (residual-mabp-any) is evaluated here, zero-shot"
+        )
     if task.overrides:
         return (
             f"its shipped checkpoint for {task.workload} was made without "
@@ -276,14 +352,24 @@ def markdown(
     skipped: Sequence[tuple[str, str, str]] = (),
     tasks: Sequence[Task] = TASKS,
 ) -> str:
-    """The leaderboard: the standings, then one table per task, then what was left out."""
-    lines = [
-        "| Policy | Tasks stable | Score where stable (geo-mean vs MABP) |",
-        "| --- | --- | --- |",
-    ]
-    for entry in standings(rows):
-        score = "-" if entry["score"] is None else f"{entry['score']:.2f}"
-        lines.append(f"| {entry['policy']} | {entry['stable']} of {entry['tasks']} | {score} |")
+    """The leaderboard: the standings of each track, then one table per task, then what
+    was left out."""
+    lines: list[str] = []
+    track_of = {task.name: task.track for task in tasks}
+    for track, title in TRACK_TITLES.items():
+        mine = [r for r in rows if track_of.get(r["task"]) == track]
+        if not mine:
+            continue
+        lines += [
+            *([""] if lines else []),
+            f"{title}:",
+            "",
+            "| Policy | Tasks stable | Score where stable (geo-mean vs MABP) |",
+            "| --- | --- | --- |",
+        ]
+        for entry in standings(mine):
+            score = "-" if entry["score"] is None else f"{entry['score']:.2f}"
+            lines.append(f"| {entry['policy']} | {entry['stable']} of {entry['tasks']} | {score} |")
     for task in tasks:
         mine = [r for r in rows if r["task"] == task.name]
         if not mine:
