@@ -64,6 +64,22 @@ def given_checkpoint(checkpoint: Any, default: Callable[[], Path]) -> Path:
     return Path(checkpoint)
 
 
+def missing_checkpoint(policy: str, path: Path, workload: Workload) -> str:
+    """The error for a shipped checkpoint that is not there: how to train one, or, for a
+    network the benchmark holds out of training, that none is; and the policy that runs on
+    every network."""
+    from mabp_gym.core.held_out import held_out_reason
+
+    anywhere = "use `residual-mabp-any`, whose one shipped checkpoint runs on every network"
+    reason = held_out_reason(workload)
+    if reason is not None:
+        return f"no {policy} checkpoint at {path}, and none is trained for it: {reason}; {anywhere}"
+    return (
+        f"no {policy} checkpoint at {path}; train one with "
+        f"`mabp-gym train {policy} --workload {train_target(workload)}`, or {anywhere}"
+    )
+
+
 def train_target(workload: Workload) -> str:
     """What ``mabp-gym train --workload`` takes to train for ``workload``: its name for a
     built-in one, else the file it was read from (a workload file's name field is no

@@ -20,7 +20,7 @@ from torch_geometric.nn import GINEConv
 
 from mabp_gym.agents import checkpoint_file
 from mabp_gym.agents.base import Policy
-from mabp_gym.agents.checkpoint_file import given_checkpoint, train_target
+from mabp_gym.agents.checkpoint_file import given_checkpoint, missing_checkpoint
 from mabp_gym.core.encoding import symlog
 from mabp_gym.core.workload import Workload
 from mabp_gym.envs.pyg import to_pyg
@@ -291,10 +291,7 @@ class GNNPolicy(Policy):
         super().__init__(workload, **kw)
         path = given_checkpoint(checkpoint, lambda: default_checkpoint(workload.name))
         if not path.exists():
-            raise ValueError(
-                f"no GNN checkpoint at {path}; train one with "
-                f"`mabp-gym train gnn --workload {train_target(workload)}`"
-            )
+            raise ValueError(missing_checkpoint("gnn", path, workload))
         self.device = resolve_device(device)
         self.model, self.info = load_checkpoint(
             path, workload, self.device, any_parameters=bool(any_parameters)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from mabp_gym.agents import checkpoint_file
-from mabp_gym.agents.checkpoint_file import given_checkpoint, train_target
+from mabp_gym.agents.checkpoint_file import given_checkpoint, missing_checkpoint
 from mabp_gym.agents.mabp import MABP, Primitives
 from mabp_gym.core.workload import Workload
 
@@ -201,9 +201,6 @@ class LearnMABP(MABP):
     ) -> LearnMABP:
         path = given_checkpoint(checkpoint, lambda: default_checkpoint(workload.name))
         if not path.exists():
-            raise ValueError(
-                f"no Learn-MABP checkpoint at {path}; fit one with "
-                f"`mabp-gym train learn-mabp --workload {train_target(workload)}`"
-            )
+            raise ValueError(missing_checkpoint("learn-mabp", path, workload))
         estimate, _ = PrimitiveEstimate.load(path, workload)
         return cls(workload, estimate, **kw)

@@ -12,6 +12,11 @@ objects with demand.
 The weights are learned against the simulator by the cross-entropy method on training
 seeds near the bound (:mod:`mabp_gym.training.residual_mabp`); the shipped checkpoint names
 its seeds, loads and budget in env steps.
+
+Every weight is per feature and candidate kind, shared by all candidates of every network,
+so the same weights run on any network. A checkpoint trained on a family of networks
+(``--family``) records no workload and loads on any one: ``residual-mabp-any`` runs the
+shipped one (``residual_mabp_any.pt``), zero-shot on networks it never saw.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.agents.base import Policy
-from mabp_gym.agents.checkpoint_file import train_target
+from mabp_gym.agents.checkpoint_file import missing_checkpoint
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.core.workload import Workload
 
@@ -39,6 +44,8 @@ FEATURES: tuple[str, ...] = (
 """The correction's features, one weight each; ``log`` is ``log(1 + x)``."""
 
 KIND = "residual-mabp"
+ANY = "any"
+"""The ``networks`` a family-trained checkpoint records: it runs on every network."""
 
 
 class ResidualMABP(Policy):
@@ -78,6 +85,29 @@ class ResidualMABP(Policy):
                 raise ValueError("give residual-mabp a checkpoint or weights, not both")
             return cls(workload, **kw)
         weights, _ = load(checkpoint, workload)
+        return cls(workload, weights=weights, **kw)
+
+    @classmethod
+    def any_network(
+        cls, workload: Workload, checkpoint: str | Path | None = None, **kw: Any
+    ) -> ResidualMABP:
+        """``residual-mabp-any``: the policy with a family-trained checkpoint's weights
+        (default: the shipped ``residual_mabp_any.pt``) on any network.
+
+        Raises:
+            ValueError: the checkpoint was trained for one workload only.
+        """
+        from mabp_gym.agents import checkpoint_file
+
+        path = checkpoint_file.given_checkpoint(
+            checkpoint, lambda: checkpoint_file.default_checkpoint("residual-mabp-any", ANY)
+        )
+        weights, meta = load(path, workload)
+        if meta.get("networks") != ANY:
+            raise ValueError(
+                f"{path} was trained for one workload; residual-mabp-any takes a checkpoint "
+                "trained on a family of networks (`mabp-gym train residual-mabp --family ...`)"
+            )
         return cls(workload, weights=weights, **kw)
 
     def reset(self, seed: int | None = None) -> None:
@@ -132,17 +162,19 @@ def check_weights(weights: Any) -> np.ndarray:
     return array
 
 
-def save(path: str | Path, weights: Any, workload: Workload, **meta: Any) -> None:
-    """Write the weights as a :mod:`~mabp_gym.agents.checkpoint_file` checkpoint."""
+def save(path: str | Path, weights: Any, workload: Workload | None, **meta: Any) -> None:
+    """Write the weights as a :mod:`~mabp_gym.agents.checkpoint_file` checkpoint, for
+    ``workload`` or (``None``) for every network."""
     import torch
 
     from mabp_gym.agents import checkpoint_file
 
     tensors = {"weights": torch.as_tensor(check_weights(weights))}
-    info = {
-        "features": list(FEATURES),
-        "workload_identity": checkpoint_file.workload_identity(workload),
-    }
+    info: dict[str, Any] = {"features": list(FEATURES)}
+    if workload is None:
+        info["networks"] = ANY
+    else:
+        info["workload_identity"] = checkpoint_file.workload_identity(workload)
     checkpoint_file.save(path, KIND, tensors, {**info, **meta})
 
 
@@ -151,7 +183,8 @@ def load(checkpoint: str | Path | None, workload: Workload) -> tuple[np.ndarray,
 
     Raises:
         ValueError: no such file, another kind of checkpoint, other features, or a
-            checkpoint made for another workload (the differing parameters named).
+            checkpoint made for another workload (the differing parameters named); a
+            family-trained one loads for every workload.
     """
     from mabp_gym.agents import checkpoint_file
 
@@ -159,15 +192,13 @@ def load(checkpoint: str | Path | None, workload: Workload) -> tuple[np.ndarray,
         checkpoint, lambda: checkpoint_file.default_checkpoint(KIND, workload.name)
     )
     if not path.exists():
-        raise ValueError(
-            f"no residual-mabp checkpoint at {path}; train one with "
-            f"`mabp-gym train residual-mabp --workload {train_target(workload)}`"
-        )
+        raise ValueError(missing_checkpoint("residual-mabp", path, workload))
     tensors, meta = checkpoint_file.load(path, KIND)
     if meta.get("features") != list(FEATURES):
         raise ValueError(
             f"{path}: a residual-mabp checkpoint of features {meta.get('features')}, "
             f"this version reads {list(FEATURES)}"
         )
-    checkpoint_file.check_workload(meta, workload, path)
+    if meta.get("networks") != ANY:  # a family-trained checkpoint runs on every network
+        checkpoint_file.check_workload(meta, workload, path)
     return check_weights(tensors["weights"].numpy()), meta

@@ -192,6 +192,12 @@ register_policy(
     needs="learn",
     checkpoint="residual_mabp_{workload}.pt",
 )
+register_policy(
+    "residual-mabp-any",
+    f"{_AGENTS}.residual_mabp:ResidualMABP.any_network",
+    needs="learn",
+    checkpoint="residual_mabp_any.pt",
+)
 
 POLICIES: tuple[str, ...] = policy_names()
 """The built-in policies (Table I's, the MABP ablations, frame-MABP)."""

@@ -138,3 +138,82 @@ def test_example_evaluation_table_runs_on_a_checkpoint(tmp_path):
         f"| residual-mabp ({tmp_path.name})",
     ]
     assert "| 1.00x |" in lines[2]
+
+
+def test_a_family_checkpoint_runs_on_every_network_and_a_single_one_does_not(tmp_path):
+    weights = np.arange(len(FEATURES), dtype=np.float64) / 10
+    family, single = tmp_path / "family.pt", tmp_path / "single.pt"
+    save(family, weights, None, family=["mixed@0.9"])
+    save(single, weights, make_workload("mixed"))
+    for name in ("moe", "multihop", "rag"):
+        workload = make_workload(name)
+        policy = make_policy("residual-mabp-any", workload, checkpoint=str(family))
+        np.testing.assert_array_equal(policy.weights, weights)
+        # The per-workload name reads a family checkpoint too, given as a file.
+        policy = make_policy("residual-mabp", workload, checkpoint=str(family))
+        np.testing.assert_array_equal(policy.weights, weights)
+    with pytest.raises(ValueError, match="trained for one workload; residual-mabp-any"):
+        make_policy("residual-mabp-any", make_workload("mixed"), checkpoint=str(single))
+    with pytest.raises(ValueError, match="made for workload 'mixed'"):
+        make_policy("residual-mabp", make_workload("rag"), checkpoint=str(single))
+
+
+def test_the_shipped_family_checkpoint_loads_on_a_held_out_network():
+    from mabp_gym.harness.bench import EXAMPLE_FILE
+
+    for workload in (make_workload("moe"), make_workload(EXAMPLE_FILE)):
+        policy = make_policy("residual-mabp-any", workload)
+        assert policy.weights.shape == (len(FEATURES),) and policy.weights.any()
+    _, meta = load(_shipped("residual_mabp_any.pt"), make_workload("moe"))
+    assert meta["networks"] == "any" and meta["family"] and meta["env_steps"] > 0
+
+
+def _shipped(name: str):
+    from mabp_gym.registry import checkpoint_path
+
+    path = checkpoint_path("residual-mabp-any", {}, "any")
+    assert path is not None and path.name == name
+    return path
+
+
+def test_family_training_saves_one_checkpoint_for_every_network(tmp_path):
+    from mabp_gym.training import residual_mabp as learner
+
+    args = learner.parse(
+        [
+            "--family", "mixed@0.9", "multihop@0.3,nodes=12", "--slots", "150",
+            "--rounds", "1", "--population", "2", "--elite", "1", "--train-seeds", "20",
+            "--out", str(tmp_path), "--no-progress",
+        ]
+    )  # fmt: skip
+    report = learner.train(args)
+    assert report["env_steps"] == (1 + 1 * 2) * 2 * 150
+    assert report["checkpoint"].endswith("residual_mabp_any.pt")
+    _, meta = load(report["checkpoint"], make_workload("rag"))
+    assert meta["networks"] == "any"
+    assert meta["family"] == ["mixed@0.9", "multihop@0.3,nodes=12"]
+    assert "--family mixed@0.9 multihop@0.3,nodes=12" in meta["command"]
+    # MABP is the start of the search, scored against itself: cost 1 where nothing grows.
+    assert report["train"]["cost"] <= 1.0 + report["train"]["grows"]
+    for member, message in (
+        ("moe@0.8", "moe is a held-out network"),
+        ("multihop@0.3,nodes=100", "100 nodes or more are held out"),
+        ("mixed0.9", "must read WORKLOAD@LOAD"),
+        ("mixed@0.9,K", "'K' is not key=value"),
+        ("mixed@0.9,K=big", "'big' is not a number"),
+        ("mixed@0.9,zzz=1", "unknown parameter"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            learner.parse(["--family", member, "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize("learner_name", ["residual_mabp", "learn_mabp", "gnn"])
+def test_every_trainer_refuses_the_held_out_networks(tmp_path, learner_name):
+    import importlib
+
+    from mabp_gym.harness.bench import EXAMPLE_FILE
+
+    learner = importlib.import_module(f"mabp_gym.training.{learner_name}")
+    for workload, message in (("moe", "held-out network"), (EXAMPLE_FILE, "example file")):
+        with pytest.raises(ValueError, match=message):
+            learner.parse(["--workload", workload, "--out", str(tmp_path)])

@@ -69,6 +69,10 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             parser.add_argument(
                 option, dest=f.name, type=float, nargs="+", default=default, help=help_text
             )
+        elif kind == list[str]:
+            parser.add_argument(
+                option, dest=f.name, type=str, nargs="*", default=default, help=help_text
+            )
         elif kind == list[int]:
             parser.add_argument(
                 option, dest=f.name, type=int, nargs="+", default=default, help=help_text
@@ -77,11 +81,12 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             raise TypeError(f"unsupported field type {kind} for {f.name}")
 
 
-def command_line(learner: str, args: Any) -> str:
-    """The ``mabp-gym train`` command that reproduces a run (recorded in checkpoints)."""
+def command_line(learner: str, args: Any, unused: tuple[str, ...] = ()) -> str:
+    """The ``mabp-gym train`` command that reproduces a run (recorded in checkpoints), less
+    the fields ``unused`` that this run's other arguments make irrelevant."""
     parts = []
     for key, value in dataclasses.asdict(args).items():
-        if value is None or isinstance(value, bool):
+        if value is None or isinstance(value, bool) or value == [] or key in unused:
             continue
         text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
         parts.append(f"--{key.replace('_', '-')} {text}")
