@@ -217,3 +217,29 @@ def test_every_trainer_refuses_the_held_out_networks(tmp_path, learner_name):
     for workload, message in (("moe", "held-out network"), (EXAMPLE_FILE, "example file")):
         with pytest.raises(ValueError, match=message):
             learner.parse(["--workload", workload, "--out", str(tmp_path)])
+
+
+def test_example_evaluation_runs_a_family_checkpoint_on_an_overridden_network(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "residual_mabp_any.pt"
+    save(path, np.eye(len(FEATURES))[4] * 5.0, None, family=["mixed@0.9"])
+    result = subprocess.run(
+        [
+            sys.executable, "examples/residual_mabp_eval.py", "--workload", "multihop",
+            "--set", "nodes=12", "--checkpoints", str(path), "--loads", "0.3",
+            "--seeds", "9000", "--horizon", "300", "--out", str(tmp_path / "r.jsonl"),
+        ],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert result.stdout.startswith("multihop nodes=12, seeds 9000-9000, 300 slots")
+    assert f"| residual-mabp ({tmp_path.name}) | 0.30 |" in result.stdout
+    bad = subprocess.run(
+        [
+            sys.executable, "examples/residual_mabp_eval.py", "--checkpoints", str(path),
+            "--set", "nodes",
+        ],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "give KEY=VALUE" in bad.stderr
