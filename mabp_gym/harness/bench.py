@@ -20,6 +20,7 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,13 @@ class Task:
     overrides: tuple[tuple[str, Any], ...] = ()
     why: str = ""
     track: str = "main"
+
+    @property
+    def shown(self) -> str:
+        """The workload as the board names it (a file by its file name, not its path)."""
+        if is_workload_file(self.workload):
+            return f"file {Path(self.workload).name}"
+        return self.workload
 
     @functools.cached_property
     def network(self) -> str:
@@ -143,9 +151,8 @@ def list_text() -> str:
             if task.track != track:
                 continue
             extra = ", ".join(f"{k}={v}" for k, v in task.overrides)
-            shown = "file multihop14.json" if task.workload == EXAMPLE_FILE else task.workload
             lines.append(
-                f"  {task.name}: {shown}{f' ({extra})' if extra else ''} at load "
+                f"  {task.name}: {task.shown}{f' ({extra})' if extra else ''} at load "
                 f"{task.load:g}; {task.why}"
             )
     lines.append(
@@ -379,7 +386,7 @@ def markdown(
         floor = mine[0]["floor_p95"]
         lines += [
             "",
-            f"**{task.name}** ({task.workload} at load {task.load:g}, {where}, delay floor "
+            f"**{task.name}** ({task.shown} at load {task.load:g}, {where}, delay floor "
             f"P95 {floor:g} slots; {task.why})",
             "",
             "| Policy | Seeds | P95 delay (all) | Over floor | Backlog | Penalty / arrival | "
