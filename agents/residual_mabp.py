@@ -28,6 +28,7 @@ import numpy as np
 
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.checkpoint_file import missing_checkpoint
+from mabp_gym.agents.frame_mabp import FrameMABP
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.core.workload import Workload
 
@@ -116,27 +117,83 @@ class ResidualMABP(Policy):
 
     def _fill(self, obs: dict[str, np.ndarray], queues: np.ndarray, out: np.ndarray) -> None:
         out[:] = self.mabp.scores(obs)
-        w = self.weights
-        if not w.any():
-            return
-        service = np.asarray(obs["service"], dtype=np.float64)
-        hit = service[:, 2]
-        log_queue = np.log1p(service[:, 4])
-        delta = (
-            w[0] * hit
-            + w[1] * hit * log_queue
-            + w[2] * (1.0 - hit) * log_queue
-            + w[3] * np.log1p(np.maximum(service[:, 3], 0.0))
+        correct(self.weights, obs, self.slices, out, live_only=False)
+
+
+class ResidualFrameMABP(FrameMABP):
+    """Frame-MABP plus ``weights . features`` per candidate (``residual-frame-mabp``): the
+    same correction as :class:`ResidualMABP`, over frame-MABP's scores, so the frame plan,
+    its batching and its sibling caps stay and the weights reorder within them. A service
+    candidate frame-MABP holds back (score -1) stays held back. With every weight 0 the
+    policy is frame-MABP.
+    """
+
+    name = "residual-frame-mabp"
+
+    def __init__(self, workload: Workload, *, weights: Any = None, **kw: Any) -> None:
+        super().__init__(workload, **kw)
+        self.weights = check_weights(weights)
+
+    @classmethod
+    def from_checkpoint(
+        cls, workload: Workload, checkpoint: str | Path | None = None, **kw: Any
+    ) -> ResidualFrameMABP:
+        """The policy with a checkpoint's weights (default: the shipped family-trained
+        ``residual_frame_mabp_any.pt``), on any network a family checkpoint allows.
+
+        Raises:
+            ValueError: the checkpoint's weights were learned over another base policy.
+        """
+        from mabp_gym.agents import checkpoint_file
+
+        path = checkpoint_file.given_checkpoint(
+            checkpoint, lambda: checkpoint_file.default_checkpoint(cls.name, ANY)
         )
-        scores = out[self.slices[0]]
-        # An empty queue keeps MABP's "nothing to serve" score.
-        out[self.slices[0]] = np.where(service[:, 4] > 0, scores + delta, scores)
-        route = np.asarray(obs["route"], dtype=np.float64)
-        if route.size:
-            out[self.slices[1]] += w[4] * route[:, 2] + w[5] * np.log1p(route[:, 3])
-        retain = np.asarray(obs["retain"], dtype=np.float64)
-        if retain.size:
-            out[self.slices[3]] += w[6] * retain[:, 0] + w[7] * np.log1p(retain[:, 2])
+        weights, _ = load(path, workload, base="frame-mabp")
+        return cls(workload, weights=weights, **kw)
+
+    def _fill(self, obs: dict[str, np.ndarray], queues: np.ndarray, out: np.ndarray) -> None:
+        super()._fill(obs, queues, out)
+        correct(self.weights, obs, self.slices, out, live_only=True)
+
+
+BASES = {"mabp": ResidualMABP, "frame-mabp": ResidualFrameMABP}
+"""The policies a correction is learned over, by the base's name (recorded in checkpoints)."""
+
+
+def correct(
+    w: np.ndarray,
+    obs: dict[str, np.ndarray],
+    slices: tuple[slice, ...],
+    out: np.ndarray,
+    *,
+    live_only: bool,
+) -> None:
+    """Add the correction ``w . features`` to the base's scores ``out`` in place. A service
+    candidate with an empty queue keeps its score, and with ``live_only`` so does one whose
+    score is not positive (a base that holds a candidate back keeps it back)."""
+    if not w.any():
+        return
+    service = np.asarray(obs["service"], dtype=np.float64)
+    hit = service[:, 2]
+    log_queue = np.log1p(service[:, 4])
+    delta = (
+        w[0] * hit
+        + w[1] * hit * log_queue
+        + w[2] * (1.0 - hit) * log_queue
+        + w[3] * np.log1p(np.maximum(service[:, 3], 0.0))
+    )
+    scores = out[slices[0]]
+    live = service[:, 4] > 0
+    if live_only:
+        live &= scores > 0
+    out[slices[0]] = np.where(live, scores + delta, scores)
+    route = np.asarray(obs["route"], dtype=np.float64)
+    if route.size:
+        out[slices[1]] += w[4] * route[:, 2] + w[5] * np.log1p(route[:, 3])
+    retain = np.asarray(obs["retain"], dtype=np.float64)
+    if retain.size:
+        out[slices[3]] += w[6] * retain[:, 0] + w[7] * np.log1p(retain[:, 2])
 
 
 def check_weights(weights: Any) -> np.ndarray:
@@ -178,13 +235,16 @@ def save(path: str | Path, weights: Any, workload: Workload | None, **meta: Any)
     checkpoint_file.save(path, KIND, tensors, {**info, **meta})
 
 
-def load(checkpoint: str | Path | None, workload: Workload) -> tuple[np.ndarray, dict[str, Any]]:
-    """The weights and meta of a checkpoint (default: the shipped one for ``workload``).
+def load(
+    checkpoint: str | Path | None, workload: Workload, base: str = "mabp"
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The weights and meta of a checkpoint (default: the shipped one for ``workload``)
+    whose correction was learned over the policy ``base`` (:data:`BASES`).
 
     Raises:
-        ValueError: no such file, another kind of checkpoint, other features, or a
-            checkpoint made for another workload (the differing parameters named); a
-            family-trained one loads for every workload.
+        ValueError: no such file, another kind of checkpoint, other features, another
+            base, or a checkpoint made for another workload (the differing parameters
+            named); a family-trained one loads for every workload.
     """
     from mabp_gym.agents import checkpoint_file
 
@@ -198,6 +258,12 @@ def load(checkpoint: str | Path | None, workload: Workload) -> tuple[np.ndarray,
         raise ValueError(
             f"{path}: a residual-mabp checkpoint of features {meta.get('features')}, "
             f"this version reads {list(FEATURES)}"
+        )
+    learned_over = meta.get("base", "mabp")  # checkpoints before the frame base: MABP's
+    if learned_over != base:
+        raise ValueError(
+            f"{path}: a correction learned over {learned_over}; this policy corrects {base} "
+            f"(use {BASES[learned_over].name if learned_over in BASES else 'another policy'})"
         )
     if meta.get("networks") != ANY:  # a family-trained checkpoint runs on every network
         checkpoint_file.check_workload(meta, workload, path)

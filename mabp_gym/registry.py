@@ -198,6 +198,12 @@ register_policy(
     needs="learn",
     checkpoint="residual_mabp_any.pt",
 )
+register_policy(
+    "residual-frame-mabp",
+    f"{_AGENTS}.residual_mabp:ResidualFrameMABP.from_checkpoint",
+    needs="learn",
+    checkpoint="residual_frame_mabp_any.pt",
+)
 
 POLICIES: tuple[str, ...] = policy_names()
 """The built-in policies (Table I's, the MABP ablations, frame-MABP)."""

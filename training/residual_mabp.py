@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mabp_gym.agents.residual_mabp import FEATURES, ResidualMABP, save
+from mabp_gym.agents.residual_mabp import BASES, FEATURES, save
 from mabp_gym.core.metrics import GROWTH_LIMIT, Trace, check_window, summarize
 from mabp_gym.core.simulator import Simulator
 from mabp_gym.core.workloads import make_workload
@@ -78,6 +78,9 @@ class ResidualArgs:
     e.g. ``multihop@0.3,nodes=20``) instead of --workload at --loads (then unused)."""
     workers: int = 1
     """Processes running the objective's simulations (the result does not depend on it)."""
+    base: str = "mabp"
+    """The policy the correction is learned over: mabp, or frame-mabp (the weights reorder
+    within frame-MABP's plan; the objective is then relative to frame-MABP)."""
 
 
 Member = tuple[str, tuple[tuple[str, Any], ...], float]
@@ -124,14 +127,16 @@ def members(args: ResidualArgs) -> list[Member]:
     return [(args.workload, (), load) for load in args.loads]
 
 
-def run_metrics(member: Member, weights: np.ndarray, seed: int, slots: int) -> dict[str, Any]:
-    """The SPEC 5 metrics of one training run of the weights (controls from the shared
-    projection, so the training path skips the feasibility check)."""
+def run_metrics(
+    member: Member, weights: np.ndarray, seed: int, slots: int, base: str = "mabp"
+) -> dict[str, Any]:
+    """The SPEC 5 metrics of one training run of the weights over ``base`` (controls from
+    the shared projection, so the training path skips the feasibility check)."""
     name, overrides, load = member
     workload = make_workload(name, **dict(overrides), load=load, horizon=slots)
     sim = Simulator(workload)
     sim.reset(seed)
-    policy = ResidualMABP(workload, weights=weights)
+    policy = BASES[base](workload, weights=weights)
     policy.reset(seed)
     trace = Trace()
     for slot in episode(sim, policy, slots, check=False):
@@ -139,14 +144,14 @@ def run_metrics(member: Member, weights: np.ndarray, seed: int, slots: int) -> d
     return summarize(trace)
 
 
-def _run(job: tuple[Member, np.ndarray, int, int]) -> dict[str, Any]:
+def _run(job: tuple[Member, np.ndarray, int, int, str]) -> dict[str, Any]:
     return run_metrics(*job)
 
 
 def simulate(args: ResidualArgs, candidates: list[np.ndarray], pool: Any) -> list[list[dict]]:
     """Per candidate, the metrics of its runs: every member on every training seed."""
     jobs = [
-        (member, w, seed, args.slots)
+        (member, w, seed, args.slots, args.base)
         for w in candidates
         for member in members(args)
         for seed in args.train_seeds
@@ -158,7 +163,8 @@ def simulate(args: ResidualArgs, candidates: list[np.ndarray], pool: Any) -> lis
 
 def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None) -> dict:
     """The geometric mean over the networks of P95 delay (all requests, SPEC 9 v3) relative
-    to MABP's on the same runs, doubled for every run that grows and raised steeply for
+    to the base policy's (MABP's, or frame-MABP's with ``--base frame-mabp``) on the same
+    runs, doubled for every run that grows and raised steeply for
     penalty per arrival above ``PENALTY_MARGIN`` times MABP's (the target asks for a delay
     cut at no stability and no penalty cost; the margin leaves room for the evaluation
     seeds' noise). With one network this ranks as MABP-relative mean P95 delay does."""
@@ -182,7 +188,7 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
         for g, r in zip(groups, ref_groups, strict=True)
     ]
     grows = sum(r["growth"] >= GROWTH_LIMIT for r in runs)
-    # MABP itself (no reference) is the start of the search: its penalty is the ceiling's base.
+    # The base itself (no reference) starts the search: its penalty is the ceiling's base.
     over = 0.0 if reference is None else max(0.0, float(np.mean(penalty)) / PENALTY_MARGIN - 1.0)
     cost = float(np.exp(np.mean(np.log(ratio)))) * (1.0 + grows) * (1.0 + 100.0 * over)
     return {
@@ -207,7 +213,8 @@ def train(args: ResidualArgs) -> dict[str, Any]:
     env_steps = (1 + args.rounds * args.population) * runs_per_objective * args.slots
     command = command_line("residual-mabp", args, ("workload", "loads") if args.family else ())
     workload = None if args.family else make_workload(args.workload)
-    path = out / f"residual_mabp_{'any' if workload is None else workload.name}.pt"
+    stem = BASES[args.base].name.replace("-", "_")
+    path = out / f"{stem}_{'any' if workload is None else workload.name}.pt"
     save(
         path,
         best["weights"],
@@ -217,6 +224,7 @@ def train(args: ResidualArgs) -> dict[str, Any]:
         env_steps=env_steps,
         train_p95_delay_all=best["p95_delay_all"],
         mabp_train_p95_delay_all=reference["p95_delay_all"],
+        base=args.base,
         **({"family": list(args.family)} if args.family else {}),
     )
     report = {
@@ -234,8 +242,8 @@ def train(args: ResidualArgs) -> dict[str, Any]:
 
 
 def search(args: ResidualArgs, pool: Any) -> tuple[dict, dict, list[dict]]:
-    """The cross-entropy method from 0 (MABP): the best weights with their objective,
-    MABP's objective, and one history entry per round."""
+    """The cross-entropy method from 0 (the base policy itself): the best weights with
+    their objective, the base's objective, and one history entry per round."""
     rng = np.random.default_rng(args.seed)
     zero = np.zeros(len(FEATURES))
     mabp_runs = simulate(args, [zero], pool)[0]
@@ -257,8 +265,8 @@ def search(args: ResidualArgs, pool: Any) -> tuple[dict, dict, list[dict]]:
         history.append({"round": round_, **top, "weights": weights.round(4).tolist()})
         if args.progress:
             print(
-                f"round {round_ + 1}/{args.rounds}: objective {top['cost']:.3f} (MABP "
-                f"{reference['cost']:.3f}), P95 (all) {top['p95_delay_all']:.1f} (MABP "
+                f"round {round_ + 1}/{args.rounds}: objective {top['cost']:.3f} ({args.base} "
+                f"{reference['cost']:.3f}), P95 (all) {top['p95_delay_all']:.1f} ({args.base} "
                 f"{reference['p95_delay_all']:.1f}), penalty/arrival "
                 f"{top['penalty_per_arrival']:.4f}, growing runs {top['grows']}",
                 flush=True,
@@ -271,6 +279,8 @@ def validate(args: ResidualArgs) -> None:
     check_network(args.workload)
     require_at_least(args, 1, "slots", "rounds", "population", "elite", "workers")
     members(args)  # each --family member parsed and checked
+    if args.base not in BASES:
+        raise ValueError(f"--base must be one of {', '.join(BASES)}, got {args.base!r}")
     if args.elite > args.population:
         raise ValueError(f"--elite ({args.elite}) must be at most --population ({args.population})")
     if not (np.isfinite(args.init_std) and args.init_std > 0):
