@@ -139,12 +139,18 @@ class ResidualFrameMABP(FrameMABP):
         cls, workload: Workload, checkpoint: str | Path | None = None, **kw: Any
     ) -> ResidualFrameMABP:
         """The policy with a checkpoint's weights (default: the shipped family-trained
-        ``residual_frame_mabp_any.pt``), on any network a family checkpoint allows.
+        ``residual_frame_mabp_any.pt``), on any network a family checkpoint allows;
+        ``weights=`` instead of a checkpoint builds it without a file.
 
         Raises:
             ValueError: the checkpoint's weights were learned over another base policy.
         """
         from mabp_gym.agents import checkpoint_file
+
+        if "weights" in kw:
+            if checkpoint:
+                raise ValueError(f"give {cls.name} a checkpoint or weights, not both")
+            return cls(workload, **kw)
 
         path = checkpoint_file.given_checkpoint(
             checkpoint, lambda: checkpoint_file.default_checkpoint(cls.name, ANY)

@@ -243,3 +243,84 @@ def test_example_evaluation_runs_a_family_checkpoint_on_an_overridden_network(tm
         capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode == 2 and "give KEY=VALUE" in bad.stderr
+
+
+def executed_controls(policy, workload, seed: int, slots: int):
+    from mabp_gym.rollout import episode
+
+    sim = Simulator(workload, check_invariants=True)
+    sim.reset(seed)
+    policy.reset(seed)
+    return [slot.decision for slot in episode(sim, policy, slots)]
+
+
+@pytest.mark.parametrize("name", ["mixed", "multihop"])
+def test_residual_frame_mabp_with_zero_weights_is_frame_mabp_and_weights_change_it(name):
+    workload = make_workload(name, load=0.9, **({"nodes": 12} if name == "multihop" else {}))
+    frame = executed_controls(make_policy("frame-mabp", workload), workload, 5, 150)
+    zero = make_policy("residual-frame-mabp", workload, weights=[0.0] * len(FEATURES))
+    assert zero.name == "residual-frame-mabp"
+    for a, b in zip(frame, executed_controls(zero, workload, 5, 150), strict=True):
+        for field in ("transfers", "route", "service", "start", "retain"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    routed = make_policy("residual-frame-mabp", workload, weights=np.eye(len(FEATURES))[5] * -20)
+    changed = executed_controls(routed, workload, 5, 150)
+    assert any(not np.array_equal(a.route, b.route) for a, b in zip(frame, changed, strict=True))
+
+
+def test_residual_frame_mabp_keeps_what_frame_mabp_holds_back():
+    from mabp_gym.agents.residual_mabp import correct
+    from mabp_gym.core.projection import project
+
+    workload = make_workload("mixed", load=0.9)
+    sim = Simulator(workload)
+    sim.reset(2)
+    encoder = ObservationEncoder(workload)
+    frame = make_policy("frame-mabp", workload)
+    frame.reset(2)
+    weights = np.full(len(FEATURES), 50.0)
+    service = frame.slices[0]
+    held_back_seen = 0
+    for _ in range(200):
+        obs = encoder.encode(sim.state)
+        base = frame.scores(obs)
+        corrected = base.copy()
+        correct(weights, obs, frame.slices, corrected, live_only=True)
+        held_back = base[service] <= 0
+        held_back_seen += int(held_back.sum())
+        np.testing.assert_array_equal(corrected[service][held_back], base[service][held_back])
+        live = ~held_back & (np.asarray(obs["service"])[:, 4] > 0)
+        assert (corrected[service][live] != base[service][live]).all()
+        sim.step(project(workload, sim.state, base))
+    assert held_back_seen > 0
+
+
+def test_a_checkpoint_names_its_base_and_the_other_policy_refuses_it(tmp_path):
+    weights = np.arange(len(FEATURES), dtype=np.float64) / 10
+    over_frame, over_mabp = tmp_path / "frame.pt", tmp_path / "mabp.pt"
+    save(over_frame, weights, None, base="frame-mabp")
+    save(over_mabp, weights, None)
+    rag = make_workload("rag")
+    policy = make_policy("residual-frame-mabp", rag, checkpoint=str(over_frame))
+    np.testing.assert_array_equal(policy.weights, weights)
+    with pytest.raises(ValueError, match=r"learned over frame-mabp; .*\(use residual-frame-mabp\)"):
+        make_policy("residual-mabp-any", rag, checkpoint=str(over_frame))
+    with pytest.raises(ValueError, match="learned over mabp; this policy corrects frame-mabp"):
+        make_policy("residual-frame-mabp", rag, checkpoint=str(over_mabp))
+
+
+def test_training_over_frame_mabp_saves_a_frame_checkpoint(tmp_path):
+    from mabp_gym.training import residual_mabp as learner
+
+    args = learner.parse(
+        [
+            "--base", "frame-mabp", "--slots", "150", "--rounds", "1", "--population", "2",
+            "--elite", "1", "--train-seeds", "20", "--out", str(tmp_path), "--no-progress",
+        ]
+    )  # fmt: skip
+    report = learner.train(args)
+    assert report["checkpoint"].endswith("residual_frame_mabp_mixed.pt")
+    weights, meta = load(report["checkpoint"], make_workload("mixed"), base="frame-mabp")
+    assert meta["base"] == "frame-mabp" and "--base frame-mabp" in meta["command"]
+    with pytest.raises(ValueError, match="--base must be one of mabp, frame-mabp"):
+        learner.parse(["--base", "bp", "--out", str(tmp_path)])
