@@ -1,0 +1,91 @@
+"""A policy against frame-MABP on the benchmark's tasks, paired seed by seed.
+
+Reads the board's results file (``mabp-gym bench --out results/bench.jsonl``) and, for
+every task where both policies ran on the same evaluation seeds, prints the per-seed
+ratios of the policy's P95 delay (all) and penalty per arrival to frame-MABP's: their mean
+with a 95% interval (Student t over the seeds), and whether the task counts as a
+**Pareto win**: both policies stable (verdict v4), the delay ratio at most 0.9 with its
+interval wholly below 1 (the two apart), and the penalty ratio at most 1.0.
+
+    python benchmarks/bench_pareto.py --out results/bench.jsonl --policy residual-frame-mabp
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from mabp_gym.core.metrics import growth_verdict, pooled
+from mabp_gym.harness import bench
+from mabp_gym.harness.results_file import read_records
+
+REFERENCE = "frame-mabp"
+DELAY_TARGET = 0.9
+PENALTY_TARGET = 1.0
+
+
+def paired(records: list[dict], policy: str, task: bench.Task) -> dict | None:
+    """The paired comparison on one task (``None`` where the two share no seed)."""
+    mine = [r for r in records if task.matches(r)]
+    by_seed = {
+        name: {r["seed"]: r for r in mine if r["policy"] == name} for name in (policy, REFERENCE)
+    }
+    seeds = sorted(set(by_seed[policy]) & set(by_seed[REFERENCE]))
+    if not seeds:
+        return None
+    ours = [by_seed[policy][s] for s in seeds]
+    theirs = [by_seed[REFERENCE][s] for s in seeds]
+    delay, delay_half = pooled(
+        [a["p95_delay_all"] / b["p95_delay_all"] for a, b in zip(ours, theirs, strict=True)]
+    )
+    penalty, penalty_half = pooled(
+        [
+            a["penalty_per_arrival"] / b["penalty_per_arrival"]
+            for a, b in zip(ours, theirs, strict=True)
+        ]
+    )
+    stable = all(growth_verdict(rs)["stable"] for rs in (ours, theirs))
+    win = (
+        stable and delay <= DELAY_TARGET and delay + delay_half < 1.0 and penalty <= PENALTY_TARGET
+    )
+    return {
+        "task": task.name,
+        "seeds": len(seeds),
+        "delay_ratio": delay,
+        "delay_half_width": delay_half,
+        "penalty_ratio": penalty,
+        "penalty_half_width": penalty_half,
+        "both_stable": stable,
+        "pareto_win": win,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/bench.jsonl", help="the board's results file")
+    parser.add_argument("--policy", default="residual-frame-mabp")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = parser.parse_args()
+    records = read_records(args.out)
+    rows = [row for task in bench.TASKS if (row := paired(records, args.policy, task))]
+    print(f"{args.policy} against {REFERENCE}, paired by seed ({args.out})\n")
+    print("| Task | Seeds | P95 delay ratio | Penalty ratio | Both stable | Pareto win |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r['task']} | {r['seeds']} | {r['delay_ratio']:.2f} ± {r['delay_half_width']:.2f} "
+            f"| {r['penalty_ratio']:.2f} ± {r['penalty_half_width']:.2f} | "
+            f"{'yes' if r['both_stable'] else 'no'} | {'**yes**' if r['pareto_win'] else 'no'} |"
+        )
+    main_track = [
+        r for r in rows if r["task"] in {t.name for t in bench.TASKS if t.track == "main"}
+    ]
+    wins = sum(r["pareto_win"] for r in main_track)
+    print(f"\nPareto wins on the main track: {wins} of {len(main_track)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "main_track_wins": wins}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
