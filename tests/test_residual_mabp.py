@@ -324,3 +324,20 @@ def test_training_over_frame_mabp_saves_a_frame_checkpoint(tmp_path):
     assert meta["base"] == "frame-mabp" and "--base frame-mabp" in meta["command"]
     with pytest.raises(ValueError, match="--base must be one of mabp, frame-mabp"):
         learner.parse(["--base", "bp", "--out", str(tmp_path)])
+
+
+def test_the_penalty_ceiling_binds_the_mean_or_every_network():
+    from mabp_gym.training.residual_mabp import PENALTY_MARGIN, ResidualArgs, objective
+
+    def run(delay, penalty):
+        return {"p95_delay_all": delay, "penalty_per_arrival": penalty, "growth": 0.0}
+
+    runs = [run(50.0, 1.2), run(100.0, 0.6)]  # two networks, one training seed each
+    reference = [run(100.0, 1.0), run(100.0, 1.0)]
+    mean = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20])
+    each = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20], penalty_each=True)
+    geo = np.sqrt(0.5 * 1.0)
+    assert objective(mean, runs, reference)["cost"] == pytest.approx(geo)  # mean ratio 0.9
+    over = 1.2 / PENALTY_MARGIN - 1.0
+    assert objective(each, runs, reference)["cost"] == pytest.approx(geo * (1 + 100 * over))
+    assert objective(each, reference, None)["cost"] == pytest.approx(1.0)  # the base itself
