@@ -341,3 +341,9 @@ def test_the_penalty_ceiling_binds_the_mean_or_every_network():
     over = 1.2 / PENALTY_MARGIN - 1.0
     assert objective(each, runs, reference)["cost"] == pytest.approx(geo * (1 + 100 * over))
     assert objective(each, reference, None)["cost"] == pytest.approx(1.0)  # the base itself
+    floored = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20], delay_floor=0.8)
+    assert objective(floored, runs, reference)["cost"] == pytest.approx(np.sqrt(0.8 * 1.0))
+    from mabp_gym.training import residual_mabp as learner
+
+    with pytest.raises(ValueError, match=r"--delay-floor must be in \[0, 1\)"):
+        learner.parse(["--delay-floor", "1", "--out", "/tmp/unused"])

@@ -85,8 +85,13 @@ def command_line(learner: str, args: Any, unused: tuple[str, ...] = ()) -> str:
     """The ``mabp-gym train`` command that reproduces a run (recorded in checkpoints), less
     the fields ``unused`` that this run's other arguments make irrelevant."""
     parts = []
+    defaults = {f.name: f.default for f in dataclasses.fields(args)}
     for key, value in dataclasses.asdict(args).items():
-        if value is None or isinstance(value, bool) or value == [] or key in unused:
+        if isinstance(value, bool):  # a switch: given only where it is not the default
+            if value != defaults.get(key):
+                parts.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
+            continue
+        if value is None or value == [] or key in unused:
             continue
         text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
         parts.append(f"--{key.replace('_', '-')} {text}")

@@ -81,6 +81,9 @@ class ResidualArgs:
     penalty_each: bool = False
     """Cap the penalty ratio on every network of the family, not on their mean (a policy
     that must not pay more penalty anywhere)."""
+    delay_floor: float = 0.0
+    """A network's delay ratio counts at least this much in the geometric mean (0.8: a cut
+    beyond 20% on one network does not pay for a loss on another)."""
     base: str = "mabp"
     """The policy the correction is learned over: mabp, or frame-mabp (the weights reorder
     within frame-MABP's plan; the objective is then relative to frame-MABP)."""
@@ -171,7 +174,8 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     arrival relative to the base's (the mean over the networks, or with ``penalty_each``
     the largest) is above ``PENALTY_MARGIN`` (the target asks for a delay cut at no
     stability and no penalty cost; the margin leaves room for the evaluation seeds'
-    noise). With one network this ranks as the base-relative mean P95 delay does."""
+    noise). A ratio below ``delay_floor`` counts as ``delay_floor``. With one network and
+    no floor this ranks as the base-relative mean P95 delay does."""
     seeds = len(args.train_seeds)
     groups = [runs[k : k + seeds] for k in range(0, len(runs), seeds)]
     ref_groups = (
@@ -195,7 +199,8 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     # The base itself (no reference) starts the search: its penalty is the ceiling's base.
     worst = float(np.max(penalty) if args.penalty_each else np.mean(penalty))
     over = 0.0 if reference is None else max(0.0, worst / PENALTY_MARGIN - 1.0)
-    cost = float(np.exp(np.mean(np.log(ratio)))) * (1.0 + grows) * (1.0 + 100.0 * over)
+    counted = np.maximum(ratio, args.delay_floor)
+    cost = float(np.exp(np.mean(np.log(counted)))) * (1.0 + grows) * (1.0 + 100.0 * over)
     return {
         "cost": cost,
         "p95_delay_all": mean(runs, "p95_delay_all"),
@@ -284,6 +289,8 @@ def validate(args: ResidualArgs) -> None:
     check_network(args.workload)
     require_at_least(args, 1, "slots", "rounds", "population", "elite", "workers")
     members(args)  # each --family member parsed and checked
+    if not 0.0 <= args.delay_floor < 1.0:
+        raise ValueError(f"--delay-floor must be in [0, 1), got {args.delay_floor}")
     if args.base not in BASES:
         raise ValueError(f"--base must be one of {', '.join(BASES)}, got {args.base!r}")
     if args.elite > args.population:
