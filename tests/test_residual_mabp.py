@@ -347,3 +347,16 @@ def test_the_penalty_ceiling_binds_the_mean_or_every_network():
 
     with pytest.raises(ValueError, match=r"--delay-floor must be in \[0, 1\)"):
         learner.parse(["--delay-floor", "1", "--out", "/tmp/unused"])
+
+
+def test_the_shipped_frame_checkpoint_is_over_frame_mabp_and_runs_anywhere():
+    from mabp_gym.registry import checkpoint_path
+
+    path = checkpoint_path("residual-frame-mabp", {}, "any")
+    assert path is not None and path.name == "residual_frame_mabp_any.pt"
+    weights, meta = load(path, make_workload("moe"), base="frame-mabp")
+    assert meta["networks"] == "any" and meta["base"] == "frame-mabp" and weights.any()
+    assert "--base frame-mabp" in meta["command"] and meta["env_steps"] > 0
+    for name in ("moe", "agentic"):
+        policy = make_policy("residual-frame-mabp", make_workload(name))
+        np.testing.assert_array_equal(policy.weights, weights)

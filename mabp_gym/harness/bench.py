@@ -131,8 +131,9 @@ POLICIES = (
     "learn-mabp",
     "residual-mabp",
     "residual-mabp-any",
+    "residual-frame-mabp",
 )
-LEARNED = ("gnn", "learn-mabp", "residual-mabp", "residual-mabp-any")
+LEARNED = ("gnn", "learn-mabp", "residual-mabp", "residual-mabp-any", "residual-frame-mabp")
 REFERENCE = "mabp"
 
 
@@ -243,8 +244,9 @@ def plan_bench(
 def _no_checkpoint(policy: str, task: Task) -> str:
     if task.track == "held-out":
         return (
-            "a held-out network, on which no training may run: only a policy whose one "
-            "checkpoint runs on every network (residual-mabp-any) is evaluated here, zero-shot"
+            "a held-out network, on which no training may run: only the policies whose one "
+            "checkpoint runs on every network (residual-mabp-any, residual-frame-mabp) are "
+            "evaluated here, zero-shot"
         )
     if task.overrides:
         return (
