@@ -64,18 +64,19 @@ def given_checkpoint(checkpoint: Any, default: Callable[[], Path]) -> Path:
     return Path(checkpoint)
 
 
-def missing_checkpoint(policy: str, path: Path, workload: Workload) -> str:
-    """The error for a shipped checkpoint that is not there: how to train one, or, for a
-    network the benchmark holds out of training, that none is; and the policy that runs on
-    every network."""
+def missing_checkpoint(policy: str, path: Path, workload: Workload, label: str = "") -> str:
+    """The error for a shipped checkpoint that is not there (``label``: the policy's name
+    in prose, default ``policy``): how to train one, or, for a network the benchmark holds
+    out of training, that none is; and the policy that runs on every network."""
+    label = label or policy
     from mabp_gym.core.held_out import held_out_reason
 
     anywhere = "use `residual-mabp-any`, whose one shipped checkpoint runs on every network"
     reason = held_out_reason(workload)
     if reason is not None:
-        return f"no {policy} checkpoint at {path}, and none is trained for it: {reason}; {anywhere}"
+        return f"no {label} checkpoint at {path}, and none is trained for it: {reason}; {anywhere}"
     return (
-        f"no {policy} checkpoint at {path}; train one with "
+        f"no {label} checkpoint at {path}; train one with "
         f"`mabp-gym train {policy} --workload {train_target(workload)}`, or {anywhere}"
     )
 

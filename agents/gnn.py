@@ -291,7 +291,7 @@ class GNNPolicy(Policy):
         super().__init__(workload, **kw)
         path = given_checkpoint(checkpoint, lambda: default_checkpoint(workload.name))
         if not path.exists():
-            raise ValueError(missing_checkpoint("gnn", path, workload))
+            raise ValueError(missing_checkpoint("gnn", path, workload, "GNN"))
         self.device = resolve_device(device)
         self.model, self.info = load_checkpoint(
             path, workload, self.device, any_parameters=bool(any_parameters)

@@ -201,6 +201,6 @@ class LearnMABP(MABP):
     ) -> LearnMABP:
         path = given_checkpoint(checkpoint, lambda: default_checkpoint(workload.name))
         if not path.exists():
-            raise ValueError(missing_checkpoint("learn-mabp", path, workload))
+            raise ValueError(missing_checkpoint("learn-mabp", path, workload, "Learn-MABP"))
         estimate, _ = PrimitiveEstimate.load(path, workload)
         return cls(workload, estimate, **kw)

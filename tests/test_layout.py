@@ -39,6 +39,7 @@ CORE = (
     "core.metrics",
     "core.encoding",
     "core.fileformat",
+    "core.held_out",
     "core.scores",
     "core.ego",
     "core.render",

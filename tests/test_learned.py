@@ -308,7 +308,7 @@ def test_resolve_device__auto_and_bad_values():
         resolve_device(0)
 
 
-def test_learned_policies__a_batch_a_bad_checkpoint_and_a_file_workloads_hint():
+def test_learned_policies__a_batch_a_bad_checkpoint_and_a_file_workloads_hint(tmp_path):
     from pathlib import Path
 
     from mabp_gym.agents.decentralized import local_policies
@@ -324,7 +324,18 @@ def test_learned_policies__a_batch_a_bad_checkpoint_and_a_file_workloads_hint():
     with pytest.raises(ValueError, match="local_policies takes the decentralized view"):
         local_policies("mabp", env)
     # A workload file's name field is no workload name: the hint names the file instead.
-    path = Path(mabp_gym.__file__).parent / "examples" / "multihop14.json"
+    import dataclasses
+
+    from mabp_gym.core.fileformat import save_workload
+
+    path = tmp_path / "relay.json"
+    relay = dataclasses.replace(mabp_gym.make_workload("multihop", nodes=12), name="relay12")
+    save_workload(relay, path)
     env = gym.make("mabp_gym/SFMSN-v0", workload=str(path))
     with pytest.raises(ValueError, match="--workload <its workload file>"):
+        make_policy("residual-mabp", env)
+    # The shipped example file is held out of training: no command is suggested for it.
+    example = Path(mabp_gym.__file__).parent / "examples" / "multihop14.json"
+    env = gym.make("mabp_gym/SFMSN-v0", workload=str(example))
+    with pytest.raises(ValueError, match="none is trained for it: the shipped example file"):
         make_policy("residual-mabp", env)
