@@ -13,6 +13,9 @@ from mabp_gym.core.encoding import ObservationEncoder
 from mabp_gym.core.metrics import Trace, summarize
 
 SCRIPTED = [p for p in POLICIES if p not in ("gnn", "learn-mabp", "residual-mabp")]
+ANYWHERE = ("residual-mabp-any", "residual-frame-mabp")
+"""Learned policies whose one shipped checkpoint runs on every network (they need torch to
+read it)."""
 
 
 def run(
@@ -70,6 +73,8 @@ def test_make_policy__accepts_an_env_and_takes_its_settings():
 
 @pytest.mark.parametrize("policy", SCRIPTED)
 def test_agents__every_control_is_feasible_on_every_workload(policy):
+    if policy in ANYWHERE:
+        pytest.importorskip("torch", reason=f"{policy} reads its checkpoint with torch")
     for name in ("mixed", "boundary", "successor", "work_reuse", "separation"):
         wl = make_workload(name, load=0.7)
         trace = run(policy, wl, seed=1, slots=60)  # invariants and feasibility checked
