@@ -81,12 +81,7 @@ class ResidualMABP(Policy):
     ) -> ResidualMABP:
         """The policy with the weights of a checkpoint (default: the shipped one for the
         workload). ``weights=`` instead of a checkpoint builds it without a file."""
-        if "weights" in kw:
-            if checkpoint:
-                raise ValueError("give residual-mabp a checkpoint or weights, not both")
-            return cls(workload, **kw)
-        weights, _ = load(checkpoint, workload)
-        return cls(workload, weights=weights, **kw)
+        return _built(cls, workload, checkpoint, None, kw)
 
     @classmethod
     def any_network(
@@ -98,18 +93,7 @@ class ResidualMABP(Policy):
         Raises:
             ValueError: the checkpoint was trained for one workload only.
         """
-        from mabp_gym.agents import checkpoint_file
-
-        path = checkpoint_file.given_checkpoint(
-            checkpoint, lambda: checkpoint_file.default_checkpoint("residual-mabp-any", ANY)
-        )
-        weights, meta = load(path, workload)
-        if meta.get("networks") != ANY:
-            raise ValueError(
-                f"{path} was trained for one workload; residual-mabp-any takes a checkpoint "
-                "trained on a family of networks (`mabp-gym train residual-mabp --family ...`)"
-            )
-        return cls(workload, weights=weights, **kw)
+        return _built(cls, workload, checkpoint, "residual-mabp-any", kw, family_only=True)
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
@@ -145,18 +129,7 @@ class ResidualFrameMABP(FrameMABP):
         Raises:
             ValueError: the checkpoint's weights were learned over another base policy.
         """
-        from mabp_gym.agents import checkpoint_file
-
-        if "weights" in kw:
-            if checkpoint:
-                raise ValueError(f"give {cls.name} a checkpoint or weights, not both")
-            return cls(workload, **kw)
-
-        path = checkpoint_file.given_checkpoint(
-            checkpoint, lambda: checkpoint_file.default_checkpoint(cls.name, ANY)
-        )
-        weights, _ = load(path, workload, base="frame-mabp")
-        return cls(workload, weights=weights, **kw)
+        return _built(cls, workload, checkpoint, cls.name, kw)
 
     def _fill(self, obs: dict[str, np.ndarray], queues: np.ndarray, out: np.ndarray) -> None:
         super()._fill(obs, queues, out)
@@ -164,6 +137,44 @@ class ResidualFrameMABP(FrameMABP):
 
 
 BASES = {"mabp": ResidualMABP, "frame-mabp": ResidualFrameMABP}
+BASE_OF = {policy: base for base, policy in BASES.items()}
+
+
+def _built(
+    cls: Any,
+    workload: Workload,
+    checkpoint: str | Path | None,
+    family_policy: str | None,
+    kw: dict[str, Any],
+    *,
+    family_only: bool = False,
+) -> Any:
+    """``cls`` with ``weights=`` from ``kw``, or with a checkpoint's weights: the file
+    given, else the shipped family checkpoint of policy ``family_policy``, else (``None``)
+    the shipped one for the workload. ``family_only`` refuses a single-workload one.
+
+    Raises:
+        ValueError: weights and a checkpoint both given, or a checkpoint it cannot take.
+    """
+    from mabp_gym.agents import checkpoint_file
+
+    if "weights" in kw:
+        if checkpoint:
+            raise ValueError(f"give {cls.name} a checkpoint or weights, not both")
+        return cls(workload, **kw)
+    if family_policy is not None:
+        checkpoint = checkpoint_file.given_checkpoint(
+            checkpoint, lambda: checkpoint_file.default_checkpoint(family_policy, ANY)
+        )
+    weights, meta = load(checkpoint, workload, base=BASE_OF[cls])
+    if family_only and meta.get("networks") != ANY:
+        raise ValueError(
+            f"{checkpoint} was trained for one workload; {family_policy} takes a checkpoint "
+            "trained on a family of networks (`mabp-gym train residual-mabp --family ...`)"
+        )
+    return cls(workload, weights=weights, **kw)
+
+
 """The policies a correction is learned over, by the base's name (recorded in checkpoints)."""
 
 
