@@ -142,6 +142,10 @@ def test_cli__train_help_lists_the_learners(run_cli):
     result = run_cli("train", "--help")
     assert result.returncode == 0 and "usage:" in result.stdout
     assert "gnn" in result.stdout and "learn-mabp" in result.stdout
+    for learner in ("gnn", "learn-mabp", "residual-mabp"):
+        result = run_cli("train", learner, "--help")
+        assert result.returncode == 0 and "--out" in result.stdout, (learner, result.stderr)
+    assert "20%" in run_cli("train", "residual-mabp", "--help").stdout
 
 
 def test_cli__an_internal_error_keeps_its_traceback(monkeypatch):

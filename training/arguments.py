@@ -52,7 +52,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         kind = hints[f.name]
         option = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
-        help_text = f"{docs.get(f.name, '')} (default: {default})"
+        # argparse formats help with %: a literal one ("20%") must be doubled.
+        help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")
         if kind is bool:
             parser.add_argument(
                 option,
