@@ -193,3 +193,15 @@ def test_a_workload_file_task_matches_its_records_and_the_tracks_get_their_own_s
     first, second = text.split("Generalisation track")
     assert "Main track:" in first and "| bp | 1 of 1 | 2.00 |" in first
     assert "| bp | 1 of 1 | 2.00 |" in second and "**file-multihop14-0.90**" in second
+
+
+def test_current_runs_set_aside_an_earlier_checkpoints_run_of_the_same_seed():
+    task = bench.tasks_named(["mixed-0.90"])
+    specs, _ = bench.plan_bench(task, ["mabp"], [9000])
+    base = {"policy": "mabp", "workload": "mixed", "load": 0.9, "overrides": {}}
+    now = {**base, "seed": 9000, "key": specs[0].key}
+    earlier = {**base, "seed": 9000, "key": "an-earlier-checkpoint"}
+    elsewhere = {**base, "seed": 9001, "key": "made-elsewhere"}  # no current twin: kept
+    kept = bench.current_runs([earlier, now, elsewhere], specs, task)
+    assert kept == [now, elsewhere]
+    assert bench.current_runs([earlier], specs, task) == [earlier]

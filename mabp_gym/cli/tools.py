@@ -193,13 +193,13 @@ def _bench(args: argparse.Namespace) -> None:
         if args.from_results:
             if args.out is None or not Path(args.out).is_file():
                 raise ValueError("--from-results needs --out naming an existing results file")
-            records = read_records(args.out)
-            skipped: list[tuple[str, str, str]] = []
         else:
             _writable(args.out, "--out", results="eval")
             if args.workers is not None and args.workers < 1:
                 raise ValueError(f"--workers must be a positive integer, got {args.workers}")
-            specs, skipped = bench.plan_bench(tasks, policies, seeds, args.horizon)
+        specs, skipped = bench.plan_bench(tasks, policies, seeds, args.horizon)
+        if args.from_results:
+            records = bench.current_runs(read_records(args.out), specs, tasks)
     if not args.from_results:
         records = execute(
             specs, output=args.out, workers=args.workers, progress=not args.no_progress

@@ -241,6 +241,30 @@ def plan_bench(
     return specs, skipped
 
 
+def current_runs(
+    records: Iterable[dict[str, Any]], specs: Sequence[RunSpec], tasks: Sequence[Task]
+) -> list[dict[str, Any]]:
+    """The records a board of ``specs`` reads from a results file: where the file holds a
+    task's run of a policy on a seed as the suite would make it now (its key: the
+    workload's and the checkpoint's content), that one; runs of an earlier checkpoint of
+    the same policy are set aside (retraining appends the new runs to the old). A run with
+    no current twin is kept, so a file made elsewhere still prints its board."""
+    keys = {spec.key for spec in specs}
+    records = list(records)
+    current = {
+        (task.name, r["policy"], r.get("seed"))
+        for task in tasks
+        for r in records
+        if r.get("key") in keys and task.matches(r)
+    }
+    return [
+        r
+        for r in records
+        if r.get("key") in keys
+        or not any((t.name, r["policy"], r.get("seed")) in current for t in tasks if t.matches(r))
+    ]
+
+
 def _no_checkpoint(policy: str, task: Task) -> str:
     if task.track == "held-out":
         return (
