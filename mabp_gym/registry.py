@@ -35,9 +35,10 @@ class PolicySpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     needs: str | None = None
     """The extra to install when the entry point's module cannot be imported."""
-    checkpoint: str | None = None
+    checkpoint: str | tuple[str, ...] | None = None
     """The shipped checkpoint the policy reads by default, a file name pattern with
-    ``{workload}`` in the agents' ``checkpoints`` folder (``None``: it reads none)."""
+    ``{workload}`` in the agents' ``checkpoints`` folder, or several tried in order (the
+    first present file; ``None``: it reads none)."""
 
     def load(self) -> Callable[..., Any]:
         """The callable behind the entry point (``"module:attr.attr"``), imported now."""
@@ -61,14 +62,15 @@ def register_policy(
     entry_point: str | Callable[..., Any],
     *,
     needs: str | None = None,
-    checkpoint: str | None = None,
+    checkpoint: str | tuple[str, ...] | None = None,
     **kwargs: Any,
 ) -> None:
     """Register ``entry_point`` (``"module:attribute"`` or a callable) as policy ``name``.
 
     ``kwargs`` are fixed arguments of the name (an ablation is a name with a switch off);
     ``needs`` names the extra whose absence makes the import fail; ``checkpoint`` the
-    shipped file the policy reads by default (results are keyed by its content).
+    shipped file the policy reads by default (results are keyed by its content), or
+    several patterns: the first whose file is shipped.
 
     Raises:
         ValueError: the name is empty or taken, or the entry point is not a
@@ -126,7 +128,9 @@ def checkpoint_path(name: str, policy_kw: dict[str, Any], workload_name: str) ->
     spec = _REGISTRY.get(name)
     if spec is None or spec.checkpoint is None or "weights" in policy_kw:
         return None
-    return _checkpoint_dir() / spec.checkpoint.format(workload=workload_name)
+    patterns = (spec.checkpoint,) if isinstance(spec.checkpoint, str) else spec.checkpoint
+    paths = [_checkpoint_dir() / p.format(workload=workload_name) for p in patterns]
+    return next((path for path in paths if path.is_file()), paths[0])
 
 
 def _checkpoint_dir() -> Path:
@@ -202,7 +206,7 @@ register_policy(
     "residual-frame-mabp",
     f"{_AGENTS}.residual_mabp:ResidualFrameMABP.from_checkpoint",
     needs="learn",
-    checkpoint="residual_frame_mabp_any.pt",
+    checkpoint=("residual_frame_mabp_{workload}.pt", "residual_frame_mabp_any.pt"),
 )
 
 POLICIES: tuple[str, ...] = policy_names()

@@ -82,3 +82,16 @@ def test_make_policy__env_settings_pass_through():
     policy = make_policy("bp", make_workload("mixed"), nu=2.0, memory=False)
     assert policy.nu == 2.0 and policy.memory is False
     assert np.isfinite(policy.nu)
+
+
+def test_checkpoint_path__several_patterns_take_the_first_shipped_file():
+    if "test-two-files" not in policy_names():
+        register_policy(
+            "test-two-files",
+            "mabp_gym.agents.mabp:MABP",
+            checkpoint=("never_{workload}.pt", "gnn_{workload}.pt"),
+        )
+    assert checkpoint_path("test-two-files", {}, "mixed").name == "gnn_mixed.pt"
+    # none shipped: the first pattern's file, which the policy's error then names
+    assert checkpoint_path("test-two-files", {}, "rag").name == "never_rag.pt"
+    assert checkpoint_path("residual-frame-mabp", {}, "rag").name == "residual_frame_mabp_any.pt"
