@@ -122,9 +122,10 @@ class ResidualFrameMABP(FrameMABP):
     def from_checkpoint(
         cls, workload: Workload, checkpoint: str | Path | None = None, **kw: Any
     ) -> ResidualFrameMABP:
-        """The policy with a checkpoint's weights (default: the shipped family-trained
-        ``residual_frame_mabp_any.pt``), on any network a family checkpoint allows;
-        ``weights=`` instead of a checkpoint builds it without a file.
+        """The policy with a checkpoint's weights (default: the shipped one for the
+        workload's name where one is trained, ``residual_frame_mabp_<workload>.pt``, else
+        the family-trained ``residual_frame_mabp_any.pt``), on any network a family
+        checkpoint allows; ``weights=`` instead of a checkpoint builds it without a file.
 
         Raises:
             ValueError: the checkpoint's weights were learned over another base policy.
@@ -150,8 +151,9 @@ def _built(
     family_only: bool = False,
 ) -> Any:
     """``cls`` with ``weights=`` from ``kw``, or with a checkpoint's weights: the file
-    given, else the shipped family checkpoint of policy ``family_policy``, else (``None``)
-    the shipped one for the workload. ``family_only`` refuses a single-workload one.
+    given, else the shipped checkpoint the registry names for policy ``family_policy`` on
+    the workload, else (``None``) residual-mabp's shipped one for the workload.
+    ``family_only`` refuses a single-workload one.
 
     Raises:
         ValueError: weights and a checkpoint both given, or a checkpoint it cannot take.
@@ -164,7 +166,7 @@ def _built(
         return cls(workload, **kw)
     if family_policy is not None:
         checkpoint = checkpoint_file.given_checkpoint(
-            checkpoint, lambda: checkpoint_file.default_checkpoint(family_policy, ANY)
+            checkpoint, lambda: checkpoint_file.default_checkpoint(family_policy, workload.name)
         )
     weights, meta = load(checkpoint, workload, base=BASE_OF[cls])
     if family_only and meta.get("networks") != ANY:
@@ -253,10 +255,13 @@ def save(path: str | Path, weights: Any, workload: Workload | None, **meta: Any)
 
 
 def load(
-    checkpoint: str | Path | None, workload: Workload, base: str = "mabp"
+    checkpoint: str | Path | None,
+    workload: Workload | None,
+    base: str = "mabp",
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The weights and meta of a checkpoint (default: the shipped one for ``workload``)
-    whose correction was learned over the policy ``base`` (:data:`BASES`).
+    whose correction was learned over the policy ``base`` (:data:`BASES`); ``workload``
+    None reads a given file's weights whatever it was trained on (a search's start).
 
     Raises:
         ValueError: no such file, another kind of checkpoint, other features, another
@@ -266,9 +271,11 @@ def load(
     from mabp_gym.agents import checkpoint_file
 
     path = checkpoint_file.given_checkpoint(
-        checkpoint, lambda: checkpoint_file.default_checkpoint(KIND, workload.name)
+        checkpoint, lambda: checkpoint_file.default_checkpoint(KIND, _name(workload))
     )
     if not path.exists():
+        if workload is None:
+            raise ValueError(f"no such file: {path}")
         raise ValueError(missing_checkpoint("residual-mabp", path, workload))
     tensors, meta = checkpoint_file.load(path, KIND)
     if meta.get("features") != list(FEATURES):
@@ -282,6 +289,12 @@ def load(
             f"{path}: a correction learned over {learned_over}; this policy corrects {base} "
             f"(use {BASES[learned_over].name if learned_over in BASES else 'another policy'})"
         )
-    if meta.get("networks") != ANY:  # a family-trained checkpoint runs on every network
+    if workload is not None and meta.get("networks") != ANY:  # a family's runs anywhere
         checkpoint_file.check_workload(meta, workload, path)
     return check_weights(tensors["weights"].numpy()), meta
+
+
+def _name(workload: Workload | None) -> str:
+    if workload is None:
+        raise ValueError("name the checkpoint file to read")
+    return workload.name

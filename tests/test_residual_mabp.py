@@ -205,6 +205,9 @@ def test_family_training_saves_one_checkpoint_for_every_network(tmp_path):
     ):
         with pytest.raises(ValueError, match=message):
             learner.parse(["--family", member, "--out", str(tmp_path)])
+    variants = ["--family", "mixed@0.9", "mixed@0.8,beta=0.125", "--base", "frame-mabp"]
+    one_workload = learner.parse([*variants, "--out", str(tmp_path)])
+    assert learner.checkpoint_name(one_workload) == "residual_frame_mabp_mixed.pt"
 
 
 @pytest.mark.parametrize("learner_name", ["residual_mabp", "learn_mabp", "gnn"])
@@ -360,3 +363,37 @@ def test_the_shipped_frame_checkpoint_is_over_frame_mabp_and_runs_anywhere():
     for name in ("moe", "agentic"):
         policy = make_policy("residual-frame-mabp", make_workload(name))
         np.testing.assert_array_equal(policy.weights, weights)
+    # mixed has its own, trained on mixed's variants only: it is read for every mixed
+    # network (a tighter budget too), and it still loads anywhere when named.
+    mixed = checkpoint_path("residual-frame-mabp", {}, "mixed")
+    assert mixed is not None and mixed.name == "residual_frame_mabp_mixed.pt"
+    mixed_weights, mixed_meta = load(mixed, make_workload("rag"), base="frame-mabp")
+    assert mixed_meta["networks"] == "any" and {m.split("@")[0] for m in mixed_meta["family"]} == {
+        "mixed"
+    }
+    assert not np.array_equal(mixed_weights, weights)
+    tight = make_policy("residual-frame-mabp", make_workload("mixed", beta=0.125))
+    np.testing.assert_array_equal(tight.weights, mixed_weights)
+
+
+def test_init_starts_the_search_at_a_checkpoint_of_the_same_base(tmp_path):
+    from mabp_gym.registry import checkpoint_path
+    from mabp_gym.training import residual_mabp as learner
+
+    start = np.linspace(-1.0, 1.0, len(FEATURES))
+    path = tmp_path / "start.pt"
+    save(path, start, make_workload("rag"), base="frame-mabp")  # another workload's: allowed
+    common = ["--slots", "150", "--rounds", "1", "--population", "1", "--elite", "1"]
+    common += ["--train-seeds", "20", "--no-progress", "--base", "frame-mabp"]
+    args = learner.parse([*common, "--init", str(path), "--out", str(tmp_path / "run")])
+    report = learner.train(args)
+    assert report["history"][0]["weights"] == start.round(4).tolist()  # the first centre
+    assert f"--init {path}" in report["command"]
+    shipped = checkpoint_path("residual-frame-mabp", {}, "any")
+    expected = load(shipped, None, base="frame-mabp")[0]
+    from_any = learner.initial_weights(learner.parse([*common, "--init", "any"]))
+    assert np.array_equal(from_any, expected)
+    with pytest.raises(ValueError, match="--init .*none.pt: no such file"):
+        learner.parse([*common, "--init", str(tmp_path / "none.pt")])
+    with pytest.raises(ValueError, match="learned over frame-mabp; this policy corrects mabp"):
+        learner.parse([*common[:-2], "--init", str(path)])

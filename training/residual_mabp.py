@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from mabp_gym.agents.residual_mabp import BASES, FEATURES, save
+from mabp_gym.agents.residual_mabp import ANY, BASES, FEATURES, save
+from mabp_gym.agents.residual_mabp import load as load_weights
 from mabp_gym.core.metrics import GROWTH_LIMIT, Trace, check_window, summarize
 from mabp_gym.core.simulator import Simulator
 from mabp_gym.core.workloads import make_workload
@@ -87,6 +88,9 @@ class ResidualArgs:
     base: str = "mabp"
     """The policy the correction is learned over: mabp, or frame-mabp (the weights reorder
     within frame-MABP's plan; the objective is then relative to frame-MABP)."""
+    init: str = ""
+    """Start the search at a checkpoint's weights (learned over the same --base), or at
+    the shipped family checkpoint with ``any``, instead of at 0 (the base policy)."""
 
 
 Member = tuple[str, tuple[tuple[str, Any], ...], float]
@@ -223,8 +227,7 @@ def train(args: ResidualArgs) -> dict[str, Any]:
     env_steps = (1 + args.rounds * args.population) * runs_per_objective * args.slots
     command = command_line("residual-mabp", args, ("workload", "loads") if args.family else ())
     workload = None if args.family else make_workload(args.workload)
-    stem = BASES[args.base].name.replace("-", "_")
-    path = out / f"{stem}_{'any' if workload is None else workload.name}.pt"
+    path = out / checkpoint_name(args)
     save(
         path,
         best["weights"],
@@ -251,6 +254,16 @@ def train(args: ResidualArgs) -> dict[str, Any]:
     return report
 
 
+def checkpoint_name(args: ResidualArgs) -> str:
+    """The checkpoint's file name: the base policy's and the workload's, ``any`` for a
+    family of several workloads. A family of one workload's variants (``mixed`` at two
+    loads and a tighter budget) is named by it: the registry's per-workload file, which
+    still loads on every network."""
+    stem = BASES[args.base].name.replace("-", "_")
+    names = sorted({name for name, _, _ in members(args)})
+    return f"{stem}_{names[0] if len(names) == 1 else ANY}.pt"
+
+
 def search(args: ResidualArgs, pool: Any) -> tuple[dict, dict, list[dict]]:
     """The cross-entropy method from 0 (the base policy itself): the best weights with
     their objective, the base's objective, and one history entry per round."""
@@ -258,7 +271,7 @@ def search(args: ResidualArgs, pool: Any) -> tuple[dict, dict, list[dict]]:
     zero = np.zeros(len(FEATURES))
     mabp_runs = simulate(args, [zero], pool)[0]
     reference = objective(args, mabp_runs, None)
-    mean, std = zero.copy(), np.full(len(FEATURES), args.init_std)
+    mean, std = initial_weights(args), np.full(len(FEATURES), args.init_std)
     best = {"weights": zero, **reference}
     history = []
     for round_ in range(args.rounds):
@@ -284,6 +297,29 @@ def search(args: ResidualArgs, pool: Any) -> tuple[dict, dict, list[dict]]:
     return best, reference, history
 
 
+def initial_weights(args: ResidualArgs) -> np.ndarray:
+    """The search's first mean: 0, or the weights of the ``--init`` checkpoint.
+
+    Raises:
+        ValueError: the checkpoint is missing, of another kind, or learned over another base.
+    """
+    if not args.init:
+        return np.zeros(len(FEATURES))
+    policy = BASES[args.base]
+    if args.init == ANY:  # the shipped family checkpoint of the base's policy
+        from mabp_gym.agents import checkpoint_file
+
+        family = "residual-mabp-any" if args.base == "mabp" else policy.name
+        path = checkpoint_file.default_checkpoint(family, ANY)
+    else:
+        path = Path(args.init)
+    try:
+        weights, _ = load_weights(path, None, base=args.base)
+    except ValueError as error:
+        raise ValueError(f"--init {args.init}: {error}") from None
+    return weights
+
+
 def validate(args: ResidualArgs) -> None:
     """Raise ``ValueError`` naming the first bad argument, before any work starts."""
     check_network(args.workload)
@@ -293,6 +329,7 @@ def validate(args: ResidualArgs) -> None:
         raise ValueError(f"--delay-floor must be in [0, 1), got {args.delay_floor}")
     if args.base not in BASES:
         raise ValueError(f"--base must be one of {', '.join(BASES)}, got {args.base!r}")
+    initial_weights(args)  # an --init checkpoint that cannot start this search
     if args.elite > args.population:
         raise ValueError(f"--elite ({args.elite}) must be at most --population ({args.population})")
     if not (np.isfinite(args.init_std) and args.init_std > 0):
