@@ -208,6 +208,14 @@ def test_family_training_saves_one_checkpoint_for_every_network(tmp_path):
     variants = ["--family", "mixed@0.9", "mixed@0.8,beta=0.125", "--base", "frame-mabp"]
     one_workload = learner.parse([*variants, "--out", str(tmp_path)])
     assert learner.checkpoint_name(one_workload) == "residual_frame_mabp_mixed.pt"
+    import dataclasses
+
+    from mabp_gym.core.fileformat import save_workload
+
+    relay = dataclasses.replace(make_workload("multihop", nodes=12), name="relay12")
+    save_workload(relay, tmp_path / "relay.json")  # a file workload: named by its own name
+    from_file = learner.parse(["--workload", str(tmp_path / "relay.json"), "--out", str(tmp_path)])
+    assert learner.checkpoint_name(from_file) == "residual_mabp_relay12.pt"
 
 
 @pytest.mark.parametrize("learner_name", ["residual_mabp", "learn_mabp", "gnn"])

@@ -260,7 +260,7 @@ def checkpoint_name(args: ResidualArgs) -> str:
     loads and a tighter budget) is named by it: the registry's per-workload file, which
     still loads on every network."""
     stem = BASES[args.base].name.replace("-", "_")
-    names = sorted({name for name, _, _ in members(args)})
+    names = sorted({make_workload(name).name for name, _, _ in members(args)})  # a file's own
     return f"{stem}_{names[0] if len(names) == 1 else ANY}.pt"
 
 
