@@ -333,6 +333,9 @@ def test_training_over_frame_mabp_saves_a_frame_checkpoint(tmp_path):
     assert report["checkpoint"].endswith("residual_frame_mabp_mixed.pt")
     weights, meta = load(report["checkpoint"], make_workload("mixed"), base="frame-mabp")
     assert meta["base"] == "frame-mabp" and "--base frame-mabp" in meta["command"]
+    # The recorded command can be typed again: it parses back to the same arguments (an
+    # unset --init is left out, not written as an option with no value).
+    assert learner.parse(meta["command"].split()[3:]) == args
     with pytest.raises(ValueError, match="--base must be one of mabp, frame-mabp"):
         learner.parse(["--base", "bp", "--out", str(tmp_path)])
 

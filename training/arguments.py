@@ -92,7 +92,7 @@ def command_line(learner: str, args: Any, unused: tuple[str, ...] = ()) -> str:
             if value != defaults.get(key):
                 parts.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
             continue
-        if value is None or value == [] or key in unused:
+        if value is None or value in ([], "") or key in unused:  # "": not given, and untypable
             continue
         text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
         parts.append(f"--{key.replace('_', '-')} {text}")
