@@ -16,13 +16,9 @@ import argparse
 import json
 from pathlib import Path
 
-from mabp_gym.core.metrics import growth_verdict, pooled
 from mabp_gym.harness import bench
+from mabp_gym.harness.pareto import REFERENCE, compare
 from mabp_gym.harness.results_file import read_records
-
-REFERENCE = "frame-mabp"
-DELAY_TARGET = 0.9
-PENALTY_TARGET = 1.0
 
 
 def paired(records: list[dict], policy: str, task: bench.Task) -> dict | None:
@@ -36,29 +32,7 @@ def paired(records: list[dict], policy: str, task: bench.Task) -> dict | None:
         return None
     ours = [by_seed[policy][s] for s in seeds]
     theirs = [by_seed[REFERENCE][s] for s in seeds]
-    delay, delay_half = pooled(
-        [a["p95_delay_all"] / b["p95_delay_all"] for a, b in zip(ours, theirs, strict=True)]
-    )
-    penalty, penalty_half = pooled(
-        [
-            a["penalty_per_arrival"] / b["penalty_per_arrival"]
-            for a, b in zip(ours, theirs, strict=True)
-        ]
-    )
-    stable = all(growth_verdict(rs)["stable"] for rs in (ours, theirs))
-    win = (
-        stable and delay <= DELAY_TARGET and delay + delay_half < 1.0 and penalty <= PENALTY_TARGET
-    )
-    return {
-        "task": task.name,
-        "seeds": len(seeds),
-        "delay_ratio": delay,
-        "delay_half_width": delay_half,
-        "penalty_ratio": penalty,
-        "penalty_half_width": penalty_half,
-        "both_stable": stable,
-        "pareto_win": win,
-    }
+    return {"task": task.name, **compare(ours, theirs)}
 
 
 def main() -> None:

@@ -284,12 +284,15 @@ def _add_bench(commands: Any) -> None:
 def _add_train(commands: Any) -> None:
     train = commands.add_parser(
         "train",
-        help="train a learned scheduler (gnn, learn-mabp, residual-mabp)",
-        description="Train a learned scheduler. `mabp-gym train gnn --help` and "
-        "`mabp-gym train learn-mabp --help` list each learner's options.",
+        help="train a learned scheduler (gnn, learn-mabp, residual-mabp), or choose among "
+        "training seeds' checkpoints (select)",
+        description="Train a learned scheduler, or choose among checkpoints of one recipe on "
+        "validation seeds (select). `mabp-gym train LEARNER --help` lists its options.",
     )
     train.add_argument(
-        "learner", choices=("gnn", "learn-mabp", "residual-mabp"), help="the learner to train"
+        "learner",
+        choices=("gnn", "learn-mabp", "residual-mabp", "select"),
+        help="the learner to train, or select",
     )
     train.add_argument(
         "rest",

@@ -163,6 +163,8 @@ def _train(args: argparse.Namespace) -> None:
         from mabp_gym.training import gnn as learner
     elif args.learner == "residual-mabp":
         from mabp_gym.training import residual_mabp as learner
+    elif args.learner == "select":
+        from mabp_gym.training import selection as learner
     else:
         from mabp_gym.training import learn_mabp as learner
     with user_input():

@@ -1,0 +1,106 @@
+"""`mabp-gym train select`: the choice among training seeds' checkpoints on validation seeds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from mabp_gym import make_workload  # noqa: E402
+from mabp_gym.agents.residual_mabp import FEATURES, save  # noqa: E402
+from mabp_gym.harness.pareto import compare  # noqa: E402
+from mabp_gym.training import selection  # noqa: E402
+
+
+def test_the_pick_is_the_most_wins_then_the_lower_delay():
+    rows = [
+        {"checkpoint": "a", "wins": 3, "delay_geomean": 0.60},
+        {"checkpoint": "b", "wins": 4, "delay_geomean": 0.70},
+        {"checkpoint": "c", "wins": 4, "delay_geomean": 0.65},
+        {"checkpoint": "d", "wins": 4, "delay_geomean": 0.65},
+    ]
+    assert selection.pick(rows)["checkpoint"] == "c"  # d ties c: the first given
+
+
+def _run(seed, delay, penalty, backlog=10.0):
+    return {
+        "seed": seed,
+        "p95_delay_all": delay,
+        "penalty_per_arrival": penalty,
+        "growth": 0.0,
+        "backlog_trace": [backlog] * 40,
+        "horizon": 40,
+        "warmup": 0.2,
+    }
+
+
+def test_a_pareto_win_needs_both_ratios_and_the_interval_apart():
+    theirs = [_run(s, 100.0, 1.0) for s in range(3)]
+    faster = [_run(s, d, 0.99) for s, d in zip(range(3), (80.0, 85.0, 82.0), strict=True)]
+    assert compare(faster, theirs)["pareto_win"]
+    dearer = [_run(s, d, 1.01) for s, d in zip(range(3), (80.0, 85.0, 82.0), strict=True)]
+    assert not compare(dearer, theirs)["pareto_win"]  # penalty over 1.0
+    spread = [_run(s, d, 0.9) for s, d in zip(range(3), (40.0, 130.0, 95.0), strict=True)]
+    row = compare(spread, theirs)
+    assert row["delay_ratio"] <= 0.9 and not row["pareto_win"]  # its interval reaches 1
+    with pytest.raises(ValueError, match="same seeds"):
+        compare(faster[:2], theirs)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seeds", "100", "9003"], r"--seeds \[9003\] are the benchmark's evaluation seeds"),
+        (["--checkpoints"], "--checkpoints needs at least one checkpoint file"),
+        (["--checkpoints", "nowhere.pt"], "--checkpoints nowhere.pt: no such checkpoint file"),
+        (["--policy", "mabp"], "--policy must be residual-frame-mabp or residual-mabp-any"),
+        (["--seeds", "100", "100"], "each given once"),
+        (["--copy-to", "."], "--copy-to .: give a file's path in an existing folder"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path):
+    shipped = str(tmp_path / "a.pt")
+    save(shipped, np.zeros(len(FEATURES)), make_workload("rag"), base="frame-mabp")
+    if "--checkpoints" not in argv:
+        argv = ["--checkpoints", shipped, *argv]
+    with pytest.raises(ValueError, match=message):
+        selection.parse(argv)
+
+
+def test_select_compares_each_checkpoint_with_frame_mabp_and_copies_the_pick(tmp_path, capsys):
+    zero, tilted = tmp_path / "zero.pt", tmp_path / "tilted.pt"
+    save(zero, np.zeros(len(FEATURES)), None, base="frame-mabp")
+    weights = np.zeros(len(FEATURES))
+    weights[FEATURES.index("route.dst_compatible_memory")] = 5.0
+    save(tilted, weights, None, base="frame-mabp")
+    out = tmp_path / "chosen.pt"
+    args = selection.parse(
+        ["--checkpoints", str(zero), str(tilted), "--seeds", "100", "101"]
+        + ["--horizon", "300", "--copy-to", str(out)]
+    )
+    result = selection.train(args)
+    rows = {row["checkpoint"]: row for row in result["checkpoints"]}
+    # All-zero weights execute frame-MABP's own controls: every ratio is exactly 1, no win.
+    assert all(
+        t["delay_ratio"] == 1.0 and t["penalty_ratio"] == 1.0 for t in rows[str(zero)]["tasks"]
+    )
+    assert rows[str(zero)]["wins"] == 0 and len(rows[str(zero)]["tasks"]) == 6
+    chosen = selection.pick(result["checkpoints"])["checkpoint"]
+    assert result["chosen"] == chosen and out.read_bytes() == Path(chosen).read_bytes()
+    assert result["env_steps"] == 6 * 3 * 2 * 300
+    selection.report(result)
+    printed = capsys.readouterr().out
+    assert f"Chosen: {chosen}" in printed
+    assert json.loads(printed.strip().splitlines()[-1])["chosen"] == chosen
+
+
+def test_the_cli_runs_select_and_refuses_evaluation_seeds_in_one_line(run_cli):
+    done = run_cli("train", "select", "--help")
+    assert done.returncode == 0 and "--copy-to" in done.stdout
+    refused = run_cli("train", "select", "--checkpoints", "x.pt", "--seeds", "9000")
+    assert refused.returncode == 2 and "no such checkpoint file" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

@@ -1,0 +1,162 @@
+"""Choose among checkpoints of one recipe (one per training seed) on validation seeds.
+
+``mabp-gym train select --checkpoints A B C`` runs ``--policy`` with each checkpoint, and
+frame-MABP, on the benchmark's main-track tasks at ``--seeds`` (100-109 unless given; the
+published evaluation seeds 9000-9999 are refused), compares each checkpoint with frame-MABP
+paired by seed (:mod:`mabp_gym.harness.pareto`) and picks the one with the most Pareto
+wins, ties broken by the lower geometric mean of the delay ratios. ``--copy-to PATH``
+writes the pick there. The training objective alone is a noisy choice: it is the geometric
+mean of six networks' delay ratios on two training seeds of 3,000 slots each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mabp_gym.harness import bench
+from mabp_gym.harness.pareto import REFERENCE, compare
+from mabp_gym.training.arguments import parse_into
+
+VALIDATION_SEEDS = list(range(100, 110))
+
+
+@dataclasses.dataclass
+class SelectArgs:
+    checkpoints: list[str] = dataclasses.field(default_factory=list)
+    """the checkpoint files to choose among (one per training seed)"""
+    policy: str = "residual-frame-mabp"
+    """the learned policy the checkpoints are for (one whose checkpoint runs on any network)"""
+    seeds: list[int] = dataclasses.field(default_factory=lambda: list(VALIDATION_SEEDS))
+    """validation seeds (never the benchmark's evaluation seeds, 9000-9999)"""
+    horizon: int = bench.HORIZON
+    """slots per run"""
+    workers: int = 1
+    """worker processes for the runs"""
+    copy_to: str | None = None
+    """write the chosen checkpoint to this path"""
+
+
+def validate(args: SelectArgs) -> None:
+    """Raise ``ValueError`` naming the first bad argument, before any run starts."""
+    if len(args.checkpoints) < 1:
+        raise ValueError("--checkpoints needs at least one checkpoint file")
+    for path in args.checkpoints:
+        if not Path(path).is_file():
+            raise ValueError(f"--checkpoints {path}: no such checkpoint file")
+    if len(set(args.checkpoints)) < len(args.checkpoints):
+        raise ValueError("--checkpoints repeats a file: give each once")
+    if args.policy not in ("residual-frame-mabp", "residual-mabp-any"):
+        raise ValueError(
+            f"--policy must be residual-frame-mabp or residual-mabp-any, got {args.policy!r}"
+        )
+    if not args.seeds or len(set(args.seeds)) < len(args.seeds):
+        raise ValueError("--seeds needs at least one seed, each given once")
+    published = [s for s in args.seeds if s in bench.EVALUATION_SEEDS]
+    if published:
+        raise ValueError(
+            f"--seeds {published[:5]} are the benchmark's evaluation seeds "
+            f"({bench.EVALUATION_SEEDS.start}-{bench.EVALUATION_SEEDS.stop - 1}): a choice "
+            "made on them would not be held out; use others (default 100-109)"
+        )
+    if args.horizon < 200 or args.workers < 1:
+        raise ValueError(
+            f"--horizon must be at least 200 and --workers at least 1, got "
+            f"{args.horizon} and {args.workers}"
+        )
+    if args.copy_to is not None and (
+        Path(args.copy_to).is_dir() or not Path(args.copy_to).parent.is_dir()
+    ):
+        raise ValueError(f"--copy-to {args.copy_to}: give a file's path in an existing folder")
+
+
+def parse(argv: list[str] | None = None) -> SelectArgs:
+    """The arguments of ``mabp-gym train select``, validated."""
+    return parse_into(SelectArgs, "mabp-gym train select", __doc__, validate, argv)
+
+
+def train(args: SelectArgs) -> dict[str, Any]:
+    """Run the comparison and return every checkpoint's rows, the pick and its reason."""
+    from mabp_gym.harness.evaluation import execute
+    from mabp_gym.harness.runs import plan
+
+    tasks = [task for task in bench.TASKS if task.track == "main"]
+    runs: dict[tuple[str, str], list[Any]] = {}
+    for task in tasks:
+        common = dict(horizon=args.horizon, **dict(task.overrides))
+        runs[(task.name, "")] = plan([REFERENCE], task.workload, [task.load], args.seeds, **common)
+        for path in args.checkpoints:
+            runs[(task.name, path)] = plan(
+                [args.policy],
+                task.workload,
+                [task.load],
+                args.seeds,
+                policy_kw={"checkpoint": path},
+                **common,
+            )
+    specs = [spec for group in runs.values() for spec in group]
+    done = {r["key"]: r for r in execute(specs, workers=args.workers, progress=False)}
+    rows = []
+    for path in args.checkpoints:
+        tasks_rows = []
+        for task in tasks:
+            ours = [done[spec.key] for spec in runs[(task.name, path)]]
+            theirs = [done[spec.key] for spec in runs[(task.name, "")]]
+            tasks_rows.append({"task": task.name, **compare(ours, theirs)})
+        rows.append(
+            {
+                "checkpoint": path,
+                "wins": sum(r["pareto_win"] for r in tasks_rows),
+                "delay_geomean": geomean([r["delay_ratio"] for r in tasks_rows]),
+                "tasks": tasks_rows,
+            }
+        )
+    chosen = pick(rows)
+    if args.copy_to is not None:
+        shutil.copyfile(chosen["checkpoint"], args.copy_to)
+    return {
+        "policy": args.policy,
+        "seeds": args.seeds,
+        "horizon": args.horizon,
+        "env_steps": sum(spec.horizon for spec in specs),
+        "checkpoints": rows,
+        "chosen": chosen["checkpoint"],
+        "copied_to": args.copy_to,
+    }
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row with the most Pareto wins; among equals the lower geometric mean of the
+    delay ratios, then the first given."""
+    return min(rows, key=lambda row: (-row["wins"], row["delay_geomean"]))
+
+
+def report(result: dict[str, Any]) -> None:
+    print(f"{result['policy']} against {REFERENCE} on seeds {result['seeds']}:\n")
+    names = [row["task"] for row in result["checkpoints"][0]["tasks"]]
+    print("| Checkpoint | " + " | ".join(names) + " | Pareto wins | Delay (geo-mean) |")
+    print("| --- " * (len(names) + 3) + "|")
+    for row in result["checkpoints"]:
+        cells = [
+            f"{t['delay_ratio']:.2f} / {t['penalty_ratio']:.3f}{' win' if t['pareto_win'] else ''}"
+            for t in row["tasks"]
+        ]
+        print(
+            f"| {row['checkpoint']} | "
+            + " | ".join(cells)
+            + f" | {row['wins']} | {row['delay_geomean']:.3f} |"
+        )
+    print("\nCells: P95 delay ratio / penalty ratio to frame-MABP, paired by seed.")
+    print(
+        f"Chosen: {result['chosen']}"
+        + (f" (copied to {result['copied_to']})" if result["copied_to"] else "")
+    )
+    print(json.dumps({k: v for k, v in result.items() if k != "checkpoints"}))
