@@ -206,7 +206,7 @@ register_policy(
     "residual-frame-mabp",
     f"{_AGENTS}.residual_mabp:ResidualFrameMABP.from_checkpoint",
     needs="learn",
-    checkpoint=("residual_frame_mabp_{workload}.pt", "residual_frame_mabp_any.pt"),
+    checkpoint="residual_frame_mabp_any.pt",
 )
 
 POLICIES: tuple[str, ...] = policy_names()

@@ -374,17 +374,13 @@ def test_the_shipped_frame_checkpoint_is_over_frame_mabp_and_runs_anywhere():
     for name in ("moe", "agentic"):
         policy = make_policy("residual-frame-mabp", make_workload(name))
         np.testing.assert_array_equal(policy.weights, weights)
-    # mixed has its own, trained on mixed's variants only: it is read for every mixed
-    # network (a tighter budget too), and it still loads anywhere when named.
-    mixed = checkpoint_path("residual-frame-mabp", {}, "mixed")
-    assert mixed is not None and mixed.name == "residual_frame_mabp_mixed.pt"
-    mixed_weights, mixed_meta = load(mixed, make_workload("rag"), base="frame-mabp")
-    assert mixed_meta["networks"] == "any" and {m.split("@")[0] for m in mixed_meta["family"]} == {
-        "mixed"
-    }
-    assert not np.array_equal(mixed_weights, weights)
-    tight = make_policy("residual-frame-mabp", make_workload("mixed", beta=0.125))
-    np.testing.assert_array_equal(tight.weights, mixed_weights)
+    # One checkpoint serves every network, mixed's tight budget included; it was trained
+    # with the penalty held at frame-MABP's on each network of its family.
+    assert meta["args"]["penalty_each"] and "--penalty-each" in meta["command"]
+    for overrides in ({}, {"beta": 0.125}):
+        policy = make_policy("residual-frame-mabp", make_workload("mixed", **overrides))
+        np.testing.assert_array_equal(policy.weights, weights)
+    assert checkpoint_path("residual-frame-mabp", {}, "mixed") == path
 
 
 def test_init_starts_the_search_at_a_checkpoint_of_the_same_base(tmp_path):
