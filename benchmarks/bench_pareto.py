@@ -54,9 +54,7 @@ def main() -> None:
             f"| {r['penalty_ratio']:.2f} ± {r['penalty_half_width']:.2f} | "
             f"{'yes' if r['both_stable'] else 'no'} | {'**yes**' if r['pareto_win'] else 'no'} |"
         )
-    main_track = [
-        r for r in rows if r["task"] in {t.name for t in bench.TASKS if t.track == "main"}
-    ]
+    main_track = [r for r in rows if r["task"] in {t.name for t in bench.MAIN_TASKS}]
     wins = sum(r["pareto_win"] for r in main_track)
     print(f"\nPareto wins on the main track: {wins} of {len(main_track)}")
     if args.json:

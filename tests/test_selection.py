@@ -57,7 +57,7 @@ def test_a_pareto_win_needs_both_ratios_and_the_interval_apart():
         (["--seeds", "100", "9003"], r"--seeds \[9003\] are the benchmark's evaluation seeds"),
         (["--checkpoints"], "--checkpoints needs at least one checkpoint file"),
         (["--checkpoints", "nowhere.pt"], "--checkpoints nowhere.pt: no such checkpoint file"),
-        (["--policy", "mabp"], "--policy must be residual-frame-mabp or residual-mabp-any"),
+        (["--policy", "mabp"], "--policy must be one of residual-mabp-any, residual-frame-mabp"),
         (["--seeds", "100", "100"], "each given once"),
         (["--copy-to", "."], "--copy-to .: give a file's path in an existing folder"),
     ],

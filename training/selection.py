@@ -50,9 +50,9 @@ def validate(args: SelectArgs) -> None:
             raise ValueError(f"--checkpoints {path}: no such checkpoint file")
     if len(set(args.checkpoints)) < len(args.checkpoints):
         raise ValueError("--checkpoints repeats a file: give each once")
-    if args.policy not in ("residual-frame-mabp", "residual-mabp-any"):
+    if args.policy not in bench.ANY_NETWORK:
         raise ValueError(
-            f"--policy must be residual-frame-mabp or residual-mabp-any, got {args.policy!r}"
+            f"--policy must be one of {', '.join(bench.ANY_NETWORK)}, got {args.policy!r}"
         )
     if not args.seeds or len(set(args.seeds)) < len(args.seeds):
         raise ValueError("--seeds needs at least one seed, each given once")
@@ -84,7 +84,7 @@ def train(args: SelectArgs) -> dict[str, Any]:
     from mabp_gym.harness.evaluation import execute
     from mabp_gym.harness.runs import plan
 
-    tasks = [task for task in bench.TASKS if task.track == "main"]
+    tasks = bench.MAIN_TASKS
     runs: dict[tuple[str, str], list[Any]] = {}
     for task in tasks:
         common = dict(horizon=args.horizon, **dict(task.overrides))

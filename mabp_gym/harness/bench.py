@@ -116,6 +116,8 @@ GENERALISATION: tuple[Task, ...] = (
 """The generalisation track: networks no training may use (every ``moe``, ``multihop``
 from :data:`HELD_OUT_NODES` nodes, the shipped example file). A learned policy's result
 there is zero-shot."""
+MAIN_TASKS = TASKS
+"""The main track: the networks training may use."""
 TASKS = TASKS + GENERALISATION
 TASK_NAMES = tuple(task.name for task in TASKS)
 EVALUATION_SEEDS = range(9000, 10000)
@@ -134,6 +136,9 @@ POLICIES = (
     "residual-frame-mabp",
 )
 LEARNED = ("gnn", "learn-mabp", "residual-mabp", "residual-mabp-any", "residual-frame-mabp")
+ANY_NETWORK = ("residual-mabp-any", "residual-frame-mabp")
+"""The learned policies whose one checkpoint runs on every network (zero-shot off the main
+track)."""
 REFERENCE = "mabp"
 
 
@@ -269,8 +274,8 @@ def _no_checkpoint(policy: str, task: Task) -> str:
     if task.track == "held-out":
         return (
             "a held-out network, on which no training may run: only the policies whose one "
-            "checkpoint runs on every network (residual-mabp-any, residual-frame-mabp) are "
-            "evaluated here, zero-shot"
+            f"checkpoint runs on every network ({', '.join(ANY_NETWORK)}) are evaluated here, "
+            "zero-shot"
         )
     if task.overrides:
         return (
