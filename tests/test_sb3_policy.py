@@ -366,3 +366,70 @@ def test_graph_policy__one_network_alternating_workloads_and_index_dtypes_scores
         as_floats = {k: v.astype(np.float32) for k, v in obs[workload].items()}
         torch.testing.assert_close(_means(shared_net, obs[workload]), expected)
         torch.testing.assert_close(_means(shared_net, as_floats), expected)
+
+
+@pytest.mark.parametrize("workload", ["mixed", MULTIHOP], ids=["mixed", "multihop14"])
+def test_candidate_net__each_score_is_its_owners_linear_function_of_its_own_features(workload):
+    # score(c) = softsign(alpha[n(c)] + beta[n(c)] . symlog(x_c)), with [alpha | beta] the
+    # node head's (service, retain) or the link head's (route, transfer) row of the
+    # candidate's node or link: checked candidate by candidate against the heads' outputs.
+    from mabp_gym.agents.candidate_net import KINDS, STRUCTURE
+    from mabp_gym.core.encoding import symlog
+
+    env = _env(workload)
+    env.action_space.seed(0)
+    net = _policy(env).net
+    obs, _ = env.reset(seed=0)
+    for _ in range(15):
+        obs, *_ = env.step(env.action_space.sample())
+    later = {k: v if k.endswith("index") else v * 1.5 for k, v in obs.items()}
+    batch = {k: torch.as_tensor(np.stack([v, later[k]])) for k, v in obs.items()}
+    heads = {}
+    net.node_head.register_forward_hook(lambda m, i, out: heads.update(node=out))
+    net.link_head[2].register_forward_hook(lambda m, i, out: heads.update(link=out))
+    with torch.no_grad():
+        scores, _ = net(batch)
+    split = net.split
+    node, link = heads["node"], heads["link"]  # (rows, B, coefficients)
+    tables = {
+        "service": node[..., : split["service"]],
+        "retain": node[..., split["service"] :],
+        "route": link[..., : split["route"]],
+        "transfer": link[..., split["route"] :],
+    }
+    start = 0
+    for kind in KINDS:
+        owners = obs[STRUCTURE[kind][0]][0]
+        for c, owner in enumerate(owners):
+            row = tables[kind][int(owner)]  # (B, 1 + f)
+            x = symlog(batch[kind][:, c].float())
+            expected = torch.nn.functional.softsign(row[:, 0] + (row[:, 1:] * x).sum(-1))
+            torch.testing.assert_close(scores[:, start + c], expected, atol=1e-6, rtol=1e-5)
+        start += len(owners)
+    assert start == scores.shape[1]
+
+
+def test_graph_policy__adam_is_multi_tensor_and_steps_as_the_per_parameter_loop():
+    env = _env("mixed")
+    fast = _policy(env)
+    assert fast.optimizer.defaults["foreach"] is True
+    assert fast.optimizer.defaults["eps"] == 1e-5  # SB3's default kept
+    torch.manual_seed(0)
+    slow = GraphActorCriticPolicy(
+        env.observation_space,
+        env.action_space,
+        lambda _: 3e-4,
+        optimizer_kwargs={"eps": 1e-5, "foreach": False},
+    )
+    assert slow.optimizer.defaults["foreach"] is False  # a caller's choice wins
+    obs, _ = env.reset(seed=0)
+    tensors, _ = fast.obs_to_tensor(obs)
+    actions = torch.rand(1, env.action_space.shape[0])
+    for _ in range(3):
+        for policy in (fast, slow):
+            value, log_prob, entropy = policy.evaluate_actions(tensors, actions)
+            policy.optimizer.zero_grad()
+            (value.sum() + log_prob.sum() + entropy.sum()).backward()
+            policy.optimizer.step()
+    for a, b in zip(fast.parameters(), slow.parameters(), strict=True):
+        assert torch.equal(a, b)
