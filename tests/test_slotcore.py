@@ -61,7 +61,8 @@ def test_descending__is_numpys_stable_argsort_of_the_negated_scores():
         live = block > 0
         wanted = np.flatnonzero(live)
         expected = wanted[np.argsort(-block[wanted], kind="mergesort")]
-        assert np.array_equal(slotcore._descending(block, live), expected)
+        for radix in (None, True):
+            assert np.array_equal(slotcore._descending(block, live, radix), expected)
 
 
 def test_descending__by_radix_from_many_candidates_on_the_same_order():
@@ -79,4 +80,20 @@ def test_descending__by_radix_from_many_candidates_on_the_same_order():
             live = (values > 0) & (rng.random(n) < 0.9)
             wanted = np.flatnonzero(live)
             expected = wanted[np.argsort(-values[wanted], kind="stable")]
-            assert np.array_equal(slotcore._descending(values, live), expected), n
+            # radix=None (a network too small for it) merges whatever the count.
+            for radix in (True, None):
+                assert np.array_equal(slotcore._descending(values, live, radix), expected), n
+
+
+def test_radix_sort__only_where_a_kind_has_enough_candidates_for_it():
+    from types import SimpleNamespace
+
+    from mabp_gym.core.workloads import make_workload
+
+    assert slotcore.radix_sort(make_workload("mixed").index) is None
+    start = slotcore._RADIX_FROM
+    for counts in ((start, 0, 0), (0, start, 0), (0, 0, start)):
+        ix = SimpleNamespace(num_actions=counts[0], num_routes=counts[1], num_transfers=counts[2])
+        assert slotcore.radix_sort(ix) is True
+    small = SimpleNamespace(num_actions=start - 1, num_routes=start - 1, num_transfers=start - 1)
+    assert slotcore.radix_sort(small) is None

@@ -26,7 +26,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from mabp_gym.core.encoding import symlog
-from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels import jit, slotcore
 from mabp_gym.core.kernels.batch import (
     StackedState,
     generators,
@@ -215,7 +215,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
     def _statics(self, core: CompiledTransition) -> None:
         """The workload's static arrays in the order the kernels take them."""
         ix, enc = self._workload.index, self.envs[0]._encoder
-        self._statics_all = ((core.ints, core.floats), enc.kernel_statics)
+        self._statics_all = ((core.ints, core.floats), enc.kernel_statics, slotcore.radix_sort(ix))
         self._flags = (
             self.envs[0].memory,
             self._generates,

@@ -139,6 +139,7 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
         floats,
         scratch[i],
         (transfers[i], hit[i], route[i], service[i], start[i]),
+        statics[2],
     )
     # Rows the slot may take: one per unit served, routed or arriving in a new run.
     bound = state[0].shape[1] + service[i].sum()
@@ -199,7 +200,7 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out):  # p
 
 def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
     """Env ``i``'s observation into row ``i`` of the batch."""
-    (ints, floats), enc_statics = statics
+    (ints, floats), enc_statics = statics[0], statics[1]
     queue_flat, hit_e = out.queue_flat, out.encoder_hit
     nodes, queues, resident, service_o, route_o, transfer_o, retain_o, mask = obs
     _encode(
@@ -309,7 +310,11 @@ class FusedStep:
         wl = sim.workload
         ix = wl.index
         core = CompiledTransition.shared(wl)
-        self.statics = ((core.ints, core.floats), encoder.kernel_statics)
+        self.statics = (
+            (core.ints, core.floats),
+            encoder.kernel_statics,
+            slotcore.radix_sort(ix),
+        )
         generates = bool(sim._generates)
         in_kernel = bool(core.draws_in_kernel and generates)
         self.flags = (bool(sim.memory), generates, in_kernel, ix.score_slices[3].start)

@@ -39,6 +39,16 @@ their number) instead of merging (``n log n``: the one part of a slot that grew 
 than the network)."""
 
 
+def radix_sort(ix) -> bool | None:
+    """The projection's ``radix`` argument for the workload index ``ix``: ``True`` where a
+    kind has :data:`_RADIX_FROM` candidates or more, else ``None``, with which the
+    compiled projection leaves the radix sort out (numba prunes a branch on an argument
+    that is ``None``): a network that can never use it does not pay its compilation,
+    about 0.5 s of a cold start. The order is the same either way."""
+    most = max(ix.num_actions, ix.num_routes, ix.num_transfers)
+    return True if most >= _RADIX_FROM else None
+
+
 def _descending_radix(block, order, spare):  # pragma: no cover
     """``order`` (positions in ascending index order) sorted by descending ``block`` value,
     ties in index order, by a stable least-significant-byte radix sort of the values' bits:
@@ -78,11 +88,13 @@ def _descending_radix(block, order, spare):  # pragma: no cover
     return order
 
 
-def _descending(block, live):  # pragma: no cover
+def _descending(block, live, radix):  # pragma: no cover
     """The positions where ``live`` holds, in descending ``block`` value, ties in index
     order: ``np.flatnonzero(live)`` ordered by ``np.argsort(-block[...], kind="mergesort")``,
-    as a bottom-up merge sort. numba's own stable argsort cost 1.4 s of a cold start to
-    compile and ``flatnonzero`` 0.2 s; this whole function a tenth of that."""
+    as a bottom-up merge sort, or by radix from :data:`_RADIX_FROM` of them where
+    ``radix`` is not ``None`` (:func:`radix_sort`). numba's own stable argsort cost 1.4 s
+    of a cold start to compile and ``flatnonzero`` 0.2 s; this whole function a tenth of
+    that."""
     n = 0
     for k in range(live.shape[0]):
         if live[k]:
@@ -94,8 +106,9 @@ def _descending(block, live):  # pragma: no cover
         if live[k]:
             order[n] = k
             n += 1
-    if n >= _RADIX_FROM:
-        return _descending_radix(block, order, spare)
+    if radix is not None:  # noqa: SIM102 (numba prunes only this plain test on an argument)
+        if n >= _RADIX_FROM:
+            return _descending_radix(block, order, spare)
     width = 1
     while width < n:
         for lo in range(0, n, 2 * width):
@@ -123,7 +136,9 @@ def _descending(block, live):  # pragma: no cover
 
 
 @jit.part
-def _project_transfers(block, holder, memory_used, ints, floats, flags, out):  # pragma: no cover
+def _project_transfers(
+    block, holder, memory_used, ints, floats, flags, out, radix
+):  # pragma: no cover
     """The projection's step 1: the transfers of positive score in descending score (ties
     by index), each kept when its object is still at the source, the destination neither
     holds nor receives it, and the link's bandwidth and the destination's budget still
@@ -132,7 +147,7 @@ def _project_transfers(block, holder, memory_used, ints, floats, flags, out):  #
     live = np.empty(n_transfer, dtype=np.bool_)
     for k in range(n_transfer):
         live[k] = block[k] > 0
-    order = _descending(block, live)
+    order = _descending(block, live, radix)
     if order.size == 0:
         return 0
     transfer_link = _field(ints, IntField.TRANSFER_LINK)
@@ -172,7 +187,7 @@ def _project_transfers(block, holder, memory_used, ints, floats, flags, out):  #
     return n_exec
 
 
-def _project_kernel(scores, memory, state, ints, floats, flags, out):  # pragma: no cover
+def _project_kernel(scores, memory, state, ints, floats, flags, out, radix):  # pragma: no cover
     """The projection of :func:`mabp_gym.core.projection.project` over flat arrays.
 
     ``state`` holds the arrays of
@@ -183,6 +198,7 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out):  # pragma:
     control into ``route``, ``service`` and ``start`` (which arrive zeroed, ``start`` at
     -1). ``flags`` is an ``(N * S,)`` int8 scratch vector that arrives and leaves all zero
     (bit 1: the object at the position moved out this slot; bit 2: one arrived).
+    ``radix``: :func:`radix_sort` of the workload.
     """
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
     queue_len = state[7]
@@ -194,7 +210,9 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out):  # pragma:
     if memory and n_transfer > 0:
         offset = n_act + n_route
         block = scores[offset : offset + n_transfer]
-        n_exec = _project_transfers(block, holder, memory_used, ints, floats, flags, transfers_out)
+        n_exec = _project_transfers(
+            block, holder, memory_used, ints, floats, flags, transfers_out, radix
+        )
     # Hit bits of the post-transfer memory.
     if memory and n_sig > 0:
         src_slot = _field(ints, IntField.TRANSFER_SRC_SLOT)
@@ -217,7 +235,7 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out):  # pragma:
     live = np.empty(n_act, dtype=np.bool_)
     for a in range(n_act):
         live[a] = block[a] > 0 and queue_len[action_pair[a]] > 0
-    for a in _descending(block, live):
+    for a in _descending(block, live, radix):
         i = action_node[a]
         if left[i] <= _EPS:
             continue
@@ -248,7 +266,7 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out):  # pragma:
         for r in range(n_route):
             live[r] = block[r] > 0 and queue_len[route_src_pair[r]] > 0
         capacity = _field(ints, IntField.LINK_CAPACITY).copy()
-        for r in _descending(block, live):
+        for r in _descending(block, live, radix):
             p = route_src_pair[r]
             e = route_link[r]
             n = min(avail[p], capacity[e])
@@ -273,6 +291,7 @@ class CompiledProjection:
         self.workload = workload
         self.flags = np.zeros(ix.num_nodes * n_sig, dtype=np.int8)
         self.core = CompiledTransition.shared(workload)  # the static arrays, packed
+        self.radix = radix_sort(ix)
 
     def __call__(
         self, state, scores: np.ndarray, memory: bool
@@ -292,6 +311,7 @@ class CompiledProjection:
             self.core.floats,
             self.flags,
             (transfers, hit, route, service, start),
+            self.radix,
         )
         return transfers[:count], hit, route, service, start
 

@@ -358,6 +358,16 @@ def _generate(a, rng, ints, floats, holder, owner, generated, n_gen, pending):  
 
 
 @jit.part
+def _zeroed(array):  # pragma: no cover
+    """``array`` (1-D) set to 0 and returned: ``_zeroed(np.empty(n, dtype))`` in a kernel,
+    as ``np.zeros`` is. numba compiles ``np.zeros`` for each dtype (about 0.1 s of a cold
+    start each) on top of the ``np.empty`` the kernels compile anyway."""
+    for k in range(array.shape[0]):
+        array[k] = 0
+    return array
+
+
+@jit.part
 def _retain(
     retain, ints, floats, generated, n_gen, holder, owner, memory_used, evicted, affected
 ):  # pragma: no cover
@@ -376,9 +386,12 @@ def _retain(
             affected[retain_node[k]] = True
     # Each node's generated objects as a list in generation order (first_gen[i], then
     # next_gen[g]): a scan of every generated object per node was quadratic in size.
-    first_gen = np.full(n_nodes, -1, dtype=np.int64)
+    # (np.full costs 0.1 s of a cold start to compile; a loop nothing.)
+    first_gen = np.empty(n_nodes, dtype=np.int64)
+    count_gen = _zeroed(np.empty(n_nodes, dtype=np.int64))
+    for i in range(n_nodes):
+        first_gen[i] = -1
     next_gen = np.empty(n_gen, dtype=np.int64)
-    count_gen = np.zeros(n_nodes, dtype=np.int64)
     for g in range(n_gen - 1, -1, -1):
         node = generated[g, 0]
         affected[node] = True
@@ -448,7 +461,7 @@ def _arrive(t, uniforms, queue_len, fifo, ints, floats):  # pragma: no cover
     arrival_cum = _field(floats, FloatField.ARRIVAL_CUM)
     arrival_pair = _field(ints, IntField.ARRIVAL_PAIR)
     pool, head, tail, meta = fifo
-    arrivals = np.zeros(queue_len.shape[0], dtype=np.int64)
+    arrivals = _zeroed(np.empty(queue_len.shape[0], dtype=np.int64))
     for k in range(uniforms.shape[0]):
         u = uniforms[k]
         low, high = 0, arrival_cum.shape[0]  # the first entry above u, in [low, high]
@@ -493,9 +506,12 @@ def _outcome_kernel(
     n_act = work.shape[0] // 2
 
     # (6) Outcomes: successors at the same node, exits, generated objects.
-    served_by_action = np.zeros(n_act, dtype=np.int64)
+    served_by_action = _zeroed(np.empty(n_act, dtype=np.int64))
     n_slots = holder.shape[0] * holder.shape[1] if generates else 0
-    pending = (np.zeros(n_slots, dtype=np.bool_), np.zeros(owner.shape[0], dtype=np.bool_))
+    pending = (
+        _zeroed(np.empty(n_slots, dtype=np.bool_)),
+        _zeroed(np.empty(owner.shape[0], dtype=np.bool_)),
+    )
     n_exit = 0
     n_gen = 0
     hits = 0
