@@ -323,6 +323,44 @@ def test_workers__equal_single_envs_through_autoresets_with_uneven_blocks():
 
 
 @compiled_only
+@pytest.mark.parametrize("obs_mode", ["dict", "flat"])
+def test_workers__each_step_returns_fresh_arrays_unless_copy_is_off(obs_mode):
+    # The observation is copied out of shared memory in two parts (this process's rows
+    # while the workers step, theirs after): every row is the step's, and a later step
+    # changes no array returned before.
+    kwargs = {"workload": "mixed", "load": 0.85, "obs_mode": obs_mode}
+    vec = SFMSNWorkerVectorEnv(4, workers=2, **kwargs)
+    batched = SFMSNVectorEnv(4, **kwargs)
+    vec.reset(seed=1)
+    batched.reset(seed=1)
+    rng = np.random.default_rng(0)
+    kept = []
+    for _ in range(4):
+        actions = rng.uniform(-1, 1, vec.action_space.shape).astype(np.float32)
+        obs, expected = vec.step(actions)[0], batched.step(actions)[0]
+        kept.append(
+            (
+                obs,
+                {k: v.copy() for k, v in expected.items()}
+                if obs_mode == "dict"
+                else expected.copy(),
+            )
+        )
+    for obs, expected in kept:
+        if obs_mode == "dict":
+            assert all(np.array_equal(obs[k], expected[k]) for k in expected)
+        else:
+            assert np.array_equal(obs, expected)
+    vec.close()
+    shared = SFMSNWorkerVectorEnv(2, workers=2, copy=False, **kwargs)
+    first = shared.reset(seed=1)[0]
+    second = shared.step(np.zeros(shared.action_space.shape, dtype=np.float32))[0]
+    leaf = (lambda o: o["queues"]) if obs_mode == "dict" else (lambda o: o)
+    assert leaf(first) is leaf(second)  # the shared arrays themselves
+    shared.close()
+
+
+@compiled_only
 def test_workers__flat_observation_drift_reward_and_the_reset_infos_merged():
     kwargs = {
         "workload": "rag",

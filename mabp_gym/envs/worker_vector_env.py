@@ -300,6 +300,12 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
         """Send ``command`` to the workers (one argument each, or ``None`` for all of them;
         a worker whose argument is ``_SKIP`` gets nothing and answers ``{}``), and return
         their answers in order."""
+        return self._gather(*self._post(command, arguments))
+
+    def _post(self, command: str, arguments: list[Any] | None = None) -> tuple[list[int], set[int]]:
+        """Send ``command`` (as :meth:`_send`) without waiting for the answers: the workers
+        that got it and those whose pipe is gone, for :meth:`_gather`. The main process's
+        block has run when this returns."""
         arguments = arguments if arguments is not None else [None] * self.workers
         dead = set()
         for j, (pipe, argument) in enumerate(zip(self._pipes, arguments, strict=True)):
@@ -308,7 +314,7 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
                     pipe.send((command, argument))
                 except (BrokenPipeError, OSError):
                     dead.add(j)
-        return self._gather([j for j, a in enumerate(arguments) if a is not _SKIP], dead)
+        return [j for j, a in enumerate(arguments) if a is not _SKIP], dead
 
     def _gather(self, which: list[int] | None = None, dead: set[int] | None = None) -> list[Any]:
         """The answers of workers ``which`` (all by default), in worker order, ``{}`` for
@@ -367,16 +373,39 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
             raise RuntimeError("call reset() before step()")
         scores, _ = checked_scores(actions, self._needs_reset, self._num_scores)
         self._arrays["actions"][:] = scores
-        infos = self._merge(self._send("step"))
+        which, dead = self._post("step")
+        # This process's block has stepped: its rows are copied out while the workers
+        # finish theirs, and only theirs are copied after.
+        first = self._blocks[-1][0]
+        obs = self._observation_rows(None, slice(first, None))
+        infos = self._merge(self._gather(which, dead))
+        obs = self._observation_rows(obs, slice(0, first))
         truncated = self._arrays["truncated"].copy()
         self._needs_reset = truncated.copy()
         return (
-            self._observation(),
+            obs,
             self._arrays["rewards"].copy(),
             self._arrays["terminated"].copy(),
             truncated,
             infos,
         )
+
+    def _observation_rows(self, obs: Any, rows: slice) -> Any:
+        """The observation with ``rows`` copied from the shared arrays into ``obs`` (fresh
+        arrays where ``obs`` is ``None``); the shared arrays themselves where not
+        :attr:`copy`."""
+        if not self.copy:
+            return self._observation()
+        if self._obs_keys == ("obs",):
+            shared = self._arrays["obs"]
+            obs = np.empty_like(shared) if obs is None else obs
+            obs[rows] = shared[rows]
+            return obs
+        if obs is None:
+            obs = {key: np.empty_like(self._arrays[key]) for key in self._obs_keys}
+        for key in self._obs_keys:
+            obs[key][rows] = self._arrays[key][rows]
+        return obs
 
     def _observation(self) -> Any:
         if self._obs_keys == ("obs",):
