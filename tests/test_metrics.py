@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from mabp_gym.core.metrics import Trace, backlog_slope, is_stable, summarize
@@ -132,3 +133,15 @@ def test_metrics__every_request_born_in_the_window_is_counted_once_in_a_real_run
         )
         if name == "bp":  # unstable: requests left in the network dominate the tail
             assert summary["p95_delay_all"] > summary["p95_delay"]
+
+
+def test_geometric_mean__of_ratios_and_its_refusals():
+    from mabp_gym.core.metrics import geometric_mean
+
+    assert geometric_mean([0.5, 2.0]) == pytest.approx(1.0)
+    assert geometric_mean(np.array([0.25, 1.0, 4.0])) == pytest.approx(1.0)
+    assert geometric_mean([0.9]) == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="no values"):
+        geometric_mean([])
+    with pytest.raises(ValueError, match="positive values"):
+        geometric_mean([1.0, 0.0])

@@ -28,7 +28,13 @@ import numpy as np
 
 from mabp_gym.agents.residual_mabp import ANY, BASES, FEATURES, save
 from mabp_gym.agents.residual_mabp import load as load_weights
-from mabp_gym.core.metrics import GROWTH_LIMIT, Trace, check_window, summarize
+from mabp_gym.core.metrics import (
+    GROWTH_LIMIT,
+    Trace,
+    check_window,
+    geometric_mean,
+    summarize,
+)
 from mabp_gym.core.simulator import Simulator
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.rollout import episode
@@ -204,7 +210,7 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     worst = float(np.max(penalty) if args.penalty_each else np.mean(penalty))
     over = 0.0 if reference is None else max(0.0, worst / PENALTY_MARGIN - 1.0)
     counted = np.maximum(ratio, args.delay_floor)
-    cost = float(np.exp(np.mean(np.log(counted)))) * (1.0 + grows) * (1.0 + 100.0 * over)
+    cost = geometric_mean(counted) * (1.0 + grows) * (1.0 + 100.0 * over)
     return {
         "cost": cost,
         "p95_delay_all": mean(runs, "p95_delay_all"),

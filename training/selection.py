@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any
 
+from mabp_gym.core.metrics import geometric_mean
 from mabp_gym.harness import bench
 from mabp_gym.harness.pareto import REFERENCE, compare
 from mabp_gym.training.arguments import parse_into
@@ -111,7 +111,7 @@ def train(args: SelectArgs) -> dict[str, Any]:
             {
                 "checkpoint": path,
                 "wins": sum(r["pareto_win"] for r in tasks_rows),
-                "delay_geomean": geomean([r["delay_ratio"] for r in tasks_rows]),
+                "delay_geomean": geometric_mean([r["delay_ratio"] for r in tasks_rows]),
                 "tasks": tasks_rows,
             }
         )
@@ -127,10 +127,6 @@ def train(args: SelectArgs) -> dict[str, Any]:
         "chosen": chosen["checkpoint"],
         "copied_to": args.copy_to,
     }
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def pick(rows: list[dict[str, Any]]) -> dict[str, Any]:

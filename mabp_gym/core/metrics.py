@@ -303,6 +303,17 @@ def pooled(values: Sequence[float]) -> tuple[float, float]:
     return float(array.mean()), half
 
 
+def geometric_mean(values: Sequence[float] | np.ndarray) -> float:
+    """The geometric mean of positive ratios (the board's standings, the learned
+    objectives and the checkpoint choice all average ratios this way)."""
+    array = np.asarray(values, dtype=np.float64)
+    if not array.size:
+        raise ValueError("no values to average")
+    if not np.all(array > 0):
+        raise ValueError(f"a geometric mean needs positive values, got {array.min()}")
+    return float(np.exp(np.mean(np.log(array))))
+
+
 def rise_at(
     record: dict[str, Any],
     horizon: int,

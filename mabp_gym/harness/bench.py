@@ -27,7 +27,7 @@ import numpy as np
 
 from mabp_gym.core.floor import delay_floor
 from mabp_gym.core.held_out import EXAMPLE_FILE, HELD_OUT_NODES
-from mabp_gym.core.metrics import growth_verdict, pooled
+from mabp_gym.core.metrics import geometric_mean, growth_verdict, pooled
 from mabp_gym.core.workloads import is_workload_file, make_workload
 from mabp_gym.extras import MissingExtraError
 from mabp_gym.harness.runs import RunSpec, plan
@@ -372,7 +372,7 @@ def standings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = []
     for policy, mine in by_policy.items():
         scores = [r["score"] for r in mine if r["score"]]
-        geo = float(np.exp(np.mean(np.log(scores)))) if scores else None
+        geo = geometric_mean(scores) if scores else None
         result.append(
             {
                 "policy": policy,
