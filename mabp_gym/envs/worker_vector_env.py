@@ -377,9 +377,9 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
         # This process's block has stepped: its rows are copied out while the workers
         # finish theirs, and only theirs are copied after.
         first = self._blocks[-1][0]
-        obs = self._observation_rows(None, slice(first, None))
+        obs = self._observation(rows=slice(first, None))
         infos = self._merge(self._gather(which, dead))
-        obs = self._observation_rows(obs, slice(0, first))
+        obs = self._observation(obs, slice(0, first))
         truncated = self._arrays["truncated"].copy()
         self._needs_reset = truncated.copy()
         return (
@@ -390,31 +390,19 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
             infos,
         )
 
-    def _observation_rows(self, obs: Any, rows: slice) -> Any:
-        """The observation with ``rows`` copied from the shared arrays into ``obs`` (fresh
-        arrays where ``obs`` is ``None``); the shared arrays themselves where not
-        :attr:`copy`."""
+    def _observation(self, obs: Any = None, rows: slice = slice(None)) -> Any:
+        """The shared arrays themselves where not :attr:`copy`; else the observation with
+        ``rows`` copied from them into ``obs`` (fresh arrays where ``obs`` is ``None``)."""
+        flat = self._obs_keys == ("obs",)
+        shared = {key: self._arrays[key] for key in self._obs_keys}
         if not self.copy:
-            return self._observation()
-        if self._obs_keys == ("obs",):
-            shared = self._arrays["obs"]
-            obs = np.empty_like(shared) if obs is None else obs
-            obs[rows] = shared[rows]
-            return obs
-        if obs is None:
-            obs = {key: np.empty_like(self._arrays[key]) for key in self._obs_keys}
-        for key in self._obs_keys:
-            obs[key][rows] = self._arrays[key][rows]
-        return obs
-
-    def _observation(self) -> Any:
-        if self._obs_keys == ("obs",):
-            obs = self._arrays["obs"]
-            return obs.copy() if self.copy else obs
-        return {
-            key: self._arrays[key].copy() if self.copy else self._arrays[key]
-            for key in self._obs_keys
-        }
+            return shared["obs"] if flat else shared
+        out = {"obs": obs} if flat and obs is not None else obs
+        if out is None:
+            out = {key: np.empty_like(array) for key, array in shared.items()}
+        for key, array in shared.items():
+            out[key][rows] = array[rows]
+        return out["obs"] if flat else out
 
     def _require_open(self) -> None:
         if self.closed:
