@@ -78,6 +78,16 @@ def test_cli__eval_prints_a_summary_and_streams_records(run_cli, tmp_path):
     ]
 
 
+def test_cli__eval_sets_a_workload_parameter_named_like_an_option(run_cli, tmp_path):
+    out = tmp_path / "eval.jsonl"
+    args = ["eval", "--policy", "bp", "--workload", "multihop", "--set", "nodes=20"]
+    args += ["--set", "memory=0", "--loads", "0.3", "--seeds", "0", "--horizon", "60"]
+    result = run_cli(*args, "--out", str(out), "--workers", "1", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    (record,) = read_records(out)
+    assert record["memory"] is True and record["overrides"] == {"memory": 0, "nodes": 20}
+
+
 def test_cli__table_writes_markdown_and_csv_in_table_i_layout(run_cli, tmp_path):
     md, table_csv = tmp_path / "t.md", tmp_path / "t.csv"
     result = run_cli(

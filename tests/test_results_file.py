@@ -261,6 +261,21 @@ def test_plan__a_missing_checkpoint_or_bad_policy_keyword_fails_before_running(t
         plan(["bp"], "mixed", [0.3], [0], policy_kw={"frobnicate": 1})
 
 
+def test_plan__a_workload_parameter_named_like_an_argument_goes_in_the_mapping():
+    # multihop's ``memory`` is a workload parameter, not plan's no-memory switch.
+    spec = plan(
+        ["bp"], "multihop", [0.3], [0], horizon=30, workload_overrides={"memory": 0, "nodes": 20}
+    )[0]
+    assert spec.memory is True and dict(spec.overrides) == {"memory": 0, "nodes": 20}
+    assert spec.build_workload().signatures == ()
+    with_memory = plan(["bp"], "multihop", [0.3], [0], horizon=30, nodes=20)[0]
+    assert with_memory.build_workload().signatures != ()
+    with pytest.raises(ValueError, match=r"\['nodes'\] given both"):
+        plan(["bp"], "multihop", [0.3], [0], nodes=20, workload_overrides={"nodes": 30})
+    with pytest.raises(ValueError, match="workload_overrides must be a mapping"):
+        plan(["bp"], "multihop", [0.3], [0], workload_overrides=[("nodes", 20)])
+
+
 def _failing_run(spec):
     if spec.seed == 1:
         raise ZeroDivisionError("a bug in one run")

@@ -128,7 +128,7 @@ def _eval(args: argparse.Namespace) -> None:
             loads,
             args.seeds,
             **_grid_args(args),
-            **overrides,
+            workload_overrides=overrides,
         )
     if args.until_decided is None:
         records = execute(specs, output=args.out, **_run_args(args))
@@ -376,7 +376,7 @@ def _table(args: argparse.Namespace) -> None:
             records = _file_runs(args, policies, overrides)
         else:
             _check_run_args(args)
-            grid = dict(**_grid_args(args), **overrides)
+            grid = dict(**_grid_args(args), workload_overrides=overrides)
             specs = plan(
                 policies, args.workload, sorted(set(loads) | {args.at}), args.seeds, **grid
             )
@@ -609,7 +609,9 @@ def _sweep(args: argparse.Namespace) -> None:
         base = _grid_args(args)
         specs = []
         if args.param == "load":
-            specs = plan(policies, args.workload, values, args.seeds, **base, **overrides)
+            specs = plan(
+                policies, args.workload, values, args.seeds, **base, workload_overrides=overrides
+            )
         else:
             for value in values:
                 if args.param == "nu":
@@ -619,7 +621,7 @@ def _sweep(args: argparse.Namespace) -> None:
                         [at],
                         args.seeds,
                         **{**base, "nu": value},
-                        **overrides,
+                        workload_overrides=overrides,
                     )
                 else:
                     specs += plan(
@@ -628,7 +630,7 @@ def _sweep(args: argparse.Namespace) -> None:
                         [at],
                         args.seeds,
                         **base,
-                        **{**overrides, args.param: _number(str(value))},
+                        workload_overrides={**overrides, args.param: _number(str(value))},
                     )
     records = execute(specs, output=args.out, **_run_args(args))
     print(

@@ -233,7 +233,7 @@ def plan_bench(
                     [task.load],
                     seeds,
                     horizon=horizon,
-                    **dict(task.overrides),
+                    workload_overrides=dict(task.overrides),
                 )
             except MissingExtraError:
                 if policy not in LEARNED:

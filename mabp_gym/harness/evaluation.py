@@ -171,6 +171,8 @@ def evaluate(
             ``"ray"`` (``address`` of a Ray cluster, else a local instance).
         output: JSON-lines file that records stream to; finished runs are skipped.
         memory: ``False`` evaluates the no-memory system. nu: the penalty weight.
+        workload_overrides: the workload's parameters; one named like an argument here
+            (``multihop``'s ``memory``) goes in a Workload: ``make_workload(name, ...)``.
 
     Returns:
         One record per (policy, load, seed), in grid order.
@@ -186,7 +188,7 @@ def evaluate(
         memory=memory,
         nu=nu,
         policy_kw=policy_kw,
-        **workload_overrides,
+        workload_overrides=workload_overrides,
     )
     return execute(
         specs, workers=workers, backend=backend, output=output, progress=progress, address=address

@@ -17,7 +17,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
@@ -333,6 +333,25 @@ def _check_loads(loads: Iterable[Any]) -> list[float]:
     return checked
 
 
+def _merged_overrides(
+    mapping: Mapping[str, Any] | None, keywords: dict[str, Any]
+) -> dict[str, Any]:
+    """One dict of workload overrides from ``plan``'s mapping and its keywords."""
+    if mapping is None:
+        return keywords
+    if not isinstance(mapping, Mapping):
+        raise ValueError(
+            f"workload_overrides must be a mapping of names to values, got {mapping!r}"
+        )
+    both = sorted(set(mapping) & set(keywords))
+    if both:
+        raise ValueError(
+            f"workload override(s) {both} given both as keywords and in workload_overrides; "
+            "give each once"
+        )
+    return {**mapping, **keywords}
+
+
 def plan(
     policies: Sequence[str],
     workload: str | Workload,
@@ -344,12 +363,16 @@ def plan(
     memory: bool = True,
     nu: float = 5.0,
     policy_kw: dict[str, Any] | None = None,
+    workload_overrides: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> list[RunSpec]:
     """The runs of a grid, every argument validated before anything runs.
 
     Builds the workload at every load and each policy once (a missing or mismatched
     checkpoint, an unknown policy keyword fail here, not in the middle of a sweep).
+    The workload's parameters come as keywords or in ``workload_overrides``; the mapping
+    also takes the names this function keeps for itself (``multihop``'s ``memory`` is not
+    the ``memory`` switch of the no-memory system).
 
     Raises:
         ValueError: naming the bad argument and what is allowed.
@@ -363,6 +386,7 @@ def plan(
         raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
     if not isinstance(memory, (bool, np.bool_)):
         raise ValueError(f"memory must be True or False, got {memory!r}")
+    overrides = _merged_overrides(workload_overrides, overrides)
     if isinstance(policies, str):
         policies = [policies]
     for name in policies:
