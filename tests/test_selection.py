@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from mabp_gym import make_workload  # noqa: E402
+from mabp_gym import make_workload, read_records  # noqa: E402
 from mabp_gym.agents.residual_mabp import FEATURES, save  # noqa: E402
 from mabp_gym.harness.pareto import compare  # noqa: E402
 from mabp_gym.training import selection  # noqa: E402
@@ -60,6 +60,7 @@ def test_a_pareto_win_needs_both_ratios_and_the_interval_apart():
         (["--policy", "mabp"], "--policy must be one of residual-mabp-any, residual-frame-mabp"),
         (["--seeds", "100", "100"], "each given once"),
         (["--copy-to", "."], "--copy-to .: give a file's path in an existing folder"),
+        (["--out", "."], "--out .: give a file's path in an existing folder"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path):
@@ -104,3 +105,22 @@ def test_the_cli_runs_select_and_refuses_evaluation_seeds_in_one_line(run_cli):
     refused = run_cli("train", "select", "--checkpoints", "x.pt", "--seeds", "9000")
     assert refused.returncode == 2 and "no such checkpoint file" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_select_reuses_the_runs_in_its_results_file_but_not_a_retrained_checkpoints(tmp_path):
+    checkpoint, results = tmp_path / "c.pt", tmp_path / "runs.jsonl"
+    save(checkpoint, np.zeros(len(FEATURES)), None, base="frame-mabp")
+    argv = ["--checkpoints", str(checkpoint), "--seeds", "100", "101", "--horizon", "200"]
+    first = selection.train(selection.parse([*argv, "--out", str(results)]))
+    assert len(read_records(results)) == 6 * 2 * 2  # frame-MABP's and the checkpoint's runs
+    again = selection.train(selection.parse([*argv, "--out", str(results)]))
+    assert again["checkpoints"] == first["checkpoints"] and len(read_records(results)) == 24
+    weights = np.zeros(len(FEATURES))
+    weights[FEATURES.index("route.dst_compatible_memory")] = 5.0
+    save(checkpoint, weights, None, base="frame-mabp")  # retrained in place: new content
+    retrained = selection.train(selection.parse([*argv, "--out", str(results)]))
+    assert len(read_records(results)) == 24 + 6 * 2  # only the new checkpoint's runs are added
+    fresh = selection.train(selection.parse(argv))  # no results file: everything runs anew
+    assert retrained["checkpoints"] == fresh["checkpoints"] != first["checkpoints"]
+    with pytest.raises(ValueError, match="is also a checkpoint file"):
+        selection.parse([*argv, "--out", str(checkpoint)])

@@ -39,6 +39,10 @@ class SelectArgs:
     """worker processes for the runs"""
     copy_to: str | None = None
     """write the chosen checkpoint to this path"""
+    out: str | None = None
+    """a JSON-lines results file: a run already in it is reused (its key holds the policy,
+    the network, the seed and the checkpoint file's content, so a retrained checkpoint runs
+    again), every new run is added"""
 
 
 def validate(args: SelectArgs) -> None:
@@ -72,6 +76,10 @@ def validate(args: SelectArgs) -> None:
         Path(args.copy_to).is_dir() or not Path(args.copy_to).parent.is_dir()
     ):
         raise ValueError(f"--copy-to {args.copy_to}: give a file's path in an existing folder")
+    if args.out is not None and (Path(args.out).is_dir() or not Path(args.out).parent.is_dir()):
+        raise ValueError(f"--out {args.out}: give a file's path in an existing folder")
+    if args.out is not None and args.out in (*args.checkpoints, args.copy_to):
+        raise ValueError(f"--out {args.out} is also a checkpoint file: give another path")
 
 
 def parse(argv: list[str] | None = None) -> SelectArgs:
@@ -87,7 +95,7 @@ def train(args: SelectArgs) -> dict[str, Any]:
     tasks = bench.MAIN_TASKS
     runs: dict[tuple[str, str], list[Any]] = {}
     for task in tasks:
-        common = dict(horizon=args.horizon, **dict(task.overrides))
+        common = dict(horizon=args.horizon, workload_overrides=dict(task.overrides))
         runs[(task.name, "")] = plan([REFERENCE], task.workload, [task.load], args.seeds, **common)
         for path in args.checkpoints:
             runs[(task.name, path)] = plan(
@@ -99,7 +107,8 @@ def train(args: SelectArgs) -> dict[str, Any]:
                 **common,
             )
     specs = [spec for group in runs.values() for spec in group]
-    done = {r["key"]: r for r in execute(specs, workers=args.workers, progress=False)}
+    records = execute(specs, workers=args.workers, output=args.out, progress=False)
+    done = {r["key"]: r for r in records}
     rows = []
     for path in args.checkpoints:
         tasks_rows = []
