@@ -95,7 +95,7 @@ def train(args: SelectArgs) -> dict[str, Any]:
     tasks = bench.MAIN_TASKS
     runs: dict[tuple[str, str], list[Any]] = {}
     for task in tasks:
-        common = dict(horizon=args.horizon, workload_overrides=dict(task.overrides))
+        common: dict[str, Any] = dict(horizon=args.horizon, workload_overrides=dict(task.overrides))
         runs[(task.name, "")] = plan([REFERENCE], task.workload, [task.load], args.seeds, **common)
         for path in args.checkpoints:
             runs[(task.name, path)] = plan(
