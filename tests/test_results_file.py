@@ -272,6 +272,8 @@ def test_plan__a_workload_parameter_named_like_an_argument_goes_in_the_mapping()
     assert with_memory.build_workload().signatures != ()
     with pytest.raises(ValueError, match=r"\['nodes'\] given both"):
         plan(["bp"], "multihop", [0.3], [0], nodes=20, workload_overrides={"nodes": 30})
+    with pytest.raises(ValueError, match="multihop's.*goes in workload_overrides"):
+        plan(["bp"], "multihop", [0.3], [0], memory=0)
     with pytest.raises(ValueError, match="workload_overrides must be a mapping"):
         plan(["bp"], "multihop", [0.3], [0], workload_overrides=[("nodes", 20)])
 

@@ -385,7 +385,11 @@ def plan(
     if not is_real(nu) or not math.isfinite(nu) or nu < 0:
         raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
     if not isinstance(memory, (bool, np.bool_)):
-        raise ValueError(f"memory must be True or False, got {memory!r}")
+        raise ValueError(
+            f"memory (the no-memory switch) must be True or False, got {memory!r}; a workload "
+            "parameter of that name (multihop's) goes in workload_overrides, or build the "
+            "Workload: make_workload('multihop', memory=0)"
+        )
     overrides = _merged_overrides(workload_overrides, overrides)
     if isinstance(policies, str):
         policies = [policies]
