@@ -108,19 +108,20 @@ class MaskedDiagGaussian(DiagGaussianDistribution):
         self.mask = mask.to(mean.dtype)
         return self
 
-    def _active(self) -> torch.Tensor:
+    def active(self) -> torch.Tensor:
+        """1 where a score dimension is a real candidate, 0 where it is padding."""
         if self.mask is None:
             raise RuntimeError("MaskedDiagGaussian needs proba_masked(mean, log_std, mask) first")
         return self.mask
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return (self.distribution.log_prob(actions) * self._active()).sum(dim=-1)
+        return (self.distribution.log_prob(actions) * self.active()).sum(dim=-1)
 
     def entropy(self) -> torch.Tensor:
-        return (self.distribution.entropy() * self._active()).sum(dim=-1)
+        return (self.distribution.entropy() * self.active()).sum(dim=-1)
 
     def sample(self) -> torch.Tensor:
-        active = self._active() > 0
+        active = self.active() > 0
         return torch.where(active, self.distribution.rsample(), self.distribution.mean)
 
 
@@ -309,7 +310,7 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
             distribution = self.get_distribution(obs)
             mean = distribution.distribution.mean
             noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
-            active = distribution._active() > 0
+            active = distribution.active() > 0
             action = torch.where(active, mean + distribution.distribution.stddev * noise, mean)
         space: Any = self.action_space
         scores = np.clip(action.cpu().numpy(), space.low, space.high)
