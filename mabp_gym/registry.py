@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mabp_gym.core.validate import check_entry_point
+from mabp_gym.core.validate import check_entry_point, resolve_entry_point
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.extras import require
@@ -42,15 +42,9 @@ class PolicySpec:
 
     def load(self) -> Callable[..., Any]:
         """The callable behind the entry point (``"module:attr.attr"``), imported now."""
-        if callable(self.entry_point):
-            return self.entry_point
-        module_name, _, attribute = self.entry_point.partition(":")
-        if self.needs is not None:
+        if self.needs is not None and not callable(self.entry_point):
             require(self.needs, f"policy {self.name!r}")
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-        return target
+        return resolve_entry_point(self.entry_point)
 
 
 _REGISTRY: dict[str, PolicySpec] = {}

@@ -4,8 +4,9 @@ env's action, :func:`mabp_gym.project`'s scores) through :func:`checked_action`.
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,19 @@ def checked_action(action: Any, what: str = "the action") -> Any:
             f"{np.asarray(action).dtype}"
         )
     return action
+
+
+def resolve_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., Any]:
+    """The callable behind a registered entry point: the callable itself, or the attribute
+    path of a ``"module:attr.attr"`` string, its module imported now (checked at
+    registration by :func:`check_entry_point`)."""
+    if callable(entry_point):
+        return entry_point
+    module_name, _, attribute = entry_point.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    return target
 
 
 def check_entry_point(what: str, name: str, entry_point: Any) -> None:

@@ -22,12 +22,11 @@ exact engine state, which no deployable router sees) never do.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mabp_gym.core.validate import check_entry_point
+from mabp_gym.core.validate import check_entry_point, resolve_entry_point
 
 KINDS = ("baseline", "production", "ablation", "reference", "user")
 """What a router's row is; ``user`` (the default of :func:`register_router`) competes."""
@@ -46,13 +45,7 @@ class RouterSpec:
 
     def load(self) -> Callable[..., Any]:
         """The callable behind the entry point (``"module:attr"``), imported now."""
-        if callable(self.entry_point):
-            return self.entry_point
-        module_name, _, attribute = self.entry_point.partition(":")
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-        return target
+        return resolve_entry_point(self.entry_point)
 
     def __call__(self) -> Any:
         return self.load()(**self.kwargs)
