@@ -352,6 +352,23 @@ def _merged_overrides(
     return {**mapping, **keywords}
 
 
+def _check_run_settings(horizon: Any, warmup: Any, memory: Any, nu: Any) -> None:
+    """Refuse a bad horizon, warm-up, memory switch or penalty weight of ``plan``, by name."""
+    if not is_real(warmup) or not 0.0 <= warmup < 1.0:
+        raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 2:
+        raise ValueError(f"horizon must be an integer >= 2, got {horizon!r}")
+    check_window(int(horizon), float(warmup))
+    if not is_real(nu) or not math.isfinite(nu) or nu < 0:
+        raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
+    if not isinstance(memory, (bool, np.bool_)):
+        raise ValueError(
+            f"memory (the no-memory switch) must be True or False, got {memory!r}; a workload "
+            "parameter of that name (multihop's) goes in workload_overrides, or build the "
+            "Workload: make_workload('multihop', memory=0)"
+        )
+
+
 def plan(
     policies: Sequence[str],
     workload: str | Workload,
@@ -377,19 +394,7 @@ def plan(
     Raises:
         ValueError: naming the bad argument and what is allowed.
     """
-    if not is_real(warmup) or not 0.0 <= warmup < 1.0:
-        raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
-    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 2:
-        raise ValueError(f"horizon must be an integer >= 2, got {horizon!r}")
-    check_window(int(horizon), float(warmup))
-    if not is_real(nu) or not math.isfinite(nu) or nu < 0:
-        raise ValueError(f"nu must be a finite number >= 0, got {nu!r}")
-    if not isinstance(memory, (bool, np.bool_)):
-        raise ValueError(
-            f"memory (the no-memory switch) must be True or False, got {memory!r}; a workload "
-            "parameter of that name (multihop's) goes in workload_overrides, or build the "
-            "Workload: make_workload('multihop', memory=0)"
-        )
+    _check_run_settings(horizon, warmup, memory, nu)
     overrides = _merged_overrides(workload_overrides, overrides)
     if isinstance(policies, str):
         policies = [policies]
