@@ -88,6 +88,7 @@ def test_graph_policy__candidate_mean_reads_that_candidates_own_features():
     env = _env("mixed")
     policy = _policy(env)
     obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)  # the same states every run (an unseeded draw made it flaky)
     for _ in range(20):  # some backlog, so that features are not all zero
         obs, *_ = env.step(env.action_space.sample())
     service, route, _, retain = env.unwrapped.workload.index.score_slices
