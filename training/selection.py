@@ -72,12 +72,9 @@ def validate(args: SelectArgs) -> None:
             f"--horizon must be at least 200 and --workers at least 1, got "
             f"{args.horizon} and {args.workers}"
         )
-    if args.copy_to is not None and (
-        Path(args.copy_to).is_dir() or not Path(args.copy_to).parent.is_dir()
-    ):
-        raise ValueError(f"--copy-to {args.copy_to}: give a file's path in an existing folder")
-    if args.out is not None and (Path(args.out).is_dir() or not Path(args.out).parent.is_dir()):
-        raise ValueError(f"--out {args.out}: give a file's path in an existing folder")
+    for flag, target in (("--copy-to", args.copy_to), ("--out", args.out)):
+        if target is not None and (Path(target).is_dir() or not Path(target).parent.is_dir()):
+            raise ValueError(f"{flag} {target}: give a file's path in an existing folder")
     if args.out is not None and args.out in (*args.checkpoints, args.copy_to):
         raise ValueError(f"--out {args.out} is also a checkpoint file: give another path")
 
