@@ -5,7 +5,8 @@ Cases, on ``mabp_gym/Mixed-v0`` at load 0.85 with random score actions drawn up 
 - ``single``: ``env.step`` of one env (``gym.make``, its wrappers included), microseconds
   a step;
 - ``batched xN``: ``gym.make_vec(..., num_envs=N)`` (the batched env), microseconds a
-  env-slot, for N = 16 and 256 (``--envs``).
+  env-slot, for N = 16 and 256 (``--envs``), over the same ``--steps // 16`` rounds (slots
+  of the episode) at every N.
 
 Each measurement runs in a fresh process that imports one tree, after a warm-up (the
 numba cache is filled by the warm-up of the first run), and reports the process's CPU
@@ -59,7 +60,11 @@ def measure(tree: Path, case: str, steps: int) -> float:
     num_envs = int(case.split("x")[1])
     envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=num_envs, load=0.85)
     envs.reset(seed=0)
-    rounds = max(20, steps // num_envs)
+    # The same slots of the episode at every N (``steps // 16`` rounds after a fifth of
+    # that): a slot late in an episode holds more units than an early one, so N envs
+    # timed over ``steps // N`` rounds compared early slots at 256 envs with later ones
+    # at 16.
+    rounds = max(20, steps // 16)
     actions = rng.uniform(-1, 1, (rounds, *envs.action_space.shape)).astype(np.float32)
     for action in actions[: rounds // 5]:
         envs.step(action)
