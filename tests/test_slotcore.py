@@ -57,7 +57,7 @@ def test_slotcore__without_numba_the_kernels_run_as_python_and_give_the_same_run
 def test_descending__is_numpys_stable_argsort_of_the_negated_scores():
     rng = np.random.default_rng(0)
     for _ in range(2000):
-        block = np.round(rng.uniform(-1, 1, int(rng.integers(1, 70))), 1)  # many ties
+        block = np.round(rng.uniform(-1, 1, int(rng.integers(1, 200))), 1)  # many ties
         live = block > 0
         wanted = np.flatnonzero(live)
         expected = wanted[np.argsort(-block[wanted], kind="mergesort")]

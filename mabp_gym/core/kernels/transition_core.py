@@ -400,15 +400,21 @@ def _retain(
         count_gen[node] += 1
     insertions = 0
     n_evicted = 0
+    # One set of per-node lists for every node (the widest's size): a set per node cost
+    # five allocations a node, a tenth of a slot's allocations.
+    width = 0
+    for i in range(n_nodes):
+        if affected[i]:
+            width = max(width, retain_ptr[i + 1] - retain_ptr[i] + count_gen[i])
+    key = np.empty(width)  # minus the priority
+    sig = np.empty(width, dtype=np.int64)
+    ident = np.empty(width, dtype=np.int64)
+    new = np.empty(width, dtype=np.bool_)
+    order = np.empty(width, dtype=np.int64)
     for i in range(n_nodes):
         if not affected[i]:
             continue
         affected[i] = False
-        width = retain_ptr[i + 1] - retain_ptr[i] + count_gen[i]
-        key = np.empty(width)  # minus the priority
-        sig = np.empty(width, dtype=np.int64)
-        ident = np.empty(width, dtype=np.int64)
-        new = np.empty(width, dtype=np.bool_)
         n = 0
         for k in range(retain_ptr[i], retain_ptr[i + 1]):
             m = holder[i, retain_signature[k]]
@@ -423,7 +429,6 @@ def _retain(
             n += 1
             g = next_gen[g]
         # Insertion sort by (minus priority, signature): a node holds a few objects.
-        order = np.empty(n, dtype=np.int64)
         for y in range(n):
             z = y - 1
             while z >= 0 and (
