@@ -16,15 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @contextlib.contextmanager
 def trees(baseline: str | None, where: Path) -> Iterator[dict[str, Path]]:
     """``{"current": ROOT}``, plus ``"baseline"``: a worktree of ``baseline`` made under
-    ``where`` and removed again on exit.
-
-    The current tree's numba cache is emptied first: numba keys a cached kernel on its
-    own file only, so after an edit to a kernel it calls from another file (an inlined
-    part, a callee) the cache still runs the old code, and a benchmark would time it."""
-    for package in ("mabp_gym", "agents", "training"):
-        for pattern in ("*.nbi", "*.nbc"):
-            for stale in (ROOT / package).glob(f"**/__pycache__/{pattern}"):
-                stale.unlink(missing_ok=True)
+    ``where`` and removed again on exit."""
     found = {"current": ROOT}
     if baseline:
         found["baseline"] = where / "baseline"

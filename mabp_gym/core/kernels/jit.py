@@ -9,8 +9,10 @@ Python: slower, and giving the same controls, states, draws and records
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable)
@@ -26,10 +28,16 @@ COMPILED = njit is not None
 """Whether the kernels are compiled (numba importable and ``MABP_GYM_PURE`` unset)."""
 
 
+_KERNELS = Path(__file__).resolve().parent
+_DIGEST = "mabp_gym-kernels.digest"
+_CHECKED: set[Path] = set()
+
+
 def kernel(function: F) -> F:
     """``function`` compiled by numba (cached on disk) where :data:`COMPILED`, else itself."""
     if njit is None:
         return function
+    _check_cache_of(function)
     return njit(cache=True)(function)  # type: ignore[return-value]
 
 
@@ -40,7 +48,54 @@ def part(function: F) -> F:
     otherwise."""
     if njit is None:
         return function
+    _check_cache_of(function)
     return njit(cache=True, inline="always")(function)  # type: ignore[return-value]
+
+
+def _check_cache_of(function: Callable) -> None:
+    """:func:`drop_stale_cache` for the folder of ``function``'s file, once a process, where
+    numba caches next to the sources (no ``NUMBA_CACHE_DIR``)."""
+    folder = Path(function.__code__.co_filename).resolve().parent
+    if folder in _CHECKED or os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    _CHECKED.add(folder)
+    drop_stale_cache(folder, _KERNELS)
+
+
+def drop_stale_cache(folder: Path, kernels: Path) -> bool:
+    """Empty numba's cache in ``folder/__pycache__`` when a kernel source changed since it
+    was filled; returns whether it did.
+
+    numba checks a cached kernel against its own file only, but a kernel carries the
+    compiled code of what it calls or inlines from other files: after an edit there the
+    cache went on running the old code (tests and benchmarks with it). The sources are
+    every ``.py`` file of ``kernels`` and those of ``folder`` that use them; their digest
+    is kept beside the cache. A folder that cannot be written to is left alone (an
+    installed package, whose sources do not change).
+    """
+    sources = sorted({*kernels.glob("*.py"), *folder.glob("*.py")})
+    digest = hashlib.sha256()
+    for source in sources:
+        data = source.read_bytes()
+        if source.parent == kernels or b"core.kernels" in data:
+            digest.update(source.name.encode() + b"\0" + data)
+    cache = folder / "__pycache__"
+    marker = cache / _DIGEST
+    try:
+        if marker.read_text() == digest.hexdigest():
+            return False
+    except OSError:
+        pass  # no digest yet: a cache from before it was kept
+    try:
+        cache.mkdir(exist_ok=True)
+        for stale in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
+            stale.unlink(missing_ok=True)
+        fresh = cache / f"{_DIGEST}.{os.getpid()}"
+        fresh.write_text(digest.hexdigest())
+        fresh.replace(marker)  # whole or not at all, as another process may read it
+    except OSError:
+        return False
+    return True
 
 
 def is_cached(function: Any) -> bool:

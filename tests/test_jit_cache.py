@@ -1,0 +1,57 @@
+"""numba's disk cache of the kernels: emptied when a kernel source changes, whatever file
+the change is in (numba itself checks a kernel against its own file only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mabp_gym.core.kernels import jit
+
+
+def _tree(tmp_path: Path) -> tuple[Path, Path, Path]:
+    kernels, folder = tmp_path / "kernels", tmp_path / "agents"
+    for path in (kernels, folder, folder / "__pycache__"):
+        path.mkdir()
+    (kernels / "rules.py").write_text("def rule(): return 1\n")
+    (folder / "policy.py").write_text("from mabp_gym.core.kernels import jit\n")
+    (folder / "plain.py").write_text("x = 1\n")
+    return kernels, folder, folder / "__pycache__"
+
+
+def _fill(cache: Path) -> None:
+    for name in ("policy.step-12.py311.nbi", "policy.step-12.py311.1.nbc"):
+        (cache / name).write_text("compiled")
+
+
+def _cached(cache: Path) -> list[str]:
+    return sorted(p.name for p in cache.iterdir() if p.suffix in (".nbi", ".nbc"))
+
+
+def test_drop_stale_cache__empties_the_cache_when_a_kernel_source_changes(tmp_path):
+    kernels, folder, cache = _tree(tmp_path)
+    _fill(cache)
+    assert jit.drop_stale_cache(folder, kernels)  # no digest yet: dropped once
+    assert _cached(cache) == []
+    _fill(cache)
+    assert not jit.drop_stale_cache(folder, kernels)  # nothing changed: kept
+    assert len(_cached(cache)) == 2
+    (folder / "plain.py").write_text("x = 2\n")  # a file that uses no kernel
+    assert not jit.drop_stale_cache(folder, kernels)
+    assert len(_cached(cache)) == 2
+    # A kernel it calls, in another folder: numba would have run the old code.
+    (kernels / "rules.py").write_text("def rule(): return 2\n")
+    assert jit.drop_stale_cache(folder, kernels)
+    assert _cached(cache) == []
+    _fill(cache)
+    (folder / "policy.py").write_text("from mabp_gym.core.kernels import jit  # edited\n")
+    assert jit.drop_stale_cache(folder, kernels)
+    assert _cached(cache) == []
+    assert (cache / "mabp_gym-kernels.digest").exists()
+    assert not [p for p in cache.iterdir() if ".digest." in p.name]  # no temporary left
+
+
+def test_drop_stale_cache__makes_the_cache_folder_where_there_is_none(tmp_path):
+    kernels, folder, cache = _tree(tmp_path)
+    cache.rmdir()
+    assert jit.drop_stale_cache(folder, kernels)
+    assert not jit.drop_stale_cache(folder, kernels)
