@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mabp_gym.core.kernels import jit
 
 
@@ -30,21 +32,21 @@ def _cached(cache: Path) -> list[str]:
 def test_drop_stale_cache__empties_the_cache_when_a_kernel_source_changes(tmp_path):
     kernels, folder, cache = _tree(tmp_path)
     _fill(cache)
-    assert jit.drop_stale_cache(folder, kernels)  # no digest yet: dropped once
+    assert jit.drop_stale_cache(cache, folder, kernels)  # no digest yet: dropped once
     assert _cached(cache) == []
     _fill(cache)
-    assert not jit.drop_stale_cache(folder, kernels)  # nothing changed: kept
+    assert not jit.drop_stale_cache(cache, folder, kernels)  # nothing changed: kept
     assert len(_cached(cache)) == 2
     (folder / "plain.py").write_text("x = 2\n")  # a file that uses no kernel
-    assert not jit.drop_stale_cache(folder, kernels)
+    assert not jit.drop_stale_cache(cache, folder, kernels)
     assert len(_cached(cache)) == 2
     # A kernel it calls, in another folder: numba would have run the old code.
     (kernels / "rules.py").write_text("def rule(): return 2\n")
-    assert jit.drop_stale_cache(folder, kernels)
+    assert jit.drop_stale_cache(cache, folder, kernels)
     assert _cached(cache) == []
     _fill(cache)
     (folder / "policy.py").write_text("from mabp_gym.core.kernels import jit  # edited\n")
-    assert jit.drop_stale_cache(folder, kernels)
+    assert jit.drop_stale_cache(cache, folder, kernels)
     assert _cached(cache) == []
     assert (cache / "mabp_gym-kernels.digest").exists()
     assert not [p for p in cache.iterdir() if ".digest." in p.name]  # no temporary left
@@ -53,5 +55,20 @@ def test_drop_stale_cache__empties_the_cache_when_a_kernel_source_changes(tmp_pa
 def test_drop_stale_cache__makes_the_cache_folder_where_there_is_none(tmp_path):
     kernels, folder, cache = _tree(tmp_path)
     cache.rmdir()
-    assert jit.drop_stale_cache(folder, kernels)
-    assert not jit.drop_stale_cache(folder, kernels)
+    cache = tmp_path / "user" / "cache"  # NUMBA_CACHE_DIR's or the user's, not yet made
+    assert jit.drop_stale_cache(cache, folder, kernels)
+    assert not jit.drop_stale_cache(cache, folder, kernels)
+
+
+def test_kernels__check_the_folder_numba_caches_them_in(tmp_path, monkeypatch):
+    if not jit.COMPILED:
+        pytest.skip("numba is not there (or MABP_GYM_PURE=1): nothing is compiled or cached")
+    checked = []
+    monkeypatch.setattr(jit, "_CHECKED", set())
+    monkeypatch.setattr(jit, "drop_stale_cache", lambda cache, folder: checked.append(cache))
+
+    def twice(x):  # pragma: no cover - compiled
+        return 2 * x
+
+    jit.kernel(twice)
+    assert checked and checked[0] == Path(twice.__code__.co_filename).parent / "__pycache__"

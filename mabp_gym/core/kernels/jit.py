@@ -37,8 +37,7 @@ def kernel(function: F) -> F:
     """``function`` compiled by numba (cached on disk) where :data:`COMPILED`, else itself."""
     if njit is None:
         return function
-    _check_cache_of(function)
-    return njit(cache=True)(function)  # type: ignore[return-value]
+    return _fresh(njit(cache=True)(function), function)
 
 
 def part(function: F) -> F:
@@ -48,30 +47,29 @@ def part(function: F) -> F:
     otherwise."""
     if njit is None:
         return function
-    _check_cache_of(function)
-    return njit(cache=True, inline="always")(function)  # type: ignore[return-value]
+    return _fresh(njit(cache=True, inline="always")(function), function)
 
 
-def _check_cache_of(function: Callable) -> None:
-    """:func:`drop_stale_cache` for the folder of ``function``'s file, once a process, where
-    numba caches next to the sources (no ``NUMBA_CACHE_DIR``)."""
-    folder = Path(function.__code__.co_filename).resolve().parent
-    if folder in _CHECKED or os.environ.get("NUMBA_CACHE_DIR"):
-        return
-    _CHECKED.add(folder)
-    drop_stale_cache(folder, _KERNELS)
+def _fresh(dispatcher: Any, function: Callable) -> Any:
+    """``dispatcher``, after :func:`drop_stale_cache` of the folder numba caches it in
+    (beside the sources, ``NUMBA_CACHE_DIR`` or the user's cache), once a process."""
+    cache = getattr(getattr(dispatcher, "_cache", None), "_cache_path", None)
+    if isinstance(cache, str) and Path(cache) not in _CHECKED:
+        _CHECKED.add(Path(cache))
+        drop_stale_cache(Path(cache), Path(function.__code__.co_filename).resolve().parent)
+    return dispatcher
 
 
-def drop_stale_cache(folder: Path, kernels: Path) -> bool:
-    """Empty numba's cache in ``folder/__pycache__`` when a kernel source changed since it
-    was filled; returns whether it did.
+def drop_stale_cache(cache: Path, folder: Path, kernels: Path = _KERNELS) -> bool:
+    """Empty numba's ``cache`` folder (of kernels defined in ``folder``) when a kernel
+    source changed since it was filled; returns whether it did.
 
     numba checks a cached kernel against its own file only, but a kernel carries the
-    compiled code of what it calls or inlines from other files: after an edit there the
-    cache went on running the old code (tests and benchmarks with it). The sources are
-    every ``.py`` file of ``kernels`` and those of ``folder`` that use them; their digest
-    is kept beside the cache. A folder that cannot be written to is left alone (an
-    installed package, whose sources do not change).
+    compiled code of what it calls or inlines from other files: after an edit there (or
+    an upgrade that changed only those), the cache went on running the old code, tests and
+    benchmarks with it. The sources are every ``.py`` file of ``kernels`` and those of
+    ``folder`` that use them; their digest is kept in the cache. A cache that cannot be
+    written to is left alone.
     """
     sources = sorted({*kernels.glob("*.py"), *folder.glob("*.py")})
     digest = hashlib.sha256()
@@ -79,7 +77,6 @@ def drop_stale_cache(folder: Path, kernels: Path) -> bool:
         data = source.read_bytes()
         if source.parent == kernels or b"core.kernels" in data:
             digest.update(source.name.encode() + b"\0" + data)
-    cache = folder / "__pycache__"
     marker = cache / _DIGEST
     try:
         if marker.read_text() == digest.hexdigest():
@@ -87,7 +84,7 @@ def drop_stale_cache(folder: Path, kernels: Path) -> bool:
     except OSError:
         pass  # no digest yet: a cache from before it was kept
     try:
-        cache.mkdir(exist_ok=True)
+        cache.mkdir(parents=True, exist_ok=True)
         for stale in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
             stale.unlink(missing_ok=True)
         fresh = cache / f"{_DIGEST}.{os.getpid()}"
