@@ -71,6 +71,18 @@ def test_batched__equals_single_envs_through_autoresets(workload):
 
 
 @compiled_only
+def test_batched__many_envs_hint_their_fifo_rows_to_the_cache_and_still_equal_single_envs():
+    # From batch._WARM_FROM envs on, each env's FIFO rows are prefetched before its slot:
+    # a hint to the cache, which must change nothing (load 1.2: the queues and pool grow).
+    from mabp_gym.core.kernels import batch
+
+    kwargs = {"workload": "mixed", "load": 1.2, "horizon": 40}
+    vec = SFMSNVectorEnv(batch._WARM_FROM, **kwargs)
+    assert vec.compiled and vec.num_envs >= batch._WARM_FROM
+    _compare(vec, 40, **kwargs)
+
+
+@compiled_only
 def test_batched__flat_observation_drift_reward_and_load_interval():
     kwargs = {
         "workload": "rag",

@@ -95,6 +95,45 @@ def drop_stale_cache(cache: Path, folder: Path, kernels: Path = _KERNELS) -> boo
     return True
 
 
+def _no_prefetch(array: Any, offset: int) -> None:
+    """Nothing: as plain Python there is no cache to hint."""
+
+
+def _prefetch_intrinsic() -> Any:
+    """``prefetch(array, offset)`` for compiled kernels: a read hint to the cache for the
+    line ``offset`` bytes into ``array``'s data (LLVM's ``llvm.prefetch``; it never faults,
+    and changes no result)."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    byte = ir.IntType(8).as_pointer()
+    name = "llvm.prefetch.p0" if str(byte) == "ptr" else "llvm.prefetch.p0i8"  # LLVM's pointers
+    i32 = ir.IntType(32)
+
+    @intrinsic
+    def prefetch(typingctx: Any, array: Any, offset: Any) -> Any:
+        if not isinstance(array, types.Array) or not isinstance(offset, types.Integer):
+            return None
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            address = builder.gep(builder.bitcast(data, byte), [args[1]])
+            hint = ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32])
+            function = cgutils.get_or_insert_function(builder.module, hint, name)
+            builder.call(function, [address, i32(0), i32(3), i32(1)])  # read, keep, data
+            return context.get_dummy_value()
+
+        return types.void(array, types.intp), codegen
+
+    return prefetch
+
+
+prefetch = _no_prefetch if njit is None else _prefetch_intrinsic()
+"""A read hint to the cache in a kernel, ``prefetch(array, byte_offset)``; nothing as
+plain Python."""
+
+
 def is_cached(function: Any) -> bool:
     """Whether numba's disk cache holds the compiled ``function`` (a :func:`kernel`): its
     index file exists. ``False`` where it cannot tell or nothing compiles."""
