@@ -181,7 +181,7 @@ def _warm_fifo(pool, head, tail, meta, queue_len):  # pragma: no cover
         if k < 0:
             break
         jit.prefetch(pool, k * row)
-        k = pool[k, 2]  # the free list's next row
+        k = pool[k, transition_core._NEXT]  # the free list's next row
 
 
 def _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out):  # pragma: no cover

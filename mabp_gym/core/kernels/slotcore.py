@@ -130,8 +130,6 @@ def _descending(block, live, radix):  # pragma: no cover
         for lo in range(0, n, 2 * width):
             mid, hi = min(lo + width, n), min(lo + 2 * width, n)
             i, j, k = src + lo, src + mid, dst + lo
-            # Element by element: a slice assignment compiles a shape check with its
-            # error message (1.5 s).
             while i < src + mid and j < src + hi:
                 if key[j] > key[i]:  # only a strictly larger one passes
                     key[k] = key[j]
@@ -142,6 +140,8 @@ def _descending(block, live, radix):  # pragma: no cover
                     order[k] = order[i]
                     i += 1
                 k += 1
+            # Element by element: a slice assignment compiles a shape check with its
+            # error message (1.5 s).
             for rest in range(i, src + mid):
                 key[k] = key[rest]
                 order[k] = order[rest]
