@@ -37,9 +37,11 @@ from _report import emit
 from _trees import import_tree, trees
 
 
-def ppo_steps_per_s(device: str, steps: int, n_envs: int, vec: str) -> tuple[float, str]:
+def ppo_steps_per_s(
+    device: str, steps: int, n_envs: int, vec: str, update_threads: int = 0
+) -> tuple[float, str]:
     """The documented PPO path's env steps per second (rollouts and updates), and which
-    vector env stepped it."""
+    vector env stepped it (and with how many threads its updates ran)."""
     import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
@@ -58,16 +60,14 @@ def ppo_steps_per_s(device: str, steps: int, n_envs: int, vec: str) -> tuple[flo
     else:
         vec = "dummy"
         envs = DummyVecEnv([lambda: gym.make("mabp_gym/Mixed-v0", load=0.6) for _ in range(n_envs)])
-    agent = PPO(
-        GraphActorCriticPolicy,
-        envs,
-        n_steps=256,
-        batch_size=256,
-        n_epochs=4,
-        device=device,
-        seed=0,
-        verbose=0,
-    )
+    settings = dict(n_steps=256, batch_size=256, n_epochs=4, device=device, seed=0, verbose=0)
+    try:
+        kwargs = {"update_threads": update_threads} if update_threads else {}
+        agent = PPO(GraphActorCriticPolicy, envs, policy_kwargs=kwargs, **settings)
+    except TypeError:  # a tree from before the keyword: one thread throughout
+        agent = PPO(GraphActorCriticPolicy, envs, **settings)
+        update_threads = 0
+    vec += f", updates on {update_threads or 1} thread(s)"
     agent.learn(256 * n_envs)  # untimed: compilation, caches
     before = agent.num_timesteps
     started = time.perf_counter()
@@ -111,7 +111,9 @@ def imitation_steps_per_s(device: str, steps: int) -> float:
     return steps / (time.perf_counter() - started)
 
 
-def _measure_in(tree: Path, device: str, steps: int, n_envs: int, vec: str) -> tuple[float, str]:
+def _measure_in(
+    tree: Path, device: str, steps: int, n_envs: int, vec: str, update_threads: int
+) -> tuple[float, str]:
     """One PPO measurement in a fresh process whose imports resolve to ``tree``."""
     env = {
         **os.environ,
@@ -122,7 +124,7 @@ def _measure_in(tree: Path, device: str, steps: int, n_envs: int, vec: str) -> t
     }
     done = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--worker", device]
-        + [str(steps), str(n_envs), vec],
+        + [str(steps), str(n_envs), vec, str(update_threads)],
         env=env,
         text=True,
         capture_output=True,
@@ -134,7 +136,7 @@ def _measure_in(tree: Path, device: str, steps: int, n_envs: int, vec: str) -> t
     return float(out["ppo_env_steps_per_s"]), str(out["vec"])
 
 
-def _worker(device: str, steps: int, n_envs: int, vec: str) -> None:
+def _worker(device: str, steps: int, n_envs: int, vec: str, update_threads: int) -> None:
     tree = Path(os.environ["PYTHONPATH"]).resolve()
     import_tree(tree)
     from mabp_gym.envs import sb3
@@ -142,7 +144,7 @@ def _worker(device: str, steps: int, n_envs: int, vec: str) -> None:
     source = Path(sb3.__file__).resolve()
     if not source.is_relative_to(tree):
         raise SystemExit(f"mabp_gym.envs.sb3 came from {source}, not {tree}")
-    rate, used = ppo_steps_per_s(device, steps, n_envs, vec)
+    rate, used = ppo_steps_per_s(device, steps, n_envs, vec, update_threads)
     print(json.dumps({"ppo_env_steps_per_s": rate, "vec": used}), flush=True)
 
 
@@ -159,14 +161,25 @@ def main() -> None:
         default="batched",
         help="the vector env: batched (make_sb3_vec_env, where the tree has it) or DummyVecEnv",
     )
+    parser.add_argument(
+        "--update-threads",
+        type=int,
+        default=0,
+        metavar="K",
+        help="torch threads during PPO's updates (the policy's update_threads; 0: one "
+        "thread throughout, as the documented command)",
+    )
     parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        _worker(args.worker[0], int(args.worker[1]), int(args.worker[2]), args.worker[3])
+        device, steps, n_envs, vec, update_threads = args.worker
+        _worker(device, int(steps), int(n_envs), vec, int(update_threads))
         return
     if args.n_envs < 1:
         parser.error(f"--n-envs must be at least 1, got {args.n_envs}")
+    if args.update_threads < 0:
+        parser.error(f"--update-threads must be 0 or more, got {args.update_threads}")
     import torch
 
     from mabp_gym.agents.gnn import resolve_device
@@ -180,7 +193,12 @@ def main() -> None:
                 order = list(checkouts) if repeat % 2 == 0 else list(reversed(checkouts))
                 for name in order:
                     rate, stepped[name] = _measure_in(
-                        checkouts[name], device, args.ppo_steps, args.n_envs, args.vec
+                        checkouts[name],
+                        device,
+                        args.ppo_steps,
+                        args.n_envs,
+                        args.vec,
+                        args.update_threads,
                     )
                     ppo[device][name].append(rate)
                     print(
@@ -219,6 +237,7 @@ def main() -> None:
         "benchmark": "bench_train",
         "n_envs": args.n_envs,
         "vec": stepped,
+        "update_threads": args.update_threads,
         "ppo_steps": args.ppo_steps,
         "repeats": args.repeats,
         "baseline": args.baseline,

@@ -70,6 +70,10 @@ class Args:
     normalize_reward: bool = True  # VecNormalize(norm_obs=False, norm_reward=True)
     log_std_init: float = -1.5  # the policy's default
     seed: int = 0
+    # torch threads during the updates (the policy's update_threads); 0: one thread
+    # throughout, as docs/learning.md's table was made. Faster with more (the updates of a
+    # 2-core machine on 2: about 0.77x the time), but a run is reproducible per thread count.
+    update_threads: int = 0
     # How a trained policy acts in the screen, the walk and the verdict: "sampled", the
     # stochastic policy PPO trained (a draw per slot from a generator seeded by the
     # episode's seed), or "mean", its means. The means leave single waiting jobs unserved
@@ -329,7 +333,10 @@ def make_model(args: Args) -> PPO:
         gamma=args.gamma,
         seed=args.seed,
         device="cpu",
-        policy_kwargs={"log_std_init": args.log_std_init},
+        policy_kwargs={
+            "log_std_init": args.log_std_init,
+            **({"update_threads": args.update_threads} if args.update_threads else {}),
+        },
         verbose=0,
     )
 
@@ -374,6 +381,10 @@ def parse(argv: list[str] | None) -> Args:
         parser.error(f"--act must be one of {ACTS}, got {args.act!r}")
     if args.shortlist < 1:
         parser.error(f"--shortlist must be at least 1, got {args.shortlist}")
+    if args.update_threads < 0:
+        parser.error(
+            f"--update-threads must be 0 or more (0: one thread), got {args.update_threads}"
+        )
     return args
 
 

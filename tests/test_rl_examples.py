@@ -330,6 +330,9 @@ def test_ppo_from_scratch_recipe__anneals_the_rate_and_stops_an_update_at_its_kl
     assert free.target_kl is None
     free.learn(128)
     assert free._n_updates == 2 * args.n_epochs  # without the stop every epoch runs
+    assert model.policy.update_threads is None  # one thread throughout, by default
+    threaded = scratch.make_model(scratch.parse([*small, "--update-threads", "2"]))
+    assert threaded.policy.update_threads == 2
 
 
 def test_ppo_from_scratch_recipe__sampled_acting_is_reseeded_by_each_episode():
@@ -358,6 +361,7 @@ def test_ppo_from_scratch_recipe__sampled_acting_is_reseeded_by_each_episode():
         ("--target-kl", "-0.1", "--target-kl must be at least 0"),
         ("--learning-rate", "0", "--learning-rate must be above 0"),
         ("--act", "noisy", "--act must be one of"),
+        ("--update-threads", "-1", "--update-threads must be 0 or more"),
     ],
 )
 def test_ppo_from_scratch_recipe__bad_knobs_are_refused(flag, value, match, capsys):
