@@ -202,12 +202,8 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         extractor: type[BaseFeaturesExtractor],
         extractor_kwargs: dict[str, Any],
         score_bias: float,
-        update_threads: int | None = None,
         **kwargs: Any,
     ) -> None:
-        _check_positive(update_threads=update_threads)
-        self.update_threads = None if update_threads is None else int(update_threads)
-        self._threads_before: int | None = None
         # ortho_init off: pretrained weights stay as they are, fresh ones set their scores.
         kwargs.setdefault("ortho_init", False)
         kwargs.setdefault("log_std_init", -1.5)
@@ -261,26 +257,6 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
 
     def _init_scores(self) -> None:
         """Set the fresh network's initial scores (nothing by default)."""
-
-    def set_training_mode(self, mode: bool) -> None:
-        """SB3's switch between updates (``True``) and acting (``False``), which also sets
-        torch's intra-op threads to :attr:`update_threads` for the updates, where that is
-        set, and gives back the count in place before when the policy acts again (SB3
-        switches before every rollout and in ``predict``).
-
-        Why: a rollout's forward on a few small graphs is fastest on one thread, while a
-        minibatch of 256 graphs' backward uses more: on the 2-core machine, updates on two
-        threads took about 0.77x the time of one (``benchmarks/RESULTS.md``). The arithmetic's
-        order depends on the thread count, so a run is reproducible for one count only."""
-        super().set_training_mode(mode)
-        if self.update_threads is None:
-            return
-        if mode and self._threads_before is None:
-            self._threads_before = torch.get_num_threads()
-            torch.set_num_threads(self.update_threads)
-        elif not mode and self._threads_before is not None:
-            torch.set_num_threads(self._threads_before)
-            self._threads_before = None
 
     def score_log_std(self) -> torch.Tensor:
         """The log-std of every score, ``(D,)``."""
@@ -353,7 +329,6 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         ):
             data.pop(key, None)
         data.update(self._constructor_extras())
-        data["update_threads"] = self.update_threads
         return data
 
     def obs_to_tensor(self, observation: Any) -> tuple[Any, bool]:
@@ -390,8 +365,6 @@ class GNNActorCriticPolicy(_MaskedGraphPolicy):
         score_bias: with ``shape_free``, the initial mean of every candidate's score before
             the softsign (default 0.5, so a fresh policy serves, routes and retains: the
             projection acts only on scores > 0).
-        update_threads: torch's intra-op threads during PPO's updates, the count in place
-            before given back for the rollouts (default None: left alone).
         **kwargs: passed to ``ActorCriticPolicy`` (``log_std_init`` defaults to -1.5 and
             ``ortho_init`` to False, so that pretrained weights stay as they are).
     """
@@ -468,8 +441,6 @@ class GraphActorCriticPolicy(_MaskedGraphPolicy):
         score_bias: the initial mean of every score before the softsign (0.5: a fresh
             policy serves, routes and retains everything in a nearly random order; the
             projection acts only on scores > 0, so means near 0 would idle).
-        update_threads: torch's intra-op threads during PPO's updates, the count in place
-            before given back for the rollouts (default None: left alone).
         **kwargs: passed to ``ActorCriticPolicy`` (``log_std_init`` defaults to -1.5).
 
     Example::

@@ -60,18 +60,27 @@ def ppo_steps_per_s(
     else:
         vec = "dummy"
         envs = DummyVecEnv([lambda: gym.make("mabp_gym/Mixed-v0", load=0.6) for _ in range(n_envs)])
-    settings = dict(n_steps=256, batch_size=256, n_epochs=4, device=device, seed=0, verbose=0)
+    agent = PPO(
+        GraphActorCriticPolicy,
+        envs,
+        n_steps=256,
+        batch_size=256,
+        n_epochs=4,
+        device=device,
+        seed=0,
+        verbose=0,
+    )
     try:
-        kwargs = {"update_threads": update_threads} if update_threads else {}
-        agent = PPO(GraphActorCriticPolicy, envs, policy_kwargs=kwargs, **settings)
-    except TypeError:  # a tree from before the keyword: one thread throughout
-        agent = PPO(GraphActorCriticPolicy, envs, **settings)
-        update_threads = 0
-    vec += f", updates on {update_threads or 1} thread(s)"
-    agent.learn(256 * n_envs)  # untimed: compilation, caches
+        from mabp_gym.envs.sb3 import UpdateThreads
+
+        callback = UpdateThreads(update_threads) if update_threads else None
+    except ImportError:  # a tree from before the callback: one thread throughout
+        callback = None
+    vec += f", updates on {update_threads if callback else 1} thread(s)"
+    agent.learn(256 * n_envs, callback=callback)  # untimed: compilation, caches
     before = agent.num_timesteps
     started = time.perf_counter()
-    agent.learn(steps, reset_num_timesteps=False)
+    agent.learn(steps, reset_num_timesteps=False, callback=callback)
     return (agent.num_timesteps - before) / (time.perf_counter() - started), vec
 
 
@@ -166,7 +175,7 @@ def main() -> None:
         type=int,
         default=0,
         metavar="K",
-        help="torch threads during PPO's updates (the policy's update_threads; 0: one "
+        help="torch threads during PPO's updates (the UpdateThreads callback; 0: one "
         "thread throughout, as the documented command)",
     )
     parser.add_argument("--json", metavar="PATH")

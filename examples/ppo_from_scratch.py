@@ -50,7 +50,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 import mabp_gym  # noqa: F401  (registers the env ids)
 from mabp_gym.core.metrics import backlog_slope, does_not_grow, growth
-from mabp_gym.envs.sb3 import GraphActorCriticPolicy, make_sb3_vec_env
+from mabp_gym.envs.sb3 import GraphActorCriticPolicy, UpdateThreads, make_sb3_vec_env
 
 
 @dataclass
@@ -70,7 +70,7 @@ class Args:
     normalize_reward: bool = True  # VecNormalize(norm_obs=False, norm_reward=True)
     log_std_init: float = -1.5  # the policy's default
     seed: int = 0
-    # torch threads during the updates (the policy's update_threads); 0: one thread
+    # torch threads during the updates (the UpdateThreads callback); 0: one thread
     # throughout, as docs/learning.md's table was made. Faster with more (the updates of a
     # 2-core machine on 2: about 0.77x the time), but a run is reproducible per thread count.
     update_threads: int = 0
@@ -333,10 +333,7 @@ def make_model(args: Args) -> PPO:
         gamma=args.gamma,
         seed=args.seed,
         device="cpu",
-        policy_kwargs={
-            "log_std_init": args.log_std_init,
-            **({"update_threads": args.update_threads} if args.update_threads else {}),
-        },
+        policy_kwargs={"log_std_init": args.log_std_init},
         verbose=0,
     )
 
@@ -407,7 +404,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         model = make_model(args)
         select = Select(args, started)
-        model.learn(args.steps, callback=select)
+        threads = [UpdateThreads(args.update_threads)] if args.update_threads else []
+        model.learn(args.steps, callback=[*threads, select])  # the threads given back first
         if select.points[-1]["steps"] != model.num_timesteps:
             select.evaluate()
         result["curve"] = select.points

@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 import mabp_gym  # noqa: F401  (registers the env ids)
 from mabp_gym.agents import make_policy
 from mabp_gym.agents.gnn import resolve_device
-from mabp_gym.envs.sb3 import GraphActorCriticPolicy
+from mabp_gym.envs.sb3 import GraphActorCriticPolicy, UpdateThreads
 
 
 def make_env(workload: str, load: Any, horizon: int) -> gym.Env:
@@ -107,7 +107,9 @@ class Curve(BaseCallback):
     def _on_training_start(self) -> None:
         self.evaluate()
 
-    def _on_rollout_end(self) -> None:
+    def _on_rollout_start(self) -> None:
+        # After the update of the rollout before: each point is the policy trained on
+        # its steps (a rollout's end comes before its update).
         if self.num_timesteps >= self.next:
             self.evaluate()
 
@@ -190,11 +192,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         n_epochs=4,
         seed=args.seed,
         device=device,
-        policy_kwargs={"update_threads": args.update_threads} if args.update_threads else None,
         verbose=0,
     )
     curve = Curve(args)
-    model.learn(args.steps, callback=curve)
+    threads = [UpdateThreads(args.update_threads)] if args.update_threads else []
+    model.learn(args.steps, callback=[*threads, curve])  # the threads given back first
     if curve.points[-1]["steps"] != model.num_timesteps:
         curve.evaluate()
     result = {

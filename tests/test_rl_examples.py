@@ -330,9 +330,6 @@ def test_ppo_from_scratch_recipe__anneals_the_rate_and_stops_an_update_at_its_kl
     assert free.target_kl is None
     free.learn(128)
     assert free._n_updates == 2 * args.n_epochs  # without the stop every epoch runs
-    assert model.policy.update_threads is None  # one thread throughout, by default
-    threaded = scratch.make_model(scratch.parse([*small, "--update-threads", "2"]))
-    assert threaded.policy.update_threads == 2
 
 
 def test_ppo_from_scratch_recipe__sampled_acting_is_reseeded_by_each_episode():
@@ -696,3 +693,40 @@ def test_marl_gae__a_truncation_bootstraps_from_the_last_observations_value():
     assert torch.allclose(advantages, torch.zeros((4, 2)), atol=1e-4)
     unbooted = marl.gae(rewards, values, dones, torch.zeros((4, 2)), torch.full((2,), steady), args)
     assert unbooted[1, 0].item() == pytest.approx(-1.0 - steady)
+
+
+def test_ppo_sb3_example__each_point_is_the_policy_trained_on_its_steps(monkeypatch):
+    # A rollout's end comes before its update: points taken there were one update late,
+    # and the trained model itself was never evaluated.
+    torch = pytest.importorskip("torch")
+    example = _example("ppo_sb3")
+    marks: list[tuple[object, list]] = []
+
+    def weights(model) -> list:
+        return [p.detach().clone() for p in model.policy.parameters()]
+
+    evaluate = example.Curve.evaluate
+
+    def recorded(self):
+        marks.append((int(self.num_timesteps), weights(self.model)))
+        evaluate(self)
+
+    class Recorded(example.PPO):
+        def learn(self, *args, **kwargs):
+            out = super().learn(*args, **kwargs)
+            marks.append(("trained", weights(self)))
+            return out
+
+    monkeypatch.setattr(example.Curve, "evaluate", recorded)
+    monkeypatch.setattr(example, "PPO", Recorded)
+    small = ["--steps", "128", "--n-envs", "2", "--n-steps", "32", "--horizon", "30"]
+    result = example.main(
+        [*small, "--eval-every", "64", "--eval-seeds", "100", "--references", "bp"]
+        + ["--update-threads", "2"]
+    )
+    assert [p["steps"] for p in result["curve"]] == [0, 64, 128]
+    (_, initial), (at_64, after_one), (label, trained), (at_128, last) = marks
+    assert (at_64, label, at_128) == (64, "trained", 128)
+    assert not all(torch.equal(a, b) for a, b in zip(initial, after_one, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(trained, last, strict=True))
+    assert torch.get_num_threads() == 1  # the updates' threads given back

@@ -436,52 +436,42 @@ def test_graph_policy__adam_is_multi_tensor_and_steps_as_the_per_parameter_loop(
         assert torch.equal(a, b)
 
 
-def test_graph_policy__update_threads_hold_during_updates_and_give_the_count_back():
+def test_update_threads__updates_on_their_threads_and_the_count_given_back_after_learn():
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from mabp_gym.envs.sb3 import UpdateThreads
+
     torch.set_num_threads(1)
     envs = DummyVecEnv([lambda: _env("mixed") for _ in range(2)])
     model = PPO(
-        GraphActorCriticPolicy,
-        envs,
-        n_steps=32,
-        batch_size=32,
-        n_epochs=1,
-        seed=0,
-        device="cpu",
-        policy_kwargs={"update_threads": 2},
+        GraphActorCriticPolicy, envs, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu"
     )
-    seen = {"update": set(), "rollout": set()}
-    evaluate, forward = model.policy.evaluate_actions, model.policy.forward
+    seen: dict[str, set[int]] = {"update": set(), "rollout": set()}
+    evaluate = model.policy.evaluate_actions
 
     def evaluate_actions(*args, **kwargs):
         seen["update"].add(torch.get_num_threads())
         return evaluate(*args, **kwargs)
 
-    def acting(*args, **kwargs):
-        seen["rollout"].add(torch.get_num_threads())
-        return forward(*args, **kwargs)
+    class Rollout(BaseCallback):
+        def _on_step(self) -> bool:
+            seen["rollout"].add(torch.get_num_threads())
+            return True
 
     model.policy.evaluate_actions = evaluate_actions
-    model.policy.forward = acting
     try:
-        model.learn(128)
+        model.learn(128, callback=[UpdateThreads(2), Rollout()])
         assert seen == {"update": {2}, "rollout": {1}}
-        model.predict(envs.reset())  # acting again: the count in place before is back
+        assert torch.get_num_threads() == 1  # given back when learn ends
+        model.learn(64, callback=UpdateThreads(2), reset_num_timesteps=False)
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(1)
 
 
-def test_graph_policy__update_threads_are_saved_and_bad_counts_refused(tmp_path):
-    env = _env("mixed")
-    policy = GraphActorCriticPolicy(
-        env.observation_space, env.action_space, lambda _: 3e-4, update_threads=3
-    )
-    policy.save(str(tmp_path / "policy.pt"))
-    assert GraphActorCriticPolicy.load(str(tmp_path / "policy.pt")).update_threads == 3
-    policy.set_training_mode(False)  # never switched: nothing to give back
-    assert policy._threads_before is None
+def test_update_threads__bad_counts_are_refused():
+    from mabp_gym.envs.sb3 import UpdateThreads
+
     for bad in (0, -2, 1.5, True, "2"):
-        with pytest.raises(ValueError, match="update_threads must be a positive integer"):
-            GraphActorCriticPolicy(
-                env.observation_space, env.action_space, lambda _: 3e-4, update_threads=bad
-            )
+        with pytest.raises(ValueError, match="threads must be a positive integer"):
+            UpdateThreads(bad)

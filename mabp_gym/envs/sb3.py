@@ -17,6 +17,9 @@ slot in one compiled call; the same transitions as ``DummyVecEnv`` of the same e
     envs = make_sb3_vec_env("mabp_gym/Mixed-v0", n_envs=8, load=(0.3, 0.8), seed=0)
     PPO(GraphActorCriticPolicy, envs, n_steps=256, batch_size=256).learn(100_000)
 
+:class:`UpdateThreads` runs PPO's updates on more torch threads than its rollouts
+(``learn(..., callback=UpdateThreads(2))``).
+
 Every parameter's shape is independent of the workload, so the same class (and the same
 ``state_dict``) runs on ``mixed``, ``rag``, ``agentic`` and file workloads; a vector env's
 observations are scored in one batched graph forward. See ``docs/learning.md``.
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 from torch_geometric.nn import GINEConv, global_max_pool, global_mean_pool
@@ -53,6 +57,7 @@ __all__ = [
     "GraphActorCriticPolicy",
     "GraphFeaturesExtractor",
     "SB3VecEnv",
+    "UpdateThreads",
     "make_sb3_vec_env",
     "symlog",
 ]
@@ -106,3 +111,50 @@ class GraphFeaturesExtractor(BaseFeaturesExtractor):
             ],
             dim=-1,
         )
+
+
+class UpdateThreads(BaseCallback):
+    """An SB3 callback that runs the updates of an on-policy algorithm (PPO, A2C) on
+    ``threads`` torch threads and everything else on the count in place before: it sets
+    ``threads`` when a rollout ends (the update follows) and gives the count back when the
+    next rollout starts and when ``learn`` ends.
+
+    Why: a rollout's forward on a few small graphs is fastest on one thread, while a
+    minibatch of 256 graphs' backward uses more: on the 2-core machine, PPO's updates on two
+    threads took about 0.77x the time of one (``benchmarks/RESULTS.md``). The arithmetic's
+    order depends on the thread count, so a run reproduces for one count only.
+
+    Example::
+
+        torch.set_num_threads(1)  # the rollouts
+        model.learn(100_000, callback=UpdateThreads(2))
+
+    Raises:
+        ValueError: ``threads`` is not a positive integer.
+    """
+
+    def __init__(self, threads: int) -> None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        super().__init__()
+        self.threads = threads
+        self._before: int | None = None
+
+    def _on_rollout_end(self) -> None:
+        if self._before is None:
+            self._before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+
+    def _give_back(self) -> None:
+        if self._before is not None:
+            torch.set_num_threads(self._before)
+            self._before = None
+
+    def _on_rollout_start(self) -> None:
+        self._give_back()
+
+    def _on_training_end(self) -> None:
+        self._give_back()
+
+    def _on_step(self) -> bool:
+        return True
