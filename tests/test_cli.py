@@ -151,6 +151,9 @@ def test_cli__sweep_and_plot(run_cli, tmp_path):
     records = read_records(out)
     assert sorted({r["overrides"]["K"] for r in records}) == [1, 4]
     assert {r["load"] for r in records} == {0.5}  # the --at load
+    # What its 'stable' column cannot say, as eval says it: a 100-slot screen, two seeds.
+    assert "100 slots: read 'stable' as a screen" in result.stdout
+    assert "two seeds: the 95% interval" in result.stdout
     figures = tmp_path / "fig"
     result = run_cli("plot", "--results", str(out), "--out-dir", str(figures))
     assert result.returncode == 0, result.stderr
@@ -352,6 +355,7 @@ def test_cli__eval_never_credits_the_occupation_bound_and_says_why(run_cli):
     assert "stable load: mabp 0.5" in result.stdout
     assert "occupation bound is load 1" in result.stdout
     assert "300 slots: read 'stable' as a screen" in result.stdout
+    assert "one seed: 'stable' compares that run's growth with the limit" in result.stdout
     from mabp_gym.cli.evaluate import SUMMARY_LEGEND
 
     assert SUMMARY_LEGEND in result.stdout  # every column of the table is defined

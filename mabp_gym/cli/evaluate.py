@@ -152,18 +152,34 @@ def _eval(args: argparse.Namespace) -> None:
     _print_summary(summarize_records(records))
     print(SUMMARY_LEGEND)
     print(_stable_load_line(stable_load(records), loads))
-    if args.horizon < SCREEN_HORIZON and args.until_decided is None:
-        print(
-            f"({args.horizon} slots: read 'stable' as a screen; near a boundary queues settle "
-            f"slowly, and the benchmark decides at {SCREEN_HORIZON:,} slots or more: "
-            "--horizon 4000, docs/results.md)"
-        )
+    _verdict_caveats(records, args.horizon, screened=args.until_decided is None)
     bound = occupation_load(records)
     if bound is not None and max(loads) >= bound - 1e-6:
         which = "no-memory capacity" if args.no_memory else "occupation bound"
         print(
             f"(the {which} is load {bound:.3g}: no load at or above it is credited, "
             "whatever the backlog's slope; paper Thm. 1)"
+        )
+
+
+def _verdict_caveats(records: list[dict[str, Any]], horizon: int, screened: bool) -> None:
+    """What the 'stable' column cannot say at this horizon or with this few seeds."""
+    if screened and horizon < SCREEN_HORIZON:
+        print(
+            f"({horizon} slots: read 'stable' as a screen; near a boundary queues settle "
+            f"slowly, and the benchmark decides at {SCREEN_HORIZON:,} slots or more: "
+            "--horizon 4000, docs/results.md)"
+        )
+    seeds = len({record["seed"] for record in records})
+    if seeds == 1:
+        print(
+            "(one seed: 'stable' compares that run's growth with the limit, with no interval "
+            "across seeds behind it; 3 or more seeds give the verdict its 95% confidence)"
+        )
+    elif seeds == 2:
+        print(
+            "(two seeds: the 95% interval is 12.7 standard errors wide on each side, so 'no' "
+            "mostly says 'not shown stable'; 3 or more seeds narrow it)"
         )
 
 
@@ -645,6 +661,8 @@ def _sweep(args: argparse.Namespace) -> None:
                 f"{_fmt(row['mean_backlog'], 1):>8} {_fmt(row['penalty'], 4):>8} "
                 f"{_fmt(row['p95_delay'], 1):>7} {_fmt(row['hit_ratio'], 2):>5}"
             )
+    print("stable: as in `mabp-gym eval` (verdict v4: the backlog's growth, pooled over the seeds)")
+    _verdict_caveats(records, args.horizon, screened=True)
 
 
 SWEEP_AT = 0.85
