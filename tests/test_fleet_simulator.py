@@ -397,3 +397,23 @@ def test_step_engine__refuses_the_simple_engines_step_times():
         with pytest.raises(ValueError, match="the simple engine's step time"):
             evaluate_fleet(trace, ["jsq"], [0.5], 1, config, engine="step")
         FleetSimulator(trace, config)  # the simple engine uses them
+
+
+def test_replay__takes_a_router_by_name_and_refuses_what_is_none():
+    import mabp_gym.fleet as fleet
+
+    trace = Trace("t", tuple(fleet.shipped_trace("synthetic").requests[:40]))
+    config = FleetConfig(num_workers=2)
+
+    def routed(router) -> dict:  # the run's metrics but its decision times
+        return {k: v for k, v in replay(trace, router, config, seed=3).items() if "us" not in k}
+
+    assert routed("jsq") == routed(JSQ())
+    with pytest.raises(ValueError, match="unknown router 'jsk'"):
+        replay(trace, "jsk", config)
+    with pytest.raises(TypeError, match="router must be a router name"):
+        replay(trace, JSQ, config)  # the class, not a router
+    for bad in (-1, 1.5, "0"):
+        with pytest.raises(ValueError, match="seed: must be"):
+            replay(trace, "jsq", config, seed=bad)
+    assert fleet.evaluate_fleet.__module__ == "mabp_gym.fleet.evaluate"  # where documented

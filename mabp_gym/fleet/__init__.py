@@ -56,6 +56,7 @@ __all__ = [
     "Trace",
     "TraceRequest",
     "agentic_session_trace",
+    "evaluate_fleet",
     "load_trace",
     "make_config",
     "make_router",
@@ -71,3 +72,12 @@ __all__ = [
     "trace_from_columns",
     "write_mooncake",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``evaluate_fleet`` on first use: its module loads scipy, which routing does not need."""
+    if name == "evaluate_fleet":
+        from mabp_gym.fleet.evaluate import evaluate_fleet
+
+        return evaluate_fleet
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,10 +30,11 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
+from mabp_gym.core.validate import check_number
 from mabp_gym.fleet.engine import DEFAULT_PROFILE, MAX_BATCHED_TOKENS, PROFILES, StepEngine
 from mabp_gym.fleet.engine import Sequence as EngineSequence
 from mabp_gym.fleet.trace import BLOCK_TOKENS, Trace
@@ -517,6 +518,7 @@ class FleetSimulator:
         engine: str = "simple",
         profile: str | None = None,
     ) -> None:
+        seed = check_number(seed, "seed", low=0, integer=True)
         self.config = config or FleetConfig()
         self.engine = engine
         cfg = self.config
@@ -1002,18 +1004,34 @@ class FleetSimulator:
 
 def replay(
     trace: Trace,
-    router: Router,
+    router: Router | str,
     config: FleetConfig | None = None,
     seed: int = 0,
     engine: str = "simple",
     profile: str | None = None,
 ) -> dict[str, float]:
-    """Route every request of ``trace`` with ``router``; the run's metrics (``engine`` and
+    """Route every request of ``trace`` with ``router`` (a router, or a name
+    :func:`~mabp_gym.fleet.routers.make_router` knows); the run's metrics (``engine`` and
     ``profile`` as :class:`FleetSimulator`'s).
 
     The router is reset with a generator seeded from ``seed``; its decision time is measured
     with ``time.perf_counter_ns`` around each ``choose`` call.
+
+    Raises:
+        ValueError: an unknown router name, or a ``seed`` that is not an integer >= 0.
+        TypeError: ``router`` is neither a name nor an object with ``reset`` and ``choose``.
     """
+    if isinstance(router, str):
+        from mabp_gym.fleet.routers import make_router
+
+        router = cast(Router, make_router(router))
+    elif isinstance(router, type) or not all(
+        callable(getattr(router, name, None)) for name in ("reset", "choose")
+    ):
+        raise TypeError(
+            "router must be a router name (mabp_gym.fleet.router_names()) or an object with "
+            f"reset(num_workers, rng) and choose(request, telemetry), got {type(router).__name__}"
+        )
     sim = FleetSimulator(trace, config, seed, engine=engine, profile=profile)
     router.reset(sim.config.num_workers, np.random.default_rng([seed, 1]))
     telemetry = sim.telemetry
