@@ -165,6 +165,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--json", metavar="PATH", help="write the curve there")
     args = parser.parse_args(argv)
+    if args.n_envs < 1:
+        parser.error(f"--n-envs must be at least 1, got {args.n_envs}")
     if args.update_threads < 0:
         parser.error(
             f"--update-threads must be 0 or more (0: one thread), got {args.update_threads}"

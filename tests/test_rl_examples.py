@@ -730,3 +730,16 @@ def test_ppo_sb3_example__each_point_is_the_policy_trained_on_its_steps(monkeypa
     assert not all(torch.equal(a, b) for a, b in zip(initial, after_one, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(trained, last, strict=True))
     assert torch.get_num_threads() == 1  # the updates' threads given back
+
+
+@pytest.mark.parametrize(
+    "flag, value, match",
+    [
+        ("--n-envs", "0", "--n-envs must be at least 1"),
+        ("--update-threads", "-1", "--update-threads must be 0 or more"),
+    ],
+)
+def test_ppo_sb3_example__bad_knobs_are_refused_before_anything_runs(flag, value, match, capsys):
+    with pytest.raises(SystemExit):
+        _example("ppo_sb3").main([flag, value])
+    assert match in capsys.readouterr().err

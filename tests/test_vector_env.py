@@ -424,6 +424,7 @@ def test_workers__bad_input_is_refused_before_any_env_steps():
         ({"num_envs": 2, "workers": 0}, "positive integer"),
         ({"num_envs": 2, "workers": 1.5}, "positive integer"),
         ({"num_envs": 2, "workers": 3}, r"at most num_envs \(2\)"),
+        ({"num_envs": 0}, "num_envs must be at least 1, got 0"),  # not about workers
         ({"num_envs": 2, "workers": 2, "context": "thread"}, "context must be"),
         ({"num_envs": 2, "workers": 2, "lod": 0.5}, "'lod'"),
     ]:

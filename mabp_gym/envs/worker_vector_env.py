@@ -44,9 +44,11 @@ def batched_vector_env(num_envs: int, *, workers: int = 1, **kwargs: Any) -> gym
 
 
 def _check_workers(workers: Any, num_envs: Any) -> None:
+    whole = isinstance(num_envs, (int, np.integer)) and not isinstance(num_envs, bool)
+    if whole and num_envs < 1:  # first: a user who passed no workers reads about num_envs
+        raise ValueError(f"num_envs must be at least 1, got {num_envs}")
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    whole = isinstance(num_envs, (int, np.integer)) and not isinstance(num_envs, bool)
     if whole and workers > num_envs:
         raise ValueError(
             f"workers ({workers}) must be at most num_envs ({num_envs}): each worker "
