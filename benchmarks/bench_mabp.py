@@ -60,7 +60,7 @@ def per_slot_us(env: gym.Env, slots: int, rounds: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--slots", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--nodes", type=int, nargs="*", default=[1000, 5000])

@@ -52,7 +52,7 @@ def timed(function, repeat: int = 3) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--json", default=None, help="also write the figures as JSON")
     args = parser.parse_args()
     rows = []

@@ -56,7 +56,7 @@ def fail_rates(records: list[dict[str, Any]], horizon: int, size: int) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--seeds", type=int, default=40, help="seeds per cell (from 5000)")
     parser.add_argument("--out", default=None, help="results file the runs stream to (reused)")
     parser.add_argument("--workers", type=int, default=None)

@@ -101,7 +101,7 @@ class Args:
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     for field in dataclasses.fields(Args):
         flag = f"--{field.name.replace('_', '-')}"
         if isinstance(field.default, bool):

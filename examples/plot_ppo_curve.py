@@ -60,7 +60,7 @@ def reference_backlog(name: str, args: dict[str, Any]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--runs", nargs="+", required=True, metavar="JSON")
     parser.add_argument("--out", required=True, metavar="PNG")
     parser.add_argument("--json", metavar="PATH", help="also write the curve's numbers here")

@@ -118,7 +118,7 @@ class Curve(BaseCallback):
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--workload", default="mixed", help="workload name or workload file (default mixed)"
     )

@@ -448,6 +448,8 @@ def test_evaluate__weights_need_no_shipped_checkpoint_and_object_loads_are_bound
         ({"workers": 2.0}, "workers must be a positive integer, got 2.0"),
         ({"loads": 0.3}, r"loads must be a list of numbers, e\.g\. \[0\.3\]"),
         ({"seeds": 0}, r"seeds must be a list of numbers, e\.g\. \[0\]"),
+        ({"loads": "0.5"}, r"loads must be a list of numbers, e\.g\. \[0\.5\], got '0\.5'"),
+        ({"seeds": "3"}, r"seeds must be a list of numbers, e\.g\. \[3\], got '3'"),
         ({"loads": np.ones((2, 2))}, "a list or a 1-d array"),
     ],
 )

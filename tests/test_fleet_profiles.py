@@ -129,6 +129,9 @@ def test_fleet_cli__profile_is_chosen_and_a_bad_one_is_one_line(run_cli):
     assert result.returncode == 2 and "give true or false" in result.stderr
     result = run_cli(*args, "--set", "max_num_batched_tokens=4096", "--set", "block_size=16")
     assert result.returncode == 2 and "step-engine setting" in result.stderr
+    assert "use --engine step" in result.stderr and "FleetConfig." not in result.stderr
+    result = run_cli(*args, "--profile", "llama-3-8b-a100")  # the simple engine
+    assert result.returncode == 2 and "leave --profile out" in result.stderr
 
 
 def test_fleet_cli__vllm_settings_reach_the_engine(run_cli, tmp_path):

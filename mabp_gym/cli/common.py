@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +44,19 @@ class UsageError(Exception):
 
 
 @contextlib.contextmanager
-def user_input() -> Iterator[None]:
+def user_input(flags: Mapping[str, str] | None = None) -> Iterator[None]:
     """Within this block a ``ValueError`` or ``TypeError`` is the user's (a bad argument),
-    reported as a :class:`UsageError`; outside it, it is a bug and keeps its traceback."""
+    reported as a :class:`UsageError`; outside it, it is a bug and keeps its traceback.
+    ``flags`` turns the library's keyword spellings in the message into the command's own
+    (``{"engine='step'": "--engine step"}``): the user typed flags, not Python."""
     try:
         yield
     except (ValueError, TypeError) as error:
         text = str(error).strip().splitlines()
-        raise UsageError(text[0] if text else type(error).__name__) from error
+        message = text[0] if text else type(error).__name__
+        for python, flag in (flags or {}).items():
+            message = message.replace(python, flag)
+        raise UsageError(message) from error
 
 
 def _no_repeats(values: list[Any], option: str) -> None:

@@ -71,13 +71,22 @@ def _bools(overrides: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
+_FLAGS = {
+    "engine='step'": "--engine step",
+    "leave profile out": "leave --profile out",
+    "profile=": "--profile ",
+    "FleetConfig.": "--set ",
+}
+"""The fleet library's keyword spellings in its messages, as this command's flags."""
+
+
 def _fleet(args: argparse.Namespace) -> None:
     from mabp_gym.fleet import ROUTERS, load_trace, make_config, scale_to_load
     from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
     from mabp_gym.fleet.simulator import check_block_size, check_engine_config
     from mabp_gym.harness.results_file import _ResultsFile
 
-    with user_input():
+    with user_input(_FLAGS):
         overrides = _bools(_parse_overrides(args.overrides))
         if "num_workers" in overrides:
             raise ValueError(

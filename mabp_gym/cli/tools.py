@@ -82,7 +82,8 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
             f"requests/slot; occ / full {result['occ'] / full:.3f}"
         )
         if args.exact:
-            with user_input():  # too large for the enumeration: the user's choice of workload
+            # Too large for the enumeration: the user's choice of workload.
+            with user_input({"Use exact=False": "Drop --exact"}):
                 result["occ_exact"] = occupation_bound(wl, exact=True)
             print(
                 f"{wl.name}: occupation bound (exact LP, paper (6)-(9)) "

@@ -58,7 +58,15 @@ def as_list(values: Any, name: str, of: str = "numbers") -> list[Any]:
         ValueError: ``"{name} must be a list of {of}, e.g. [...], got ..."``.
     """
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise ValueError(f"{name} must be a list of {of}, e.g. [{values!r}], got {values!r}")
+        example = values
+        if of == "numbers" and isinstance(values, str):
+            for number in (int, float):  # loads="0.5": the number, not the string again
+                try:
+                    example = number(values)
+                    break
+                except ValueError:
+                    pass
+        raise ValueError(f"{name} must be a list of {of}, e.g. [{example!r}], got {values!r}")
     if isinstance(values, np.ndarray) and values.ndim != 1:
         raise ValueError(f"{name} must be a list or a 1-d array, got an array of {values.shape}")
     return list(values)
