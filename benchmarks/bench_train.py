@@ -157,7 +157,7 @@ def _worker(device: str, steps: int, n_envs: int, vec: str, update_threads: int)
     print(json.dumps({"ppo_env_steps_per_s": rate, "vec": used}), flush=True)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--imitation-steps", type=int, default=50)
     parser.add_argument("--ppo-steps", type=int, default=4096)
@@ -180,6 +180,11 @@ def main() -> None:
     )
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    parser = _parser()
     args = parser.parse_args()
     if args.worker:
         device, steps, n_envs, vec, update_threads = args.worker

@@ -117,7 +117,7 @@ class Curve(BaseCallback):
         return True
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--workload", default="mixed", help="workload name or workload file (default mixed)"
@@ -164,6 +164,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "on a machine with the cores, reproducible per thread count)",
     )
     parser.add_argument("--json", metavar="PATH", help="write the curve there")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.n_envs < 1:
         parser.error(f"--n-envs must be at least 1, got {args.n_envs}")
