@@ -199,3 +199,22 @@ def test_file__a_key_given_twice_is_refused_not_overwritten(suffix, tmp_path):
         make_workload(str(path))
     path.write_text(text)
     assert make_workload(str(path)).name == "successor"
+
+
+def test_file__memory_that_adds_work_is_refused_as_the_builders_refuse_it():
+    # Accepted before: no-memory capacity 4 above the all-hit 1, every load scaled by the
+    # smaller, and memory made a load unstable that the network without it carried.
+    data = copy.deepcopy(make_workload("work_reuse").to_dict())
+    data["actions"][0].update(work_hit=4.0, work_miss=1.0)  # a hit needs more work
+    with pytest.raises(ValueError, match=r"w.json: actions: memory adds work here: the no-memory"):
+        workload_from_dict(data, source="w.json")
+    swapped = copy.deepcopy(make_workload("successor").to_dict())
+    for action in swapped["actions"]:  # a hit now sends every job to the verifier
+        action["successors_hit"], action["successors_miss"] = (
+            action["successors_miss"],
+            action["successors_hit"],
+        )
+    with pytest.raises(ValueError, match="memory adds work here"):
+        workload_from_dict(swapped, source="s.json")
+    for name in sorted(WORKLOADS):  # memory that only helps still loads, every built-in
+        workload_from_dict(make_workload(name).to_dict(), source=f"{name}.json")

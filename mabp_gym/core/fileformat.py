@@ -40,6 +40,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
+from mabp_gym.core.fluid import fluid_capacity
 from mabp_gym.core.validate import check_number
 from mabp_gym.core.workload import (
     FILE_FORMAT,
@@ -609,6 +610,20 @@ def _check_capacity(r: _Reader, workload: Workload, load: float, where: str) -> 
             "lambda_ref is 0: no arrival pair can reach a node that serves it with "
             "compute and links to spare (total capacity 0)",
         )
+    # Memory that adds work: the builders refuse it by parameter (successor's pi_l > pi_h,
+    # mixed's verify_*_hit > verify_*_miss); a file by its effect. Then every load, scaled
+    # by the all-hit capacity, meant less than the network without memory carries, and
+    # memory could make a stable load unstable.
+    if workload.signatures:
+        no_memory = fluid_capacity(workload.index, hit=False, name=workload.name)
+        if no_memory > workload.lambda_ref * (1 + 1e-9) + 1e-12:
+            r.fail(
+                "actions",
+                f"memory adds work here: the no-memory capacity {no_memory:.4g} is above the "
+                f"all-hit one {workload.lambda_ref:.4g} requests per slot; a hit must take no "
+                "more work and pass on no more jobs than a miss (work_hit <= work_miss, "
+                "successors_hit no heavier than successors_miss)",
+            )
 
 
 def _check_completion(r: _Reader, workload: Workload) -> None:
