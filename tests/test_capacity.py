@@ -24,6 +24,12 @@ def test_capacity__work_reuse_is_1_without_memory_and_kappa_w_with(kappa_w):
     )
 
 
+def whole_units(mu: float) -> float:
+    """The units of work 1 a node of compute ``mu`` serves a slot, on average: whole units
+    where one fits (SPEC 1 step 5), ``mu`` where it does not (multi-slot service)."""
+    return float(math.floor(mu)) if mu >= 1 else mu
+
+
 @pytest.mark.parametrize(
     ("mu_u", "mu_v", "pi_h", "pi_l"),
     [
@@ -33,10 +39,12 @@ def test_capacity__work_reuse_is_1_without_memory_and_kappa_w_with(kappa_w):
         (1.0, 2.0, 1.0, 0.5),
         (4.0, 0.5, 0.25, 0.1),
         (2.5, 1.5, 1.0, 0.6),
+        (2.5, 1.5, 0.7, 0.3),
     ],
 )
 def test_capacity__successor_matches_corollary_1(mu_u, mu_v, pi_h, pi_l):
     wl = make_workload("successor", mu_u=mu_u, mu_v=mu_v, pi_h=pi_h, pi_l=pi_l)
+    mu_u, mu_v = whole_units(mu_u), whole_units(mu_v)
     no_memory = min(mu_u, mu_v / pi_h)
     with_memory = min(mu_u, mu_v / pi_l if pi_l > 0 else math.inf)
     assert capacity(wl, "nomem") == pytest.approx(no_memory, rel=1e-9)
@@ -93,19 +101,20 @@ def test_capacity__link_capacity_binds_when_it_is_the_bottleneck():
 
 @pytest.mark.parametrize(("kappa_w", "whole"), [(2.5, 2.0), (12.25, 12.0)])
 def test_capacity__at_fractional_kappa_w_the_exact_bound_is_whole_units(kappa_w, whole):
-    """Units are whole, so a slot serves floor(kappa_w) hits: the fluid LP's kappa_w is a
-    relaxation there, the exact occupation LP gives floor(kappa_w), and the simulator
-    follows the exact bound."""
+    """Units are whole, so a slot serves floor(kappa_w) hits: the all-hit capacity (the
+    load scale) and both occupation LPs give floor(kappa_w) (the fluid rows alone said
+    kappa_w), and the simulator follows that bound."""
     from mabp_gym.core.metrics import GROWTH_LIMIT
     from mabp_gym.core.occupation import occupation_bound
     from mabp_gym.harness.evaluation import evaluate
 
     wl = make_workload("work_reuse", kappa_w=kappa_w)
-    assert capacity(wl, "full") == pytest.approx(kappa_w, abs=1e-9)  # the relaxation
+    assert capacity(wl, "full") == pytest.approx(whole, abs=1e-9)
+    assert occupation_bound(wl) == pytest.approx(whole, abs=1e-9)
     assert occupation_bound(wl, exact=True) == pytest.approx(whole, abs=1e-9)
-    # Under the exact bound, and halfway between it and the fluid one.
-    below, above = 0.95 * whole / kappa_w, (whole + kappa_w) / 2 / kappa_w
-    excess = (above * kappa_w - whole) / (above * kappa_w)  # arrivals left behind
+    # Loads of that capacity: under it, and halfway between it and the fluid kappa_w.
+    below, above = 0.95, (whole + kappa_w) / 2 / whole
+    excess = (above * whole - whole) / (above * whole)  # arrivals left behind
     records = evaluate(
         ["mabp"],
         "work_reuse",

@@ -114,12 +114,35 @@ def test_occupation__relaxation_bounds_the_exact_lp(name):
     assert relaxed <= capacity(wl, "full") + 1e-7
 
 
-def test_occupation__exact_lp_is_strictly_below_the_relaxation_with_integer_service():
+def test_occupation__whole_unit_service_bounds_every_lp():
     # mu = 3 and a hit needs 2: one hit per slot whole (the paper's per-slot integer
-    # service), 1.5 in the fluid relaxation.
+    # service, the simulator's rule), not 1.5. The fluid rows alone said 1.5 for the
+    # relaxation and the all-hit capacity, above what the exact LP and the simulator carry.
     wl = _one_server(mu=3.0, work_hit=2.0, work_miss=3.0)
     assert occupation_bound(wl, exact=True) == pytest.approx(1.0, abs=1e-7)
-    assert occupation_bound(wl) == pytest.approx(1.5, abs=1e-7)
+    assert occupation_bound(wl) == pytest.approx(1.0, abs=1e-7)
+    assert capacity(wl, "full") == pytest.approx(1.0, abs=1e-7)
+    assert capacity(wl, "nomem") == pytest.approx(1.0, abs=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("mu", "works", "vectors"),
+    [
+        (3.0, [2.0, 3.0], {(1, 0), (0, 1)}),
+        (1.5, [1.0, 1.0], {(1,)}),
+        (2.5, [1.0, 1.5], {(2, 0), (1, 1)}),
+        (5.0, [2.0, 2.5], {(2, 0), (1, 1), (0, 2)}),
+    ],
+)
+def test_whole_unit_hull__groups_equal_works_and_keeps_the_maximal_vectors(mu, works, vectors):
+    from mabp_gym.core.fluid import whole_unit_hull
+
+    hull = whole_unit_hull(mu, works)
+    assert hull is not None and set(hull.vectors) == vectors
+    assert sorted(k for group in hull.groups for k in group) == list(range(len(works)))
+    # Where every mu / w is whole (or w > mu: multi-slot service) the fluid row is exact.
+    assert whole_unit_hull(4.0, [1.0, 2.0, 4.0]) is None
+    assert whole_unit_hull(1.0, [2.5]) is None
 
 
 def test_occupation__replicas_bind_in_both_lps():
@@ -176,10 +199,11 @@ def test_occupation__is_nondecreasing_in_beta(name, budget_hull):
 def test_occupation__work_reuse_is_kappa_w_with_memory(kappa_w):
     wl = make_workload("work_reuse", kappa_w=kappa_w)
     assert capacity(wl, "nomem") == pytest.approx(1.0)
-    assert occupation_bound(wl) == pytest.approx(kappa_w, rel=1e-7)
-    # The exact LP serves whole units per slot (the paper's integer quanta, and the
-    # simulator's rule for work <= mu): floor(kappa_w) hits of work 1 fit mu = kappa_w.
-    assert occupation_bound(wl, exact=True) == pytest.approx(math.floor(kappa_w), rel=1e-7)
+    # Whole units per slot (the paper's integer quanta, and the simulator's rule for
+    # work <= mu): floor(kappa_w) hits of work 1 fit mu = kappa_w, in both LPs and in the
+    # all-hit capacity (the fluid rows alone said kappa_w).
+    for value in (occupation_bound(wl), occupation_bound(wl, exact=True), capacity(wl, "full")):
+        assert value == pytest.approx(math.floor(kappa_w), rel=1e-7)
 
 
 @pytest.mark.parametrize(
@@ -190,11 +214,14 @@ def test_occupation__work_reuse_is_kappa_w_with_memory(kappa_w):
         (3.0, 1.0, 0.9, 0.5),
         (1.0, 2.0, 1.0, 0.5),
         (4.0, 0.5, 0.25, 0.1),
+        (2.5, 1.5, 0.7, 0.3),
     ],
 )
 @pytest.mark.parametrize("exact", [False, True])
 def test_occupation__successor_matches_corollary_1(mu_u, mu_v, pi_h, pi_l, exact):
     wl = make_workload("successor", mu_u=mu_u, mu_v=mu_v, pi_h=pi_h, pi_l=pi_l)
+    # Whole units of work 1 a slot where one fits (mu = 2.5 serves 2), mu where none does.
+    mu_u, mu_v = (float(math.floor(mu)) if mu >= 1 else mu for mu in (mu_u, mu_v))
     with_memory = min(mu_u, mu_v / pi_l if pi_l > 0 else math.inf)
     assert capacity(wl, "nomem") == pytest.approx(min(mu_u, mu_v / pi_h), rel=1e-7)
     assert occupation_bound(wl, exact=exact) == pytest.approx(with_memory, rel=1e-7)

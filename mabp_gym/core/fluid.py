@@ -8,6 +8,10 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
@@ -16,6 +20,57 @@ from mabp_gym.core.index import WorkloadIndex
 
 LARGE_LP = 20_000
 """Variables above which the fluid LP is solved by HiGHS's interior point method."""
+
+_TOL = 1e-9
+
+
+HULL_LIMIT = 2_000
+"""Whole-unit service vectors of one node above which :func:`whole_unit_hull` gives up
+(the fluid row alone then bounds the node from above; such nodes have works far below
+``mu``, where it is off by less than one unit's work)."""
+
+
+@dataclass(frozen=True)
+class WholeUnitHull:
+    """How whole-unit service bounds one node's rates (:func:`whole_unit_hull`): the
+    positions of each distinct work value in ``(0, mu]``, and the maximal counts per value
+    that fit ``mu`` in one slot. The long-run rates of each group are at most a convex
+    combination of these vectors: ``sum_{k in group g} s_k <= sum_v lambda_v v_g``,
+    ``sum_v lambda_v <= 1``, ``lambda >= 0``."""
+
+    groups: tuple[tuple[int, ...], ...]
+    vectors: tuple[tuple[int, ...], ...]
+
+
+def whole_unit_hull(mu: float, works: Sequence[float]) -> WholeUnitHull | None:
+    """The whole-unit bound on one node's service rates (``works[k]``: the work of rate
+    ``k``), or ``None`` where the fluid row ``sum_k s_k w_k <= mu`` is exact already.
+
+    Why: a slot serves whole units (SPEC 1 step 5), so a verifier of ``mu = 1.5`` serves one
+    unit of work 1 a slot, not 1.5: the fluid row alone overstated its capacity by half,
+    and a server of ``mu = 3`` with works 2 and 3 serves one unit a slot, not 4/3. The rates
+    a node sustains are the convex hull of its whole service vectors, which the fluid
+    row's simplex equals exactly when each of its vertices ``mu / w`` is whole: then
+    ``None``, and the LP is unchanged (every built-in workload at its defaults). Work above
+    ``mu`` is left to the fluid row (multi-slot service carries its compute over); more
+    than :data:`HULL_LIMIT` vectors, ``None`` too (an outer bound still)."""
+    values = sorted({float(w) for w in works if 0 < w <= mu + _TOL})
+    if all(abs(mu / w - round(mu / w)) <= _TOL for w in values):
+        return None
+    vectors: list[tuple[int, ...]] = []
+
+    def extend(j: int, left: float, prefix: tuple[int, ...]) -> bool:
+        if j == len(values):
+            if left < values[0] - _TOL:  # maximal: no further unit fits
+                vectors.append(prefix)
+            return len(vectors) <= HULL_LIMIT
+        most = math.floor((left + _TOL) / values[j])
+        return all(extend(j + 1, left - n * values[j], (*prefix, n)) for n in range(most, -1, -1))
+
+    if not extend(0, mu, ()):
+        return None
+    groups = tuple(tuple(k for k, w in enumerate(works) if float(w) == v) for v in values)
+    return WholeUnitHull(groups, tuple(vectors))
 
 
 def fluid_capacity(ix: WorkloadIndex, *, hit: bool, name: str = "workload") -> float:
@@ -70,6 +125,8 @@ def fluid_capacity(ix: WorkloadIndex, *, hit: bool, name: str = "workload") -> f
         shape=(len(links) + len(nodes), n_var),
     ).tocsr()
     b_ub = np.concatenate([ix.link_capacity[links], ix.mu[nodes]]).astype(np.float64)
+    a_ub, a_eq, b_ub = _with_whole_unit_hulls(ix, work, s_cols, a_ub, a_eq, b_ub)
+    n_var = a_ub.shape[1]
     objective = np.zeros(n_var)
     objective[0] = -1.0
     result = linprog(
@@ -88,3 +145,43 @@ def fluid_capacity(ix: WorkloadIndex, *, hit: bool, name: str = "workload") -> f
     if result.status != 0:
         raise RuntimeError(f"capacity LP failed for {name!r}: {result.message}")
     return float(result.x[0])
+
+
+def _with_whole_unit_hulls(
+    ix: WorkloadIndex,
+    work: np.ndarray,
+    s_cols: np.ndarray,
+    a_ub: sparse.csr_matrix,
+    a_eq: sparse.csr_matrix,
+    b_ub: np.ndarray,
+) -> tuple[sparse.csr_matrix, sparse.csr_matrix, np.ndarray]:
+    """The LP with every node's :func:`whole_unit_hull` (new columns ``lambda``, after the
+    others; nothing appended where no node has one)."""
+    rows: list[int] = []
+    cols: list[int] = []
+    values: list[float] = []
+    rhs: list[float] = []
+    n_var = a_ub.shape[1]
+    for i in np.unique(ix.action_node):
+        actions = np.flatnonzero(ix.action_node == i)
+        hull = whole_unit_hull(float(ix.mu[i]), work[actions].tolist())
+        if hull is None:
+            continue
+        one, first = len(rhs), len(rhs) + 1  # sum lambda <= 1, then a row per group
+        rhs += [1.0] + [0.0] * len(hull.groups)
+        for g, positions in enumerate(hull.groups):
+            rows += [first + g] * len(positions)
+            cols += [int(s_cols[actions[k]]) for k in positions]
+            values += [1.0] * len(positions)
+        for vector in hull.vectors:
+            rows += [one] + [first + g for g, n in enumerate(vector) if n]
+            cols += [n_var] * (1 + sum(1 for n in vector if n))
+            values += [1.0] + [-float(n) for n in vector if n]
+            n_var += 1
+    if not rhs:
+        return a_ub, a_eq, b_ub
+    grown = n_var - a_ub.shape[1]
+    extra = sparse.coo_matrix((values, (rows, cols)), shape=(len(rhs), n_var))
+    a_ub = sparse.vstack([sparse.hstack([a_ub, sparse.csr_matrix((a_ub.shape[0], grown))]), extra])
+    a_eq = sparse.hstack([a_eq, sparse.csr_matrix((a_eq.shape[0], grown))])
+    return a_ub.tocsr(), a_eq.tocsr(), np.concatenate([b_ub, rhs])

@@ -55,6 +55,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
+from mabp_gym.core.fluid import whole_unit_hull
 from mabp_gym.core.validate import is_real
 
 if TYPE_CHECKING:
@@ -223,15 +224,22 @@ def occupation_relaxation(
     card0 = lp.rows_block(most)
     replica0 = lp.rows_block(np.full(ix.num_signatures, workload.replicas))
     sig_rows = {pair: k for k, pair in enumerate(eligible)}
-    for a in range(ix.num_actions):
+    columns = [
+        (a, hit)
+        for a in range(ix.num_actions)
+        for hit in ((0, 1) if ix.action_signature[a] >= 0 else (0,))
+    ]
+    hulls = _whole_unit_rows(workload, lp, columns)
+    for a, hit in columns:
         i, s = int(ix.action_node[a]), int(ix.action_signature[a])
-        for hit in (0, 1) if s >= 0 else (0,):
-            entries = _service_entries(workload, a, hit, 1.0)
-            work = float(ix.work[hit, a])
-            entries.append((compute0 + i, work))
-            if hit:
-                entries.append((resident0 + sig_rows[i, s], work))
-            lp.add(entries)
+        entries = _service_entries(workload, a, hit, 1.0)
+        work = float(ix.work[hit, a])
+        entries.append((compute0 + i, work))
+        if hit:
+            entries.append((resident0 + sig_rows[i, s], work))
+        if (a, hit) in hulls:
+            entries.append((hulls[a, hit], 1.0))
+        lp.add(entries)
     fixed = workload.fixed_memory
     held = _fixed_state(workload, initial) if fixed else frozenset()
     for (i, s), k in sig_rows.items():
@@ -250,6 +258,28 @@ def occupation_relaxation(
         else:
             lp.add(entries, 0.0, 1.0)
     return lp.maximize(workload.name, theta)
+
+
+def _whole_unit_rows(
+    workload: Workload, lp: _LP, columns: list[tuple[int, int]]
+) -> dict[tuple[int, int], int]:
+    """Every node's :func:`~mabp_gym.core.fluid.whole_unit_hull` over its service columns
+    ``(action, hit)``: its rows and ``lambda`` columns added to ``lp``; returns the group
+    row each service column enters with coefficient 1."""
+    ix = workload.index
+    rows: dict[tuple[int, int], int] = {}
+    for i in range(ix.num_nodes):
+        mine = [(a, hit) for a, hit in columns if ix.action_node[a] == i]
+        hull = whole_unit_hull(float(ix.mu[i]), [float(ix.work[hit, a]) for a, hit in mine])
+        if hull is None:
+            continue
+        one = lp.row(1.0)
+        first = lp.rows_block(np.zeros(len(hull.groups)))
+        for g, positions in enumerate(hull.groups):
+            rows.update({mine[k]: first + g for k in positions})
+        for vector in hull.vectors:
+            lp.add([(one, 1.0)] + [(first + g, -float(n)) for g, n in enumerate(vector)])
+    return rows
 
 
 def _most_that_fit(workload: Workload, node: int) -> int:
