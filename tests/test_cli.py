@@ -224,6 +224,15 @@ def test_table__search_stops_a_policy_at_its_first_growing_load_and_from_results
     again = run_cli(*common, "--from-results")
     assert again.returncode == 0, again.stderr
     assert again.stdout == result.stdout
+    # Without --loads the file's own grid is read, not the default 0.1-1.0 it never ran:
+    # the default grid printed "<0.30 (partial: 0.1 not run)" for a policy stable at 0.3.
+    at = common.index("--loads")
+    without = common[:at] + common[at + 4 :]  # --loads 0.3 0.6 0.9 left out
+    own = run_cli(*without, "--from-results")
+    assert own.returncode == 0, own.stderr
+    row = next(line for line in own.stdout.splitlines() if line.startswith("| bp |"))
+    assert row.startswith("| bp | 0.30 |") and "partial" not in row
+    assert "400 slots: read 'stable' as a screen" in own.stdout
 
 
 def test_verdicts__prints_stable_loads_per_seed_set_and_rejects_long_horizons(tmp_path, run_cli):

@@ -152,7 +152,7 @@ def _eval(args: argparse.Namespace) -> None:
     _print_summary(summarize_records(records))
     print(SUMMARY_LEGEND)
     print(_stable_load_line(stable_load(records), loads))
-    _verdict_caveats(records, args.horizon, screened=args.until_decided is None)
+    _verdict_caveats([records], args.horizon, screened=args.until_decided is None)
     bound = occupation_load(records)
     if bound is not None and max(loads) >= bound - 1e-6:
         which = "no-memory capacity" if args.no_memory else "occupation bound"
@@ -162,13 +162,24 @@ def _eval(args: argparse.Namespace) -> None:
         )
 
 
-def _verdict_caveats(records: list[dict[str, Any]], horizon: int, screened: bool) -> None:
-    """What the 'stable' column cannot say at this horizon or with this few seeds."""
+def _verdict_caveats(settings: list[list[dict[str, Any]]], horizon: int, screened: bool) -> None:
+    """What the 'stable' column cannot say at this horizon or with this few seeds
+    (``settings``: the runs of each setting a summary pools, e.g. each sweep value's)."""
     if screened and horizon < SCREEN_HORIZON:
         print(
             f"({horizon} slots: read 'stable' as a screen; near a boundary queues settle "
             f"slowly, and the benchmark decides at {SCREEN_HORIZON:,} slots or more: "
             "--horizon 4000, docs/results.md)"
+        )
+    from mabp_gym.harness.summaries import undecided
+
+    records = [record for runs in settings for record in runs]
+    open_cells = [cell for runs in settings if runs for cell in undecided(runs)]
+    if open_cells:
+        print(
+            f"({len(open_cells)} 'no' cell(s) undecided at this horizon: the growth's 95% "
+            "interval or its trend cannot yet tell a settling queue from a growing one, so "
+            "'no' there means not shown stable; eval --until-decided reruns them longer)"
         )
     seeds = len({record["seed"] for record in records})
     if seeds == 1:
@@ -390,6 +401,8 @@ def _table(args: argparse.Namespace) -> None:
         long = _long_runs(args, policies)
         if args.from_results:
             records = _file_runs(args, policies, overrides)
+            if not args.loads:  # the file's own grid, not the default one it may not hold
+                loads = sorted({float(r["load"]) for r in records})
         else:
             _check_run_args(args)
             grid = dict(**_grid_args(args), workload_overrides=overrides)
@@ -433,6 +446,8 @@ def _table(args: argparse.Namespace) -> None:
     text = "\n".join(markdown)
     print(text)
     print(TABLE_LEGEND)
+    if long is None and records:
+        _verdict_caveats([records], min(r["horizon"] for r in records), screened=True)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n", encoding="utf-8")
     if args.csv:
@@ -662,7 +677,8 @@ def _sweep(args: argparse.Namespace) -> None:
                 f"{_fmt(row['p95_delay'], 1):>7} {_fmt(row['hit_ratio'], 2):>5}"
             )
     print("stable: as in `mabp-gym eval` (verdict v4: the backlog's growth, pooled over the seeds)")
-    _verdict_caveats(records, args.horizon, screened=True)
+    settings = [[r for r in records if _sweep_value(r, args.param) == v] for v in values]
+    _verdict_caveats(settings, args.horizon, screened=True)
 
 
 SWEEP_AT = 0.85
