@@ -154,8 +154,14 @@ def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Any:
             f"policy {name!r} is defined by {', '.join(f'{k}={spec.kwargs[k]!r}' for k in fixed)}"
             f"; it takes no {', '.join(fixed)} argument (choose another policy)"
         )
+    factory = spec.load()
     workload, settings = resolve_workload(env_or_workload)
-    policy = spec.load()(workload, **{**settings, **spec.kwargs, **kw})
+    try:
+        policy = factory(workload, **{**settings, **spec.kwargs, **kw})
+    except TypeError as error:  # a keyword the policy does not take: the user's, by name
+        if "unexpected keyword argument" not in str(error):
+            raise
+        raise ValueError(f"policy {name!r} does not take that argument: {error}") from None
     policy.name = name
     return policy
 

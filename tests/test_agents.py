@@ -364,6 +364,9 @@ def test_make_policy__nu_and_memory_are_checked_not_coerced():
         ("mabp", {"evidence": 0.5}, "evidence (slots): must be >= 1"),
         ("learn-mabp", {"checkpoint": 123}, "checkpoint must be a file path, got 123"),
         ("residual-mabp", {"checkpoint": 123}, "checkpoint must be a file path, got 123"),
+        # A keyword no policy takes: a bare TypeError from the base class before.
+        ("mabp", {"foo": 1}, "policy 'mabp' does not take that argument"),
+        ("bp", {"frame": 3}, "policy 'bp' does not take that argument"),
     ],
 )
 def test_make_policy__a_bad_keyword_value_is_named(name, kwargs, message):

@@ -451,15 +451,16 @@ def test_evaluate__weights_need_no_shipped_checkpoint_and_object_loads_are_bound
         ({"loads": "0.5"}, r"loads must be a list of numbers, e\.g\. \[0\.5\], got '0\.5'"),
         ({"seeds": "3"}, r"seeds must be a list of numbers, e\.g\. \[3\], got '3'"),
         ({"loads": np.ones((2, 2))}, "a list or a 1-d array"),
+        ({"policy": None}, r"policy must be a list of names, e\.g\. \[\.\.\.\], got None"),
     ],
 )
 def test_evaluate__a_bad_grid_or_workers_value_is_named_before_any_file_is_made(
     tmp_path, kwargs, message
 ):
-    grid = {"loads": [0.3], "seeds": [0], **kwargs}
+    grid = {"policy": "sp", "loads": [0.3], "seeds": [0], **kwargs}
     out = tmp_path / "r.jsonl"
     with pytest.raises(ValueError, match=message):
-        evaluate("sp", "mixed", horizon=30, output=out, **grid)
+        evaluate(workload="mixed", horizon=30, output=out, **grid)
     assert list(tmp_path.iterdir()) == []
 
 

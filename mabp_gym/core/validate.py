@@ -66,7 +66,8 @@ def as_list(values: Any, name: str, of: str = "numbers") -> list[Any]:
                     break
                 except ValueError:
                     pass
-        raise ValueError(f"{name} must be a list of {of}, e.g. [{example!r}], got {values!r}")
+        shown = "..." if values is None else repr(example)
+        raise ValueError(f"{name} must be a list of {of}, e.g. [{shown}], got {values!r}")
     if isinstance(values, np.ndarray) and values.ndim != 1:
         raise ValueError(f"{name} must be a list or a 1-d array, got an array of {values.shape}")
     return list(values)

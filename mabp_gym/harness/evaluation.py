@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from mabp_gym.core.validate import as_list
 from mabp_gym.core.workload import Workload
 from mabp_gym.harness.dispatch import BACKENDS, dispatch
 from mabp_gym.harness.results_file import (
@@ -177,7 +178,7 @@ def evaluate(
     Returns:
         One record per (policy, load, seed), in grid order.
     """
-    policies = [policy] if isinstance(policy, str) else list(policy)
+    policies = [policy] if isinstance(policy, str) else as_list(policy, "policy", of="names")
     specs = plan(
         policies,
         workload,
