@@ -10,8 +10,10 @@ instances (see ``EXACT_LIMITS``) and refuses larger ones with a ``ValueError``.
 per-node relaxation of SPEC 9.1 for any workload: the fluid flow LP of SPEC 2 with every
 memory-assisted service rate split into a hit and a miss part, a residency fraction per
 node and signature, hits only while resident, the budget on average and at most
-``replicas`` copies of a signature. It drops causality (an object must be generated before
-it is resident), integrality and transfers, so it bounds the exact LP from above.
+``replicas`` copies of a signature, and whole units a slot per node
+(:func:`mabp_gym.core.fluid.whole_unit_hull`). It drops causality (an object must be
+generated before it is resident), the joint integrality of service with memory, and
+transfers, so it bounds the exact LP from above.
 
 Both return the largest ``theta`` such that the arrival vector ``theta * mix`` is in the
 region, in requests per slot, like :func:`mabp_gym.core.capacity.capacity`.
