@@ -4,9 +4,10 @@ Every router is a small object with ``reset(num_workers, rng)`` and
 ``choose(request, telemetry) -> worker`` that an asynchronous dispatcher could call as is
 (subclass :class:`~mabp_gym.fleet.routers.base.RouterBase`). Production rules reimplement
 the rule (not the code) of the file their docstring cites; they keep their own approximate
-indexes where the real router does (SGLang, llm-d, vLLM production-stack and AIBrix learn
-which worker saw which prefix from their own routing history), and read the engines' cache
-through ``Telemetry.cached_blocks`` where the real router subscribes to KV events (Dynamo).
+indexes where the real router does (SGLang, llm-d, production-stack's ``prefixaware`` and
+AIBrix learn which worker saw which prefix from their own routing history), and read the
+engines' cache through ``Telemetry.cached_blocks`` where the real router subscribes to KV
+events (Dynamo) or asks the cache's controller (production-stack's ``loadaware``, LMCache).
 Block hashes stand in for tokens and prompt text. One module per family
 (``vidur`` holds the reference simulator's ``lor``).
 
