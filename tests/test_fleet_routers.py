@@ -539,7 +539,7 @@ def test_register_router__the_shipped_kinds_decide_who_competes_in_a_table():
     from mabp_gym.fleet import ABLATION_ROUTERS, PRODUCTION_ROUTERS, REFERENCE_ROUTERS
 
     assert set(REFERENCE_ROUTERS) == {"oracle-ttft", "mabp-route-exact"}
-    assert ABLATION_ROUTERS == ("sglang-lib-default",)
+    assert ABLATION_ROUTERS == ("sglang-lib-default", "llm-d-fixed-index")
     assert "aibrix" in PRODUCTION_ROUTERS and "mabp-route" not in PRODUCTION_ROUTERS
     assert make_router("vllm-loadaware").mode == "loadaware"
     assert make_router("dynamo-t0.5").temperature == 0.5
@@ -565,3 +565,15 @@ def test_register_router__bad_registrations_are_refused_and_change_nothing(
     with pytest.raises(ValueError, match=match):
         register_router(name, entry, kind=kind)
     assert before == ROUTERS
+
+
+def test_llmd__the_fixed_index_preset_holds_500k_tokens_a_server_in_the_fleets_blocks():
+    # routers.md: 31,250 blocks of 16 tokens a server, or the engine's own block count when
+    # auto-tuned (the registered llm-d); both defaults are shipped.
+    fixed, tuned = make_router("llm-d-fixed-index"), make_router("llm-d")
+    assert fixed.index_blocks(512, 4000) == 976 and fixed.index_blocks(16, 4000) == 31_250
+    assert tuned.index_blocks(512, 4000) == 4000
+    with pytest.raises(ValueError, match="not both"):
+        LLMD(lru_blocks_per_server=10, lru_tokens_per_server=5000)
+    with pytest.raises(ValueError, match="lru_tokens_per_server must be >= 1"):
+        LLMD(lru_tokens_per_server=0)

@@ -10,7 +10,7 @@ import numpy as np
 from scipy import stats
 
 from mabp_gym.core.validate import as_list
-from mabp_gym.fleet.routers import COMPETING, ROUTERS, make_router
+from mabp_gym.fleet.routers import ABLATION_ROUTERS, COMPETING, ROUTERS, make_router
 from mabp_gym.fleet.simulator import (
     METRICS,
     FleetConfig,
@@ -273,7 +273,7 @@ def format_table(
             f"Load {load:g} ({runs} runs, {spread}; bold: best point "
             f"estimate among routers dropping at most {100 * MAX_DROP_FOR_BEST:g}%; "
             "the references on the exact engine state (oracle-ttft, mabp-route-exact) and "
-            "the sglang-lib-default ablation are not ranked)",
+            f"the ablations ({', '.join(ABLATION_ROUTERS)}) are not ranked)",
             "",
         ]
         if layout == "metrics":

@@ -109,6 +109,8 @@ for _name, _entry, _kind, _kwargs in (
         {"temperature": 0.0, "kv_events": False},
     ),
     ("llm-d", "llmd:LLMD", "production", {}),
+    # llm-d's other default: the fixed index of 31,250 blocks of 16 tokens a server.
+    ("llm-d-fixed-index", "llmd:LLMD", "ablation", {"lru_tokens_per_server": 500_000}),
     (
         "vllm-prefixaware",
         "production_stack:VLLMProductionStack",

@@ -25,8 +25,9 @@ class LLMD(RouterBase):
         matched blocks / prompt blocks over the first 4,096 tokens, here
         ``LLMD_PREFIX_TOKENS // block_tokens`` blocks, from the scheduler's own LRU index of which
         server saw which block; its size per server is the engine's own block count, the
-        auto-tuned default, or ``lru_blocks_per_server``: the fixed default is 31,250 blocks of
-        16 tokens, 976 of 512), ``.../scorer/queue.go`` (``(q_max - q) / (q_max - q_min)``, 1
+        auto-tuned default, or ``lru_blocks_per_server`` blocks, or ``lru_tokens_per_server``
+        tokens: the fixed default is 31,250 blocks of 16 tokens, 500,000 tokens, the
+        ``llm-d-fixed-index`` preset), ``.../scorer/queue.go`` (``(q_max - q) / (q_max - q_min)``, 1
         when all equal; q = waiting requests), ``.../scorer/kvcache_utilization.go``
         (``1 - kv_used``), both metrics as the scheduler last scraped them from the engines
     (``Telemetry.scraped``, refreshed every 50 ms by default); weights of llm-d/llm-d
@@ -44,16 +45,33 @@ class LLMD(RouterBase):
         kv_weight: float = 2.0,
         load_aware_weight: float = 0.0,
         lru_blocks_per_server: int | None = None,
+        lru_tokens_per_server: int | None = None,
     ) -> None:
         super().__init__()
         self.weights = (prefix_weight, queue_weight, kv_weight, load_aware_weight)
-        if lru_blocks_per_server is not None and lru_blocks_per_server < 1:
-            raise ValueError(f"lru_blocks_per_server must be >= 1, got {lru_blocks_per_server}")
+        for label, size in (
+            ("lru_blocks_per_server", lru_blocks_per_server),
+            ("lru_tokens_per_server", lru_tokens_per_server),
+        ):
+            if size is not None and size < 1:
+                raise ValueError(f"{label} must be >= 1, got {size}")
+        if lru_blocks_per_server is not None and lru_tokens_per_server is not None:
+            raise ValueError("give lru_blocks_per_server or lru_tokens_per_server, not both")
         self.capacity = lru_blocks_per_server
+        self.capacity_tokens = lru_tokens_per_server
 
     def reset(self, num_workers: int, rng: np.random.Generator) -> None:
         super().reset(num_workers, rng)
         self.index = PrefixIndex(num_workers)
+
+    def index_blocks(self, block_tokens: int, cache_blocks: int) -> int:
+        """Blocks a server's LRU index holds: as given, or the tokens given in the fleet's
+        blocks (at least one), else the engine's own block count (auto-tuned)."""
+        if self.capacity is not None:
+            return self.capacity
+        if self.capacity_tokens is not None:
+            return max(1, self.capacity_tokens // block_tokens)
+        return cache_blocks
 
     @staticmethod
     def queue_scorer(queue: np.ndarray) -> np.ndarray:
@@ -88,7 +106,7 @@ class LLMD(RouterBase):
 
     def choose(self, request: Request, telemetry: Telemetry) -> int:
         worker = argmin_random(-self.scores(request, telemetry), self.rng)
-        capacity = self.capacity or telemetry.config.cache_blocks
+        capacity = self.index_blocks(telemetry.config.block_tokens, telemetry.config.cache_blocks)
         ids = self.window(request.hash_ids, telemetry.config.block_tokens)
         self.index.insert(worker, ids, telemetry.now, capacity)
         return worker
