@@ -390,15 +390,3 @@ def test_env__a_strided_action_is_the_same_action():
     want = envs[1].step(wide[:, 0].copy())
     assert got[1] == want[1]
     np.testing.assert_array_equal(got[0]["queues"], want[0]["queues"])
-
-
-@pytest.mark.parametrize("env_id", ["mabp_gym/WorkReuse-v0", "mabp_gym/Separation-v0"])
-def test_env__one_node_networks_make_without_a_constant_box_warning(env_id, recwarn):
-    # Their index arrays are all 0; a Box bounded [0, 0] drew Gymnasium's "maximum and
-    # minimum values are equal" warning on every make.
-    env = gym.make(env_id)
-    env.reset(seed=0)
-    assert not [w for w in recwarn if "are equal" in str(w.message)]
-    for key, space in env.observation_space.spaces.items():
-        if key.endswith("_index"):
-            assert space.high.size == 0 or (space.high >= 1).all(), key

@@ -131,24 +131,22 @@ class ObservationEncoder:
         inf = np.inf
         self.layout: dict[str, ArraySpec] = {
             "node_features": _array((n, len(NODE_FEATURES))),
-            "edge_index": ArraySpec((2, e), np.int64, 0, max(n - 1, 1)),
+            "edge_index": ArraySpec((2, e), np.int64, 0, max(n - 1, 0)),
             "edge_features": _array((e, len(EDGE_FEATURES)), low=-inf),
             "queues": _array((n, c)),
             "memory": _array((n, s), high=1.0),
             "service": _array((a, len(SERVICE_FEATURES)), low=-inf),
-            "service_index": ArraySpec((2, a), np.int64, 0, max(n, c, 2) - 1),
+            "service_index": ArraySpec((2, a), np.int64, 0, max(n, c, 1) - 1),
             "route": _array((r, len(ROUTE_FEATURES)), low=-inf),
-            "route_index": ArraySpec((2, r), np.int64, 0, max(e, c, 2) - 1),
+            "route_index": ArraySpec((2, r), np.int64, 0, max(e, c, 1) - 1),
             "transfer": _array((t, len(TRANSFER_FEATURES)), low=-inf),
-            "transfer_index": ArraySpec((2, t), np.int64, 0, max(e, s, 2) - 1),
+            "transfer_index": ArraySpec((2, t), np.int64, 0, max(e, s, 1) - 1),
             "retain": _array((k, len(RETAIN_FEATURES)), low=-inf),
-            "retain_index": ArraySpec((2, k), np.int64, 0, max(n, s, 2) - 1),
+            "retain_index": ArraySpec((2, k), np.int64, 0, max(n, s, 1) - 1),
             "action_mask": ArraySpec((ix.num_scores,), np.int8, 0, 1),
         }
         """Shape, dtype and bounds of every array of the observation (the env's
-        ``spaces.Dict`` is built from it). An index array's bound is at least 1 even where
-        one node, commodity or signature makes it 0: Gymnasium's checker warned on every
-        ``make`` of ``work_reuse`` and ``separation`` that such a Box is constant."""
+        ``spaces.Dict`` is built from it)."""
 
     def _kernel_statics(self, workload: Workload) -> None:
         """Static arrays of the encoding kernel (:mod:`mabp_gym.core.kernels.slotcore`)."""
