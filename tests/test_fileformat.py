@@ -206,7 +206,7 @@ def test_file__memory_that_adds_work_is_refused_as_the_builders_refuse_it():
     # smaller, and memory made a load unstable that the network without it carried.
     data = copy.deepcopy(make_workload("work_reuse").to_dict())
     data["actions"][0].update(work_hit=4.0, work_miss=1.0)  # a hit needs more work
-    with pytest.raises(ValueError, match=r"w.json: actions: memory adds work here: the no-memory"):
+    with pytest.raises(ValueError, match=r"w.json: actions: memory adds work here: the fluid no"):
         workload_from_dict(data, source="w.json")
     swapped = copy.deepcopy(make_workload("successor").to_dict())
     for action in swapped["actions"]:  # a hit now sends every job to the verifier
@@ -218,3 +218,19 @@ def test_file__memory_that_adds_work_is_refused_as_the_builders_refuse_it():
         workload_from_dict(swapped, source="s.json")
     for name in sorted(WORKLOADS):  # memory that only helps still loads, every built-in
         workload_from_dict(make_workload(name).to_dict(), source=f"{name}.json")
+    # And a node with work above mu: whole units bound neither LP there, so the check does
+    # not compare a whole-unit all-hit bound with a fluid no-memory one (it refused this).
+    two = copy.deepcopy(make_workload("work_reuse").to_dict())
+    two["nodes"][0].update(mu=2.0, budget=2.0)
+    two["commodities"].append({"name": "job2", "family": "job", "stage": 0, "state_type": 0})
+    two["signatures"].append({"name": "obj2", "size": 1.0, "kind": "obj"})
+    first = two["actions"][0]
+    first.update(work_hit=0.6, work_miss=0.6, loss_hit=1.0, loss_miss=1.0)
+    second = {**copy.deepcopy(first), "commodity": "job2", "signature": "obj2"}
+    second.update(work_hit=1.5, work_miss=2.05)
+    two["actions"].append(second)
+    two["arrivals"]["mix"] = [
+        {"node": "server", "commodity": c, "share": 0.5} for c in ("job", "job2")
+    ]
+    loaded = workload_from_dict(two, source="two.json")
+    assert capacity(loaded, "nomem") <= capacity(loaded, "full")

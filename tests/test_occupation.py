@@ -143,6 +143,9 @@ def test_whole_unit_hull__groups_equal_works_and_keeps_the_maximal_vectors(mu, w
     # Where every mu / w is whole (or w > mu: multi-slot service) the fluid row is exact.
     assert whole_unit_hull(4.0, [1.0, 2.0, 4.0]) is None
     assert whole_unit_hull(1.0, [2.5]) is None
+    # Too many vectors to visit: the fluid row alone (it recursed once per distinct work
+    # and raised RecursionError at about 350 of them).
+    assert whole_unit_hull(100.5, [1 + 0.001 * k for k in range(400)]) is None
 
 
 def test_occupation__replicas_bind_in_both_lps():

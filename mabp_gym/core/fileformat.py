@@ -614,14 +614,19 @@ def _check_capacity(r: _Reader, workload: Workload, load: float, where: str) -> 
     # mixed's verify_*_hit > verify_*_miss); a file by its effect. Then every load, scaled
     # by the all-hit capacity, meant less than the network without memory carries, and
     # memory could make a stable load unstable.
+    # Both in fluid terms: the whole-unit bound is exact for neither where a node has work
+    # above mu, and applied to one side only it refused memory that only helps.
     if workload.signatures:
-        no_memory = fluid_capacity(workload.index, hit=False, name=workload.name)
-        if no_memory > workload.lambda_ref * (1 + 1e-9) + 1e-12:
+        no_memory, all_hit = (
+            fluid_capacity(workload.index, hit=hit, name=workload.name, whole_units=False)
+            for hit in (False, True)
+        )
+        if no_memory > all_hit * (1 + 1e-9) + 1e-12:
             r.fail(
                 "actions",
-                f"memory adds work here: the no-memory capacity {no_memory:.4g} is above the "
-                f"all-hit one {workload.lambda_ref:.4g} requests per slot; a hit must take no "
-                "more work and pass on no more jobs than a miss (work_hit <= work_miss, "
+                f"memory adds work here: the fluid no-memory capacity {no_memory:.4g} is above "
+                f"the all-hit one {all_hit:.4g} requests per slot; a hit must take no more "
+                "work and pass on no more jobs than a miss (work_hit <= work_miss, "
                 "successors_hit no heavier than successors_miss)",
             )
 

@@ -24,10 +24,11 @@ LARGE_LP = 20_000
 _TOL = 1e-9
 
 
-HULL_LIMIT = 2_000
-"""Whole-unit service vectors of one node above which :func:`whole_unit_hull` gives up
-(the fluid row alone then bounds the node from above; such nodes have works far below
-``mu``, where it is off by less than one unit's work)."""
+HULL_LIMIT = 20_000
+"""Service vectors :func:`whole_unit_hull` may visit at one node (every one, maximal or
+not) before it gives up: the fluid row alone then bounds the node from above. Such nodes
+have many distinct works or works far below ``mu``, where that row is off by less than one
+unit's work."""
 
 
 @dataclass(frozen=True)
@@ -44,38 +45,53 @@ class WholeUnitHull:
 
 def whole_unit_hull(mu: float, works: Sequence[float]) -> WholeUnitHull | None:
     """The whole-unit bound on one node's service rates (``works[k]``: the work of rate
-    ``k``), or ``None`` where the fluid row ``sum_k s_k w_k <= mu`` is exact already.
+    ``k``), or ``None`` where the fluid row ``sum_k s_k w_k <= mu`` is left alone.
 
     Why: a slot serves whole units (SPEC 1 step 5), so a verifier of ``mu = 1.5`` serves one
     unit of work 1 a slot, not 1.5: the fluid row alone overstated its capacity by half,
     and a server of ``mu = 3`` with works 2 and 3 serves one unit a slot, not 4/3. The rates
-    a node sustains are the convex hull of its whole service vectors, which the fluid
-    row's simplex equals exactly when each of its vertices ``mu / w`` is whole: then
-    ``None``, and the LP is unchanged (every built-in workload at its defaults). Work above
-    ``mu`` is left to the fluid row (multi-slot service carries its compute over); more
-    than :data:`HULL_LIMIT` vectors, ``None`` too (an outer bound still)."""
+    of works up to ``mu`` a node sustains are the convex hull of its whole service vectors,
+    which the fluid row's simplex equals exactly when each of its vertices ``mu / w`` is
+    whole: then ``None``, and the LP is unchanged (every built-in workload at its defaults).
+    The LPs ask it only for nodes whose every work fits ``mu`` (:func:`whole_units_only`).
+    ``None`` too past :data:`HULL_LIMIT` vectors visited."""
     values = sorted({float(w) for w in works if 0 < w <= mu + _TOL})
     if all(abs(mu / w - round(mu / w)) <= _TOL for w in values):
         return None
     vectors: list[tuple[int, ...]] = []
-
-    def extend(j: int, left: float, prefix: tuple[int, ...]) -> bool:
+    stack: list[tuple[float, tuple[int, ...]]] = [(mu, ())]  # (compute left, counts so far)
+    visited = 0
+    while stack:
+        left, prefix = stack.pop()
+        visited += 1
+        if visited > HULL_LIMIT:
+            return None
+        j = len(prefix)
         if j == len(values):
             if left < values[0] - _TOL:  # maximal: no further unit fits
                 vectors.append(prefix)
-            return len(vectors) <= HULL_LIMIT
+            continue
         most = math.floor((left + _TOL) / values[j])
-        return all(extend(j + 1, left - n * values[j], (*prefix, n)) for n in range(most, -1, -1))
-
-    if not extend(0, mu, ()):
-        return None
+        stack.extend((left - n * values[j], (*prefix, n)) for n in range(most + 1))
     groups = tuple(tuple(k for k, w in enumerate(works) if float(w) == v) for v in values)
     return WholeUnitHull(groups, tuple(vectors))
 
 
-def fluid_capacity(ix: WorkloadIndex, *, hit: bool, name: str = "workload") -> float:
+def whole_units_only(ix: WorkloadIndex, actions: np.ndarray, mu: float) -> bool:
+    """Whether every work of these actions of one node, hit or miss, fits ``mu``: the node
+    then serves a whole service vector every slot, and :func:`whole_unit_hull` is exactly
+    what it sustains. A node with work above ``mu`` keeps the fluid row in every LP (its
+    multi-slot units take their compute first, which no row here models: an outer bound),
+    so the all-hit and no-memory LPs bound the same nodes alike."""
+    return bool((ix.work[:, actions] <= mu + _TOL).all())
+
+
+def fluid_capacity(
+    ix: WorkloadIndex, *, hit: bool, name: str = "workload", whole_units: bool = True
+) -> float:
     """Largest ``theta`` with ``theta * mix`` carried by the fluid network (``inf`` if no
-    resource binds); every memory-assisted action a hit (``hit``) or a miss."""
+    resource binds); every memory-assisted action a hit (``hit``) or a miss; each node's
+    service bounded by :func:`whole_unit_hull` too unless ``whole_units`` is ``False``."""
     has_memory = ix.action_signature >= 0
     hit_bits = np.where(has_memory, 1 if hit else 0, 0)
     arange = np.arange(ix.num_actions)
@@ -125,7 +141,8 @@ def fluid_capacity(ix: WorkloadIndex, *, hit: bool, name: str = "workload") -> f
         shape=(len(links) + len(nodes), n_var),
     ).tocsr()
     b_ub = np.concatenate([ix.link_capacity[links], ix.mu[nodes]]).astype(np.float64)
-    a_ub, a_eq, b_ub = _with_whole_unit_hulls(ix, work, s_cols, a_ub, a_eq, b_ub)
+    if whole_units:
+        a_ub, a_eq, b_ub = _with_whole_unit_hulls(ix, work, s_cols, a_ub, a_eq, b_ub)
     n_var = a_ub.shape[1]
     objective = np.zeros(n_var)
     objective[0] = -1.0
@@ -164,6 +181,8 @@ def _with_whole_unit_hulls(
     n_var = a_ub.shape[1]
     for i in np.unique(ix.action_node):
         actions = np.flatnonzero(ix.action_node == i)
+        if not whole_units_only(ix, actions, float(ix.mu[i])):
+            continue
         hull = whole_unit_hull(float(ix.mu[i]), work[actions].tolist())
         if hull is None:
             continue
