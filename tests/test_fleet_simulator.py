@@ -411,9 +411,12 @@ def test_replay__takes_a_router_by_name_and_refuses_what_is_none():
     assert routed("jsq") == routed(JSQ())
     with pytest.raises(ValueError, match="unknown router 'jsk'"):
         replay(trace, "jsk", config)
-    with pytest.raises(TypeError, match="router must be a router name"):
+    with pytest.raises(TypeError, match="router must be a router name.*got the class JSQ"):
         replay(trace, JSQ, config)  # the class, not a router
     for bad in (-1, 1.5, "0"):
         with pytest.raises(ValueError, match="seed: must be"):
             replay(trace, "jsq", config, seed=bad)
+    assert routed("jsq") == {  # a whole float is the integer (numpy refused 3.0 before)
+        k: v for k, v in replay(trace, "jsq", config, seed=3.0).items() if "us" not in k
+    }
     assert fleet.evaluate_fleet.__module__ == "mabp_gym.fleet.evaluate"  # where documented

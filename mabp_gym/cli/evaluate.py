@@ -175,7 +175,7 @@ def _verdict_caveats(settings: list[list[dict[str, Any]]], horizon: int, screene
 
     records = [record for runs in settings for record in runs]
     open_cells = [cell for runs in settings if runs for cell in undecided(runs)]
-    if open_cells:
+    if screened and open_cells:  # with --until-decided, eval names them itself
         print(
             f"({len(open_cells)} 'no' cell(s) undecided at this horizon: the growth's 95% "
             "interval or its trend cannot yet tell a settling queue from a growing one, so "

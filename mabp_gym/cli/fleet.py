@@ -72,6 +72,7 @@ def _bools(overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 _FLAGS = {
+    "FleetConfig.num_workers": "--fleet-size",  # before the --set rewrite below
     "engine='step'": "--engine step",
     "leave profile out": "leave --profile out",
     "profile=": "--profile ",

@@ -83,7 +83,7 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
         )
         if args.exact:
             # Too large for the enumeration: the user's choice of workload.
-            with user_input({"Use exact=False": "Drop --exact"}):
+            with user_input({"Use exact=False": "Drop --exact", "use exact=False": "drop --exact"}):
                 result["occ_exact"] = occupation_bound(wl, exact=True)
             print(
                 f"{wl.name}: occupation bound (exact LP, paper (6)-(9)) "

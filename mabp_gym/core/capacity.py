@@ -6,10 +6,11 @@
 * flow conservation at every admissible node-commodity pair, with expected successor rates:
   ``theta * mix + inflow + successors = outflow + service``;
 * link capacities: ``sum_c f_e^c <= C_e``;
-* compute capacities: ``sum_a s_a w(a) <= mu_i``, and where some ``mu_i / w`` is not whole,
-  the hull of the node's one-slot whole-unit service vectors
-  (:func:`mabp_gym.core.fluid.whole_unit_hull`: a slot serves whole units, so ``mu = 1.5``
-  carries one unit of work 1).
+* compute capacities: ``sum_a s_a w(a) <= mu_i``, and at a node whose every work fits
+  ``mu_i`` with some ``mu_i / w`` not whole, the hull of its one-slot whole-unit service
+  vectors (:func:`mabp_gym.core.fluid.whole_unit_hull`: a slot serves whole units, so
+  ``mu = 1.5`` carries one unit of work 1). A node with work above ``mu_i`` keeps the fluid
+  row, an outer bound (its multi-slot units take their compute first).
 
 ``reference="full"`` evaluates every memory-assisted action as a hit (the all-hit system;
 its value is ``lambda_ref``, the normalizer of ``load``); ``"nomem"`` evaluates every action

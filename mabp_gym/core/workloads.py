@@ -192,7 +192,7 @@ BUILDERS: dict[str, tuple[Callable[[dict[str, Any]], Workload], dict[str, Param]
         work_reuse,
         {
             **_THEORY,
-            "load": Param(0.9, 0.0, 10.0, doc="normalized load (of kappa_w)"),
+            "load": Param(0.9, 0.0, 10.0, doc="normalized load (of floor(kappa_w))"),
             "kappa_w": Param(4.0, 1.0, 1e6, doc="miss work and compute capacity"),
         },
     ),

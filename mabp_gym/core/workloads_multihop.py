@@ -63,7 +63,8 @@ def multihop(p: dict[str, Any]) -> Workload:
 
     Capacities: ``servers * mu`` requests per slot all-hit (``memory=1``) or with
     ``memory=0``, and ``servers * mu / K_w`` without memory (``memory=1``), as long as the
-    links do not bind; the capacity LP gives ``lambda_ref`` (at the defaults, 50 nodes, 5
+    links do not bind and ``mu / w`` is whole (units are whole: ``mu = 1.5`` serves one of
+    work 1); the capacity LP gives ``lambda_ref`` (at the defaults, 50 nodes, 5
     hubs: 10.0, and 2.5 without memory; checked in the tests). The network is a function
     of its parameters alone: the same ``seed`` gives the same graph.
     """

@@ -17,11 +17,11 @@ def work_reuse(p: dict[str, Any]) -> Workload:
     """Paper Prop. 1: memory that cuts work enlarges capacity.
 
     One server with ``mu = kappa_w``; a unit needs ``kappa_w`` work on a miss and 1 on a hit;
-    one object (size 1) that fits the budget. Capacities: no-memory 1, all-hit ``kappa_w``
-    requests per slot (defaults: 1 and 4), so ``load = 0.9`` is ``0.9 kappa_w``. The closed
-    form holds in the simulator for whole-number ``kappa_w``: units are whole, so at a
-    fractional ``kappa_w`` a slot serves ``floor(kappa_w)`` hits and the exact bound
-    (``occupation_bound(workload, exact=True)``) is ``floor(kappa_w)`` (2 at 2.5).
+    one object (size 1) that fits the budget. Capacities: no-memory 1, all-hit
+    ``floor(kappa_w)`` requests per slot (defaults: 1 and 4), so ``load = 0.9`` is ``0.9
+    floor(kappa_w)``. Prop. 1's ``kappa_w`` holds for whole-number ``kappa_w``: units are
+    whole, so at a fractional ``kappa_w`` a slot serves ``floor(kappa_w)`` hits, and every
+    capacity LP says so (2 at 2.5).
     """
     kappa = p["kappa_w"]
     p = {**p, "K_w": kappa}
@@ -49,7 +49,8 @@ def successor(p: dict[str, Any]) -> Workload:
     Upstream server ``mu_u`` -> verifier ``mu_v``, work 1 everywhere. An upstream completion
     creates a verifier job with probability ``pi_h`` on a miss and ``pi_l`` on a hit.
     Capacities: ``min(mu_u, mu_v / pi_h)`` without memory and ``min(mu_u, mu_v / pi_l)``
-    with (defaults 1 and 2 requests per slot).
+    with (defaults 1 and 2 requests per slot), each ``mu`` from 1 up read as the whole units
+    it serves a slot, ``floor(mu)`` (``mu_v = 1.5`` verifies one).
     """
     if p["pi_l"] > p["pi_h"]:
         raise ValueError(
@@ -124,7 +125,8 @@ def boundary(p: dict[str, Any]) -> Workload:
     Ingress ``gw`` feeds two servers ``s0``, ``s1`` (linked both ways); two commodities, two
     signatures with two replicas each (four object identities). Each server fits one object,
     so the all-hit capacity (``2 * mu``, 4) needs the servers to specialize; without
-    memory the capacity is ``2 * mu / K_w`` (2).
+    memory the capacity is ``2 * mu / K_w`` (2). Both for whole ``mu / w``; units are whole,
+    so otherwise a slot serves fewer (``mu = 2.5``: 4 all-hit, not 5).
     """
     signatures = [Signature("o0", 1.0, "obj"), Signature("o1", 1.0, "obj")]
     actions = [

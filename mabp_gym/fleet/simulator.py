@@ -1021,6 +1021,7 @@ def replay(
         ValueError: an unknown router name, or a ``seed`` that is not an integer >= 0.
         TypeError: ``router`` is neither a name nor an object with ``reset`` and ``choose``.
     """
+    seed = check_number(seed, "seed", low=0, integer=True)
     if isinstance(router, str):
         from mabp_gym.fleet.routers import make_router
 
@@ -1028,9 +1029,11 @@ def replay(
     elif isinstance(router, type) or not all(
         callable(getattr(router, name, None)) for name in ("reset", "choose")
     ):
+        name = type(router).__name__
+        given = f"the class {router.__name__}" if isinstance(router, type) else name
         raise TypeError(
             "router must be a router name (mabp_gym.fleet.router_names()) or an object with "
-            f"reset(num_workers, rng) and choose(request, telemetry), got {type(router).__name__}"
+            f"reset(num_workers, rng) and choose(request, telemetry), got {given}"
         )
     sim = FleetSimulator(trace, config, seed, engine=engine, profile=profile)
     router.reset(sim.config.num_workers, np.random.default_rng([seed, 1]))
