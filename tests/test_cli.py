@@ -683,3 +683,15 @@ def test_eval_summary__a_metric_added_to_the_records_is_a_column_without_editing
     shown = {key for key, _ in runs.summary_columns()}
     assert shown.isdisjoint(runs.RECORD_ONLY_METRICS)
     assert {"stable", "penalty", "p95_delay", "hit_ratio", "churn", "completion_ratio"} <= shown
+
+
+def test_cli__the_two_seed_note_only_where_no_rerun_decided_the_cells(capsys):
+    # eval --until-decided reruns every undecided cell: a 'no' left is a confirmed growth,
+    # so "'no' mostly says 'not shown stable'" would mislead there (the README's command).
+    from mabp_gym.cli.evaluate import _verdict_caveats
+
+    records = evaluate("bp", "mixed", loads=[0.9], seeds=[0, 1], horizon=300, backend="serial")
+    _verdict_caveats([records], 300, screened=True)
+    assert "two seeds: the 95% interval" in capsys.readouterr().out
+    _verdict_caveats([records], 300, screened=False)
+    assert "two seeds" not in capsys.readouterr().out

@@ -187,7 +187,7 @@ def _verdict_caveats(settings: list[list[dict[str, Any]]], horizon: int, screene
             "(one seed: 'stable' compares that run's growth with the limit, with no interval "
             "across seeds behind it; 3 or more seeds give the verdict its 95% confidence)"
         )
-    elif seeds == 2:
+    elif seeds == 2 and screened:  # rerun until decided, a 'no' is a confirmed growth
         print(
             "(two seeds: the 95% interval is 12.7 standard errors wide on each side, so 'no' "
             "mostly says 'not shown stable'; 3 or more seeds narrow it)"
