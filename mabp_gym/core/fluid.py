@@ -53,7 +53,7 @@ def whole_unit_hull(mu: float, works: Sequence[float]) -> WholeUnitHull | None:
     of works up to ``mu`` a node sustains are the convex hull of its whole service vectors,
     which the fluid row's simplex equals exactly when each of its vertices ``mu / w`` is
     whole: then ``None``, and the LP is unchanged (every built-in workload at its defaults).
-    The LPs ask it only for nodes whose every work fits ``mu`` (:func:`whole_units_only`).
+    The LPs ask it only for nodes whose every work fits ``mu`` (:func:`node_hull`).
     ``None`` too past :data:`HULL_LIMIT` vectors visited."""
     values = sorted({float(w) for w in works if 0 < w <= mu + _TOL})
     if all(abs(mu / w - round(mu / w)) <= _TOL for w in values):
@@ -77,13 +77,17 @@ def whole_unit_hull(mu: float, works: Sequence[float]) -> WholeUnitHull | None:
     return WholeUnitHull(groups, tuple(vectors))
 
 
-def whole_units_only(ix: WorkloadIndex, actions: np.ndarray, mu: float) -> bool:
-    """Whether every work of these actions of one node, hit or miss, fits ``mu``: the node
-    then serves a whole service vector every slot, and :func:`whole_unit_hull` is exactly
-    what it sustains. A node with work above ``mu`` keeps the fluid row in every LP (its
-    multi-slot units take their compute first, which no row here models: an outer bound),
-    so the all-hit and no-memory LPs bound the same nodes alike."""
-    return bool((ix.work[:, actions] <= mu + _TOL).all())
+def node_hull(ix: WorkloadIndex, node: int, works: Sequence[float]) -> WholeUnitHull | None:
+    """:func:`whole_unit_hull` of ``node`` for an LP's service columns of work ``works``,
+    where every work of the node, hit or miss, fits ``mu``: the node then serves a whole
+    service vector every slot, and the hull is exactly what it sustains. ``None`` at a node
+    with work above ``mu``: it keeps the fluid row in every LP (its multi-slot units take
+    their compute first, which no row here models: an outer bound), so the all-hit and
+    no-memory LPs bound the same nodes alike."""
+    mu = float(ix.mu[node])
+    if not (ix.work[:, ix.action_node == node] <= mu + _TOL).all():
+        return None
+    return whole_unit_hull(mu, works)
 
 
 def fluid_capacity(
@@ -181,9 +185,7 @@ def _with_whole_unit_hulls(
     n_var = a_ub.shape[1]
     for i in np.unique(ix.action_node):
         actions = np.flatnonzero(ix.action_node == i)
-        if not whole_units_only(ix, actions, float(ix.mu[i])):
-            continue
-        hull = whole_unit_hull(float(ix.mu[i]), work[actions].tolist())
+        hull = node_hull(ix, int(i), work[actions].tolist())
         if hull is None:
             continue
         one, first = len(rhs), len(rhs) + 1  # sum lambda <= 1, then a row per group

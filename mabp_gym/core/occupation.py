@@ -57,7 +57,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from mabp_gym.core.fluid import whole_unit_hull, whole_units_only
+from mabp_gym.core.fluid import node_hull
 from mabp_gym.core.validate import is_real
 
 if TYPE_CHECKING:
@@ -272,9 +272,7 @@ def _whole_unit_rows(
     rows: dict[tuple[int, int], int] = {}
     for i in range(ix.num_nodes):
         mine = [(a, hit) for a, hit in columns if ix.action_node[a] == i]
-        if not whole_units_only(ix, np.flatnonzero(ix.action_node == i), float(ix.mu[i])):
-            continue
-        hull = whole_unit_hull(float(ix.mu[i]), [float(ix.work[hit, a]) for a, hit in mine])
+        hull = node_hull(ix, i, [float(ix.work[hit, a]) for a, hit in mine])
         if hull is None:
             continue
         one = lp.row(1.0)
