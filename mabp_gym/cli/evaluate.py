@@ -174,8 +174,9 @@ def _verdict_caveats(settings: list[list[dict[str, Any]]], horizon: int, screene
     from mabp_gym.harness.summaries import undecided
 
     records = [record for runs in settings for record in runs]
-    open_cells = [cell for runs in settings if runs for cell in undecided(runs)]
-    if screened and open_cells:  # with --until-decided, eval names them itself
+    # With --until-decided, eval has rerun and named them itself.
+    open_cells = [cell for runs in settings if runs for cell in undecided(runs)] if screened else []
+    if open_cells:
         print(
             f"({len(open_cells)} 'no' cell(s) undecided at this horizon: the growth's 95% "
             "interval or its trend cannot yet tell a settling queue from a growing one, so "
