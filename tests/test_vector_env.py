@@ -464,3 +464,18 @@ def test_workers__a_dead_worker_is_an_error_and_closes_the_vector_env():
     assert vec.closed
     with pytest.raises(RuntimeError, match="closed"):
         vec.reset()
+
+
+def test_workers__a_dropped_vector_env_stops_its_workers_quietly():
+    """Gymnasium 1.2 closes a dropped vector env in ``VectorEnv.__del__``, 1.4 does not: the
+    worker env closes itself, and its workers exit cleanly (code 0, no traceback)."""
+    import gc
+
+    vec = SFMSNWorkerVectorEnv(2, workers=2, workload="mixed")
+    vec.reset(seed=0)
+    processes = list(vec._processes)
+    del vec
+    gc.collect()
+    for process in processes:
+        process.join(timeout=10)
+        assert process.exitcode == 0

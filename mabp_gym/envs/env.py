@@ -286,7 +286,8 @@ class SFMSNEnv(gym.Env):
     the same observations and rewards as single envs, ``NEXT_STEP`` autoreset);
     ``vectorization_mode="sync"`` or ``"async"`` give Gymnasium's own, which declare
     ``metadata["autoreset_mode"]`` (``NEXT_STEP`` by default; ``SAME_STEP`` via
-    ``vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}``).
+    ``vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}``, from
+    Gymnasium 1.1).
 
     ``diagnostics=True`` (default ``False``): the step ``info`` holds the slot's counts
     (``arrivals``, ``served``, ``hits``, ``completed``, ``delays``, ``insertions``,

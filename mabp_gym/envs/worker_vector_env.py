@@ -150,8 +150,11 @@ def _worker(
         return
     pipe.send(("ok", None))
     while True:
-        _wait(pipe)
-        command, argument = pipe.recv()
+        try:
+            _wait(pipe)
+            command, argument = pipe.recv()
+        except (EOFError, OSError):  # the main process went without closing: nothing to do
+            return
         pipe.send(envs.handle(command, argument))
         if command == "close":
             return
@@ -438,6 +441,13 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
             f"set_attr({name!r}): the vector env reads its envs' settings when it is made; "
             "make a new one with the setting"
         )
+
+    def __del__(self) -> None:
+        # Gymnasium 1.2's VectorEnv closes an env on deletion, later ones do not: the
+        # workers are this env's to stop either way.
+        if not getattr(self, "closed", True):
+            with contextlib.suppress(Exception):
+                self.close()
 
     def close_extras(self, **kwargs: Any) -> None:
         for pipe in getattr(self, "_pipes", ()):
