@@ -222,3 +222,33 @@ def test_fleet_cli__a_second_writer_of_out_is_refused(run_cli, tmp_path):
     done = run_cli(*args, "--out", str(out), "--runs", "1")
     assert done.returncode == 0, done.stderr
     assert len(out.read_text().splitlines()) == 1
+
+
+def test_fleet_cli__runs_a_router_given_as_module_colon_class(run_cli, tmp_path, monkeypatch):
+    from mabp_gym.fleet import ROUTERS
+    from mabp_gym.fleet.simulator import METRICS
+
+    (tmp_path / "my_routers.py").write_text(
+        "class Turns:\n"
+        "    def reset(self, num_workers, rng):\n"
+        "        self.n, self.k = num_workers, -1\n"
+        "    def choose(self, request, telemetry):\n"
+        "        self.k = (self.k + 1) % self.n\n"
+        "        return self.k\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "runs.json"
+    common = ("fleet", "--trace", "synthetic", "--requests", "60", "--runs", "1")
+    try:
+        mine = run_cli(*common, "--routers", "my_routers:Turns", "round-robin", "--json", str(out))
+        assert mine.returncode == 0, mine.stderr
+        assert "| Metric | my_routers:Turns | round-robin |" in mine.stdout
+        by_router = {r["router"]: r for r in json.loads(out.read_text())}
+        ours, theirs = by_router["my_routers:Turns"], by_router["round-robin"]
+        same = [m for m in METRICS if m != "p95_scheduler_us"]  # wall-clock time differs
+        assert [ours[m] for m in same] == [theirs[m] for m in same]
+    finally:
+        ROUTERS.pop("my_routers:Turns", None)
+    for entry in ("my_routers:Nope", "no_such_mod:X"):
+        bad = run_cli(*common, "--routers", entry)
+        assert bad.returncode == 2 and "cannot import" in bad.stderr and entry not in ROUTERS

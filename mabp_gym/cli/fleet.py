@@ -81,6 +81,24 @@ _FLAGS = {
 """The fleet library's keyword spellings in its messages, as this command's flags."""
 
 
+def _register_user_router(entry: str) -> None:
+    """Register ``module:attribute`` (a router class or factory importable here) as a
+    ``user`` router named by that text, after importing it, so that a typo is refused
+    before any run."""
+    import importlib
+
+    from mabp_gym.fleet import register_router
+
+    module_name, _, attribute = entry.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ValueError(f"--routers {entry!r}: cannot import it ({error})") from None
+    if not callable(factory):
+        raise ValueError(f"--routers {entry!r}: {attribute} is not a class or a function")
+    register_router(entry, factory)
+
+
 def _fleet(args: argparse.Namespace) -> None:
     from mabp_gym.fleet import ROUTERS, load_trace, make_config, scale_to_load
     from mabp_gym.fleet.evaluate import evaluate_fleet, format_table
@@ -100,9 +118,12 @@ def _fleet(args: argparse.Namespace) -> None:
         if not routers:
             raise ValueError(f"--routers: name at least one router of {sorted(ROUTERS)}")
         for router in routers:
+            if router not in ROUTERS and ":" in router:
+                _register_user_router(router)
             if router not in ROUTERS:
                 raise ValueError(
-                    f"--routers: unknown router {router!r}; choose from {sorted(ROUTERS)}"
+                    f"--routers: unknown router {router!r}; choose from {sorted(ROUTERS)}, "
+                    "or give your own as module:Class"
                 )
         _no_repeats(routers, "--routers")
         for load in args.loads:
