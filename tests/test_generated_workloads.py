@@ -125,9 +125,29 @@ def test_multihop__hubs_are_the_highest_degree_nodes_and_relays_forward():
     assert not ix.serves[[i for i in range(30) if i not in hubs]].any()
 
 
+def test_multihop__dedicated_gives_each_class_one_hub_and_the_others_relay_it():
+    wl = make_workload("multihop", nodes=20, servers=2, classes=3, memory=0, dedicated=1)
+    hubs = [i for i, node in enumerate(wl.nodes) if node.mu > 0]
+    served = {(a.node, a.commodity) for a in wl.actions}
+    assert served == {(hubs[0], 0), (hubs[1], 1), (hubs[0], 2)}
+    assert {(hubs[1], 0), (hubs[0], 1), (hubs[1], 2)} <= set(wl.transit)
+    # Hub 0 serves two classes with its mu = 2, hub 1 one: equal shares bind at hub 0.
+    assert wl.lambda_ref == pytest.approx(3.0)
+    shared = make_workload("multihop", nodes=20, servers=2, classes=3, memory=0)
+    assert shared.links == wl.links and len(shared.actions) == 6
+    with_memory = make_workload("multihop", nodes=20, servers=2, dedicated=1)
+    sim = Simulator(with_memory, check_invariants=True)
+    sim.reset(0)
+    served = 0
+    for _ in range(60):
+        served += sim.step_scores(queue_length_scores(with_memory, sim.state))[1].served
+    assert served > 0
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
+        (dict(dedicated=2), "dedicated must be"),
         (dict(nodes=10, servers=10), "servers must be < nodes"),
         (dict(nodes=4, attach=3), "nodes must be >= attach \\+ 2"),
         (dict(memory=2), "memory must be"),

@@ -172,6 +172,14 @@ _MULTIHOP = {
         doc="hubs (highest degree) that serve; None: nodes // 10, at least 1",
     ),
     "memory": Param(1, 0, 1, integer=True, doc="1: objects make hits; 0: no signatures"),
+    "dedicated": Param(
+        0,
+        0,
+        1,
+        integer=True,
+        doc="1: class c is served at hub c mod servers alone, the other hubs relay it "
+        "(a packet network with a destination per class); 0: every hub serves every class",
+    ),
     "seed": Param(0, 0, 2**32 - 1, integer=True, doc="seed of the random graph"),
 }
 

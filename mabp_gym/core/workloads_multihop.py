@@ -45,6 +45,12 @@ def barabasi_albert(nodes: int, attach: int, rng: np.random.Generator) -> list[t
     return edges
 
 
+def _serves(p: dict[str, Any], hub: int, commodity: int, hubs: list[int]) -> bool:
+    """Whether the ``hub``-th hub serves ``commodity``: always, or with ``dedicated`` only
+    the hub ``commodity mod servers``."""
+    return not p["dedicated"] or commodity % len(hubs) == hub
+
+
 def multihop(p: dict[str, Any]) -> Workload:
     """A random multihop service network: requests cross a Barabasi-Albert graph to hubs.
 
@@ -60,12 +66,16 @@ def multihop(p: dict[str, Any]) -> Workload:
     miss ``K_w`` (default ``K``) and ``K`` times the loss; a hub holds ``beta * classes``
     objects, the network ``servers`` identities of each signature, and hubs next to each
     other can transfer objects (``bandwidth``). With ``memory=0`` every unit takes work 1.
+    With ``dedicated=1`` class ``c`` is served at the hub ``c mod servers`` alone and the
+    other hubs relay it: with ``memory=0`` the classic multi-commodity packet network, one
+    destination per class, that backpressure routing was made for.
 
     Capacities: ``servers * mu`` requests per slot all-hit (``memory=1``) or with
     ``memory=0``, and ``servers * mu / K_w`` without memory (``memory=1``), as long as the
     links do not bind and ``mu / w`` is whole (units are whole: ``mu = 1.5`` serves one of
     work 1); the capacity LP gives ``lambda_ref`` (at the defaults, 50 nodes, 5
-    hubs: 10.0, and 2.5 without memory; checked in the tests). The network is a function
+    hubs: 10.0, and 2.5 without memory; checked in the tests; with ``dedicated=1`` a class
+    has its own hub's ``mu`` alone). The network is a function
     of its parameters alone: the same ``seed`` gives the same graph.
     """
     n, m, classes = p["nodes"], p["attach"], p["classes"]
@@ -91,11 +101,14 @@ def multihop(p: dict[str, Any]) -> Workload:
     memory = bool(p["memory"])
     commodities = tuple(Commodity(f"class{c}", "request", 0, c) for c in range(classes))
     signatures = [Signature(f"obj{c}", 1.0, "obj") for c in range(classes)] if memory else []
+    # Which hubs serve which classes: every hub every class, or (``dedicated``) class c at
+    # hub c mod servers alone, the other hubs relaying it.
+    serves = [(i, c) for k, i in enumerate(hubs) for c in range(classes) if _serves(p, k, c, hubs)]
     actions = [
         _primitive(p, signature=c if memory else -1, hit_law={}, miss_law={}, node=i, commodity=c)
-        for i in hubs
-        for c in range(classes)
+        for i, c in serves
     ]
+    served = set(serves)
     budgets = _budgets(n, actions, signatures, p["beta"]) if memory else [0.0] * n
     nodes = tuple(
         Node(
@@ -122,7 +135,8 @@ def multihop(p: dict[str, Any]) -> Workload:
         signatures=tuple(signatures),
         actions=tuple(actions),
         arrival_mix=tuple((i, c, share) for i in relays for c in range(classes)),
-        transit=tuple((i, c) for i in relays for c in range(classes)),
+        transit=tuple((i, c) for i in relays for c in range(classes))
+        + tuple((i, c) for i in hubs for c in range(classes) if (i, c) not in served),
         load=p["load"],
         replicas=max(1, len(hubs)),
         horizon=p["horizon"],
