@@ -357,6 +357,12 @@ def test_the_penalty_ceiling_binds_the_mean_or_every_network():
     assert objective(each, reference, None)["cost"] == pytest.approx(1.0)  # the base itself
     floored = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20], delay_floor=0.8)
     assert objective(floored, runs, reference)["cost"] == pytest.approx(np.sqrt(0.8 * 1.0))
+    slower = [run(50.0, 0.6), run(110.0, 0.6)]  # faster on one network, slower on the other
+    capped = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20], delay_each=True)
+    geo = np.sqrt(0.5 * 1.1)
+    assert objective(mean, slower, reference)["cost"] == pytest.approx(geo)
+    assert objective(capped, slower, reference)["cost"] == pytest.approx(geo * (1 + 100 * 0.1))
+    assert objective(capped, runs, reference)["cost"] == objective(mean, runs, reference)["cost"]
     from mabp_gym.training import residual_mabp as learner
 
     with pytest.raises(ValueError, match=r"--delay-floor must be in \[0, 1\)"):

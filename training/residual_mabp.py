@@ -91,6 +91,9 @@ class ResidualArgs:
     delay_floor: float = 0.0
     """A network's delay ratio counts at least this much in the geometric mean (0.8: a cut
     beyond 20% on one network does not pay for a loss on another)."""
+    delay_each: bool = False
+    """Raise the cost steeply where any network's delay ratio is above 1 (a correction that
+    must be no slower than its base on every network of the family, not on their mean)."""
     base: str = "mabp"
     """The policy the correction is learned over: mabp, or frame-mabp (the weights reorder
     within frame-MABP's plan; the objective is then relative to frame-MABP)."""
@@ -184,7 +187,8 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     arrival relative to the base's (the mean over the networks, or with ``penalty_each``
     the largest) is above ``PENALTY_MARGIN`` (the target asks for a delay cut at no
     stability and no penalty cost; the margin leaves room for the evaluation seeds'
-    noise). A ratio below ``delay_floor`` counts as ``delay_floor``. With one network and
+    noise). A ratio below ``delay_floor`` counts as ``delay_floor``; with ``delay_each``
+    the cost is raised as steeply where the largest ratio is above 1. With one network and
     no floor this ranks as the base-relative mean P95 delay does."""
     seeds = len(args.train_seeds)
     groups = [runs[k : k + seeds] for k in range(0, len(runs), seeds)]
@@ -209,6 +213,8 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     # The base itself (no reference) starts the search: its penalty is the ceiling's base.
     worst = float(np.max(penalty) if args.penalty_each else np.mean(penalty))
     over = 0.0 if reference is None else max(0.0, worst / PENALTY_MARGIN - 1.0)
+    if args.delay_each and reference is not None:
+        over += max(0.0, max(ratio) - 1.0)
     counted = np.maximum(ratio, args.delay_floor)
     cost = geometric_mean(counted) * (1.0 + grows) * (1.0 + 100.0 * over)
     return {
