@@ -630,3 +630,24 @@ def test_parallel_env__takes_a_workload_file_as_a_path():
     env = parallel_env(path, horizon=5)
     env.reset(seed=0)
     assert env.num_agents == len(env.workload.nodes)
+
+
+def test_run_decentralized__labels_each_staleness_setting_apart_and_checks_first():
+    from mabp_gym.harness.decentralized import run_decentralized
+
+    def run(staleness, **kw):
+        kw = {"load": 0.4, "seed": 0, "horizon": 40, **kw}
+        return run_decentralized("bp", "mixed", staleness=staleness, **kw)
+
+    assert run(np.int64(3))["policy"] == "bp@3"  # numpy's integers are numbers too
+    env = parallel_env("mixed")
+    assert run([2] * len(env.link_delays))["policy"] == "bp@2"  # the same delay everywhere
+    first, second = run({("gen0", "gen1"): 4}), run({("gw", "ret0"): 9})
+    assert first["policy"].startswith("bp@per-link:") and first["policy"] != second["policy"]
+    assert run({("gen0", "gen1"): 4})["policy"] == first["policy"]
+    with pytest.raises(ValueError, match="load must be one number"):
+        run(0, load=(0.3, 0.6))
+    with pytest.raises(ValueError, match=r"warmup must be in \[0, 1\)"):
+        run(0, warmup=1.5)
+    with pytest.raises(ValueError, match="after the warm-up"):
+        run(0, horizon=2)

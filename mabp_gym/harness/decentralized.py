@@ -16,7 +16,7 @@ import numpy as np
 
 from mabp_gym.agents.decentralized import local_policies
 from mabp_gym.core.fileformat import workload_digest_of
-from mabp_gym.core.metrics import Trace, summarize
+from mabp_gym.core.metrics import Trace, check_window, summarize
 from mabp_gym.core.workload import Workload
 from mabp_gym.version import __version__
 
@@ -45,6 +45,17 @@ def decentralized_key(
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def staleness_label(link_delays: np.ndarray) -> int | str:
+    """A run's staleness as its records name it: the delay when every link has the same
+    one (however it was given: a number, numpy's, a list or a mapping), else
+    ``per-link:`` and a digest of the delays, so that two different settings never share
+    a label (and their runs are never pooled as seeds of one)."""
+    delays = np.asarray(link_delays, dtype=np.int64)
+    if delays.size == 0 or (delays == delays.flat[0]).all():
+        return int(delays.flat[0]) if delays.size else 0
+    return "per-link:" + hashlib.sha256(delays.tobytes()).hexdigest()[:8]
+
+
 def run_decentralized(
     name: str,
     workload: str | Workload,
@@ -67,7 +78,16 @@ def run_decentralized(
     """
     from mabp_gym.envs.parallel import parallel_env  # PettingZoo loads only here
 
+    # What the record needs is checked before the episode, not after it.
+    if isinstance(load, bool) or not isinstance(load, (int, float, np.integer, np.floating)):
+        raise ValueError(
+            f"load must be one number (a run's record has one load), got {load!r}; run one "
+            "episode per load"
+        )
+    if not (isinstance(warmup, (int, float)) and 0.0 <= warmup < 1.0):
+        raise ValueError(f"warmup must be in [0, 1), got {warmup!r}")
     env = parallel_env(workload, staleness=staleness, load=load, horizon=horizon, **env_kw)
+    check_window(env.horizon, warmup)
     agents = local_policies(name, env) if rules is None else rules(env)
     if set(agents) != set(env.possible_agents):
         raise ValueError(
@@ -82,7 +102,7 @@ def run_decentralized(
         obs, *_ = env.step({a: agents[a].scores(obs[a]) for a in env.agents})
         assert env.last_outcome is not None
         trace.record(env.last_outcome)
-    label = staleness if isinstance(staleness, int) else "per-link"
+    label = staleness_label(env.link_delays)
     return {
         "key": decentralized_key(name, env, load=load, seed=seed, warmup=warmup, env_kw=env_kw),
         "policy": f"{name}@{label}",
