@@ -31,6 +31,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,7 @@ class Args:
     eval_seeds: list[int] = field(default_factory=lambda: [300, 301, 302])
     eval_horizon: int = 2_000
     json: str | None = None
+    save: str | None = None  # the chosen checkpoint: {"args", "state_dict"} (torch.save)
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:
@@ -415,6 +417,34 @@ def held_out(learned: dict[str, RolePolicy], args: Args) -> dict[str, Any]:
     return {"stable_load": loads}
 
 
+def check_before_training(args: Args, parser: argparse.ArgumentParser) -> None:
+    """Refuse what would otherwise fail after the training: a baseline that is not a local
+    rule, a staleness the env refuses, a minibatch of one sample, an output path that
+    cannot be written."""
+    from mabp_gym.agents.decentralized import LOCAL_POLICIES
+
+    unknown = sorted(set(args.eval_policies) - set(LOCAL_POLICIES))
+    if unknown:
+        parser.error(f"--eval-policies: {unknown} are not local rules, allowed: {LOCAL_POLICIES}")
+    for flag, staleness, horizon in [
+        ("--staleness", [args.staleness], args.horizon),
+        ("--eval-staleness", args.eval_staleness, args.eval_horizon),
+    ]:
+        for value in staleness:
+            try:
+                mabp_gym.parallel_env(args.workload, staleness=value, horizon=horizon)
+            except ValueError as error:
+                parser.error(f"{flag} {value}: {error}")
+    if not 1 <= args.minibatches <= args.rollout // 2:
+        parser.error(
+            f"--minibatches must be in [1, --rollout / 2 = {args.rollout // 2}] (a minibatch "
+            f"needs two samples to normalize its advantages), got {args.minibatches}"
+        )
+    for flag, path in (("--json", args.json), ("--save", args.save)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            parser.error(f"{flag} {path}: its folder does not exist")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in dataclasses.fields(Args):
@@ -426,7 +456,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 item = int
             many = "*" if f.name == "eval_policies" else "+"  # none: the learned policy alone
             parser.add_argument(flag, nargs=many, type=item, default=default)
-        elif f.name == "json":
+        elif f.name in ("json", "save"):
             parser.add_argument(flag, default=None)
         else:
             parser.add_argument(flag, type=type(default), default=default)
@@ -436,8 +466,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--eval-seeds must not include selection seeds, both have {sorted(used)}")
     if args.agent_reward not in ("own", "global"):
         parser.error(f"--agent-reward must be 'own' or 'global', got {args.agent_reward!r}")
+    check_before_training(args, parser)
     torch.set_num_threads(1)
     policy, untrained, log = train(args)
+    if args.save:
+        torch.save({"args": dataclasses.asdict(args), "state_dict": policy.state_dict()}, args.save)
     learned = {"ppo": policy, "ppo-untrained": untrained}
     result = {"args": dataclasses.asdict(args), "curve": log, **held_out(learned, args)}
     if args.json:

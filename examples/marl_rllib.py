@@ -4,10 +4,10 @@ Every node is an agent; the policy mapping sends all nodes of one role (both ret
 both generators, ...) to one RLModule, so parameters are shared across the nodes of a
 role. ``FlattenObservations`` turns each agent's Dict observation into one vector.
 
-RLlib is not in the package's extras: ``ray[rllib]`` pins an older gymnasium (1.2.2; the
-package keeps working on it, CI checks). Install it in its own environment:
+The ``rllib`` extra installs RLlib; ``ray[rllib]`` pins gymnasium 1.2.2 (the package keeps
+working on it; CI checks), so install it in an environment of its own:
 
-    pip install "ray[rllib]" && pip install -e ".[marl]"
+    pip install -e ".[rllib,marl]"
     python examples/marl_rllib.py --iterations 1 --horizon 50
 """
 
@@ -16,12 +16,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ray.rllib.algorithms.ppo import PPOConfig
-from ray.rllib.connectors.env_to_module import FlattenObservations
-from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
-from ray.tune.registry import register_env
+try:
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.connectors.env_to_module import FlattenObservations
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
+    from ray.tune.registry import register_env
+except ImportError as error:  # no ray, or ray without RLlib's own dependencies
+    raise SystemExit(
+        f"this example needs RLlib ({error}): pip install -e '.[rllib,marl]' in an environment "
+        "of its own (ray[rllib] pins gymnasium 1.2.2)"
+    ) from None
 
 import mabp_gym
 

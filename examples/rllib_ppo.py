@@ -6,10 +6,10 @@ remote env runners need no ``import mabp_gym`` and no ``register_env``. Gymnasiu
 has no plugin entry points, so this is the way. ``obs_mode="flat"`` gives one Box vector,
 which RLlib's default encoders take (they have none for the Dict of graph arrays).
 
-RLlib is not in the package's extras: ``ray[rllib]`` pins gymnasium 1.2.2 (the package
-keeps working on it; CI checks). Install it in its own environment:
+The ``rllib`` extra installs RLlib; ``ray[rllib]`` pins gymnasium 1.2.2 (the package keeps
+working on it; CI checks), so install it in an environment of its own:
 
-    pip install "ray[rllib]" && pip install -e .
+    pip install -e ".[rllib]"
     python examples/rllib_ppo.py --iterations 1 --horizon 50
 """
 
@@ -18,7 +18,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ray.rllib.algorithms.ppo import PPOConfig
+try:
+    from ray.rllib.algorithms.ppo import PPOConfig
+except ImportError as error:  # no ray, or ray without RLlib's own dependencies
+    raise SystemExit(
+        f"this example needs RLlib ({error}): pip install -e '.[rllib]' in an environment "
+        "of its own (ray[rllib] pins gymnasium 1.2.2)"
+    ) from None
 
 ENV = "mabp_gym:mabp_gym/SFMSN-v0"
 

@@ -521,9 +521,15 @@ def test_marl_ppo_example__trains_per_role_and_reports_stable_loads_per_stalenes
             "100",
             "--json",
             str(path),
+            "--save",
+            str(tmp_path / "marl.pt"),
         ]
     )
     result = json.loads(path.read_text())
+    import torch
+
+    saved = torch.load(tmp_path / "marl.pt", weights_only=False)
+    assert saved["args"]["seed"] == 0 and "log_std" in saved["state_dict"]
     assert [p["slots"] for p in result["curve"]] == [200, 400]
     assert all("select_backlog" in p for p in result["curve"])
     assert sum(bool(p.get("best")) for p in result["curve"]) >= 1
@@ -531,7 +537,24 @@ def test_marl_ppo_example__trains_per_role_and_reports_stable_loads_per_stalenes
     assert set(result["stable_load"]) == {f"{p}@{s}" for p in learned for s in (0, 5)}
 
 
-def test_marl_ppo__log_probability_ignores_masked_candidates():
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--eval-policies", "greedycache-bp"], "are not local rules"),
+        (["--eval-staleness", "100000"], "--eval-staleness 100000"),
+        (["--minibatches", "300", "--rollout", "400"], "--minibatches must be in"),
+        (["--json", "no/such/folder/x.json"], "its folder does not exist"),
+    ],
+)
+def test_marl_ppo__refuses_bad_arguments_before_training(args, message, capsys):
+    marl = _load_marl_ppo()
+    marl.train = None  # reaching the training would be a TypeError, not this SystemExit
+    with pytest.raises(SystemExit) as stop:
+        marl.main(args)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def _load_marl_ppo():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("marl_ppo", ROOT / "examples" / "marl_ppo.py")
@@ -539,6 +562,11 @@ def test_marl_ppo__log_probability_ignores_masked_candidates():
     marl = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = marl  # dataclasses look their module up there
     spec.loader.exec_module(marl)
+    return marl
+
+
+def test_marl_ppo__log_probability_ignores_masked_candidates():
+    marl = _load_marl_ppo()
     import torch
 
     env = mabp_gym.parallel_env("mixed", load=0.6, horizon=50)
