@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mabp_gym.extras import exit_without
+
 try:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.connectors.env_to_module import FlattenObservations
@@ -24,10 +26,7 @@ try:
     from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
     from ray.tune.registry import register_env
 except ImportError as error:  # no ray, or ray without RLlib's own dependencies
-    raise SystemExit(
-        f"this example needs RLlib ({error}): pip install -e '.[rllib,marl]' in an environment "
-        "of its own (ray[rllib] pins gymnasium 1.2.2)"
-    ) from None
+    exit_without("rllib", error, "pip install -e '.[rllib,marl]'")
 
 import mabp_gym
 

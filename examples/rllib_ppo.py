@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mabp_gym.extras import exit_without
+
 try:
     from ray.rllib.algorithms.ppo import PPOConfig
 except ImportError as error:  # no ray, or ray without RLlib's own dependencies
-    raise SystemExit(
-        f"this example needs RLlib ({error}): pip install -e '.[rllib]' in an environment "
-        "of its own (ray[rllib] pins gymnasium 1.2.2)"
-    ) from None
+    exit_without("rllib", error, "pip install -e '.[rllib]'")
 
 ENV = "mabp_gym:mabp_gym/SFMSN-v0"
 

@@ -13,6 +13,7 @@ gymnasium, numba, jsonschema and tqdm only. The rest is an extra:
 from __future__ import annotations
 
 import importlib.util
+from typing import NoReturn
 
 EXTRAS = {
     "learn": ("torch", "torch_geometric", "stable_baselines3"),
@@ -50,3 +51,15 @@ def _absent(module: str) -> bool:
         return importlib.util.find_spec(module) is None
     except (ImportError, ValueError):  # a module set to None in sys.modules, a broken one
         return True
+
+
+APART = {"rllib": "ray[rllib] pins gymnasium 1.2.2: install it in an environment of its own"}
+"""Extras to install apart from the others, and why."""
+
+
+def exit_without(extra: str, error: ImportError, command: str | None = None) -> NoReturn:
+    """End a script whose imports of ``extra`` failed with ``error``: one line naming what
+    is missing and the command that installs it (``command``, else the extra's)."""
+    install = command or f"pip install 'mabp-gym[{extra}]'"
+    note = f" ({APART[extra]})" if extra in APART else ""
+    raise SystemExit(f"this needs the {extra} extra ({error}): {install}{note}")

@@ -771,3 +771,21 @@ def test_ppo_sb3_example__bad_knobs_are_refused_before_anything_runs(flag, value
     with pytest.raises(SystemExit):
         _example("ppo_sb3").main([flag, value])
     assert match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("example", ["rllib_ppo", "marl_rllib"])
+def test_rllib_examples__without_rllib_say_which_extra_instead_of_a_traceback(example):
+    from mabp_gym.extras import exit_without
+
+    with pytest.raises(SystemExit, match=r"needs the rllib extra \(no tree\): pip install x \("):
+        exit_without("rllib", ImportError("no tree"), "pip install x")
+    path = str(ROOT / "examples" / f"{example}.py")
+    result = subprocess.run(
+        [sys.executable, path, "--help"], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    if importlib.util.find_spec("tree") is not None and importlib.util.find_spec("ray"):
+        assert result.returncode == 0, result.stderr  # RLlib imports here: its --help
+    else:
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert "needs the rllib extra" in result.stderr
+        assert "pip install -e '.[rllib" in result.stderr
