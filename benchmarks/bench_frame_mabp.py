@@ -2,7 +2,8 @@
 
 Runs ``mabp_gym.evaluate`` (the shared harness) for both policies over a load grid and
 seeds at one horizon and prints, per policy: the stable load under the harness's verdict
-(seed-mean slope < 0.035 and mean backlog < 120), the largest load whose seed-median slope
+(:func:`mabp_gym.stable_load`, verdict v4: the growth pooled over seeds under the limit
+with 95% confidence, and no material rising trend), the largest load whose seed-median slope
 stays below 0.035 relative to nothing else (growth only), the mean decision time, and the
 fraction of the gap between MABP and the occupation bound (load 1.0) that frame-MABP
 closes. Records stream to ``--out`` (JSON lines) so a rerun resumes.
@@ -59,7 +60,7 @@ def main() -> None:
         workers=args.workers,
         output=args.out,
     )
-    paper = stable_load(records)
+    stable = stable_load(records)
     growth = growth_load(records)
     print(f"mixed, horizon {args.horizon}, seeds {args.seeds}")
     print(
@@ -75,16 +76,16 @@ def main() -> None:
             for load in args.loads
         )
         print(
-            f"| {policy} | {paper[policy]:.2f} | {growth[policy]:.2f} | {decision:.0f} | "
+            f"| {policy} | {stable[policy]:.2f} | {growth[policy]:.2f} | {decision:.0f} | "
             f"{backlog} |"
         )
-    for name, verdict in (("harness", paper), ("no-growth", growth)):
+    for name, verdict in (("harness", stable), ("no-growth", growth)):
         gap = 1.0 - verdict["mabp"]
         closed = (verdict["frame-mabp"] - verdict["mabp"]) / gap if gap > 0 else float("nan")
         print(f"{name}: frame-mabp closes {closed:.0%} of MABP's gap to the bound (load 1.0)")
     print(
         json.dumps(
-            {"horizon": args.horizon, "seeds": args.seeds, "stable": paper, "no_growth": growth}
+            {"horizon": args.horizon, "seeds": args.seeds, "stable": stable, "no_growth": growth}
         )
     )
 

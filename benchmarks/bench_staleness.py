@@ -2,8 +2,9 @@
 
 Every (policy, staleness, load, seed) is one episode of the decentralized view
 (:func:`mabp_gym.harness.decentralized.run_decentralized`); the stable load is
-:func:`mabp_gym.stable_load` with the growth verdict (the largest grid load such that it
-and every smaller grid load do not grow in a majority of seeds, SPEC 9.2). Records stream
+:func:`mabp_gym.stable_load` with verdict v4 (the largest grid load such that it and every
+smaller grid load are stable: growth pooled over the seeds under the limit with 95%
+confidence and no material rising trend, SPEC 9.2). Records stream
 to ``--out`` (JSON lines; a rerun skips finished runs). Prints a markdown table and a JSON
 line, and draws the figure of ``docs/decentralized.md``:
 

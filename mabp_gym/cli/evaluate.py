@@ -147,7 +147,7 @@ def _eval(args: argparse.Namespace) -> None:
         for policy, load in sorted(still):
             print(
                 f"{policy} at load {load:g}: still undecided at {used[(policy, load)]:,} "
-                "slots (the interval contains the limit): not credited"
+                "slots (its failure not confirmed, or its growth still falling): not credited"
             )
     _print_summary(summarize_records(records))
     print(SUMMARY_LEGEND)

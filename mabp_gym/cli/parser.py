@@ -92,8 +92,10 @@ def _add_eval(commands: Any) -> None:
         type=int,
         default=None,
         metavar="MAX_SLOTS",
-        help="rerun every (policy, load) whose verdict the runs cannot decide (the pooled "
-        "growth's 95%% interval contains the limit) at twice the horizon, up to MAX_SLOTS",
+        help="rerun every (policy, load) whose verdict the runs cannot decide at twice the "
+        "horizon, up to MAX_SLOTS: not shown stable, and its failure not confirmed (the "
+        "pooled growth's 95%% interval wholly above the limit, or the trend failing at the "
+        "horizon and at half of it), or its growth still falling (harness.summaries.undecided)",
     )
 
 
@@ -262,7 +264,7 @@ def _add_bench(commands: Any) -> None:
     )
     bench.add_argument("--tasks", nargs="+", default=None, help="task names (default: all)")
     bench.add_argument(
-        "--policies", nargs="+", default=None, help="policies (default: the suite's seven)"
+        "--policies", nargs="+", default=None, help="policies (default: every policy of the suite)"
     )
     bench.add_argument(
         "--seeds",
