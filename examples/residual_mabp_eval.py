@@ -2,8 +2,8 @@
 
 Evaluates each checkpoint given (one per training seed) with MABP and frame-MABP at a few
 loads near the bound, on seeds that training and checkpoint choice never saw, and prints
-a Markdown table: P95 delay (all requests), penalty per arrival, backlog, verdict v3 per
-load, the stable load over the loads run, and the delay ratio to MABP.
+a Markdown table: P95 delay (all requests), penalty per arrival, backlog, the harness's
+verdict (v4) per load, the stable load over the loads run, and the delay ratio to MABP.
 
     python examples/residual_mabp_eval.py --workload mixed \
         --checkpoints runs/res_mixed_s0/residual_mabp_mixed.pt runs/res_mixed_s1/...
