@@ -393,7 +393,9 @@ class SFMSNEnv(gym.Env):
             )
             info["load"] = load
         # The simulator owns its own generator, seeded from the env's so that reset(seed)
-        # fixes the episode and reset() continues a reproducible stream.
+        # fixes the episode and reset() continues a reproducible stream. With a seed both
+        # start from it, so np_random repeats the simulator's draws (docs/learning.md);
+        # deriving another seed would change every seeded episode of the results.
         sim_seed = seed if seed is not None else int(self.np_random.integers(2**31))
         self.sim.reset(sim_seed)
         self._last = None
