@@ -358,15 +358,21 @@ def test_the_penalty_ceiling_binds_the_mean_or_every_network():
     floored = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20], delay_floor=0.8)
     assert objective(floored, runs, reference)["cost"] == pytest.approx(np.sqrt(0.8 * 1.0))
     slower = [run(50.0, 0.6), run(110.0, 0.6)]  # faster on one network, slower on the other
-    capped = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20], delay_each=True)
+    capped = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20], delay_ceiling=1.0)
     geo = np.sqrt(0.5 * 1.1)
     assert objective(mean, slower, reference)["cost"] == pytest.approx(geo)
     assert objective(capped, slower, reference)["cost"] == pytest.approx(geo * (1 + 100 * 0.1))
     assert objective(capped, runs, reference)["cost"] == objective(mean, runs, reference)["cost"]
+    tight = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20], delay_ceiling=0.8)
+    over = 1.0 / 0.8 - 1.0  # the slower network of `runs` is at 1.0
+    expected = np.sqrt(0.5) * (1 + 100 * over)
+    assert objective(tight, runs, reference)["cost"] == pytest.approx(expected)
     from mabp_gym.training import residual_mabp as learner
 
     with pytest.raises(ValueError, match=r"--delay-floor must be in \[0, 1\)"):
         learner.parse(["--delay-floor", "1", "--out", "/tmp/unused"])
+    with pytest.raises(ValueError, match="--delay-ceiling must be a number >= 0"):
+        learner.parse(["--delay-ceiling", "-1", "--out", "/tmp/unused"])
 
 
 def test_the_shipped_frame_checkpoint_is_over_frame_mabp_and_runs_anywhere():

@@ -91,9 +91,10 @@ class ResidualArgs:
     delay_floor: float = 0.0
     """A network's delay ratio counts at least this much in the geometric mean (0.8: a cut
     beyond 20% on one network does not pay for a loss on another)."""
-    delay_each: bool = False
-    """Raise the cost steeply where any network's delay ratio is above 1 (a correction that
-    must be no slower than its base on every network of the family, not on their mean)."""
+    delay_ceiling: float = 0.0
+    """Raise the cost steeply where any network's delay ratio is above this (1: a correction
+    that must be no slower than its base on every network of the family, not on their mean;
+    0.9: one that must cut every network's delay by a tenth); 0: no ceiling."""
     base: str = "mabp"
     """The policy the correction is learned over: mabp, or frame-mabp (the weights reorder
     within frame-MABP's plan; the objective is then relative to frame-MABP)."""
@@ -187,8 +188,8 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     arrival relative to the base's (the mean over the networks, or with ``penalty_each``
     the largest) is above ``PENALTY_MARGIN`` (the target asks for a delay cut at no
     stability and no penalty cost; the margin leaves room for the evaluation seeds'
-    noise). A ratio below ``delay_floor`` counts as ``delay_floor``; with ``delay_each``
-    the cost is raised as steeply where the largest ratio is above 1. With one network and
+    noise). A ratio below ``delay_floor`` counts as ``delay_floor``; with ``delay_ceiling``
+    the cost is raised as steeply where the largest ratio is above it. With one network and
     no floor this ranks as the base-relative mean P95 delay does."""
     seeds = len(args.train_seeds)
     groups = [runs[k : k + seeds] for k in range(0, len(runs), seeds)]
@@ -213,8 +214,8 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     # The base itself (no reference) starts the search: its penalty is the ceiling's base.
     worst = float(np.max(penalty) if args.penalty_each else np.mean(penalty))
     over = 0.0 if reference is None else max(0.0, worst / PENALTY_MARGIN - 1.0)
-    if args.delay_each and reference is not None:
-        over += max(0.0, max(ratio) - 1.0)
+    if args.delay_ceiling and reference is not None:
+        over += max(0.0, max(ratio) / args.delay_ceiling - 1.0)
     counted = np.maximum(ratio, args.delay_floor)
     cost = geometric_mean(counted) * (1.0 + grows) * (1.0 + 100.0 * over)
     return {
@@ -339,6 +340,10 @@ def validate(args: ResidualArgs) -> None:
     members(args)  # each --family member parsed and checked
     if not 0.0 <= args.delay_floor < 1.0:
         raise ValueError(f"--delay-floor must be in [0, 1), got {args.delay_floor}")
+    if not (np.isfinite(args.delay_ceiling) and args.delay_ceiling >= 0.0):
+        raise ValueError(
+            f"--delay-ceiling must be a number >= 0 (0: none), got {args.delay_ceiling}"
+        )
     if args.base not in BASES:
         raise ValueError(f"--base must be one of {', '.join(BASES)}, got {args.base!r}")
     initial_weights(args)  # an --init checkpoint that cannot start this search
