@@ -475,11 +475,6 @@ def test_make_router__names_the_known_routers_on_a_typo():
         make_router("jqs")
 
 
-class _Forbidden:
-    def __getattr__(self, name):
-        raise AssertionError(f"read the engines' exact state ({name})")
-
-
 @pytest.mark.parametrize(
     "name", sorted(n for n, spec in ROUTERS.items() if spec.kind != "reference"), ids=str
 )
@@ -490,14 +485,14 @@ def test_router__reads_no_exact_engine_state_on_either_engine(name):
     trace = shipped_trace("synthetic").head(150)
     for engine in ("simple", "step"):
         sim = FleetSimulator(trace, FleetConfig(num_workers=3, agentic_fraction=0.5), 0, engine)
-        sim.telemetry.exact = _Forbidden()
+        sim.telemetry.exact_allowed = False  # reading it raises PermissionError
         router = fresh(name)
         while (req := sim.next_request()) is not None:
             sim.dispatch(router.choose(req, sim.telemetry))
     # The control: a reference does read it.
     sim = FleetSimulator(trace, FleetConfig(num_workers=3))
-    sim.telemetry.exact = _Forbidden()
-    with pytest.raises(AssertionError, match="exact state"):
+    sim.telemetry.exact_allowed = False
+    with pytest.raises(PermissionError, match="exact state"):
         fresh("oracle-ttft").choose(sim.next_request(), sim.telemetry)
 
 
@@ -533,6 +528,33 @@ def test_register_router__a_users_router_is_built_by_name_and_replayed():
         assert metrics["throughput"] > 0 and metrics["drop_rate"] < 1
     finally:
         del LIVE["test-lowest-1"]
+
+
+class _Peeker(_LowestIndex):
+    """A user's router that reads the engines' exact state, which no real router has."""
+
+    def choose(self, request, telemetry) -> int:
+        return int(np.argmin(telemetry.exact.waiting))
+
+
+def test_evaluate_fleet__only_a_reference_may_read_the_exact_engine_state():
+    from mabp_gym.fleet import evaluate_fleet, register_router, replay, shipped_trace
+    from mabp_gym.fleet.routers import ROUTERS as LIVE
+
+    trace = shipped_trace("synthetic").head(30)
+    config = FleetConfig(num_workers=2)
+    register_router("test-peeker", _Peeker)
+    register_router("test-peeker-ref", _Peeker, kind="reference")
+    try:
+        with pytest.raises(PermissionError, match="router _Peeker read telemetry.exact"):
+            evaluate_fleet(trace, ["test-peeker"], [0.5], runs=1, config=config)
+        records = evaluate_fleet(trace, ["test-peeker-ref"], [0.5], runs=1, config=config)
+        assert records[0]["throughput"] > 0
+        assert replay(trace, _Peeker(), config)["throughput"] > 0  # by hand: the caller's call
+        with pytest.raises(PermissionError, match="kind='reference'"):
+            replay(trace, _Peeker(), config, exact_state=False)
+    finally:
+        del LIVE["test-peeker"], LIVE["test-peeker-ref"]
 
 
 def test_register_router__the_shipped_kinds_decide_who_competes_in_a_table():

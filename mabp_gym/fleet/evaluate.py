@@ -101,6 +101,7 @@ def evaluate_fleet(
                     seed=seed + run,
                     engine=engine,
                     profile=profile,
+                    exact_state=ROUTERS[name].kind == "reference",
                 )
                 record = {
                     "trace": trace.name,

@@ -413,7 +413,9 @@ class Telemetry:
       (:class:`ScrapedMetrics`, every ``FleetConfig.scrape_interval_s``).
 
     ``exact`` (:class:`ExactState`) is the engines' exact state, which no production router
-    sees: only the labelled references read it.
+    sees: only the labelled references read it. Where ``exact_allowed`` is false (a router
+    that competes on a table, run by :func:`mabp_gym.fleet.evaluate_fleet`), reading it
+    raises ``PermissionError``.
     """
 
     def __init__(self, sim: FleetSimulator) -> None:
@@ -422,7 +424,22 @@ class Telemetry:
         self.num_workers = sim.config.num_workers
         self.in_flight = sim.in_flight  # (W,) int64
         self.scraped = ScrapedMetrics(sim)
-        self.exact = ExactState(sim)
+        self._exact = ExactState(sim)
+        self.exact_allowed = True
+        self.reader = "this router"  # named in the refusal
+
+    @property
+    def exact(self) -> ExactState:
+        """The engines' exact state (references only; see the class docstring)."""
+        if not self.exact_allowed:
+            raise PermissionError(
+                f"{self.reader} read telemetry.exact, the engines' exact state, which no "
+                "production router sees; a router that competes on the table reads what a "
+                "router sees (in_flight, first_tokens, ended, cached_blocks, scraped). "
+                "Register it with kind='reference' to read it (it then never competes for "
+                "the best cell)"
+            )
+        return self._exact
 
     @property
     def now(self) -> float:
@@ -435,7 +452,7 @@ class Telemetry:
         sim = self._sim
         delay = self.config.kv_event_delay_s
         if delay <= 0:
-            return self.exact.cached_blocks(hash_ids)
+            return self._exact.cached_blocks(hash_ids)
         then = sim.now - delay
         counts = np.zeros(self.num_workers, dtype=np.int64)
         for w, (cache, journal) in enumerate(zip(sim.caches, sim.journals, strict=True)):
@@ -1009,10 +1026,13 @@ def replay(
     seed: int = 0,
     engine: str = "simple",
     profile: str | None = None,
+    exact_state: bool = True,
 ) -> dict[str, float]:
     """Route every request of ``trace`` with ``router`` (a router, or a name
     :func:`~mabp_gym.fleet.routers.make_router` knows); the run's metrics (``engine`` and
-    ``profile`` as :class:`FleetSimulator`'s).
+    ``profile`` as :class:`FleetSimulator`'s). With ``exact_state=False`` the router may
+    not read ``telemetry.exact`` (:func:`~mabp_gym.fleet.evaluate_fleet` runs every router
+    but the references so).
 
     The router is reset with a generator seeded from ``seed``; its decision time is measured
     with ``time.perf_counter_ns`` around each ``choose`` call.
@@ -1038,6 +1058,8 @@ def replay(
     sim = FleetSimulator(trace, config, seed, engine=engine, profile=profile)
     router.reset(sim.config.num_workers, np.random.default_rng([seed, 1]))
     telemetry = sim.telemetry
+    telemetry.exact_allowed = exact_state
+    telemetry.reader = f"router {type(router).__name__}"
     clock = time.perf_counter_ns
     timings = sim.choose_ns
     while (request := sim.next_request()) is not None:

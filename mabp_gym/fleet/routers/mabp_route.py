@@ -75,12 +75,13 @@ class MABPRoute(RouterBase):
         full = cfg.prefill_s(request.input_length)
         self.seen += 1
         self.mean_prefill += (full - self.mean_prefill) / self.seen
-        exact = telemetry.exact
-        hits = (exact if self.exact else telemetry).cached_blocks(request.hash_ids)
+        # Only the labelled reference reads the engines' exact state.
+        exact = telemetry.exact if self.exact else None
+        hits = (exact or telemetry).cached_blocks(request.hash_ids)
         cached = np.minimum(hits * cfg.block_tokens, request.input_length)
         prefill = cfg.prefill_s(request.input_length - cached)
         self._prefill = prefill
-        if self.exact:
+        if exact is not None:
             backlog = exact.prefill_backlog_s()
             excess = (exact.running >= cfg.max_num_seqs) * exact.waiting
             busy = exact.running
@@ -94,7 +95,7 @@ class MABPRoute(RouterBase):
             job = cfg.prefill_s(cfg.tool_tokens + request.output_length) + (
                 cfg.downstream_output * cfg.decode_base_s
             )
-            if self.exact:
+            if exact is not None:
                 held = exact.tool_cached(request.tool_key)
             else:
                 held = np.array([request.tool_key in t for t in self.tools], dtype=bool)
