@@ -12,15 +12,17 @@ follows :class:`mabp_gym.policy.Policy`.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mabp_gym.core.validate import check_entry_point, resolve_entry_point
+from mabp_gym.core.validate import check_entry_point, import_entry_point, resolve_entry_point
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.extras import require
@@ -78,17 +80,51 @@ def register_policy(
     _REGISTRY[name] = PolicySpec(name, entry_point, dict(kwargs), needs, checkpoint)
 
 
+def named_policy(name: Any) -> None:
+    """Register a name of the form ``"module:attribute"`` as the policy it names, on first
+    use, after importing it (a typo is refused at once, naming the import's error). The
+    name says what it is, so every process resolves it alone: the CLI's, and the workers
+    of an evaluation however they were started. Other names are left as they are."""
+    if isinstance(name, str) and ":" in name and name not in _REGISTRY:
+        import_entry_point("policy", name)
+        register_policy(name, name)
+
+
 def policy_identity(name: str) -> str | None:
-    """What a policy registered by the user is (its entry point and fixed arguments), for
-    the run key: two processes may register one name for two policies. ``None`` for the
-    built-in names, whose keys it leaves as they were."""
+    """What a policy registered by the user is (its entry point, fixed arguments and a
+    digest of the source file that defines it), for the run key: two processes may
+    register one name for two policies, and an edited policy is another policy. ``None``
+    for the built-in names, whose keys it leaves as they were."""
+    named_policy(name)
     spec = _REGISTRY.get(name)
     if spec is None or name in POLICIES:
         return None
     entry = spec.entry_point
+    source = _source_digest(entry)
     if callable(entry):
         entry = f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', entry)}"
-    return f"{entry} {sorted(spec.kwargs.items())!r}"
+    return f"{entry} {sorted(spec.kwargs.items())!r} source {source}"
+
+
+def _source_digest(entry: str | Callable[..., Any]) -> str:
+    """A digest of the files that make ``entry``: the module it is named from and the file
+    that defines it, as they are on disk now ("?" for neither: a policy made in an
+    interactive session). What those files import from others is not in it."""
+    digest = hashlib.sha256()
+    found = False
+    paths: set[str | None] = set()
+    try:
+        target = resolve_entry_point(entry)
+        paths.add(inspect.getsourcefile(target))
+        module = entry.partition(":")[0] if isinstance(entry, str) else target.__module__
+        spec = importlib.util.find_spec(module)  # a ValueError for __main__
+        paths.add(spec.origin if spec is not None else None)
+    except (TypeError, ImportError, AttributeError, ValueError, OSError):
+        pass
+    for path in sorted(p for p in paths if p and Path(p).is_file()):
+        digest.update(Path(path).read_bytes())
+        found = True
+    return digest.hexdigest()[:16] if found else "?"
 
 
 def policy_names() -> tuple[str, ...]:
@@ -145,9 +181,13 @@ def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Any:
         MissingExtraError: the policy needs an extra that is not installed (an
             ``ImportError`` naming the extra).
     """
+    named_policy(name)
     spec = _REGISTRY.get(name) if isinstance(name, str) else None
     if spec is None:
-        raise ValueError(f"unknown policy {name!r}; choose one of {policy_names()}")
+        raise ValueError(
+            f"unknown policy {name!r}; choose one of {policy_names()}, or name your own "
+            "as 'module:Class'"
+        )
     fixed = sorted(set(spec.kwargs) & set(kw))
     if fixed:
         raise ValueError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -95,3 +96,38 @@ def test_checkpoint_path__several_patterns_take_the_first_shipped_file():
     # none shipped: the first pattern's file, which the policy's error then names
     assert checkpoint_path("test-two-files", {}, "rag").name == "never_rag.pt"
     assert checkpoint_path("residual-frame-mabp", {}, "rag").name == "residual_frame_mabp_any.pt"
+
+
+def test_a_policy_named_module_colon_class_runs_from_the_cli_and_is_keyed_by_its_source(
+    run_cli, tmp_path, monkeypatch
+):
+    from mabp_gym.registry import _REGISTRY
+
+    module = tmp_path / "my_policies.py"
+    module.write_text("from mabp_gym.agents.shortest_path import JoinShortestQueue as Mine\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "runs.jsonl"
+    args = ("eval", "--workload", "mixed", "--loads", "0.3", "--seeds", "0", "--horizon", "200")
+    args += ("--workers", "1", "--out", str(out))
+    try:
+        mine = run_cli(*args, "--policy", "my_policies:Mine", "jsq")
+        assert mine.returncode == 0, mine.stderr
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        ours, theirs = (next(r for r in records if r["policy"] == p) for p in (NAME, "jsq"))
+        assert ours["mean_backlog"] == theirs["mean_backlog"]  # JSQ under another name
+        # The same policy again: its run is reused. An edited one is another policy.
+        assert run_cli(*args, "--policy", NAME).returncode == 0
+        assert len(out.read_text().splitlines()) == 2
+        module.write_text("from mabp_gym.agents.shortest_path import ShortestPath as Mine\n")
+        monkeypatch.delitem(sys.modules, "my_policies")  # as a new process would import it
+        assert run_cli(*args, "--policy", NAME).returncode == 0
+        assert len(out.read_text().splitlines()) == 3
+    finally:
+        _REGISTRY.pop(NAME, None)
+    for bad in ("my_policies:Nope", "no_such_module:X"):
+        refused = run_cli("eval", "--policy", bad, "--loads", "0.3")
+        assert refused.returncode == 2 and "cannot import it" in refused.stderr
+        assert bad not in _REGISTRY
+
+
+NAME = "my_policies:Mine"

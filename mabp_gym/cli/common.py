@@ -205,12 +205,18 @@ def _parse_grid(tokens: list[str], name: str) -> list[float]:
 
 
 def _policies(tokens: list[str]) -> list[str]:
-    from mabp_gym.agents import POLICIES
+    """The policy names of ``--policies``: registered ones, or your own as
+    ``module:Class`` (importable from where the command runs; checked by importing it)."""
+    from mabp_gym.registry import named_policy, policy_names
 
     names = [p for token in tokens for p in token.split(",") if p]
     for name in names:
-        if name not in POLICIES:
-            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+        named_policy(name)
+        if name not in policy_names():
+            raise ValueError(
+                f"unknown policy {name!r}; choose from {', '.join(policy_names())}, or give "
+                "your own as module:Class"
+            )
     if not names:
         raise ValueError("give at least one policy")
     return names

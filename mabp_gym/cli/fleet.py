@@ -85,18 +85,10 @@ def _register_user_router(entry: str) -> None:
     """Register ``module:attribute`` (a router class or factory importable here) as a
     ``user`` router named by that text, after importing it, so that a typo is refused
     before any run."""
-    import importlib
-
+    from mabp_gym.core.validate import import_entry_point
     from mabp_gym.fleet import register_router
 
-    module_name, _, attribute = entry.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise ValueError(f"--routers {entry!r}: cannot import it ({error})") from None
-    if not callable(factory):
-        raise ValueError(f"--routers {entry!r}: {attribute} is not a class or a function")
-    register_router(entry, factory)
+    register_router(entry, import_entry_point("--routers", entry))
 
 
 def _fleet(args: argparse.Namespace) -> None:

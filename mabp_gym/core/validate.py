@@ -107,6 +107,20 @@ def resolve_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., 
     return target
 
 
+def import_entry_point(what: str, text: str) -> Callable[..., Any]:
+    """The callable that ``"module:attribute"`` names, imported now; a ``ValueError`` naming
+    ``what`` (``"--routers"``, ``"policy"``) and the import's own error where it cannot be
+    imported or is not callable."""
+    check_entry_point(what, text, text)
+    try:
+        target = resolve_entry_point(text)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ValueError(f"{what} {text!r}: cannot import it ({error})") from None
+    if not callable(target):
+        raise ValueError(f"{what} {text!r}: {text.partition(':')[2]} is not a class or a function")
+    return target
+
+
 def check_entry_point(what: str, name: str, entry_point: Any) -> None:
     """Refuse an entry point of a registered ``what`` (``"policy"``, ``"router"``) that is
     neither a ``"module:attribute"`` string nor a callable, naming ``name``."""
