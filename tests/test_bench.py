@@ -109,6 +109,15 @@ def test_cli__runs_the_suite_resumes_and_prints_the_board_from_saved_results(tmp
     again = cli(*common, "--out", str(out), "--from-results")
     assert again.returncode == 0 and again.stdout == first.stdout
     assert len(out.read_text().splitlines()) == 4  # nothing ran again
+    # Asked at other seeds, the error says where the file's runs are.
+    elsewhere = cli(*common[:-1], "9003:9005", "--out", str(out), "--from-results")
+    assert elsewhere.returncode == 1 and "it holds them at seeds 9000-9001" in elsewhere.stderr
+    # Runs of a policy the board does not name are not dropped in silence.
+    line = json.loads(out.read_text().splitlines()[0])
+    with out.open("a") as handle:
+        handle.write(json.dumps({**line, "policy": "mine:Thing", "key": "mine"}) + "\n")
+    suite = cli(*common[:2], *common[5:], "--out", str(out), "--from-results")
+    assert suite.returncode == 0 and "also holds runs of mine:Thing" in suite.stdout
 
 
 @pytest.mark.parametrize(
@@ -146,6 +155,16 @@ def test_leaderboard__only_the_benchmarks_own_setting_and_each_run_once():
         bench.leaderboard(mine + [twice], [task])
     with pytest.raises(ValueError, match="seed 9000 is given twice"):
         bench.check_seeds([9000, 9001, 9000])
+
+
+def test_cli__from_results_refuses_a_file_of_no_policy_runs(tmp_path):
+    fleet = tmp_path / "fleet.jsonl"
+    fleet.write_text(json.dumps({"router": "jsq", "trace": "synthetic"}) + "\n")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a results file\n")
+    for path in (fleet, notes):
+        result = cli("--out", str(path), "--from-results")
+        assert result.returncode == 2 and "holds no policy runs" in result.stderr
 
 
 def test_cli__every_requested_pair_left_out_says_why_not_none():
@@ -193,6 +212,10 @@ def test_a_workload_file_task_matches_its_records_and_the_tracks_get_their_own_s
     first, second = text.split("Generalisation track")
     assert "Main track:" in first and "| bp | 1 of 1 | 2.00 |" in first
     assert "| bp | 1 of 1 | 2.00 |" in second and "**file-multihop14-0.90**" in second
+    # The JSON's standings are the board's: one list a track, never pooled over both.
+    by_track = bench.track_standings(bench.leaderboard(records, [main, held]), [main, held])
+    assert set(by_track) == {"main", "held-out"}
+    assert [(s["policy"], s["tasks"]) for s in by_track["held-out"]] == [("bp", 1), ("mabp", 1)]
 
 
 def test_current_runs_set_aside_an_earlier_checkpoints_run_of_the_same_seed():

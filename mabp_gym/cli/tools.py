@@ -173,6 +173,34 @@ def _train(args: argparse.Namespace) -> None:
     learner.report(learner.train(options))
 
 
+def _no_board(args: argparse.Namespace, tasks: list, policies: list[str], seeds: list[int]) -> str:
+    """Why a board came out empty, and what the results file holds instead."""
+    from mabp_gym.harness.results_file import read_records
+
+    where = args.out if args.out is not None else "this run"
+    text = (
+        f"mabp-gym bench: no runs of these tasks and policies in {where} at seeds "
+        f"{seeds[0]}-{seeds[-1]} and horizon {args.horizon}"
+    )
+    if args.out is None or not Path(args.out).is_file():
+        return text
+    held = [r for r in read_records(args.out) if any(t.matches(r) for t in tasks)]
+    held = [r for r in held if r["policy"] in policies]
+    if held:
+        found_seeds = sorted({int(r["seed"]) for r in held})
+        horizons = sorted({int(r["horizon"]) for r in held})
+        text += (
+            f"; it holds them at seeds {found_seeds[0]}-{found_seeds[-1]}, horizon "
+            f"{', '.join(map(str, horizons))}: give those with --seeds and --horizon"
+        )
+    return text
+
+
+def _other_policies(records: list, tasks: list, wanted: set[str]) -> list[str]:
+    """Policies with runs of these tasks in a results file that the board leaves out."""
+    return sorted({r["policy"] for r in records if any(t.matches(r) for t in tasks)} - wanted)
+
+
 def _bench(args: argparse.Namespace) -> None:
     from mabp_gym.harness import bench
 
@@ -196,6 +224,13 @@ def _bench(args: argparse.Namespace) -> None:
         if args.from_results:
             if args.out is None or not Path(args.out).is_file():
                 raise ValueError("--from-results needs --out naming an existing results file")
+            from mabp_gym.harness.results_file import results_kind
+
+            if results_kind(args.out) != "eval":
+                raise ValueError(
+                    f"--out {args.out!r} holds no policy runs (mabp-gym bench, eval or table "
+                    "records): --from-results reads the file a bench run wrote"
+                )
         else:
             _writable(args.out, "--out", results="eval")
             if args.workers is not None and args.workers < 1:
@@ -214,17 +249,22 @@ def _bench(args: argparse.Namespace) -> None:
         if r["policy"] in wanted and r["seed"] in seeds and r["horizon"] == args.horizon
     ]
     rows = bench.leaderboard(records, tasks)
-    if not rows and skipped:
+    if not rows and not specs:
         reasons = "; ".join(f"{policy} on {task}: {why}" for task, policy, why in skipped)
         raise SystemExit(f"mabp-gym bench: every requested pair was left out ({reasons})")
     if not rows:
-        where = args.out if args.out is not None else "this run"
-        raise SystemExit(f"mabp-gym bench: no runs of these tasks and policies in {where}")
+        raise SystemExit(_no_board(args, tasks, policies, seeds))
+    if args.from_results and args.policies is None:
+        others = _other_policies(read_records(args.out), tasks, wanted)
+        if others:
+            print(f"(the file also holds runs of {', '.join(others)}: name them in --policies)")
     text = bench.markdown(rows, skipped, tasks)
     print(text, end="")
     if args.markdown:
         Path(args.markdown).write_text(text)
     if args.json:
         Path(args.json).write_text(
-            json.dumps(_finite({"rows": rows, "standings": bench.standings(rows)}), indent=2)
+            json.dumps(
+                _finite({"rows": rows, "standings": bench.track_standings(rows, tasks)}), indent=2
+            )
         )

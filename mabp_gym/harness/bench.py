@@ -385,6 +385,20 @@ def standings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
+def track_standings(
+    rows: Sequence[dict[str, Any]], tasks: Sequence[Task] = TASKS
+) -> dict[str, list[dict[str, Any]]]:
+    """:func:`standings` of each track apart (``"main"``, ``"held-out"``), as the board
+    prints them: a policy's main-track score never averages in a held-out network."""
+    track_of = {task.name: task.track for task in tasks}
+    result = {}
+    for track in TRACK_TITLES:
+        mine = [r for r in rows if track_of.get(r["task"]) == track]
+        if mine:
+            result[track] = standings(mine)
+    return result
+
+
 def markdown(
     rows: Sequence[dict[str, Any]],
     skipped: Sequence[tuple[str, str, str]] = (),
@@ -393,11 +407,8 @@ def markdown(
     """The leaderboard: the standings of each track, then one table per task, then what
     was left out."""
     lines: list[str] = []
-    track_of = {task.name: task.track for task in tasks}
-    for track, title in TRACK_TITLES.items():
-        mine = [r for r in rows if track_of.get(r["task"]) == track]
-        if not mine:
-            continue
+    for track, ranked in track_standings(rows, tasks).items():
+        title = TRACK_TITLES[track]
         lines += [
             *([""] if lines else []),
             f"{title}:",
@@ -405,7 +416,7 @@ def markdown(
             "| Policy | Tasks stable | Score where stable (geo-mean vs MABP) |",
             "| --- | --- | --- |",
         ]
-        for entry in standings(mine):
+        for entry in ranked:
             score = "-" if entry["score"] is None else f"{entry['score']:.2f}"
             lines.append(f"| {entry['policy']} | {entry['stable']} of {entry['tasks']} | {score} |")
     for task in tasks:
