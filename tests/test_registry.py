@@ -131,3 +131,15 @@ def test_a_policy_named_module_colon_class_runs_from_the_cli_and_is_keyed_by_its
 
 
 NAME = "my_policies:Mine"
+
+
+def test_import_entry_point__finds_a_module_in_the_working_folder_last(tmp_path, monkeypatch):
+    from mabp_gym.core.validate import import_entry_point
+
+    (tmp_path / "beside_me.py").write_text("def Thing(workload, **kw):\n    return None\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert import_entry_point("policy", "beside_me:Thing").__name__ == "Thing"
+    assert sys.path[-1] == str(tmp_path)  # appended: it shadows no installed module
+    with pytest.raises(ValueError, match="cannot import it"):
+        import_entry_point("policy", "not_here_either:Thing")

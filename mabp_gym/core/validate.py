@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -110,10 +112,18 @@ def resolve_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., 
 def import_entry_point(what: str, text: str) -> Callable[..., Any]:
     """The callable that ``"module:attribute"`` names, imported now; a ``ValueError`` naming
     ``what`` (``"--routers"``, ``"policy"``) and the import's own error where it cannot be
-    imported or is not callable."""
+    imported or is not callable. A module found nowhere on the path is looked for in the
+    working folder too, last (a console script's path does not hold it, ``python -m``'s
+    does): ``my_policies.py`` beside you is importable as ``my_policies:Mine``."""
     check_entry_point(what, text, text)
     try:
-        target = resolve_entry_point(text)
+        try:
+            target = resolve_entry_point(text)
+        except ModuleNotFoundError:
+            if os.getcwd() in sys.path or "" in sys.path:
+                raise
+            sys.path.append(os.getcwd())
+            target = resolve_entry_point(text)
     except (ImportError, AttributeError, ValueError) as error:
         raise ValueError(f"{what} {text!r}: cannot import it ({error})") from None
     if not callable(target):
