@@ -21,9 +21,13 @@ from mabp_gym.harness.pareto import REFERENCE, compare
 from mabp_gym.harness.results_file import read_records
 
 
-def paired(records: list[dict], policy: str, task: bench.Task) -> dict | None:
-    """The paired comparison on one task (``None`` where the two share no seed)."""
-    mine = [r for r in records if task.matches(r)]
+def paired(
+    records: list[dict], policy: str, task: bench.Task, horizon: int = bench.HORIZON
+) -> dict | None:
+    """The paired comparison on one task at one horizon (``None`` where the two share no
+    seed there): a P95 delay counting queued requests depends on the run's length, so runs
+    of two horizons are never paired."""
+    mine = [r for r in records if task.matches(r) and int(r["horizon"]) == horizon]
     by_seed = {
         name: {r["seed"]: r for r in mine if r["policy"] == name} for name in (policy, REFERENCE)
     }
@@ -40,11 +44,23 @@ def main() -> None:
     parser.add_argument("--out", default="results/bench.jsonl", help="the board's results file")
     parser.add_argument("--policy", default="residual-frame-mabp")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument(
+        "--horizon", type=int, default=bench.HORIZON, help="the runs' horizon (the board's)"
+    )
     args = parser.parse_args()
+    if not Path(args.out).is_file():
+        parser.error(f"--out {args.out!r}: no such results file (mabp-gym bench --out writes it)")
     # Only the runs of the checkpoints shipped now: retraining appends to the same file.
-    specs, _ = bench.plan_bench(bench.TASKS, [args.policy, REFERENCE], bench.SEEDS)
+    try:
+        specs, _ = bench.plan_bench(
+            bench.TASKS, [args.policy, REFERENCE], bench.SEEDS, args.horizon
+        )
+    except ValueError as error:
+        parser.error(f"--policy {args.policy!r}: {error}")
     records = bench.current_runs(read_records(args.out), specs, bench.TASKS)
-    rows = [row for task in bench.TASKS if (row := paired(records, args.policy, task))]
+    rows = [
+        row for task in bench.TASKS if (row := paired(records, args.policy, task, args.horizon))
+    ]
     print(f"{args.policy} against {REFERENCE}, paired by seed ({args.out})\n")
     print("| Task | Seeds | P95 delay ratio | Penalty ratio | Both stable | Pareto win |")
     print("| --- | --- | --- | --- | --- | --- |")
