@@ -127,6 +127,33 @@ def _source_digest(entry: str | Callable[..., Any]) -> str:
     return digest.hexdigest()[:16] if found else "?"
 
 
+def user_registrations() -> list[PolicySpec]:
+    """The policies registered in this process beyond the built-in ones that another process
+    can register again: those named by a ``"module:attribute"`` entry point, or by a
+    callable that pickles (a class at a module's top level). A worker process started
+    without ``fork`` (``spawn``, ``forkserver``: Python's default from 3.14 on Linux) has
+    only the built-in names until it registers these (:func:`register_again`)."""
+    import pickle
+
+    specs = []
+    for name, spec in _REGISTRY.items():
+        if name in POLICIES:
+            continue
+        try:
+            pickle.dumps(spec)
+        except Exception:  # noqa: BLE001 - a lambda, a local class: fork-only
+            continue
+        specs.append(spec)
+    return specs
+
+
+def register_again(specs: list[PolicySpec]) -> None:
+    """Register in this process the :func:`user_registrations` of another that it lacks."""
+    for spec in specs:
+        if spec.name not in _REGISTRY:
+            _REGISTRY[spec.name] = spec
+
+
 def policy_names() -> tuple[str, ...]:
     """Every registered name: the built-in ones in Table I order, then those added."""
     return tuple(_REGISTRY)

@@ -143,3 +143,32 @@ def test_import_entry_point__finds_a_module_in_the_working_folder_last(tmp_path,
     assert sys.path[-1] == str(tmp_path)  # appended: it shadows no installed module
     with pytest.raises(ValueError, match="cannot import it"):
         import_entry_point("policy", "not_here_either:Thing")
+
+
+def test_a_worker_started_by_spawn_knows_the_parents_own_policies(tmp_path, monkeypatch):
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from mabp_gym.harness.dispatch import _start_worker
+    from mabp_gym.registry import _REGISTRY, user_registrations
+
+    (tmp_path / "spawned_policies.py").write_text(
+        "from mabp_gym.agents.shortest_path import JoinShortestQueue as Mine\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # a spawned child gets the parent's path
+    register_policy("test-short-name", "spawned_policies:Mine")
+    try:
+        assert "test-short-name" in [s.name for s in user_registrations()]
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(1, mp_context=spawn) as bare:
+            assert "test-short-name" not in bare.submit(policy_names).result()
+        with ProcessPoolExecutor(
+            1,
+            mp_context=spawn,
+            initializer=_start_worker,
+            initargs=(os.getpid(), user_registrations()),
+        ) as pool:
+            assert "test-short-name" in pool.submit(policy_names).result()
+    finally:
+        _REGISTRY.pop("test-short-name", None)

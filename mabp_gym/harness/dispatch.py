@@ -23,9 +23,19 @@ def _run_safely(spec: RunSpec) -> tuple[dict[str, Any] | None, str | None]:
         return None, traceback.format_exc()
 
 
+def _start_worker(parent: int, policies: list[Any]) -> None:
+    """Worker initializer: the parent's own policies registered here too (a worker started
+    by ``spawn`` or ``forkserver`` knows only the built-in ones), then
+    :func:`_watch_parent`."""
+    from mabp_gym.registry import register_again
+
+    register_again(policies)
+    _watch_parent(parent)
+
+
 def _watch_parent(parent: int) -> None:
-    """Worker initializer: exit when the parent process is gone (a ``kill -9`` of the
-    sweep must not leave workers computing for nobody)."""
+    """Exit when the parent process is gone (a ``kill -9`` of the sweep must not leave
+    workers computing for nobody)."""
     import threading
 
     adopted_by = os.getppid()
@@ -61,10 +71,12 @@ def dispatch(
     elif backend == "process":
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+        from mabp_gym.registry import user_registrations
+
         pool = ProcessPoolExecutor(
             max_workers=min(workers or os.cpu_count() or 1, len(todo)),
-            initializer=_watch_parent,
-            initargs=(os.getpid(),),
+            initializer=_start_worker,
+            initargs=(os.getpid(), user_registrations()),
         )
         clean = False
         try:
