@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -228,3 +230,44 @@ def test_current_runs_set_aside_an_earlier_checkpoints_run_of_the_same_seed():
     kept = bench.current_runs([earlier, now, elsewhere], specs, task)
     assert kept == [now, elsewhere]
     assert bench.current_runs([earlier], specs, task) == [earlier]
+
+
+PARETO = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_pareto.py"
+
+
+def _pareto_script():
+    sys.path.insert(0, str(PARETO.parent))  # its own helpers
+    try:
+        spec = importlib.util.spec_from_file_location("bench_pareto", PARETO)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(PARETO.parent))
+    return module
+
+
+def test_bench_pareto__never_pairs_runs_of_two_horizons():
+    pareto = _pareto_script()
+    task = bench.tasks_named(["mixed-0.90"])[0]
+    records = [
+        {**record("mabp", task, 9000, 300.0), "horizon": 8000},  # not the board's run
+        record("frame-mabp", task, 9000, 100.0),
+        record("mabp", task, 9001, 200.0),
+        record("frame-mabp", task, 9001, 100.0),
+    ]
+    row = pareto.paired(records, "mabp", task)
+    assert row is not None and row["seeds"] == 1 and row["delay_ratio"] == 2.0
+    assert pareto.paired(records, "mabp", task, horizon=8000) is None  # no frame-MABP twin
+
+
+def test_bench_pareto__a_missing_file_or_an_unknown_policy_is_one_line(tmp_path):
+    for argv, message in (
+        (["--out", str(tmp_path / "none.jsonl")], "no such results file"),
+        (["--out", str(PARETO), "--policy", "nope"], "--policy 'nope': unknown policy"),
+    ):
+        result = subprocess.run(
+            [sys.executable, str(PARETO), *argv], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
