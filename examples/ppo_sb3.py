@@ -84,15 +84,19 @@ class Curve(BaseCallback):
     def evaluate(self) -> None:
         point: dict[str, float] = {"steps": int(self.num_timesteps)}
         # Deterministic (the means) and stochastic (sampled, seeded) play: early on the
-        # means are all near 0 and only their signs decide, so both are reported.
+        # means are all near 0 and only their signs decide, so both are reported. The
+        # draws come from a generator of the episode's own: torch's global one is PPO's,
+        # and seeding it here made every --seed sample alike and --eval-every change the
+        # training.
+        policy = self.model.policy
         for mode in ("deterministic", "stochastic"):
-
-            def act(obs, det=mode == "deterministic"):
-                return self.model.predict(obs, deterministic=det)[0]
-
             returns = []
             for seed in self.args.eval_seeds:
-                torch.manual_seed(seed)
+                if mode == "deterministic":
+                    act = lambda obs: policy.predict(obs, deterministic=True)[0]  # noqa: E731
+                else:
+                    draws = torch.Generator().manual_seed(seed)
+                    act = lambda obs, g=draws: policy.sample_scores(obs, g)  # noqa: E731
                 returns.append(episode_return(self.env, act, seed))
             point[f"return_{mode}"] = float(np.mean(returns))
         self.points.append(point)
@@ -170,8 +174,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.n_envs < 1:
-        parser.error(f"--n-envs must be at least 1, got {args.n_envs}")
+    for flag, value, least in (
+        ("--n-envs", args.n_envs, 1),
+        ("--steps", args.steps, 1),
+        ("--n-steps", args.n_steps, 2),  # SB3 needs two samples to normalize advantages
+        ("--eval-every", args.eval_every, 1),
+        ("--horizon", args.horizon, 2),
+    ):
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, got {value}")
     if args.update_threads < 0:
         parser.error(
             f"--update-threads must be 0 or more (0: one thread), got {args.update_threads}"

@@ -760,10 +760,35 @@ def test_ppo_sb3_example__each_point_is_the_policy_trained_on_its_steps(monkeypa
     assert torch.get_num_threads() == 1  # the updates' threads given back
 
 
+def test_ppo_sb3_example__evaluating_changes_neither_torchs_generator_nor_the_training():
+    # It seeded torch's global generator, PPO's own: every --seed then sampled alike, and
+    # --eval-every changed what was trained.
+    torch = pytest.importorskip("torch")
+    small = ["--steps", "128", "--n-envs", "2", "--n-steps", "32", "--horizon", "30"]
+    small += ["--eval-seeds", "100", "--references", "bp"]
+    often = _example("ppo_sb3").main([*small, "--eval-every", "32"])
+    seldom = _example("ppo_sb3").main([*small, "--eval-every", "1000"])
+    assert [p["steps"] for p in often["curve"]] == [0, 64, 128]  # a point a rollout
+    assert [p["steps"] for p in seldom["curve"]] == [0, 128]
+    assert often["curve"][-1] == seldom["curve"][-1]  # the same training either way
+    example = _example("ppo_sb3")
+    args = example._parser().parse_args([*small, "--eval-every", "32"])
+    args.eval_load = 0.3
+    curve = example.Curve(args)
+    curve.model = example.PPO(example.GraphActorCriticPolicy, example.make_env("mixed", 0.3, 30))
+    curve.num_timesteps = 0
+    torch.manual_seed(7)
+    state = torch.random.get_rng_state()
+    curve.evaluate()
+    assert torch.equal(torch.random.get_rng_state(), state)  # untouched
+
+
 @pytest.mark.parametrize(
     "flag, value, match",
     [
         ("--n-envs", "0", "--n-envs must be at least 1"),
+        ("--steps", "-1000", "--steps must be at least 1"),
+        ("--n-steps", "1", "--n-steps must be at least 2"),
         ("--update-threads", "-1", "--update-threads must be 0 or more"),
     ],
 )
