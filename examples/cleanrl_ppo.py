@@ -113,6 +113,22 @@ def parse_args(argv: list[str] | None = None) -> Args:
         parser.error(f"--agent must be one of {sorted(AGENTS)}, got {args.agent!r}")
     if args.hidden < 0:
         parser.error(f"--hidden must be at least 0 (0: the agent's default), got {args.hidden}")
+    for flag, value, least in (
+        ("--total-timesteps", args.total_timesteps, 1),
+        ("--num-envs", args.num_envs, 1),
+        ("--num-steps", args.num_steps, 1),
+        ("--num-minibatches", args.num_minibatches, 1),
+        ("--update-epochs", args.update_epochs, 1),
+        ("--eval-episodes", args.eval_episodes, 1),
+    ):
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, got {value}")
+    batch = args.num_envs * args.num_steps
+    if batch // args.num_minibatches < 2:
+        parser.error(
+            f"--num-minibatches must leave at least 2 samples a minibatch: the batch is "
+            f"--num-envs x --num-steps = {batch}, got {args.num_minibatches}"
+        )
     return args
 
 

@@ -37,6 +37,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -307,6 +308,7 @@ def make_model(args: Args) -> PPO:
     """The recipe's PPO on its training envs: ``n_envs`` envs of ``workload``, each
     episode's load drawn from the training interval, rewards normalized, the learning rate
     annealed linearly to 0 and each update's epochs stopped at ``target_kl``."""
+    # An interval, or one load where --load-low equals --load-high.
     load = (args.load_low, args.load_high) if args.load_high > args.load_low else args.load_low
     # The batched vector env: the transitions DummyVecEnv of these envs gives, every env's
     # slot in one compiled call (tests/test_sb3_vec.py).
@@ -382,7 +384,61 @@ def parse(argv: list[str] | None) -> Args:
         parser.error(
             f"--update-threads must be 0 or more (0: one thread), got {args.update_threads}"
         )
+    check_before_training(args, parser)
     return args
+
+
+def check_before_training(args: Args, parser: argparse.ArgumentParser) -> None:
+    """Refuse what would otherwise fail after the training (the verdict's policies, loads
+    and horizon) or inside SB3 (budgets it cannot run), and evaluation seeds a training
+    env resets with."""
+    from mabp_gym.core.metrics import check_window
+    from mabp_gym.registry import named_policy, policy_names
+
+    for flag, value, least in (
+        ("--steps", args.steps, 1),
+        ("--n-envs", args.n_envs, 1),
+        ("--n-steps", args.n_steps, 2),
+        ("--batch-size", args.batch_size, 2),  # a one-sample batch has no advantage std
+        ("--n-epochs", args.n_epochs, 1),
+        ("--horizon", args.horizon, 2),
+        ("--select-every", args.select_every, 1),
+    ):
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, got {value}")
+    if not 0.0 <= args.load_low <= args.load_high <= 10.0:
+        parser.error(
+            f"--load-low and --load-high must satisfy 0 <= low <= high <= 10 (equal: one "
+            f"load), got {args.load_low} and {args.load_high}"
+        )
+    bad_loads = [x for x in args.eval_loads if not 0.0 < x <= 10.0]
+    if bad_loads:
+        parser.error(f"--eval-loads must each be in (0, 10], got {bad_loads}")
+    for flag, horizon in (
+        ("--select-horizon", args.select_horizon),
+        ("--walk-horizon", args.walk_horizon),
+        ("--eval-horizon", args.eval_horizon),
+    ):
+        try:
+            check_window(horizon, 0.2)
+        except ValueError as error:
+            parser.error(f"{flag}: {error}")
+    for name in args.eval_policies:
+        try:
+            named_policy(name)
+        except ValueError as error:
+            parser.error(f"--eval-policies: {error}")
+        if name not in policy_names():
+            parser.error(f"--eval-policies: unknown policy {name!r}; choose from {policy_names()}")
+    trained_on = set(range(args.seed, args.seed + args.n_envs))
+    if not args.checkpoint and trained_on & set(args.eval_seeds):
+        parser.error(
+            f"--eval-seeds must not include a seed the training envs reset with (--seed "
+            f"{args.seed} to {args.seed + args.n_envs - 1}), got {sorted(args.eval_seeds)}"
+        )
+    missing = [c for c in args.checkpoint if not os.path.isfile(c)]
+    if missing:
+        parser.error(f"--checkpoint: no such file {missing[0]!r} (give the .zip's full name)")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -313,6 +313,25 @@ def test_ppo_from_scratch_recipe__checkpoints_must_have_their_own_names(capsys):
         assert match in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--eval-policies", "bp", "nosuch"], "unknown policy 'nosuch'"),
+        (["--eval-loads", "20"], "--eval-loads must each be in (0, 10]"),
+        (["--eval-horizon", "0"], "--eval-horizon: horizon 0"),
+        (["--steps", "-1000"], "--steps must be at least 1"),
+        (["--n-epochs", "0"], "--n-epochs must be at least 1"),
+        (["--load-low", "0.8", "--load-high", "0.3"], "0 <= low <= high <= 10"),
+        (["--seed", "300"], "a seed the training envs reset with"),
+        (["--checkpoint", "missing.zip"], "no such file 'missing.zip'"),
+    ],
+)
+def test_ppo_from_scratch_recipe__refuses_what_would_fail_after_training(argv, match, capsys):
+    with pytest.raises(SystemExit):
+        _example("ppo_from_scratch").parse(argv)
+    assert match in capsys.readouterr().err
+
+
 def test_ppo_from_scratch_recipe__anneals_the_rate_and_stops_an_update_at_its_kl(tmp_path):
     scratch = _example("ppo_from_scratch")
     args = scratch.parse([])
@@ -460,6 +479,14 @@ def test_cleanrl_example__an_unknown_agent_is_refused_by_name(capsys):
     assert (
         "--agent must be one of ['candidate', 'mlp'], got 'transformer'" in capsys.readouterr().err
     )
+    for argv, match in (
+        (["--total-timesteps", "-1000"], "--total-timesteps must be at least 1"),
+        (["--eval-episodes", "-3"], "--eval-episodes must be at least 1"),
+        (["--num-minibatches", "8", "--num-envs", "1", "--num-steps", "4"], "at least 2 samples"),
+    ):
+        with pytest.raises(SystemExit):
+            cleanrl.parse_args(argv)
+        assert match in capsys.readouterr().err
 
 
 @pytest.mark.examples
