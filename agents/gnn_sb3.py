@@ -292,6 +292,24 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
     def get_distribution(self, obs: Any) -> MaskedDiagGaussian:
         return self._masked(obs)[0]
 
+    def for_env(self, env: Any) -> _MaskedGraphPolicy:
+        """This policy, its weights and settings, for the spaces of ``env`` (a Gymnasium
+        env, vector env or SB3 ``VecEnv`` of any workload: every parameter's shape is the
+        same), on this policy's device, ready to act (``predict``, ``sample_scores``).
+        ``PPO.load`` refuses another workload's spaces; this is how a policy trained on one
+        network runs on another::
+
+            policy = PPO.load("mixed.zip").policy.for_env(gym.make("mabp_gym/Rag-v0"))
+        """
+        space = getattr(env, "single_observation_space", None) or env.observation_space
+        actions = getattr(env, "single_action_space", None) or env.action_space
+        settings = self._get_constructor_parameters()
+        settings.update(observation_space=space, action_space=actions)
+        other = type(self)(**settings)
+        other.load_state_dict(self.state_dict())
+        other.set_training_mode(False)
+        return other.to(self.device)
+
     def sample_scores(self, observation: Any, generator: torch.Generator) -> np.ndarray:
         """One draw of the stochastic policy PPO trained, from ``generator`` (so a run is
         reproducible, unlike ``predict(deterministic=False)``, which draws from torch's

@@ -84,6 +84,26 @@ def test_graph_policy__one_state_dict_runs_on_every_workload_shape():
     assert len(sizes) == len(SHAPES), "the shapes tried have different candidate counts"
 
 
+def test_graph_policy__for_env_runs_a_saved_model_on_another_workload(tmp_path):
+    PPO(GraphActorCriticPolicy, _env("mixed"), n_steps=16, batch_size=16, seed=0).save(
+        tmp_path / "mixed.zip"
+    )
+    trained = PPO.load(tmp_path / "mixed.zip")
+    rag = _env("rag")
+    with pytest.raises(ValueError, match="Observation spaces do not match"):
+        PPO.load(tmp_path / "mixed.zip", env=rag)
+    policy = trained.policy.for_env(rag)
+    assert type(policy) is type(trained.policy)
+    assert policy.observation_space is rag.observation_space
+    state = trained.policy.state_dict()
+    assert all(torch.equal(v, state[k]) for k, v in policy.state_dict().items())
+    obs, _ = rag.reset(seed=0)
+    scores, _ = policy.predict(obs, deterministic=True)
+    assert scores.shape == rag.action_space.shape and np.isfinite(scores).all()
+    vector = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2, workload="rag")
+    assert trained.policy.for_env(vector).action_space == rag.action_space
+
+
 def test_graph_policy__candidate_mean_reads_that_candidates_own_features():
     env = _env("mixed")
     policy = _policy(env)
