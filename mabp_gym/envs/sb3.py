@@ -122,7 +122,9 @@ class UpdateThreads(BaseCallback):
     Why: a rollout's forward on a few small graphs is fastest on one thread, while a
     minibatch of 256 graphs' backward uses more: on the 2-core machine, PPO's updates on two
     threads took about 0.77x the time of one (``benchmarks/RESULTS.md``). The arithmetic's
-    order depends on the thread count, so a run reproduces for one count only.
+    order depends on the thread count, so a run reproduces for one count only. SB3 calls no
+    callback when an update raises (Ctrl-C in a notebook): the count then stays at
+    ``threads`` until the next ``learn`` with this callback, or ``torch.set_num_threads``.
 
     Example::
 
