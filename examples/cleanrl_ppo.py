@@ -105,9 +105,19 @@ def parse_args(argv: list[str] | None = None) -> Args:
     for field in dataclasses.fields(Args):
         flag = f"--{field.name.replace('_', '-')}"
         if isinstance(field.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
+            parser.add_argument(
+                flag,
+                action=argparse.BooleanOptionalAction,
+                default=field.default,
+                help=f"default: {field.default}",
+            )
         else:
-            parser.add_argument(flag, type=type(field.default), default=field.default)
+            parser.add_argument(
+                flag,
+                type=type(field.default),
+                default=field.default,
+                help=f"default: {field.default}",
+            )
     args = Args(**vars(parser.parse_args(argv)))
     if args.agent not in AGENTS:
         parser.error(f"--agent must be one of {sorted(AGENTS)}, got {args.agent!r}")

@@ -455,11 +455,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if f.name in ("select_seeds", "eval_seeds"):
                 item = int
             many = "*" if f.name == "eval_policies" else "+"  # none: the learned policy alone
-            parser.add_argument(flag, nargs=many, type=item, default=default)
+            parser.add_argument(
+                flag, nargs=many, type=item, default=default, help=f"default: {default}"
+            )
         elif f.name in ("json", "save"):
-            parser.add_argument(flag, default=None)
+            parser.add_argument(flag, default=None, help="default: none")
         else:
-            parser.add_argument(flag, type=type(default), default=default)
+            parser.add_argument(
+                flag, type=type(default), default=default, help=f"default: {default}"
+            )
     args = Args(**vars(parser.parse_args(argv)))
     used = set(args.select_seeds) & set(args.eval_seeds)
     if used:

@@ -353,13 +353,22 @@ def parse(argv: list[str] | None) -> Args:
         if isinstance(default, list):
             item = {"eval_loads": float, "eval_policies": str, "checkpoint": str}.get(f.name, int)
             many = "*" if f.name == "eval_policies" else "+"  # none: the model alone
-            parser.add_argument(flag, nargs=many, type=item, default=default)
+            parser.add_argument(
+                flag, nargs=many, type=item, default=default, help=f"default: {default}"
+            )
         elif f.name == "json":
-            parser.add_argument(flag, default=None)
+            parser.add_argument(flag, default=None, help="default: none")
         elif isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+            parser.add_argument(
+                flag,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=f"default: {default}",
+            )
         else:
-            parser.add_argument(flag, type=type(default), default=default)
+            parser.add_argument(
+                flag, type=type(default), default=default, help=f"default: {default}"
+            )
     args = Args(**vars(parser.parse_args(argv)))
     used = (set(args.select_seeds) | set(args.walk_seeds)) & set(args.eval_seeds)
     if used:
