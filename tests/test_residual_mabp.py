@@ -367,6 +367,10 @@ def test_the_penalty_ceiling_binds_the_mean_or_every_network():
     over = 1.0 / 0.8 - 1.0  # the slower network of `runs` is at 1.0
     expected = np.sqrt(0.5) * (1 + 100 * over)
     assert objective(tight, runs, reference)["cost"] == pytest.approx(expected)
+    # The base pays the ceiling too: kept as the best, it would hide every candidate that
+    # cuts the delay but not below the ceiling on every network.
+    assert objective(tight, reference, None)["cost"] == pytest.approx(1 + 100 * over)
+    assert objective(capped, reference, None)["cost"] == pytest.approx(1.0)
     from mabp_gym.training import residual_mabp as learner
 
     with pytest.raises(ValueError, match=r"--delay-floor must be in \[0, 1\)"):

@@ -214,7 +214,9 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     # The base itself (no reference) starts the search: its penalty is the ceiling's base.
     worst = float(np.max(penalty) if args.penalty_each else np.mean(penalty))
     over = 0.0 if reference is None else max(0.0, worst / PENALTY_MARGIN - 1.0)
-    if args.delay_ceiling and reference is not None:
+    if args.delay_ceiling:
+        # The base too (its ratios are 1): under a ceiling below 1 it pays as a candidate
+        # at 1 would, else no candidate short of the ceiling everywhere could beat it.
         over += max(0.0, max(ratio) / args.delay_ceiling - 1.0)
     counted = np.maximum(ratio, args.delay_floor)
     cost = geometric_mean(counted) * (1.0 + grows) * (1.0 + 100.0 * over)
