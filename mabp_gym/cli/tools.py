@@ -237,7 +237,8 @@ def _bench(args: argparse.Namespace) -> None:
                 raise ValueError(f"--workers must be a positive integer, got {args.workers}")
         specs, skipped = bench.plan_bench(tasks, policies, seeds, args.horizon)
         if args.from_results:
-            records = bench.current_runs(read_records(args.out), specs, tasks)
+            saved = read_records(args.out)
+            records = bench.current_runs(saved, specs, tasks)
     if not args.from_results:
         records = execute(
             specs, output=args.out, workers=args.workers, progress=not args.no_progress
@@ -255,7 +256,7 @@ def _bench(args: argparse.Namespace) -> None:
     if not rows:
         raise SystemExit(_no_board(args, tasks, policies, seeds))
     if args.from_results and args.policies is None:
-        others = _other_policies(read_records(args.out), tasks, wanted)
+        others = _other_policies(saved, tasks, wanted)
         if others:
             print(f"(the file also holds runs of {', '.join(others)}: name them in --policies)")
     text = bench.markdown(rows, skipped, tasks)
