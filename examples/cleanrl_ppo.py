@@ -46,6 +46,7 @@ from torch import nn
 
 import mabp_gym  # noqa: F401  (registers the env ids)
 from mabp_gym.agents.candidate_net import KINDS, CandidateNet, candidate_widths
+from mabp_gym.training.arguments import require_at_least
 
 
 @dataclass
@@ -123,16 +124,19 @@ def parse_args(argv: list[str] | None = None) -> Args:
         parser.error(f"--agent must be one of {sorted(AGENTS)}, got {args.agent!r}")
     if args.hidden < 0:
         parser.error(f"--hidden must be at least 0 (0: the agent's default), got {args.hidden}")
-    for flag, value, least in (
-        ("--total-timesteps", args.total_timesteps, 1),
-        ("--num-envs", args.num_envs, 1),
-        ("--num-steps", args.num_steps, 1),
-        ("--num-minibatches", args.num_minibatches, 1),
-        ("--update-epochs", args.update_epochs, 1),
-        ("--eval-episodes", args.eval_episodes, 1),
-    ):
-        if value < least:
-            parser.error(f"{flag} must be at least {least}, got {value}")
+    try:
+        require_at_least(
+            args,
+            1,
+            "total_timesteps",
+            "num_envs",
+            "num_steps",
+            "num_minibatches",
+            "update_epochs",
+            "eval_episodes",
+        )
+    except ValueError as error:
+        parser.error(str(error))
     batch = args.num_envs * args.num_steps
     if batch // args.num_minibatches < 2:
         parser.error(

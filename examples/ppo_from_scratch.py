@@ -52,6 +52,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 import mabp_gym  # noqa: F401  (registers the env ids)
 from mabp_gym.core.metrics import backlog_slope, does_not_grow, growth
 from mabp_gym.envs.sb3 import GraphActorCriticPolicy, UpdateThreads, make_sb3_vec_env
+from mabp_gym.training.arguments import require_at_least
 
 
 @dataclass
@@ -404,17 +405,12 @@ def check_before_training(args: Args, parser: argparse.ArgumentParser) -> None:
     from mabp_gym.core.metrics import check_window
     from mabp_gym.registry import named_policy, policy_names
 
-    for flag, value, least in (
-        ("--steps", args.steps, 1),
-        ("--n-envs", args.n_envs, 1),
-        ("--n-steps", args.n_steps, 2),
-        ("--batch-size", args.batch_size, 2),  # a one-sample batch has no advantage std
-        ("--n-epochs", args.n_epochs, 1),
-        ("--horizon", args.horizon, 2),
-        ("--select-every", args.select_every, 1),
-    ):
-        if value < least:
-            parser.error(f"{flag} must be at least {least}, got {value}")
+    try:
+        require_at_least(args, 1, "steps", "n_envs", "n_epochs", "select_every")
+        # A one-sample batch has no advantage std.
+        require_at_least(args, 2, "n_steps", "batch_size", "horizon")
+    except ValueError as error:
+        parser.error(str(error))
     if not 0.0 <= args.load_low <= args.load_high <= 10.0:
         parser.error(
             f"--load-low and --load-high must satisfy 0 <= low <= high <= 10 (equal: one "

@@ -29,6 +29,7 @@ import mabp_gym  # noqa: F401  (registers the env ids)
 from mabp_gym.agents import make_policy
 from mabp_gym.agents.gnn import resolve_device
 from mabp_gym.envs.sb3 import GraphActorCriticPolicy, UpdateThreads
+from mabp_gym.training.arguments import require_at_least
 
 
 def make_env(workload: str, load: Any, horizon: int) -> gym.Env:
@@ -174,15 +175,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = _parser()
     args = parser.parse_args(argv)
-    for flag, value, least in (
-        ("--n-envs", args.n_envs, 1),
-        ("--steps", args.steps, 1),
-        ("--n-steps", args.n_steps, 2),  # SB3 needs two samples to normalize advantages
-        ("--eval-every", args.eval_every, 1),
-        ("--horizon", args.horizon, 2),
-    ):
-        if value < least:
-            parser.error(f"{flag} must be at least {least}, got {value}")
+    try:
+        require_at_least(args, 1, "n_envs", "steps", "eval_every")
+        require_at_least(args, 2, "n_steps", "horizon")  # SB3 normalizes over two samples
+    except ValueError as error:
+        parser.error(str(error))
     if args.update_threads < 0:
         parser.error(
             f"--update-threads must be 0 or more (0: one thread), got {args.update_threads}"

@@ -319,8 +319,8 @@ def test_ppo_from_scratch_recipe__checkpoints_must_have_their_own_names(capsys):
         (["--eval-policies", "bp", "nosuch"], "unknown policy 'nosuch'"),
         (["--eval-loads", "20"], "--eval-loads must each be in (0, 10]"),
         (["--eval-horizon", "0"], "--eval-horizon: horizon 0"),
-        (["--steps", "-1000"], "--steps must be at least 1"),
-        (["--n-epochs", "0"], "--n-epochs must be at least 1"),
+        (["--steps", "-1000"], "--steps must be >= 1"),
+        (["--n-epochs", "0"], "--n-epochs must be >= 1"),
         (["--load-low", "0.8", "--load-high", "0.3"], "0 <= low <= high <= 10"),
         (["--seed", "300"], "a seed the training envs reset with"),
         (["--checkpoint", "missing.zip"], "no such file 'missing.zip'"),
@@ -480,8 +480,8 @@ def test_cleanrl_example__an_unknown_agent_is_refused_by_name(capsys):
         "--agent must be one of ['candidate', 'mlp'], got 'transformer'" in capsys.readouterr().err
     )
     for argv, match in (
-        (["--total-timesteps", "-1000"], "--total-timesteps must be at least 1"),
-        (["--eval-episodes", "-3"], "--eval-episodes must be at least 1"),
+        (["--total-timesteps", "-1000"], "--total-timesteps must be >= 1"),
+        (["--eval-episodes", "-3"], "--eval-episodes must be >= 1"),
         (["--num-minibatches", "8", "--num-envs", "1", "--num-steps", "4"], "at least 2 samples"),
     ):
         with pytest.raises(SystemExit):
@@ -813,9 +813,9 @@ def test_ppo_sb3_example__evaluating_changes_neither_torchs_generator_nor_the_tr
 @pytest.mark.parametrize(
     "flag, value, match",
     [
-        ("--n-envs", "0", "--n-envs must be at least 1"),
-        ("--steps", "-1000", "--steps must be at least 1"),
-        ("--n-steps", "1", "--n-steps must be at least 2"),
+        ("--n-envs", "0", "--n-envs must be >= 1"),
+        ("--steps", "-1000", "--steps must be >= 1"),
+        ("--n-steps", "1", "--n-steps must be >= 2"),
         ("--update-threads", "-1", "--update-threads must be 0 or more"),
     ],
 )
