@@ -12,8 +12,9 @@ Read top to bottom: arguments, vector env, agent, rollout, GAE, clipped update. 
   and a value head on the pooled embedding.
 - ``--agent mlp``: ``obs_mode="flat"`` (one symlog-scaled vector, the static index arrays
   left out) and CleanRL's MLP actor-critic. It does not learn orderings: it loses to the
-  constant action (``docs/learning.md``, "CleanRL-style PPO"). At the defaults (100,000
-  steps) the candidate agent beats the constant action and BP on 5 of 5 training seeds.
+  constant action (``docs/learning.md``, "CleanRL-style PPO"). At the defaults (200,000
+  steps) the candidate agent beats the constant action and BP on the training seeds in
+  that table.
 
 What this env needs beyond CleanRL's continuous-action PPO (the same as the documented SB3
 path, ``docs/learning.md``):
@@ -27,7 +28,7 @@ path, ``docs/learning.md``):
   ``RecordEpisodeStatistics``, so the printed returns are the env's own) and a learning rate
   annealed to 0.
 
-    python examples/cleanrl_ppo.py              # the candidate agent, 100,000 steps (75 s here)
+    python examples/cleanrl_ppo.py              # the candidate agent, 200,000 steps (2.5 min here)
     python examples/cleanrl_ppo.py --agent mlp  # the flat MLP
 """
 
@@ -61,7 +62,7 @@ class Args:
     """slots per episode"""
     seed: int = 0
     """seed of the envs, torch and numpy"""
-    total_timesteps: int = 100_000
+    total_timesteps: int = 200_000
     """environment steps over all envs"""
     num_envs: int = 4
     """vector envs (gymnasium.make_vec: the batched vector env)"""

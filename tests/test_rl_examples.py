@@ -475,7 +475,7 @@ def test_cleanrl_example__an_unknown_agent_is_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         cleanrl.parse_args(["--agent", "transformer"])
     defaults = cleanrl.parse_args([])
-    assert (defaults.agent, defaults.total_timesteps) == ("candidate", 100_000)
+    assert (defaults.agent, defaults.total_timesteps) == ("candidate", 200_000)
     assert (
         "--agent must be one of ['candidate', 'mlp'], got 'transformer'" in capsys.readouterr().err
     )
@@ -492,7 +492,7 @@ def test_cleanrl_example__an_unknown_agent_is_refused_by_name(capsys):
 @pytest.mark.examples
 @pytest.mark.slow
 def test_cleanrl_example__at_its_defaults_ends_at_least_halfway_from_random_to_bp():
-    # The documented defaults (the candidate agent, load 0.3, 100,000 steps), seed 3: the
+    # The documented defaults (the candidate agent, load 0.3, 200,000 steps), seed 3: the
     # final return (last 10 episodes, sampled actions) against random scores and BP on the
     # same load and horizon.
     import gymnasium as gym
