@@ -373,6 +373,22 @@ def test_the_penalty_ceiling_binds_the_mean_or_every_network():
     assert objective(capped, reference, None)["cost"] == pytest.approx(1.0)
     from mabp_gym.training import residual_mabp as learner
 
+    # Held as a filter, the penalty ceiling is not traded for delay: a candidate over it
+    # ranks after one within it however slow, the more over the later.
+    filtered = ResidualArgs(
+        family=["a@1", "b@1"], train_seeds=[20], penalty_each=True, penalty_filter=True,
+        delay_ceiling=0.8,
+    )  # fmt: skip
+    fast_over = [run(10.0, 1.2), run(10.0, 1.0)]  # 10x faster, 21% over the ceiling
+    slow_within = [run(300.0, 0.9), run(300.0, 0.9)]  # 3x slower, within it
+    further_over = [run(10.0, 1.5), run(10.0, 1.0)]
+    costs = [objective(filtered, r, reference)["cost"] for r in (slow_within, fast_over)]
+    assert costs[0] < costs[1] < objective(filtered, further_over, reference)["cost"]
+    within = objective(filtered, slow_within, reference)["cost"]
+    assert within == pytest.approx(3.0 * (1 + 100 * (3.0 / 0.8 - 1.0)))  # the ceiling's term
+    assert objective(filtered, reference, None)["cost"] == pytest.approx(1 + 100 * 0.25)
+    assert learner.parse(["--penalty-filter", "--out", "/tmp/unused"]).penalty_filter
+
     with pytest.raises(ValueError, match=r"--delay-floor must be in \[0, 1\)"):
         learner.parse(["--delay-floor", "1", "--out", "/tmp/unused"])
     with pytest.raises(ValueError, match="--delay-ceiling must be a number >= 0"):

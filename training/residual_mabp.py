@@ -53,6 +53,10 @@ EVALUATION_SEEDS = range(9000, 10000)
 PENALTY_MARGIN = 0.99
 """The objective's penalty ceiling, as a fraction of MABP's on the training runs."""
 
+INFEASIBLE = 1e9
+"""With ``--penalty-filter``, the cost of a candidate over the penalty ceiling, times one
+plus how far over: above every cost of a candidate within it."""
+
 
 @dataclass
 class ResidualArgs:
@@ -95,6 +99,10 @@ class ResidualArgs:
     """Raise the cost steeply where any network's delay ratio is above this (1: a correction
     that must be no slower than its base on every network of the family, not on their mean;
     0.9: one that must cut every network's delay by a tenth); 0: no ceiling."""
+    penalty_filter: bool = False
+    """Hold the penalty ceiling as a constraint: a candidate over it ranks after every
+    candidate within it (by how far over), instead of paying a cost term that a large
+    enough delay cut (or --delay-ceiling's term) can outweigh."""
     base: str = "mabp"
     """The policy the correction is learned over: mabp, or frame-mabp (the weights reorder
     within frame-MABP's plan; the objective is then relative to frame-MABP)."""
@@ -189,7 +197,9 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     the largest) is above ``PENALTY_MARGIN`` (the target asks for a delay cut at no
     stability and no penalty cost; the margin leaves room for the evaluation seeds'
     noise). A ratio below ``delay_floor`` counts as ``delay_floor``; with ``delay_ceiling``
-    the cost is raised as steeply where the largest ratio is above it. With one network and
+    the cost is raised as steeply where the largest ratio is above it. With
+    ``penalty_filter`` the penalty ceiling is a constraint instead: a candidate over it
+    costs :data:`INFEASIBLE` times one plus how far over. With one network and
     no floor this ranks as the base-relative mean P95 delay does."""
     seeds = len(args.train_seeds)
     groups = [runs[k : k + seeds] for k in range(0, len(runs), seeds)]
@@ -213,13 +223,16 @@ def objective(args: ResidualArgs, runs: list[dict], reference: list[dict] | None
     grows = sum(r["growth"] >= GROWTH_LIMIT for r in runs)
     # The base itself (no reference) starts the search: its penalty is the ceiling's base.
     worst = float(np.max(penalty) if args.penalty_each else np.mean(penalty))
-    over = 0.0 if reference is None else max(0.0, worst / PENALTY_MARGIN - 1.0)
-    if args.delay_ceiling:
-        # The base too (its ratios are 1): under a ceiling below 1 it pays as a candidate
-        # at 1 would, else no candidate short of the ceiling everywhere could beat it.
-        over += max(0.0, max(ratio) / args.delay_ceiling - 1.0)
+    over_penalty = 0.0 if reference is None else max(0.0, worst / PENALTY_MARGIN - 1.0)
+    # The base too (its ratios are 1): under a ceiling below 1 it pays as a candidate
+    # at 1 would, else no candidate short of the ceiling everywhere could beat it.
+    over_delay = max(0.0, max(ratio) / args.delay_ceiling - 1.0) if args.delay_ceiling else 0.0
     counted = np.maximum(ratio, args.delay_floor)
-    cost = geometric_mean(counted) * (1.0 + grows) * (1.0 + 100.0 * over)
+    if args.penalty_filter and over_penalty > 0.0:
+        cost = INFEASIBLE * (1.0 + over_penalty)  # after every candidate within the ceiling
+    else:
+        over = over_delay + (0.0 if args.penalty_filter else over_penalty)
+        cost = geometric_mean(counted) * (1.0 + grows) * (1.0 + 100.0 * over)
     return {
         "cost": cost,
         "p95_delay_all": mean(runs, "p95_delay_all"),
