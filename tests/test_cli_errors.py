@@ -214,7 +214,20 @@ def test_cli__eval_says_none_of_the_tested_loads_when_nothing_is_stable(run_cli,
     )
     assert result.returncode == 0, result.stderr
     assert "stable load: sp none of the tested loads (lowest 4)" in result.stdout
-    assert "sp 0" not in result.stdout
+    assert "sp 0" not in result.stdout and "walked up" not in result.stdout
+
+
+def test_the_eval_table_tells_close_loads_apart_and_says_where_a_walk_started():
+    from mabp_gym.cli.evaluate import _stable_load_line, _verdict_cell, load_text
+
+    # Two decimals printed 0.2525 as 0.25 beside 0.25, and 0.225 as 0.23.
+    assert [load_text(x) for x in (0.25, 0.2525, 0.225, 0.5, 1.0)] == [
+        "0.25", "0.2525", "0.225", "0.50", "1.00",
+    ]  # fmt: skip
+    assert _verdict_cell(0.0, 0.255) == "<0.255" and _verdict_cell(0.3, 0.3) == "0.30"
+    # A stable load says nothing of the loads below the lowest one run.
+    line = _stable_load_line({"bp": 0.5, "mabp": 0.85}, [0.5, 0.85])
+    assert line == "stable load: bp 0.5, mabp 0.85 (walked up from 0.5, the lowest load run)"
 
 
 @pytest.mark.parametrize(

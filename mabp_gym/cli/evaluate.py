@@ -64,7 +64,7 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
         )
         horizon = row["horizon"] if row.get("horizon") is not None else "-"
         print(
-            f"{row['policy']:<20} {row['load']:>5.2f} {cells} "
+            f"{row['policy']:<20} {load_text(row['load']):>5} {cells} "
             f"{_fmt(row['decision_us_mean'], 0):>7} {horizon:>6}"
         )
 
@@ -84,7 +84,8 @@ def _run_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
-    """``stable load: bp 0.5, sp none of the tested loads (lowest 0.1)``."""
+    """``stable load: bp 0.5, sp none of the tested loads (lowest 0.1) (walked up from
+    0.1, the lowest load run)``: a stable load says nothing of loads below the grid."""
     lowest = min(loads)
     parts = [
         f"{policy} {value:g}"
@@ -92,7 +93,9 @@ def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
         else f"{policy} none of the tested loads (lowest {lowest:g})"
         for policy, value in stable.items()
     ]
-    return "stable load: " + ", ".join(parts)
+    walked = any(value > 0 for value in stable.values()) and lowest > 0
+    note = f" (walked up from {lowest:g}, the lowest load run)" if walked else ""
+    return "stable load: " + ", ".join(parts) + note
 
 
 def _eval(args: argparse.Namespace) -> None:
@@ -577,7 +580,13 @@ def _verdict_cell(load: float, lowest: float) -> str:
     run."""
     if np.isnan(lowest):
         return "-"
-    return f"<{lowest:.2f}" if load == 0.0 else f"{load:.2f}"
+    return f"<{load_text(lowest)}" if load == 0.0 else load_text(load)
+
+
+def load_text(load: float) -> str:
+    """A load as the tables print it: two decimals, more where two would round it (0.2525
+    printed as 0.25 read as the same load as 0.25 in the next row)."""
+    return f"{load:.2f}" if abs(load - round(load, 2)) < 1e-9 else f"{load:g}"
 
 
 def _check_cut_horizons(horizons: list[int], option: str) -> None:
