@@ -121,9 +121,15 @@ def check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -
     named = [k for k in SETTING_KEYS if k != "workload_digest"]
     differs = _difference(members, (*named, "policy_kw", "workload_digest"))
     if differs:
+        hint = (
+            " (a results file of eval --until-decided holds each cell at every horizon it "
+            "ran: mabp_gym.harness.verdicts.longest(records) keeps each cell's deciding one)"
+            if differs.startswith("'horizon'")
+            else ""
+        )
         raise ValueError(
             f"the runs of {cell} differ in {differs}: a summary pools the seeds of one "
-            "setting; pass the records of each setting separately"
+            f"setting; pass the records of each setting separately{hint}"
         )
     seen: set[Any] = set()
     for m in members:
