@@ -2,7 +2,7 @@
 
 SB3 steps its own ``VecEnv`` API (``DummyVecEnv``: one ``env.step`` per env, in Python).
 :class:`SB3VecEnv` hands SB3 a Gymnasium vector env instead, by default the batched
-:class:`~mabp_gym.envs.vector_env.SFMSNVectorEnv`, whose slots run in two compiled calls
+:class:`~mabp_gym.envs.vector_env.SFMSNVectorEnv`, whose slots run in one compiled call
 for every env at once::
 
     from stable_baselines3 import PPO
@@ -117,8 +117,14 @@ class SB3VecEnv(VecEnv):
         self.vector_env.close()
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        values = self.vector_env.get_attr(attr_name)
-        return [values[i] for i in self._get_indices(indices)]
+        # SB3's get_attr gives a method itself (Gymnasium's calls it): read the batched
+        # env's envs directly; the worker env's envs live in other processes.
+        envs = getattr(self.vector_env, "envs", None)
+        if envs is None:
+            values = self.vector_env.get_attr(attr_name)
+            return [values[i] for i in self._get_indices(indices)]
+        self.vector_env._require_open()
+        return [getattr(envs[i], attr_name) for i in self._get_indices(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         self.vector_env.set_attr(attr_name, value)  # the batched env says why it refuses

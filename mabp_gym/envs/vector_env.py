@@ -1,21 +1,21 @@
-"""A batched vector env: ``N`` SFMSN envs whose slots run in two compiled calls per step.
+"""A batched vector env: ``N`` SFMSN envs whose slots run in one compiled call per step.
 
 ``gymnasium.make_vec(id, num_envs=N)`` builds it for every registered SFMSN id (the ids'
 ``vector_entry_point``; ``vectorization_mode="sync"`` or ``"async"`` still give Gymnasium's
 own). Each env is an :class:`~mabp_gym.envs.env.SFMSNEnv` whose state arrays are rows of one
-stacked array per field, so that one compiled loop projects and serves every env's slot,
-numpy draws each env's randomness from that env's own generator (in the single env's
-order), and a second compiled loop runs the outcomes and encodes the observations into
-the batch. Observations, rewards and truncations are those of ``N`` single envs with the
-same seeds (``tests/test_vector_env.py`` compares them step by step); autoreset is
-Gymnasium's ``NEXT_STEP``: the step after an env truncates resets it (its action ignored,
-reward 0).
+stacked array per field, so that one compiled loop (:func:`~mabp_gym.core.kernels.batch.step_all`)
+projects, serves and runs the outcomes of every env's slot, each env drawing from its own
+generator in the single env's order (numba's generator draws as numpy's), and encodes the
+observations into the batch. Observations, rewards and truncations are those of ``N``
+single envs with the same seeds (``tests/test_vector_env.py`` compares them step by step);
+autoreset is Gymnasium's ``NEXT_STEP``: the step after an env truncates resets it (its
+action ignored, reward 0). A Dict observation's keys come in the order of the Dict space,
+as from Gymnasium's sync and async vector envs.
 
 The compiled path needs numba and covers the training configuration (``diagnostics`` and
-``check_invariants`` off, no generation probability strictly between 0 and 1). Otherwise,
-or with ``MABP_GYM_PURE=1``, each env steps on its own (same results, without the
-speed-up), and the per-step ``info`` holds the envs' diagnostics in Gymnasium's vector form.
-"""
+``check_invariants`` off, the built-in reward). Otherwise, or with ``MABP_GYM_PURE=1``,
+each env steps on its own (same results, without the speed-up), and the per-step ``info``
+holds the envs' diagnostics in Gymnasium's vector form."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def checked_scores(
         ValueError: not real numbers, not of shape ``(N, D)``, or NaN / inf in a row that
             steps; nothing is changed.
     """
-    checked_action(actions, "the actions")
+    checked_action(actions, "the action batch")
     scores = np.asarray(actions, dtype=np.float64)
     expected = (needs_reset.shape[0], num_scores)
     if scores.shape != expected:
@@ -120,7 +120,9 @@ def reset_mask(options: dict[str, Any] | None, num_envs: int, reset_once: bool) 
         raise ValueError(f"options are not supported but reset_mask, got {sorted(options)}")
     if mask is None:
         return np.ones(num_envs, dtype=bool)
-    if not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (num_envs,)):
+    if not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_):  # TypeError, as sync
+        raise TypeError(f"reset_mask must be a bool array of shape ({num_envs},), got {mask!r}")
+    if mask.shape != (num_envs,):
         raise ValueError(f"reset_mask must be a bool array of shape ({num_envs},), got {mask!r}")
     if not mask.any():
         raise ValueError("reset_mask must select at least one env")
@@ -244,8 +246,11 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._scores = np.zeros((n_envs, ix.num_scores))
         self._out = slot_buffers(n_envs, ix, _OUT_ROWS)
         layout = env._encoder.layout
+        # In the order of the Dict space's keys, as SyncVectorEnv and AsyncVectorEnv
+        # return them (code that joins ``obs.values()`` gets one layout from any of them).
+        order = getattr(self.single_observation_space, "spaces", layout)
         self._obs: dict[str, np.ndarray] = {
-            key: np.zeros((n_envs, *spec.shape), dtype=spec.dtype) for key, spec in layout.items()
+            key: np.zeros((n_envs, *layout[key].shape), dtype=layout[key].dtype) for key in order
         }
         # The static arrays are the same every step: filled once.
         first = env._encoder._observation(*[self._obs[key][0] for key in _DYNAMIC_KEYS])
@@ -464,10 +469,10 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         return flat
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Each env's attribute ``name``, as ``SyncVectorEnv.get_attr`` gives it (the
-        envs' states are rows of the batch's arrays: what they read is current)."""
-        self._require_open()
-        return tuple(getattr(env, name) for env in self.envs)
+        """Each env's attribute ``name``, as ``SyncVectorEnv.get_attr`` gives it: a method
+        is called with no arguments, as there (:meth:`call`); the envs' states are rows of
+        the batch's arrays, so what they read is current."""
+        return self.call(name)
 
     UNCALLABLE = ("step", "reset", "close")
     """The env methods :meth:`call` refuses: the batch steps its envs' states itself, so an

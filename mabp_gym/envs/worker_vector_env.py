@@ -39,6 +39,11 @@ def batched_vector_env(num_envs: int, *, workers: int = 1, **kwargs: Any) -> gym
     or over ``workers`` processes (:class:`SFMSNWorkerVectorEnv`)."""
     _check_workers(workers, num_envs)
     if workers == 1:
+        if "context" in kwargs:
+            raise ValueError(
+                "context (the worker processes' start method) needs workers >= 2, got "
+                f"workers={workers}"
+            )
         return SFMSNVectorEnv(num_envs, **kwargs)
     return SFMSNWorkerVectorEnv(num_envs, workers=workers, **kwargs)
 
@@ -155,7 +160,14 @@ def _worker(
             command, argument = pipe.recv()
         except (EOFError, OSError):  # the main process went without closing: nothing to do
             return
-        pipe.send(envs.handle(command, argument))
+        answer = envs.handle(command, argument)
+        try:
+            pipe.send(answer)
+        except (EOFError, OSError):
+            return
+        except Exception as error:  # a get_attr or call value that does not pickle
+            message = f"{command}'s value does not pickle: {type(error).__name__}: {error}"
+            pipe.send(("error", ("PicklingError", message)))  # raised as RuntimeError
         if command == "close":
             return
 
