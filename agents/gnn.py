@@ -207,11 +207,16 @@ def shape_of(workload: Workload) -> dict[str, int]:
     }
 
 
+TRAINED_NU = 5.0
+"""The ``nu`` GNN training runs at (the env's and MABP's default): a checkpoint acts for it."""
+
+
 def save_checkpoint(path: str | Path, model: GNNScheduler, workload: Workload, **extra: Any) -> str:
     """Save the model with the full description of the workload it was trained for
     (``extra``: JSON-serializable notes such as the epoch or the command); return the
     content digest. See :mod:`mabp_gym.agents.checkpoint_file` for the format."""
     meta = {
+        "nu": TRAINED_NU,  # the training's rewards and teacher: the env's and MABP's default
         "dims": model.dims,
         "hidden": model.hidden,
         "layers": len(model.convs),
@@ -273,7 +278,8 @@ class GNNPolicy(Policy):
             shipped for ``mixed``).
         device: ``"auto"`` (cuda when available), ``"cpu"`` or ``"cuda"``.
         any_parameters: run a checkpoint on a workload of the same shape but other
-            parameters (refused by default: see :func:`load_checkpoint`).
+            parameters, or at another ``nu`` than it was trained at (both refused by
+            default: see :func:`load_checkpoint`; the scores do not read ``nu``).
     """
 
     name = "gnn"
@@ -296,6 +302,16 @@ class GNNPolicy(Policy):
         self.model, self.info = load_checkpoint(
             path, workload, self.device, any_parameters=bool(any_parameters)
         )
+        # The observation does not hold nu: the scores are the trained nu's whatever this
+        # policy's nu says. Checkpoints made before nu was recorded were trained at 5.
+        trained_nu = float(self.info.get("nu", TRAINED_NU))
+        if self.nu != trained_nu and not any_parameters:
+            raise ValueError(
+                f"the GNN checkpoint {path} was trained at nu={trained_nu:g} and its scores do "
+                f"not read nu, so it cannot act for nu={self.nu:g}: run it at nu="
+                f"{trained_nu:g}, train one at this nu, or pass any_parameters=True (a "
+                "transfer experiment)"
+            )
         self.checkpoint = str(path)
 
     @torch.no_grad()

@@ -121,6 +121,17 @@ def test_checkpoint__other_parameters_are_refused_and_named(tmp_path):
     # A transfer experiment may run the GNN on other parameters when it says so.
     policy = make_policy("gnn", other, checkpoint=gnn_path, any_parameters=True)
     assert policy.model is not None
+    # Its scores do not read nu: another nu than the training's is refused, not ignored
+    # (it ran at nu=1 with nu=5's scores); the shipped file, made before nu was recorded,
+    # counts as nu=5, as it was trained.
+    from mabp_gym.agents import checkpoint_file
+
+    assert checkpoint_file.load(gnn_path, "gnn")[1]["nu"] == 5.0
+    for path in (gnn_path, None):
+        with pytest.raises(ValueError, match=r"trained at nu=5 .* cannot act for nu=1"):
+            make_policy("gnn", wl, checkpoint=path, nu=1.0)
+    assert make_policy("gnn", wl, checkpoint=gnn_path, nu=1.0, any_parameters=True).nu == 1.0
+    assert make_policy("gnn", wl, nu=5.0).nu == 5.0
 
 
 def test_checkpoint__a_file_workload_names_the_differing_fields(tmp_path):
