@@ -71,14 +71,26 @@ def missing_checkpoint(policy: str, path: Path, workload: Workload, label: str =
     label = label or policy
     from mabp_gym.core.held_out import held_out_reason
 
-    anywhere = "use `residual-mabp-any`, whose one shipped checkpoint runs on every network"
     reason = held_out_reason(workload)
     if reason is not None:
-        return f"no {label} checkpoint at {path}, and none is trained for it: {reason}; {anywhere}"
+        return f"no {label} checkpoint at {path}, and none is trained for it: {reason}; {ANYWHERE}"
     return (
         f"no {label} checkpoint at {path}; train one with "
-        f"`mabp-gym train {policy} --workload {train_target(workload)}`, or {anywhere}"
+        f"`mabp-gym train {policy} --workload {train_target(workload)}`, or {ANYWHERE}"
     )
+
+
+ANYWHERE = "use `residual-mabp-any`, whose one shipped checkpoint runs on every network"
+"""What a per-network policy's refusal offers instead."""
+
+
+def _elsewhere(workload: Workload) -> str:
+    """The end of a refusal for a network a checkpoint was not made for: why none is
+    trained for it where the benchmark holds it out, and what runs on every network."""
+    from mabp_gym.core.held_out import held_out_reason
+
+    reason = held_out_reason(workload)
+    return f" ({'' if reason is None else reason + '; '}{ANYWHERE})"
 
 
 def train_target(workload: Workload) -> str:
@@ -173,7 +185,7 @@ def check_workload(meta: dict[str, Any], workload: Workload, path: str | Path) -
     if changed:
         raise ValueError(
             f"{path} was made for workload {stored.get('name')!r} with other "
-            f"parameters: {'; '.join(changed)}"
+            f"parameters: {'; '.join(changed)}{_elsewhere(workload)}"
         )
     paths = _differences(stored.get("description"), current["description"])
     paths = [p for p in paths if p != "name"]
@@ -181,7 +193,7 @@ def check_workload(meta: dict[str, Any], workload: Workload, path: str | Path) -
         shown = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
         raise ValueError(
             f"{path} was made for workload {stored.get('name')!r}, which differs "
-            f"from {workload.name!r} at {shown}"
+            f"from {workload.name!r} at {shown}{_elsewhere(workload)}"
         )
 
 

@@ -122,10 +122,9 @@ class ResidualFrameMABP(FrameMABP):
     def from_checkpoint(
         cls, workload: Workload, checkpoint: str | Path | None = None, **kw: Any
     ) -> ResidualFrameMABP:
-        """The policy with a checkpoint's weights (default: the shipped one for the
-        workload's name where one is trained, ``residual_frame_mabp_<workload>.pt``, else
-        the family-trained ``residual_frame_mabp_any.pt``), on any network a family
-        checkpoint allows; ``weights=`` instead of a checkpoint builds it without a file.
+        """The policy with a checkpoint's weights (default: the shipped family-trained
+        ``residual_frame_mabp_any.pt``, which runs on every network); ``weights=`` instead
+        of a checkpoint builds it without a file.
 
         Raises:
             ValueError: the checkpoint's weights were learned over another base policy.
@@ -138,6 +137,7 @@ class ResidualFrameMABP(FrameMABP):
 
 
 BASES = {"mabp": ResidualMABP, "frame-mabp": ResidualFrameMABP}
+"""The policies a correction is learned over, by the base's name (recorded in checkpoints)."""
 BASE_OF = {policy: base for base, policy in BASES.items()}
 
 
@@ -168,16 +168,13 @@ def _built(
         checkpoint = checkpoint_file.given_checkpoint(
             checkpoint, lambda: checkpoint_file.default_checkpoint(family_policy, workload.name)
         )
-    weights, meta = load(checkpoint, workload, base=BASE_OF[cls])
+    weights, meta = load(checkpoint, workload, BASE_OF[cls], family_policy or cls.name)
     if family_only and meta.get("networks") != ANY:
         raise ValueError(
             f"{checkpoint} was trained for one workload; {family_policy} takes a checkpoint "
             "trained on a family of networks (`mabp-gym train residual-mabp --family ...`)"
         )
     return cls(workload, weights=weights, **kw)
-
-
-"""The policies a correction is learned over, by the base's name (recorded in checkpoints)."""
 
 
 def correct(
@@ -258,6 +255,7 @@ def load(
     checkpoint: str | Path | None,
     workload: Workload | None,
     base: str = "mabp",
+    policy: str = "residual-mabp",
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The weights and meta of a checkpoint (default: the shipped one for ``workload``)
     whose correction was learned over the policy ``base`` (:data:`BASES`); ``workload``
@@ -276,7 +274,13 @@ def load(
     if not path.exists():
         if workload is None:
             raise ValueError(f"no such file: {path}")
-        raise ValueError(missing_checkpoint("residual-mabp", path, workload))
+        if policy == "residual-mabp":
+            raise ValueError(missing_checkpoint(policy, path, workload))
+        over = "" if base == "mabp" else f" --base {base}"
+        raise ValueError(
+            f"no {policy} checkpoint at {path}; train one for every network with "
+            f"`mabp-gym train residual-mabp{over} --family ...` (docs/learning.md)"
+        )
     tensors, meta = checkpoint_file.load(path, KIND)
     if meta.get("features") != list(FEATURES):
         raise ValueError(

@@ -339,3 +339,22 @@ def test_learned_policies__a_batch_a_bad_checkpoint_and_a_file_workloads_hint(tm
     env = gym.make("mabp_gym/SFMSN-v0", workload=str(example))
     with pytest.raises(ValueError, match="none is trained for it: the shipped example file"):
         make_policy("residual-mabp", env)
+    # A network with a checkpoint of its name but other parameters: the refusal names
+    # them, why none is trained where the benchmark holds it out, and what runs anywhere.
+    for workload, why in (
+        (mabp_gym.make_workload("mixed", beta=0.125), r"0\.125 here \(use `residual-mabp-any`"),
+        (mabp_gym.make_workload("multihop", nodes=100), r"held out by .* `residual-mabp-any`"),
+    ):
+        for name in ("gnn", "residual-mabp"):
+            if name == "gnn" and workload.name == "multihop":
+                continue  # no GNN checkpoint for multihop: the missing-file refusal
+            with pytest.raises(ValueError, match=why):
+                make_policy(name, workload)
+    # The family policies' missing file points at a family training, over their base.
+    missing = tmp_path / "none.pt"
+    for name, command in (
+        ("residual-mabp-any", "train residual-mabp --family"),
+        ("residual-frame-mabp", "train residual-mabp --base frame-mabp --family"),
+    ):
+        with pytest.raises(ValueError, match=f"no {name} checkpoint at .*`mabp-gym {command}"):
+            make_policy(name, mabp_gym.make_workload("mixed"), checkpoint=missing)

@@ -103,7 +103,7 @@ def test_training_entry_point_searches_saves_and_refuses_evaluation_seeds(tmp_pa
     weights, meta = load(report["checkpoint"], make_workload("mixed"))
     assert weights.shape == (len(FEATURES),) and meta["command"].startswith("mabp-gym train")
     # The search keeps the best candidate, and the mean (zero: MABP) is one of them.
-    assert report["train"]["p95_delay_all"] <= report["mabp_train"]["p95_delay_all"]
+    assert report["train"]["p95_delay_all"] <= report["base_train"]["p95_delay_all"]
     for argv, message in (
         (["--train-seeds", "9000"], "evaluation seeds"),
         (["--elite", "5", "--population", "4"], "--elite"),

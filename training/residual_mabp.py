@@ -264,7 +264,7 @@ def train(args: ResidualArgs) -> dict[str, Any]:
         args=dataclasses.asdict(args),
         env_steps=env_steps,
         train_p95_delay_all=best["p95_delay_all"],
-        mabp_train_p95_delay_all=reference["p95_delay_all"],
+        base_train_p95_delay_all=reference["p95_delay_all"],  # the base's: MABP or frame-MABP
         base=args.base,
         **({"family": list(args.family)} if args.family else {}),
     )
@@ -272,7 +272,7 @@ def train(args: ResidualArgs) -> dict[str, Any]:
         "checkpoint": str(path),
         "weights": dict(zip(FEATURES, np.asarray(best["weights"]).round(4).tolist(), strict=True)),
         "train": {k: best[k] for k in ("p95_delay_all", "penalty_per_arrival", "grows", "cost")},
-        "mabp_train": {k: reference[k] for k in ("p95_delay_all", "penalty_per_arrival", "grows")},
+        "base_train": {k: reference[k] for k in ("p95_delay_all", "penalty_per_arrival", "grows")},
         "env_steps": env_steps,
         "history": history,
         "wall_s": time.perf_counter() - started,
