@@ -61,11 +61,17 @@ def test_a_pareto_win_needs_both_ratios_and_the_interval_apart():
         (["--seeds", "100", "100"], "each given once"),
         (["--copy-to", "."], "--copy-to .: give a file's path in an existing folder"),
         (["--out", "."], "--out .: give a file's path in an existing folder"),
+        # A checkpoint of another kind failed in the first run, with a traceback.
+        (["--policy", "residual-mabp-any"], r"not a residual-mabp-any checkpoint: .*over frame"),
+        (["--checkpoints", "RAG"], r"RAG: not a residual-frame-mabp checkpoint: .*'rag'"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path):
     shipped = str(tmp_path / "a.pt")
-    save(shipped, np.zeros(len(FEATURES)), make_workload("rag"), base="frame-mabp")
+    save(shipped, np.zeros(len(FEATURES)), None, base="frame-mabp")  # for any network
+    rag = tmp_path / "RAG"  # one workload's
+    save(rag, np.zeros(len(FEATURES)), make_workload("rag"), base="frame-mabp")
+    argv = [str(rag) if a == "RAG" else a for a in argv]
     if "--checkpoints" not in argv:
         argv = ["--checkpoints", shipped, *argv]
     with pytest.raises(ValueError, match=message):

@@ -58,6 +58,7 @@ def validate(args: SelectArgs) -> None:
         raise ValueError(
             f"--policy must be one of {', '.join(bench.ANY_NETWORK)}, got {args.policy!r}"
         )
+    _check_checkpoints(args)
     if not args.seeds or len(set(args.seeds)) < len(args.seeds):
         raise ValueError("--seeds needs at least one seed, each given once")
     published = [s for s in args.seeds if s in bench.EVALUATION_SEEDS]
@@ -77,6 +78,21 @@ def validate(args: SelectArgs) -> None:
             raise ValueError(f"{flag} {target}: give a file's path in an existing folder")
     if args.out is not None and args.out in (*args.checkpoints, args.copy_to):
         raise ValueError(f"--out {args.out} is also a checkpoint file: give another path")
+
+
+def _check_checkpoints(args: SelectArgs) -> None:
+    """Each checkpoint loads for ``--policy`` (its kind, base and family), before any run:
+    a wrong one failed in the first run with a traceback."""
+    from mabp_gym.agents import make_policy
+    from mabp_gym.core.workloads import make_workload
+
+    for path in args.checkpoints:
+        try:
+            make_policy(args.policy, make_workload("mixed"), checkpoint=path)
+        except ValueError as error:
+            raise ValueError(
+                f"--checkpoints {path}: not a {args.policy} checkpoint: {error}"
+            ) from None
 
 
 def parse(argv: list[str] | None = None) -> SelectArgs:
