@@ -43,9 +43,13 @@ def main() -> None:
         overrides[key] = float(value) if "." in value or "e" in value else int(value)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     runs = [("mabp", "mabp", {}), ("frame-mabp", "frame-mabp", {})]
+    # Each row named by its checkpoint's folder (a training run's), or by its path where
+    # two share a folder (two shipped files read as one label).
+    folders = [Path(c).parent.name for c in args.checkpoints]
+    names = folders if len(set(folders)) == len(folders) else list(args.checkpoints)
     runs += [
-        (f"residual-mabp ({Path(c).parent.name})", "residual-mabp", {"checkpoint": c})
-        for c in args.checkpoints
+        (f"residual-mabp ({name})", "residual-mabp", {"checkpoint": c})
+        for name, c in zip(names, args.checkpoints, strict=True)
     ]
     rows = []
     for label, policy, kw in runs:

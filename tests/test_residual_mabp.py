@@ -234,18 +234,22 @@ def test_example_evaluation_runs_a_family_checkpoint_on_an_overridden_network(tm
     import subprocess
     import sys
 
-    path = tmp_path / "residual_mabp_any.pt"
+    path, zero = tmp_path / "residual_mabp_any.pt", tmp_path / "zero.pt"
     save(path, np.eye(len(FEATURES))[4] * 5.0, None, family=["mixed@0.9"])
+    save(zero, np.zeros(len(FEATURES)), None, family=["mixed@0.9"])
     result = subprocess.run(
         [
             sys.executable, "examples/residual_mabp_eval.py", "--workload", "multihop",
-            "--set", "nodes=12", "--checkpoints", str(path), "--loads", "0.3",
+            "--set", "nodes=12", "--checkpoints", str(path), str(zero), "--loads", "0.3",
             "--seeds", "9000", "--horizon", "300", "--out", str(tmp_path / "r.jsonl"),
         ],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert result.stdout.startswith("multihop nodes=12, seeds 9000-9000, 300 slots")
-    assert f"| residual-mabp ({tmp_path.name}) | 0.30 |" in result.stdout
+    # Two checkpoints of one folder: each row named by its path, not both by the folder.
+    for checkpoint in (path, zero):
+        assert f"| residual-mabp ({checkpoint}) | 0.30 |" in result.stdout
+    assert f"| residual-mabp ({tmp_path.name}) |" not in result.stdout
     bad = subprocess.run(
         [
             sys.executable, "examples/residual_mabp_eval.py", "--checkpoints", str(path),
