@@ -306,7 +306,14 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         settings = self._get_constructor_parameters()
         settings.update(observation_space=space, action_space=actions)
         other = type(self)(**settings)
-        other.load_state_dict(self.state_dict())
+        try:
+            other.load_state_dict(self.state_dict())
+        except RuntimeError as error:  # a policy whose weights are sized by the network
+            raise ValueError(
+                f"{type(self).__name__}'s weights are sized by the network it was trained "
+                f"on, so it cannot run on these spaces ({str(error).splitlines()[0][:160]}); "
+                "GraphActorCriticPolicy's are not"
+            ) from None
         other.set_training_mode(False)
         return other.to(self.device)
 

@@ -102,6 +102,11 @@ def test_graph_policy__for_env_runs_a_saved_model_on_another_workload(tmp_path):
     assert scores.shape == rag.action_space.shape and np.isfinite(scores).all()
     vector = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=2, workload="rag")
     assert trained.policy.for_env(vector).action_space == rag.action_space
+    # The GNN policy's weights are sized by its network: refused by name, not torch's
+    # size-mismatch traceback.
+    gnn = PPO(GNNActorCriticPolicy, _env("mixed"), n_steps=16, batch_size=16, seed=0).policy
+    with pytest.raises(ValueError, match="GNNActorCriticPolicy's weights are sized by the"):
+        gnn.for_env(rag)
 
 
 def test_graph_policy__candidate_mean_reads_that_candidates_own_features():
