@@ -695,3 +695,40 @@ def test_cli__the_two_seed_note_only_where_no_rerun_decided_the_cells(capsys):
     assert "two seeds: the 95% interval" in capsys.readouterr().out
     _verdict_caveats([records], 300, screened=False)
     assert "two seeds" not in capsys.readouterr().out
+
+
+def test_cli__eval_runs_a_learned_policy_with_your_checkpoint(run_cli, tmp_path):
+    import numpy as np
+
+    from mabp_gym.agents.residual_mabp import FEATURES, save
+
+    # A checkpoint of your own (zero weights over frame-MABP: frame-MABP's own controls).
+    mine = tmp_path / "mine.pt"
+    save(mine, np.zeros(len(FEATURES)), None, base="frame-mabp")
+    out = tmp_path / "eval.jsonl"
+    common = ["--loads", "0.5", "--seeds", "0", "--horizon", "200", "--workers", "1"]
+    result = run_cli(
+        "eval", "--policies", "frame-mabp", "residual-frame-mabp",
+        "--checkpoint", f"residual-frame-mabp={mine}", *common, "--out", str(out),
+        "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"residual-frame-mabp: checkpoint {mine}" in result.stdout
+    records = {r["policy"]: r for r in read_records(out)}
+    assert records["residual-frame-mabp"]["policy_kw"] == {"checkpoint": str(mine)}
+    for key in ("p95_delay_all", "penalty", "mean_backlog"):
+        assert records["residual-frame-mabp"][key] == records["frame-mabp"][key]
+    for argv, message in (
+        (["--checkpoint", "mabp=x.pt"], "mabp is not one of --policies"),
+        (["--policies", "mabp", "--checkpoint", "mabp=x.pt"], "mabp reads no checkpoint"),
+        (["--policies", "gnn", "--checkpoint", "gnn"], "give POLICY=PATH"),
+        (["--policies", "gnn", "--checkpoint", f"gnn={tmp_path / 'no.pt'}"], "no such file"),
+        (
+            ["--policies", "residual-mabp", "--checkpoint", f"residual-mabp={mine}"],
+            "a correction learned over frame-mabp",
+        ),
+    ):
+        if "--policies" not in argv:
+            argv = ["--policies", "frame-mabp", *argv]
+        refused = run_cli("eval", *argv, *common)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr

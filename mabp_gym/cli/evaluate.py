@@ -98,6 +98,32 @@ def _stable_load_line(stable: dict[str, float], loads: list[float]) -> str:
     return "stable load: " + ", ".join(parts) + note
 
 
+def _checkpoints(items: list[str], policies: list[str]) -> dict[str, str]:
+    """``--checkpoint POLICY=PATH`` as ``{policy: path}``, each a learned policy of
+    ``policies`` given once, each file there.
+
+    Raises:
+        ValueError: naming the bad item and what is allowed.
+    """
+    from mabp_gym.registry import checkpoint_path
+
+    chosen: dict[str, str] = {}
+    for item in items:
+        policy, eq, path = item.partition("=")
+        if not eq or not policy or not path:
+            raise ValueError(f"--checkpoint {item!r}: give POLICY=PATH")
+        if policy not in policies:
+            raise ValueError(f"--checkpoint {item!r}: {policy} is not one of --policies {policies}")
+        if checkpoint_path(policy, {}, "mixed") is None:
+            raise ValueError(f"--checkpoint {item!r}: {policy} reads no checkpoint")
+        if policy in chosen:
+            raise ValueError(f"--checkpoint names {policy} twice: give one file a policy")
+        if not Path(path).is_file():
+            raise ValueError(f"--checkpoint {item!r}: no such file")
+        chosen[policy] = path
+    return chosen
+
+
 def _eval(args: argparse.Namespace) -> None:
     from mabp_gym.harness.evaluation import execute
     from mabp_gym.harness.runs import plan
@@ -125,14 +151,23 @@ def _eval(args: argparse.Namespace) -> None:
                 f"--until-decided must be at least twice --horizon ({2 * args.horizon}: the "
                 f"first rerun doubles it), got {args.until_decided}"
             )
-        specs = plan(
-            _policies(args.policy),
-            args.workload,
-            loads,
-            args.seeds,
-            **_grid_args(args),
-            workload_overrides=overrides,
-        )
+        policies = _policies(args.policy)
+        checkpoints = _checkpoints(args.checkpoint, policies)
+        specs = [
+            spec
+            for policy in policies
+            for spec in plan(
+                [policy],
+                args.workload,
+                loads,
+                args.seeds,
+                **_grid_args(args),
+                workload_overrides=overrides,
+                policy_kw={"checkpoint": checkpoints[policy]} if policy in checkpoints else None,
+            )
+        ]
+    for policy, path in checkpoints.items():
+        print(f"{policy}: checkpoint {path}")
     if args.until_decided is None:
         records = execute(specs, output=args.out, **_run_args(args))
     else:

@@ -88,6 +88,15 @@ def _add_eval(commands: Any) -> None:
     _common(ev)
     ev.add_argument("--out", metavar="PATH", help="JSON-lines results (resumable)")
     ev.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="POLICY=PATH",
+        help="run a learned policy of --policies with this checkpoint file instead of its "
+        "shipped one (yours from mabp-gym train; repeat for several policies); runs are "
+        "keyed by the file's content",
+    )
+    ev.add_argument(
         "--until-decided",
         type=int,
         default=None,
