@@ -84,13 +84,13 @@ ANYWHERE = "use `residual-mabp-any`, whose one shipped checkpoint runs on every 
 """What a per-network policy's refusal offers instead."""
 
 
-def _elsewhere(workload: Workload) -> str:
+def _elsewhere(workload: Workload, instead: str) -> str:
     """The end of a refusal for a network a checkpoint was not made for: why none is
-    trained for it where the benchmark holds it out, and what runs on every network."""
+    trained for it where the benchmark holds it out, and ``instead``."""
     from mabp_gym.core.held_out import held_out_reason
 
     reason = held_out_reason(workload)
-    return f" ({'' if reason is None else reason + '; '}{ANYWHERE})"
+    return f" ({'' if reason is None else reason + '; '}{instead})"
 
 
 def train_target(workload: Workload) -> str:
@@ -157,11 +157,14 @@ def _builder_defaults(name: str) -> dict[str, Any]:
     return {key: param.default for key, param in BUILDERS[name][1].items()}
 
 
-def check_workload(meta: dict[str, Any], workload: Workload, path: str | Path) -> None:
+def check_workload(
+    meta: dict[str, Any], workload: Workload, path: str | Path, instead: str = ANYWHERE
+) -> None:
     """Raise ``ValueError`` unless ``workload`` is the network the checkpoint was made for.
 
     The load and the horizon may differ; anything else (``K``, ``eps``, a node's ``mu``)
-    is named in the error with the checkpoint's value and this workload's.
+    is named in the error with the checkpoint's value and this workload's, and the error
+    ends with ``instead``: what runs on every network.
     """
     stored = meta.get("workload_identity")
     if not isinstance(stored, dict):
@@ -185,7 +188,7 @@ def check_workload(meta: dict[str, Any], workload: Workload, path: str | Path) -
     if changed:
         raise ValueError(
             f"{path} was made for workload {stored.get('name')!r} with other "
-            f"parameters: {'; '.join(changed)}{_elsewhere(workload)}"
+            f"parameters: {'; '.join(changed)}{_elsewhere(workload, instead)}"
         )
     paths = _differences(stored.get("description"), current["description"])
     paths = [p for p in paths if p != "name"]
@@ -193,7 +196,7 @@ def check_workload(meta: dict[str, Any], workload: Workload, path: str | Path) -
         shown = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
         raise ValueError(
             f"{path} was made for workload {stored.get('name')!r}, which differs "
-            f"from {workload.name!r} at {shown}{_elsewhere(workload)}"
+            f"from {workload.name!r} at {shown}{_elsewhere(workload, instead)}"
         )
 
 

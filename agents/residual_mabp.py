@@ -294,7 +294,13 @@ def load(
             f"(use {BASES[learned_over].name if learned_over in BASES else 'another policy'})"
         )
     if workload is not None and meta.get("networks") != ANY:  # a family's runs anywhere
-        checkpoint_file.check_workload(meta, workload, path)
+        instead = (
+            checkpoint_file.ANYWHERE
+            if base == "mabp"
+            else f"use `{BASES[base].name}` with its shipped checkpoint, which runs on "
+            "every network"
+        )
+        checkpoint_file.check_workload(meta, workload, path, instead)
     return check_weights(tensors["weights"].numpy()), meta
 
 

@@ -225,6 +225,23 @@ def test_the_eval_table_tells_close_loads_apart_and_says_where_a_walk_started():
         "0.25", "0.2525", "0.225", "0.50", "1.00",
     ]  # fmt: skip
     assert _verdict_cell(0.0, 0.255) == "<0.255" and _verdict_cell(0.3, 0.3) == "0.30"
+    # The table's columns stay in line with a longer load.
+    import contextlib
+    import io
+
+    from mabp_gym.cli.evaluate import _print_summary
+    from mabp_gym.harness.summaries import summarize_records
+
+    records = [
+        {**mabp_gym.evaluate("bp", "work_reuse", loads=[load], seeds=[0], horizon=200,
+                             progress=False)[0]}
+        for load in (0.25, 0.2525)
+    ]  # fmt: skip
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        _print_summary(summarize_records(records))
+    lines = printed.getvalue().splitlines()
+    assert len({len(line) for line in lines}) == 1, lines
     # A stable load says nothing of the loads below the lowest one run.
     line = _stable_load_line({"bp": 0.5, "mabp": 0.85}, [0.5, 0.85])
     assert line == "stable load: bp 0.5, mabp 0.85 (walked up from 0.5, the lowest load run)"

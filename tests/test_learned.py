@@ -350,6 +350,14 @@ def test_learned_policies__a_batch_a_bad_checkpoint_and_a_file_workloads_hint(tm
                 continue  # no GNN checkpoint for multihop: the missing-file refusal
             with pytest.raises(ValueError, match=why):
                 make_policy(name, workload)
+    # A frame-MABP correction made for one network points at frame-MABP's own family
+    # policy, not at the correction over MABP.
+    from mabp_gym.agents.residual_mabp import FEATURES, save
+
+    one = tmp_path / "frame_mixed.pt"
+    save(one, np.zeros(len(FEATURES)), mabp_gym.make_workload("mixed"), base="frame-mabp")
+    with pytest.raises(ValueError, match=r"'rag' .*\(use `residual-frame-mabp` with its shipped"):
+        make_policy("residual-frame-mabp", mabp_gym.make_workload("rag"), checkpoint=one)
     # The family policies' missing file points at a family training, over their base.
     missing = tmp_path / "none.pt"
     for name, command in (

@@ -36,6 +36,10 @@ def test_sb3_vec_env__steps_as_dummy_vec_env_does_through_episode_ends(vector):
         ours = SB3VecEnv(gym.vector.SyncVectorEnv([make] * 3))
         ours.seed(5)
     theirs = _dummy(3, 5, 40)
+    # Attributes as DummyVecEnv reads them, over either vector env (a method is itself).
+    assert ours.get_attr("nu") == theirs.get_attr("nu") == [5.0] * 3
+    assert ours.has_attr("nu") and ours.get_attr("render_mode") == [None] * 3
+    assert all(callable(f) for f in ours.get_attr("render"))
     a, b = ours.reset(), theirs.reset()
     rng = np.random.default_rng(0)
     ends = 0

@@ -64,6 +64,7 @@ def test_a_pareto_win_needs_both_ratios_and_the_interval_apart():
         # A checkpoint of another kind failed in the first run, with a traceback.
         (["--policy", "residual-mabp-any"], r"not a residual-mabp-any checkpoint: .*over frame"),
         (["--checkpoints", "RAG"], r"RAG: not a residual-frame-mabp checkpoint: .*'rag'"),
+        (["--checkpoints", "MIXED"], r"MIXED: trained for one workload; .* --family"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path):
@@ -71,7 +72,9 @@ def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path):
     save(shipped, np.zeros(len(FEATURES)), None, base="frame-mabp")  # for any network
     rag = tmp_path / "RAG"  # one workload's
     save(rag, np.zeros(len(FEATURES)), make_workload("rag"), base="frame-mabp")
-    argv = [str(rag) if a == "RAG" else a for a in argv]
+    mixed = tmp_path / "MIXED"  # loads on mixed, but the choice runs rag too
+    save(mixed, np.zeros(len(FEATURES)), make_workload("mixed"), base="frame-mabp")
+    argv = [{"RAG": str(rag), "MIXED": str(mixed)}.get(a, a) for a in argv]
     if "--checkpoints" not in argv:
         argv = ["--checkpoints", shipped, *argv]
     with pytest.raises(ValueError, match=message):

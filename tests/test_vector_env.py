@@ -445,8 +445,10 @@ def test_workers__bad_input_is_refused_before_any_env_steps():
             gym.make_vec("mabp_gym/Mixed-v0", **kwargs)
     with pytest.raises(ValueError, match="at least 2"):
         SFMSNWorkerVectorEnv(2, workers=1)
-    # workers=1 is the in-process batched env.
+    # workers=1 is the in-process batched env; context=None is the default, not a setting.
     assert isinstance(gym.make_vec("mabp_gym/Mixed-v0", num_envs=2).unwrapped, SFMSNVectorEnv)
+    made = gym.make_vec("mabp_gym/Mixed-v0", num_envs=2, workers=1, context=None)
+    assert isinstance(made.unwrapped, SFMSNVectorEnv)
     vec = SFMSNWorkerVectorEnv(3, workers=2, workload="mixed")
     with pytest.raises(RuntimeError, match="reset"):
         vec.step(vec.action_space.sample())

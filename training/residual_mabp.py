@@ -55,7 +55,8 @@ PENALTY_MARGIN = 0.99
 
 INFEASIBLE = 1e9
 """With ``--penalty-filter``, the cost of a candidate over the penalty ceiling, times one
-plus how far over: above every cost of a candidate within it."""
+plus how far over: above the cost of any candidate within it short of delay ratios in
+the hundreds (with every run growing and a ceiling's term on top)."""
 
 
 @dataclass

@@ -83,7 +83,8 @@ def validate(args: SelectArgs) -> None:
 def _check_checkpoints(args: SelectArgs) -> None:
     """Each checkpoint loads for ``--policy`` (its kind, base and family), before any run:
     a wrong one failed in the first run with a traceback."""
-    from mabp_gym.agents import make_policy
+    from mabp_gym.agents import checkpoint_file, make_policy
+    from mabp_gym.agents.residual_mabp import ANY, KIND
     from mabp_gym.core.workloads import make_workload
 
     for path in args.checkpoints:
@@ -93,6 +94,12 @@ def _check_checkpoints(args: SelectArgs) -> None:
             raise ValueError(
                 f"--checkpoints {path}: not a {args.policy} checkpoint: {error}"
             ) from None
+        if checkpoint_file.load(path, KIND)[1].get("networks") != ANY:  # runs on mixed alone
+            raise ValueError(
+                f"--checkpoints {path}: trained for one workload; the choice runs every main "
+                "task, so it takes checkpoints trained on a family of networks "
+                "(`mabp-gym train residual-mabp --family ...`)"
+            )
 
 
 def parse(argv: list[str] | None = None) -> SelectArgs:

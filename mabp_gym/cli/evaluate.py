@@ -53,8 +53,9 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
     from mabp_gym.harness.runs import summary_columns
 
     columns = summary_columns()
+    wide = max([5, *(len(load_text(row["load"])) for row in rows)])  # 0.2525 takes 6
     print(
-        f"{'policy':<20} {'load':>5} "
+        f"{'policy':<20} {'load':>{wide}} "
         + " ".join(f"{column.header:>{column.width}}" for _, column in columns)
         + f" {'dec us':>7} {'slots':>6}"
     )
@@ -64,7 +65,7 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
         )
         horizon = row["horizon"] if row.get("horizon") is not None else "-"
         print(
-            f"{row['policy']:<20} {load_text(row['load']):>5} {cells} "
+            f"{row['policy']:<20} {load_text(row['load']):>{wide}} {cells} "
             f"{_fmt(row['decision_us_mean'], 0):>7} {horizon:>6}"
         )
 

@@ -28,6 +28,8 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvStepReturn
 
+from mabp_gym.envs.vector_env import SFMSNVectorEnv
+
 _NEXT_STEP = getattr(getattr(gym.vector, "AutoresetMode", None), "NEXT_STEP", "NextStep")
 
 
@@ -117,14 +119,17 @@ class SB3VecEnv(VecEnv):
         self.vector_env.close()
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        # SB3's get_attr gives a method itself (Gymnasium's calls it): read the batched
-        # env's envs directly; the worker env's envs live in other processes.
-        envs = getattr(self.vector_env, "envs", None)
-        if envs is None:
+        # SB3's get_attr gives a method itself (Gymnasium's calls it): read the envs of the
+        # batched or a sync vector env directly, as DummyVecEnv does; the worker env's and
+        # the async env's envs live in other processes and answer as Gymnasium's does.
+        vector = getattr(self.vector_env, "unwrapped", self.vector_env)
+        envs = getattr(vector, "envs", None)
+        if not isinstance(envs, list):
             values = self.vector_env.get_attr(attr_name)
             return [values[i] for i in self._get_indices(indices)]
-        self.vector_env._require_open()
-        return [getattr(envs[i], attr_name) for i in self._get_indices(indices)]
+        if isinstance(vector, SFMSNVectorEnv):
+            vector._require_open()
+        return [envs[i].get_wrapper_attr(attr_name) for i in self._get_indices(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         self.vector_env.set_attr(attr_name, value)  # the batched env says why it refuses
