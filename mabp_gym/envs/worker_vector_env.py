@@ -39,7 +39,7 @@ def batched_vector_env(num_envs: int, *, workers: int = 1, **kwargs: Any) -> gym
     or over ``workers`` processes (:class:`SFMSNWorkerVectorEnv`)."""
     _check_workers(workers, num_envs)
     if workers == 1:
-        if kwargs.get("context") is not None:
+        if kwargs.pop("context", None) is not None:
             raise ValueError(
                 "context (the worker processes' start method) needs workers >= 2, got "
                 f"workers={workers}"
