@@ -407,6 +407,7 @@ def _padding(count: int) -> bytes:
             "seed": k,
             "horizon": 1,
             **{name: 0.0 for name in METRIC_KEYS},
+            "stable": False,
             "backlog_trace": list(range(40)),
         }
         lines.append(json.dumps(record).encode() + b"\n")
@@ -505,3 +506,43 @@ def test_read_records__a_torn_last_record_is_left_out_with_a_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a whole file reads without a warning
         assert len(read_records(path)) == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("p95_delay_all", "abc"), ("stable", "yes"), ("slope", True), ("backlog_trace", [1, "x"])],
+)
+def test_read_records__a_record_with_a_value_of_the_wrong_kind_is_set_aside(field, value, tmp_path):
+    # It was reused, then crashed every summary of the file with a traceback.
+    out = tmp_path / "runs.jsonl"
+    first = evaluate("bp", "work_reuse", output=out, **GRID)
+    lines = complete_lines(out)
+    edited = {**json.loads(lines[1]), field: value}
+    out.write_bytes(lines[0] + json.dumps(edited).encode() + b"\n")
+    with pytest.warns(UserWarning, match=rf"set aside 1 line\(s\) .*field '{field}'"):
+        again = evaluate("bp", "work_reuse", output=out, **GRID)
+    assert again[1]["slope"] == first[1]["slope"] and again[0] == first[0]
+
+
+def test_execute__a_record_edited_to_another_run_is_refused_not_reused(tmp_path):
+    out = tmp_path / "runs.jsonl"
+    evaluate("bp", "work_reuse", output=out, **GRID)
+    lines = complete_lines(out)
+    edited = {**json.loads(lines[1]), "policy": "mabp", "load": 0.9}  # its key kept
+    out.write_bytes(lines[0] + json.dumps(edited).encode() + b"\n")
+    with pytest.raises(ValueError, match=r"says policy mabp, load 0.9, .* the line was edited"):
+        evaluate("bp", "work_reuse", output=out, **GRID)
+    assert out.read_bytes() == lines[0] + json.dumps(edited).encode() + b"\n"  # untouched
+
+
+def test_results_file__a_link_and_its_file_are_one_file(tmp_path):
+    real, link = tmp_path / "real.jsonl", tmp_path / "link.jsonl"
+    real.touch()
+    link.symlink_to(real.name)
+    with _ResultsFile(real), pytest.raises(ResultsFileBusyError):
+        evaluate("bp", "work_reuse", output=link, **GRID)  # one writer, whichever name
+    evaluate("bp", "work_reuse", output=link, **GRID)
+    real.write_bytes(real.read_bytes() + b"42\n")  # a line a repair sets aside
+    with pytest.warns(UserWarning, match="set aside"):
+        evaluate("bp", "work_reuse", output=link, **GRID)
+    assert link.is_symlink() and len(read_records(real)) == 2  # the repair kept the link

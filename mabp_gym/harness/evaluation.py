@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,9 +74,28 @@ def execute(
         return _execute(wanted, None, {}, workers, backend, progress, address)
     check_results_kind(path, "eval", "results file")  # again under the lock, in _repair
     with _ResultsFile(path) as results:
-        done = _repair(path)
+        done = _repair(results.path)
+        _check_reused(wanted, done, results.path)
         results.open_for_append()
         return _execute(wanted, results, done, workers, backend, progress, address)
+
+
+def _check_reused(wanted: dict[str, RunSpec], done: dict[str, dict[str, Any]], path: Path) -> None:
+    """Raise ``ValueError`` where a record reused by its key is not that key's run (a
+    hand-edited line): its numbers would be reported as another run's."""
+    for key, spec in wanted.items():
+        record = done.get(key)
+        if record is None:
+            continue
+        said = (record["policy"], float(record["load"]), record["seed"], record["horizon"])
+        if said != (spec.policy, float(spec.load), spec.seed, spec.horizon):
+            raise ValueError(
+                f"{path}: the record of run {key} says policy {said[0]}, load {said[1]:g}, "
+                f"seed {said[2]}, horizon {said[3]}, but that key is the run of "
+                f"{spec.policy} at load {spec.load:g}, seed {spec.seed}, horizon "
+                f"{spec.horizon}: the line was edited; remove it (its run is recomputed) or "
+                "write to another file"
+            )
 
 
 def _execute(

@@ -49,7 +49,21 @@ def _record_problem(value: Any) -> str | None:
     missing = [k for k in METRIC_KEYS if k not in value and k not in LATER_METRIC_KEYS]
     if missing:
         return f"no {missing[0]!r} field"
+    # A value of the wrong kind crashed every later summary of the file.
+    if not isinstance(value["stable"], bool):
+        return f"field 'stable' is {value['stable']!r}"
+    for name in METRIC_KEYS:
+        number = value.get(name)
+        if name != "stable" and number is not None and not _is_number(number):
+            return f"field {name!r} is {number!r}"
+    trace = value.get("backlog_trace")
+    if trace is not None and not (isinstance(trace, list) and all(map(_is_number, trace))):
+        return "field 'backlog_trace' is not a list of numbers"
     return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _scan(data: bytes) -> tuple[list[tuple[bytes, dict[str, Any]]], list[tuple[bytes, str]]]:
@@ -250,7 +264,9 @@ class _ResultsFile:
     that the atomic rename of a repair keeps it) for as long as a sweep writes to it."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
+        # The file itself, not a link to it: a link and its target are one file to lock,
+        # and a repair's rename replaces the file, not the link.
+        self.path = path.resolve()
         self._lock: Any = None
         self.sink: Any = None
 
