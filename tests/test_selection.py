@@ -65,16 +65,31 @@ def test_a_pareto_win_needs_both_ratios_and_the_interval_apart():
         (["--policy", "residual-mabp-any"], r"not a residual-mabp-any checkpoint: .*over frame"),
         (["--checkpoints", "RAG"], r"RAG: not a residual-frame-mabp checkpoint: .*'rag'"),
         (["--checkpoints", "MIXED"], r"MIXED: trained for one workload; .* --family"),
+        # The copy wrote a checkpoint over results files, its own --out by another name.
+        (["--copy-to", "RESULTS"], r"RESULTS is a results file: the copy would write"),
+        (["--out", "OUT", "--copy-to", "./OUT"], r"--copy-to \./OUT is the --out results"),
+        (["--copy-to", "NOTES"], r"NOTES is not a checkpoint"),
+        (["--seeds", "-1"], "seeds must be"),
+        (["--horizon", "99999999999"], "horizon"),
+        (["--out", "RESULTS_FLEET"], "holds fleet replays"),
     ],
 )
-def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path):
+def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path, monkeypatch):
     shipped = str(tmp_path / "a.pt")
     save(shipped, np.zeros(len(FEATURES)), None, base="frame-mabp")  # for any network
     rag = tmp_path / "RAG"  # one workload's
     save(rag, np.zeros(len(FEATURES)), make_workload("rag"), base="frame-mabp")
     mixed = tmp_path / "MIXED"  # loads on mixed, but the choice runs rag too
     save(mixed, np.zeros(len(FEATURES)), make_workload("mixed"), base="frame-mabp")
-    argv = [{"RAG": str(rag), "MIXED": str(mixed)}.get(a, a) for a in argv]
+    results = tmp_path / "RESULTS"
+    results.write_text('{"policy": "bp", "workload": "mixed"}\n')
+    fleet = tmp_path / "RESULTS_FLEET"
+    fleet.write_text('{"router": "sglang", "trace": "t"}\n')
+    (tmp_path / "NOTES").write_text("my notes\n")
+    named = {"RAG": rag, "MIXED": mixed, "RESULTS": results, "RESULTS_FLEET": fleet}
+    named |= {"NOTES": tmp_path / "NOTES", "OUT": tmp_path / "OUT", "./OUT": tmp_path / "OUT"}
+    monkeypatch.chdir(tmp_path)
+    argv = [("./OUT" if a == "./OUT" else str(named[a])) if a in named else a for a in argv]
     if "--checkpoints" not in argv:
         argv = ["--checkpoints", shipped, *argv]
     with pytest.raises(ValueError, match=message):

@@ -73,11 +73,47 @@ def validate(args: SelectArgs) -> None:
             f"--horizon must be at least 200 and --workers at least 1, got "
             f"{args.horizon} and {args.workers}"
         )
+    _check_outputs(args)
+    from mabp_gym.harness.runs import plan
+
+    plan([REFERENCE], "mixed", [0.5], args.seeds, horizon=args.horizon)  # their checks
+
+
+def _check_outputs(args: SelectArgs) -> None:
+    """``--out`` a results file of policy runs, ``--copy-to`` a new or checkpoint file;
+    neither a file the other or a checkpoint is, by any name (a link, ``./x``): the copy
+    wrote a checkpoint over results files, its own ``--out`` included."""
+    from mabp_gym.harness.results_file import check_output_path, check_results_kind, results_kind
+
     for flag, target in (("--copy-to", args.copy_to), ("--out", args.out)):
         if target is not None and (Path(target).is_dir() or not Path(target).parent.is_dir()):
             raise ValueError(f"{flag} {target}: give a file's path in an existing folder")
-    if args.out is not None and args.out in (*args.checkpoints, args.copy_to):
+        if target is not None:
+            check_output_path(target, flag)
+    inputs = {Path(path).resolve(): "a checkpoint file" for path in args.checkpoints}
+    if args.out is not None and Path(args.out).resolve() in inputs:
         raise ValueError(f"--out {args.out} is also a checkpoint file: give another path")
+    if args.out is not None:
+        check_results_kind(args.out, "eval", "--out")
+    if args.copy_to is not None:
+        copy = Path(args.copy_to).resolve()
+        if args.out is not None:
+            inputs[Path(args.out).resolve()] = "the --out results file"
+        if copy in inputs:
+            raise ValueError(f"--copy-to {args.copy_to} is {inputs[copy]}: give another path")
+        kind = results_kind(args.copy_to)
+        checkpoint = Path(args.copy_to).is_file() and _head(args.copy_to) == b"PK"
+        if kind is not None and not checkpoint:  # a torch checkpoint is a zip file
+            what = "a results file" if kind in ("eval", "fleet") else "not a checkpoint"
+            raise ValueError(
+                f"--copy-to {args.copy_to} is {what}: the copy would write a checkpoint over "
+                "it; give a new path or a checkpoint's"
+            )
+
+
+def _head(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(2)
 
 
 def _check_checkpoints(args: SelectArgs) -> None:
