@@ -425,3 +425,15 @@ def test_train_gnn__the_teacher_is_one_the_help_names():
         with pytest.raises(ValueError, match=r"--teacher must be one of \('mabp', 'oracle-sur'\)"):
             gnn.parse(["--teacher", teacher])
     assert gnn.parse(["--teacher", "oracle-sur"]).teacher == "oracle-sur"
+
+
+def test_a_seed_range_too_large_is_refused_in_a_line(run_cli):
+    # list(range(0, 99999999999)) ran out of memory with a traceback.
+    result = run_cli("bench", "--seeds", "9000:99999999999")
+    assert result.returncode == 2
+    assert "holds 99,999,990,999 seeds; at most 100,000" in result.stderr
+    from mabp_gym.cli.common import _parse_seeds
+
+    assert _parse_seeds("3:6", "--seeds") == [3, 4, 5]
+    with pytest.raises(ValueError, match="is not 'a:b' or comma-separated"):
+        _parse_seeds("3:x", "--seeds")

@@ -222,15 +222,24 @@ def _policies(tokens: list[str]) -> list[str]:
     return names
 
 
+MAX_SEEDS = 100_000
+"""The most seeds one ``a:b`` range may hold (far more than any run list finishes)."""
+
+
 def _parse_seeds(token: str, option: str = "--seed-sets") -> list[int]:
     try:
         if ":" in token:
             start, stop = (int(x) for x in token.split(":"))
-            seeds = list(range(start, stop))
         else:
             seeds = [int(x) for x in token.split(",") if x]
     except ValueError:
         raise ValueError(f"{option}: {token!r} is not 'a:b' or comma-separated seeds") from None
+    if ":" in token:
+        if stop - start > MAX_SEEDS:  # list(range(...)) ran out of memory first
+            raise ValueError(
+                f"{option}: {token!r} holds {stop - start:,} seeds; at most {MAX_SEEDS:,}"
+            )
+        seeds = list(range(start, stop))
     if not seeds:
         raise ValueError(f"{option}: {token!r} holds no seed")
     return seeds
