@@ -196,6 +196,19 @@ def test_fleet_cli__streams_records_to_out_and_a_rerun_resumes(run_cli, tmp_path
     # Another engine is another run.
     step = run_cli(*common, "--runs", "1", "--engine", "step")
     assert "jsq: 1 runs" in step.stderr and "from the results file" not in step.stderr
+    # A damaged line (a byte not UTF-8, a field gone, a value of the wrong kind) is made
+    # again, not a traceback on every later run.
+    records = [json.loads(line) for line in lines]
+    damaged = [
+        b"\xff\xfe" + lines[0].encode(),
+        json.dumps({k: v for k, v in records[1].items() if k != "load"}).encode(),
+        json.dumps({**records[2], "drop_rate": "abc"}).encode(),
+    ]
+    out.write_bytes(b"\n".join([*damaged, lines[3].encode()]) + b"\n")
+    mended = run_cli(*common, "--runs", "2")
+    assert mended.returncode == 0, mended.stderr
+    assert "jsq: 2 runs" in mended.stderr and "jsq: 2 runs (" not in mended.stderr
+    assert "bp: 2 runs (1 from the results file)" in mended.stderr
 
 
 def test_fleet_cli__a_second_writer_of_out_is_refused(run_cli, tmp_path):

@@ -44,16 +44,33 @@ def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
             if handle.read(1) != b"\n":
                 handle.write(b"\n")
     done = {}
-    with open(path, encoding="utf-8") as handle:
+    with open(path, "rb") as handle:
         for line in handle:
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # an interrupted write: that run is made again
-            if isinstance(record, dict) and isinstance(record.get("key"), str):
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                continue  # an interrupted write or a damaged line: that run is made again
+            if _fleet_record(record):
                 # JSON has no NaN: an undefined figure was written as null.
                 done[record["key"]] = {k: math.nan if v is None else v for k, v in record.items()}
     return done
+
+
+def _fleet_record(value: Any) -> bool:
+    """Whether a parsed line is a whole fleet record: a line missing a field or holding a
+    value of the wrong kind crashed the table of every later run."""
+    from mabp_gym.fleet.simulator import METRICS
+
+    def number(x: Any) -> bool:
+        return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+    return (
+        isinstance(value, dict)
+        and all(isinstance(value.get(name), str) for name in ("key", "router", "trace"))
+        and number(value.get("load"))
+        and value.get("load") is not None
+        and all(name in value and number(value[name]) for name in METRICS)
+    )
 
 
 def _bools(overrides: dict[str, Any]) -> dict[str, Any]:
