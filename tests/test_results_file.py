@@ -155,6 +155,9 @@ def test_run_key__covers_everything_that_determines_the_record(monkeypatch):
         dict(workload="rag"),
     ):
         assert keys(**change) != base, change
+    # An integer for a real-valued parameter builds the same network: one run, one key
+    # (--set K=2 and sweep --values 2 computed it twice, and a table refused to mix them).
+    assert keys(K=2) == keys(K=2.0) != base
     monkeypatch.setattr(runs, "__version__", "9.9.9")
     assert keys() != base
 

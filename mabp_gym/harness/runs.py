@@ -352,6 +352,26 @@ def _merged_overrides(
     return {**mapping, **keywords}
 
 
+def _typed(workload: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` with an integer given for a built-in workload's real-valued parameter
+    as that real number: ``K=2`` and ``K=2.0`` build one network, and are one run's key
+    (``--set K=2`` and ``sweep --param K --values 2`` computed it twice)."""
+    from mabp_gym.core.workloads import BUILDERS
+
+    if not isinstance(workload, str) or workload not in BUILDERS:
+        return overrides
+    params = BUILDERS[workload][1]
+    return {
+        key: float(value)
+        if key in params
+        and isinstance(params[key].default, float)
+        and isinstance(value, (int, np.integer))
+        and not isinstance(value, bool)
+        else value
+        for key, value in overrides.items()
+    }
+
+
 def _check_run_settings(horizon: Any, warmup: Any, memory: Any, nu: Any) -> None:
     """Refuse a bad horizon, warm-up, memory switch or penalty weight of ``plan``, by name."""
     if not is_real(warmup) or not 0.0 <= warmup < 1.0:
@@ -395,7 +415,7 @@ def plan(
         ValueError: naming the bad argument and what is allowed.
     """
     _check_run_settings(horizon, warmup, memory, nu)
-    overrides = _merged_overrides(workload_overrides, overrides)
+    overrides = _typed(workload, _merged_overrides(workload_overrides, overrides))
     if isinstance(policies, str):
         policies = [policies]
     for name in policies:
