@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import mabp_gym
 from mabp_gym.harness import bench
 
 
@@ -113,7 +114,7 @@ def test_cli__runs_the_suite_resumes_and_prints_the_board_from_saved_results(tmp
     assert len(out.read_text().splitlines()) == 4  # nothing ran again
     # Asked at other seeds, the error says where the file's runs are.
     elsewhere = cli(*common[:-1], "9003:9005", "--out", str(out), "--from-results")
-    assert elsewhere.returncode == 1 and "it holds them at seeds 9000-9001" in elsewhere.stderr
+    assert elsewhere.returncode == 2 and "it holds them at seeds 9000-9001" in elsewhere.stderr
     # Runs of a policy the board does not name are not dropped in silence.
     line = json.loads(out.read_text().splitlines()[0])
     with out.open("a") as handle:
@@ -167,6 +168,17 @@ def test_cli__from_results_refuses_a_file_of_no_policy_runs(tmp_path):
     for path in (fleet, notes):
         result = cli("--out", str(path), "--from-results")
         assert result.returncode == 2 and "holds no policy runs" in result.stderr
+
+
+def test_cli__from_results_of_an_evaluation_off_the_boards_seeds_says_so(tmp_path):
+    out = tmp_path / "eval.jsonl"
+    mabp_gym.evaluate("bp", "mixed", loads=[0.9], seeds=[0], horizon=200, output=out,
+                      progress=False)  # fmt: skip
+    result = cli("--out", str(out), "--from-results", "--tasks", "mixed-0.90")
+    # A usage error (exit 2), and no advice to pass seeds the board refuses.
+    assert result.returncode == 2, result.stderr
+    assert "holds them at seeds 0-0, horizon 200: not the benchmark's evaluation" in result.stderr
+    assert "give those with --seeds" not in result.stderr
 
 
 def test_cli__every_requested_pair_left_out_says_why_not_none():

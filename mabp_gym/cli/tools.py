@@ -187,11 +187,20 @@ def _no_board(args: argparse.Namespace, tasks: list, policies: list[str], seeds:
     held = [r for r in read_records(args.out) if any(t.matches(r) for t in tasks)]
     held = [r for r in held if r["policy"] in policies]
     if held:
+        from mabp_gym.harness.bench import EVALUATION_SEEDS
+
         found_seeds = sorted({int(r["seed"]) for r in held})
         horizons = sorted({int(r["horizon"]) for r in held})
         text += (
             f"; it holds them at seeds {found_seeds[0]}-{found_seeds[-1]}, horizon "
-            f"{', '.join(map(str, horizons))}: give those with --seeds and --horizon"
+            f"{', '.join(map(str, horizons))}"
+        )
+        board = [s for s in found_seeds if s in EVALUATION_SEEDS]
+        text += (
+            ": give those with --seeds and --horizon"
+            if board
+            else ": not the benchmark's evaluation seeds (9000-9999), so no board; "
+            "`mabp-gym table --from-results` reads other runs"
         )
     return text
 
@@ -254,7 +263,8 @@ def _bench(args: argparse.Namespace) -> None:
         reasons = "; ".join(f"{policy} on {task}: {why}" for task, policy, why in skipped)
         raise SystemExit(f"mabp-gym bench: every requested pair was left out ({reasons})")
     if not rows:
-        raise SystemExit(_no_board(args, tasks, policies, seeds))
+        print(_no_board(args, tasks, policies, seeds), file=sys.stderr)
+        raise SystemExit(2)  # the request was not for runs the file holds: a usage error
     if args.from_results and args.policies is None:
         others = _other_policies(saved, tasks, wanted)
         if others:
