@@ -437,3 +437,18 @@ def test_a_seed_range_too_large_is_refused_in_a_line(run_cli):
     assert _parse_seeds("3:6", "--seeds") == [3, 4, 5]
     with pytest.raises(ValueError, match="is not 'a:b' or comma-separated"):
         _parse_seeds("3:x", "--seeds")
+
+
+def test_table_from_results_at_a_load_the_file_does_not_hold_is_refused(run_cli, tmp_path):
+    # It printed a table of '-' cells and exited 0.
+    out = tmp_path / "runs.jsonl"
+    mabp_gym.evaluate("bp", "work_reuse", loads=[0.5], seeds=[0], horizon=200, output=out,
+                      progress=False)  # fmt: skip
+    common = ["table", "--from-results", "--out", str(out), "--workload", "work_reuse"]
+    refused = run_cli(*common, "--policies", "bp", "--at", "0.35", "--horizon", "200")
+    assert refused.returncode == 2
+    assert "--at 0.35: " in refused.stderr and "holds no run at that load; its loads: 0.5" in (
+        refused.stderr
+    )
+    shown = run_cli(*common, "--policies", "bp", "--at", "0.5", "--horizon", "200")
+    assert shown.returncode == 0, shown.stderr

@@ -443,6 +443,12 @@ def _table(args: argparse.Namespace) -> None:
             records = _file_runs(args, policies, overrides)
             if not args.loads:  # the file's own grid, not the default one it may not hold
                 loads = sorted({float(r["load"]) for r in records})
+            held = sorted({float(r["load"]) for r in records})
+            if not any(abs(load - args.at) < 1e-9 for load in held):  # a table of "-" cells
+                raise ValueError(
+                    f"--at {args.at:g}: {args.out} holds no run at that load; its loads: "
+                    f"{', '.join(f'{load:g}' for load in held)}"
+                )
         else:
             _check_run_args(args)
             grid = dict(**_grid_args(args), workload_overrides=overrides)
