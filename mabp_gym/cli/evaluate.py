@@ -441,9 +441,9 @@ def _table(args: argparse.Namespace) -> None:
         long = _long_runs(args, policies)
         if args.from_results:
             records = _file_runs(args, policies, overrides)
-            if not args.loads:  # the file's own grid, not the default one it may not hold
-                loads = sorted({float(r["load"]) for r in records})
             held = sorted({float(r["load"]) for r in records})
+            if not args.loads:  # the file's own grid, not the default one it may not hold
+                loads = held
             if not any(abs(load - args.at) < 1e-9 for load in held):  # a table of "-" cells
                 raise ValueError(
                     f"--at {args.at:g}: {args.out} holds no run at that load; its loads: "

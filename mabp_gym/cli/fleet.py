@@ -59,17 +59,14 @@ def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
 def _fleet_record(value: Any) -> bool:
     """Whether a parsed line is a whole fleet record: a line missing a field or holding a
     value of the wrong kind crashed the table of every later run."""
+    from mabp_gym.core.validate import is_real
     from mabp_gym.fleet.simulator import METRICS
-
-    def number(x: Any) -> bool:
-        return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
 
     return (
         isinstance(value, dict)
         and all(isinstance(value.get(name), str) for name in ("key", "router", "trace"))
-        and number(value.get("load"))
-        and value.get("load") is not None
-        and all(name in value and number(value[name]) for name in METRICS)
+        and is_real(value.get("load"))
+        and all(name in value and (value[name] is None or is_real(value[name])) for name in METRICS)
     )
 
 

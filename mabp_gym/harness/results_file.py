@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from mabp_gym.core.validate import is_real
 from mabp_gym.harness.runs import LATER_METRIC_KEYS, METRIC_KEYS
 
 RECORD_FIELDS = {
@@ -54,16 +55,12 @@ def _record_problem(value: Any) -> str | None:
         return f"field 'stable' is {value['stable']!r}"
     for name in METRIC_KEYS:
         number = value.get(name)
-        if name != "stable" and number is not None and not _is_number(number):
+        if name != "stable" and number is not None and not is_real(number):
             return f"field {name!r} is {number!r}"
     trace = value.get("backlog_trace")
-    if trace is not None and not (isinstance(trace, list) and all(map(_is_number, trace))):
+    if trace is not None and not (isinstance(trace, list) and all(map(is_real, trace))):
         return "field 'backlog_trace' is not a list of numbers"
     return None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _scan(data: bytes) -> tuple[list[tuple[bytes, dict[str, Any]]], list[tuple[bytes, str]]]:
