@@ -105,6 +105,7 @@ FLEET_LINE = '{"trace": "synthetic", "router": "jsq", "load": 1.0, "run": 0, "ke
         (("fleet", "--out", "f2.jsonl", "--json", "f2.jsonl"), "--json 'f2.jsonl' names the file"),
         (("fleet", "--trace", "t.jsonl", "--markdown", "t.jsonl"), "names the file of --trace"),
         (("fleet", "--set", "num_workers=3"), "give the fleet's size with --fleet-size"),
+        (("fleet", "--fleet-size", "99999999999"), "--fleet-size must be at most 100,000"),
         (
             ("fleet", "--trace", "conversation", "--requests", "10", "--loads", "0.5"),
             "--loads 0.5 on trace conversation[:10]: a trace needs at least two distinct",

@@ -191,8 +191,10 @@ def test_fleet_cli__streams_records_to_out_and_a_rerun_resumes(run_cli, tmp_path
     assert again.returncode == 0, again.stderr
     assert "jsq: 3 runs (2 from the results file)" in again.stderr
     assert "bp: 3 runs (1 from the results file)" in again.stderr
-    keys = [json.loads(line)["key"] for line in out.read_text().splitlines()[4:]]
+    # The torn line was cut off (and set aside), not kept as a line of junk.
+    keys = [json.loads(line)["key"] for line in out.read_text().splitlines()[3:]]
     assert len(keys) == 3 and len(set(keys)) == 3
+    assert lines[3][:20] in (tmp_path / "fleet.jsonl.rejected").read_text()
     # Another engine is another run.
     step = run_cli(*common, "--runs", "1", "--engine", "step")
     assert "jsq: 1 runs" in step.stderr and "from the results file" not in step.stderr
@@ -209,6 +211,17 @@ def test_fleet_cli__streams_records_to_out_and_a_rerun_resumes(run_cli, tmp_path
     assert mended.returncode == 0, mended.stderr
     assert "jsq: 2 runs" in mended.stderr and "jsq: 2 runs (" not in mended.stderr
     assert "bp: 2 runs (1 from the results file)" in mended.stderr
+    # ... and set aside as the evaluations' files do: the file holds whole records only.
+    kept = out.read_bytes().splitlines()
+    assert not any(line in kept for line in damaged) and len(kept) == 4
+    assert all(json.loads(line)["router"] in ("jsq", "bp") for line in kept)
+    assert b"'drop_rate' is 'abc'" in (tmp_path / "fleet.jsonl.rejected").read_bytes()
+    # A last record that lacks only its final newline (an edited file) is a record.
+    out.write_bytes(out.read_bytes().rstrip(b"\n"))
+    again = run_cli(*common, "--runs", "2")
+    assert "jsq: 2 runs (2 from the results file)" in again.stderr
+    assert "bp: 2 runs (2 from the results file)" in again.stderr
+    assert out.read_bytes().endswith(b"\n") and len(out.read_bytes().splitlines()) == 4
 
 
 def test_fleet_cli__a_second_writer_of_out_is_refused(run_cli, tmp_path):
@@ -265,3 +278,22 @@ def test_fleet_cli__runs_a_router_given_as_module_colon_class(run_cli, tmp_path,
     for entry in ("my_routers:Nope", "no_such_mod:X"):
         bad = run_cli(*common, "--routers", entry)
         assert bad.returncode == 2 and "cannot import" in bad.stderr and entry not in ROUTERS
+
+
+def test_fleet_cli__a_full_disk_writing_markdown_is_one_line(run_cli, tmp_path, monkeypatch):
+    import errno
+    import pathlib
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    out, table = tmp_path / "fleet.jsonl", tmp_path / "table.md"
+    monkeypatch.setattr(pathlib.Path, "write_text", full)
+    done = run_cli(
+        "fleet", "--trace", "synthetic", "--requests", "20", "--routers", "jsq",
+        "--runs", "1", "--loads", "0.5", "--out", str(out), "--markdown", str(table),
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"could not write {table} (No space left on device)" in done.stderr
+    assert f"every run that finished is kept in {out}" in done.stderr
+    assert len(out.read_bytes().splitlines()) == 1

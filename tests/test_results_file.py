@@ -549,3 +549,78 @@ def test_results_file__a_link_and_its_file_are_one_file(tmp_path):
     with pytest.warns(UserWarning, match="set aside"):
         evaluate("bp", "work_reuse", output=link, **GRID)
     assert link.is_symlink() and len(read_records(real)) == 2  # the repair kept the link
+
+
+def test_repair__a_last_record_missing_only_its_newline_is_kept(tmp_path, monkeypatch):
+    # A file edited by hand can lose its final newline; the record is whole, so it is
+    # reused (it was set aside as torn and its run made again).
+    import mabp_gym.harness.evaluation as evaluation
+
+    out = tmp_path / "runs.jsonl"
+    first = evaluate("bp", "work_reuse", output=out, **GRID)
+    out.write_bytes(out.read_bytes().rstrip(b"\n"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_records(out) == first
+    ran: list = []
+
+    def counted(todo, *args):
+        ran.extend(todo)
+        return dispatch.dispatch(todo, *args)
+
+    monkeypatch.setattr(evaluation, "dispatch", counted)
+    assert evaluate("bp", "work_reuse", output=out, **GRID) == first and ran == []
+    assert out.read_bytes().endswith(b"\n") and len(complete_lines(out)) == 2
+    assert not (tmp_path / "runs.jsonl.rejected").exists()
+
+
+def test_results_file__a_write_the_disk_refuses_leaves_whole_records_and_resumes(
+    tmp_path, monkeypatch
+):
+    """A full disk mid-record: the part written is cut off again (no torn line), the error
+    says what is kept and how to resume, and the next run goes on from the file."""
+    import errno
+
+    import mabp_gym.harness.results_file as results_file
+    from mabp_gym.harness.results_file import ResultsWriteError
+
+    out = tmp_path / "runs.jsonl"
+    grid = {**GRID, "seeds": [0, 1, 2]}
+    real_write, writes = os.write, []
+
+    def full_after_one(fd, data):
+        writes.append(len(data))
+        if len(writes) == 1:
+            return real_write(fd, data)
+        real_write(fd, bytes(data[:25]))  # part of the record lands, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(results_file.os, "write", full_after_one)
+    with pytest.raises(ResultsWriteError, match="every run written before it is kept there"):
+        evaluate("bp", "work_reuse", output=out, **grid)
+    monkeypatch.setattr(results_file.os, "write", real_write)
+    data = out.read_bytes()
+    assert data.endswith(b"\n") and len(complete_lines(out)) == 1 == len(read_records(out))
+    again = evaluate("bp", "work_reuse", output=out, **grid)
+    assert [r["seed"] for r in again] == [0, 1, 2] and len(read_records(out)) == 3
+    assert not (tmp_path / "runs.jsonl.rejected").exists()
+
+
+def test_cli__a_full_disk_is_one_line_and_status_1(run_cli, tmp_path, monkeypatch):
+    import errno
+
+    import mabp_gym.harness.results_file as results_file
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(results_file.os, "write", full)
+    out = tmp_path / "runs.jsonl"
+    done = run_cli(
+        "eval", "--policies", "bp", "--workload", "work_reuse", "--loads", "0.3",
+        "--seeds", "0", "--horizon", "30", "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "could not be written to" in done.stderr and "No space left on device" in done.stderr
+    assert out.read_bytes() == b""

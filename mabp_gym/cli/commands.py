@@ -21,6 +21,7 @@ verdicts, sweep), :mod:`mabp_gym.cli.tools` (plot, capacity, simulate, train, be
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from mabp_gym.cli.common import UsageError
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mabp-gym`` console script."""
     from mabp_gym.harness.dispatch import BackendError
     from mabp_gym.harness.evaluation import RunsFailedError
-    from mabp_gym.harness.results_file import ResultsFileError
+    from mabp_gym.harness.results_file import ResultsFileError, ResultsWriteError
 
     parser = _build_parser()
     args = parser.parse_args(argv)
@@ -62,9 +63,28 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: {error}\n")
         return 1
     except KeyboardInterrupt:
-        sys.stderr.write(f"{parser.prog}: {_interrupted(args)}\n")
+        sys.stderr.write(f"{parser.prog}: interrupted; {_kept(args)}\n")
         return 130
+    except ResultsWriteError as error:  # a full disk: the file holds whole records only
+        sys.stderr.write(f"{parser.prog} {args.command}: {error}\n")
+        return 1
+    except OSError as error:
+        if error.errno not in WRITE_FAILURES:
+            raise  # an internal error keeps its traceback
+        where = f" {error.filename}" if error.filename else ""
+        sys.stderr.write(
+            f"{parser.prog} {args.command}: could not write{where} ({error.strerror}); "
+            f"{_kept(args)}\n"
+        )
+        return 1
     return 0
+
+
+WRITE_FAILURES = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EIO") if hasattr(errno, name)
+)
+"""The ``errno`` values of a write the file system refused (a full disk, a quota, a file
+too large, an I/O error): one line and status 1, not a traceback."""
 
 
 def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
@@ -75,12 +95,9 @@ def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.A
     return parser
 
 
-def _interrupted(args: argparse.Namespace) -> str:
-    """One line for Ctrl-C: what was kept and how to go on."""
+def _kept(args: argparse.Namespace) -> str:
+    """What a command cut short (Ctrl-C, a full disk) kept, and how to go on."""
     out = getattr(args, "out", None)
     if out:
-        return (
-            f"interrupted; every run that finished is kept in {out}: the same command "
-            "resumes from there"
-        )
-    return "interrupted; no results file was given (--out PATH keeps runs as they finish)"
+        return f"every run that finished is kept in {out}: the same command resumes from there"
+    return "no results file was given (--out PATH keeps runs as they finish)"

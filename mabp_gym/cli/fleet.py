@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,42 +31,40 @@ FLEET_LEGEND = (
 )
 
 
-def _fleet_records(path: str | None) -> dict[str, dict[str, Any]]:
-    """The fleet records already in ``--out`` by key (a truncated last line is dropped, and
-    the file is ended with a newline so that the next record starts a line of its own)."""
-    if path is None or not Path(path).is_file():
-        return {}
-    with open(path, "rb+") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell():
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) != b"\n":
-                handle.write(b"\n")
-    done = {}
-    with open(path, "rb") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-                continue  # an interrupted write or a damaged line: that run is made again
-            if _fleet_record(record):
-                # JSON has no NaN: an undefined figure was written as null.
-                done[record["key"]] = {k: math.nan if v is None else v for k, v in record.items()}
-    return done
+def _fleet_records(path: Path) -> dict[str, dict[str, Any]]:
+    """The fleet records already in ``--out`` by key, after the repair the evaluations'
+    files get (the caller holds the lock): a torn last line is cut off, and lines that are
+    not fleet records go to the ``.rejected`` sidecar, so their runs are made again."""
+    from mabp_gym.harness.results_file import _repair
+
+    done = _repair(path, "fleet", _fleet_problem)
+    # JSON has no NaN: an undefined figure was written as null.
+    return {
+        key: {k: math.nan if v is None else v for k, v in record.items()}
+        for key, record in done.items()
+    }
 
 
-def _fleet_record(value: Any) -> bool:
-    """Whether a parsed line is a whole fleet record: a line missing a field or holding a
-    value of the wrong kind crashed the table of every later run."""
+def _fleet_problem(value: Any) -> str | None:
+    """Why a parsed line is not a whole fleet record (``None`` when it is one): a line
+    missing a field or holding a value of the wrong kind crashed the table of every later
+    run."""
     from mabp_gym.core.validate import is_real
     from mabp_gym.fleet.simulator import METRICS
 
-    return (
-        isinstance(value, dict)
-        and all(isinstance(value.get(name), str) for name in ("key", "router", "trace"))
-        and is_real(value.get("load"))
-        and all(name in value and (value[name] is None or is_real(value[name])) for name in METRICS)
-    )
+    if not isinstance(value, dict):
+        return f"a JSON {type(value).__name__}, not an object"
+    for name in ("key", "router", "trace"):
+        if not isinstance(value.get(name), str):
+            return f"field {name!r} is {value.get(name)!r}"
+    if not is_real(value.get("load")):
+        return f"field 'load' is {value.get('load')!r}"
+    for name in METRICS:
+        if name not in value:
+            return f"no {name!r} field"
+        if value[name] is not None and not is_real(value[name]):
+            return f"field {name!r} is {value[name]!r}"
+    return None
 
 
 def _bools(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -167,7 +164,7 @@ def _fleet(args: argparse.Namespace) -> None:
         if args.out is not None:
             # Under the evaluations' lock: a second writer would run and append the same runs.
             sink = held.enter_context(_ResultsFile(Path(args.out)))
-            done = _fleet_records(args.out)
+            done = _fleet_records(sink.path)
             sink.open_for_append()
         records = evaluate_fleet(
             trace,

@@ -47,6 +47,10 @@ ENGINES = ("simple", "step")
 """The worker engine models: ``simple`` (the first model, kept for comparison) and ``step``."""
 
 
+MAX_WORKERS = 100_000
+"""The largest fleet :class:`FleetConfig` takes (production fleets are thousands of GPUs)."""
+
+
 @dataclass(frozen=True)
 class FleetConfig:
     """Constants of the fleet; every one overridable (``FleetConfig(**overrides)``).
@@ -159,6 +163,11 @@ class FleetConfig:
         for f in fields(self):
             if f.type != "bool" and getattr(self, f.name) < 0:
                 raise ValueError(f"FleetConfig.{f.name} must be >= 0, got {getattr(self, f.name)}")
+        if self.num_workers > MAX_WORKERS:  # numpy's allocation error came first
+            raise ValueError(
+                f"FleetConfig.num_workers must be at most {MAX_WORKERS:,} (each worker holds "
+                f"its own queues and prefix cache), got {self.num_workers:,}"
+            )
         if 0 < self.scrape_interval_s < MIN_SCRAPE_INTERVAL_S:
             raise ValueError(
                 f"FleetConfig.scrape_interval_s must be 0 (exact) or at least "

@@ -10,9 +10,11 @@ rename). :func:`read_records` reads one and never modifies it. See ``docs/reliab
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,15 @@ class ResultsFileError(ValueError):
 
 class ResultsFileBusyError(ResultsFileError):
     """Another process holds the results file (two writers would duplicate runs)."""
+
+
+class ResultsWriteError(OSError):
+    """A finished run's record could not be written (a full disk, a quota, an I/O error).
+    The file holds every record written before it, whole: rerunning resumes from there."""
+
+
+RecordCheck = Callable[[Any], "str | None"]
+"""Why a parsed line is not a record of a kind of results file (``None``: it is one)."""
 
 
 def _record_problem(value: Any) -> str | None:
@@ -63,9 +74,12 @@ def _record_problem(value: Any) -> str | None:
     return None
 
 
-def _scan(data: bytes) -> tuple[list[tuple[bytes, dict[str, Any]]], list[tuple[bytes, str]]]:
+def _scan(
+    data: bytes, problem_of: RecordCheck = _record_problem
+) -> tuple[list[tuple[bytes, dict[str, Any]]], list[tuple[bytes, str]]]:
     """Split the complete lines of a results file into records (first of each key kept)
-    and rejected lines with the reason; a torn last line is left out of both."""
+    and rejected lines with the reason (``problem_of``: the kind's check); a torn last
+    line is left out of both."""
     records: list[tuple[bytes, dict[str, Any]]] = []
     rejected: list[tuple[bytes, str]] = []
     seen: set[str] = set()
@@ -78,7 +92,7 @@ def _scan(data: bytes) -> tuple[list[tuple[bytes, dict[str, Any]]], list[tuple[b
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             rejected.append((raw, "not JSON"))
             continue
-        problem = _record_problem(value)
+        problem = problem_of(value)
         if problem is None and value["key"] in seen:
             problem = f"a second record of run {value['key']}"
         if problem is not None:
@@ -93,8 +107,9 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of a JSON-lines results file (read only; never modifies it).
 
     A torn last line (a write cut by a kill) is left out with a warning (the next run
-    that writes the file cuts it; a table read from the file lacks that run); a complete
-    line that is not a record (``42``, ``null``, a record missing fields, bad JSON) or
+    that writes the file cuts it; a table read from the file lacks that run); a last
+    record whose final newline alone is missing is read; a complete line that is not a
+    record (``42``, ``null``, a record missing fields, bad JSON) or
     repeats a run already read is skipped with a warning. A missing file has no records.
     """
     path = Path(path)
@@ -104,7 +119,9 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
         raise ValueError(f"{path}: not a regular file")
     data = path.read_bytes()
     tail = data[data.rfind(b"\n") + 1 :]
-    if tail.strip():
+    if _whole_record(tail, _record_problem):
+        data += b"\n"  # a record whose newline alone is missing (an edited file) is whole
+    elif tail.strip():
         warnings.warn(
             f"{path}: left out its torn last line ({len(tail)} bytes without a final newline: "
             "a write cut short); rerun the command that writes the file to complete it",
@@ -194,34 +211,68 @@ def _set_aside(path: Path, rejected: list[tuple[bytes, str]]) -> None:
         os.fsync(sidecar.fileno())
 
 
-def _repair(path: Path) -> dict[str, dict[str, Any]]:
-    """Make ``path`` a file of whole, distinct records and return them by key.
+def _whole_record(tail: bytes, problem_of: RecordCheck) -> bool:
+    """Whether an unterminated last line is a whole record that lacks only its newline
+    (a file edited by hand). A write cut short cannot look like one: a record is written
+    with its newline in one call, and no proper prefix of a JSON object parses."""
+    if not tail.strip():
+        return False
+    try:
+        value = json.loads(tail)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return problem_of(value) is None
+
+
+def _repair(
+    path: Path, kind: str = "eval", problem_of: RecordCheck = _record_problem
+) -> dict[str, dict[str, Any]]:
+    """Make ``path`` a file of whole, distinct records of ``kind`` (``problem_of``: why a
+    line is not one) and return them by key.
 
     Never loses a complete record, whenever it is killed: a torn last line is cut off by
     truncating the file in place (one system call; the complete lines before it are never
-    rewritten), and lines that are not records are copied to the ``.rejected`` sidecar
-    before a cleaned copy is written to a temporary file and renamed over the original
-    (atomic: a kill leaves either the old file or the new one). The caller holds the lock.
+    rewritten), a last record missing only its newline gets one, and lines that are not
+    records are copied to the ``.rejected`` sidecar before a cleaned copy is written to a
+    temporary file and renamed over the original (atomic: a kill leaves either the old
+    file or the new one). The caller holds the lock.
     """
     if not path.exists():
         return {}
-    check_results_kind(path, "eval", "results file")  # before anything is set aside
+    check_results_kind(path, kind, "results file")  # before anything is set aside
+    try:
+        return _repaired(path, problem_of)
+    except OSError as error:  # a full disk while setting lines aside: nothing was lost
+        raise ResultsWriteError(
+            f"{path} could not be repaired ({error.strerror or error}); the file is as it "
+            "was: free space (or fix the file system) and rerun the same command"
+        ) from error
+
+
+def _repaired(path: Path, problem_of: RecordCheck) -> dict[str, dict[str, Any]]:
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         keep = data.rfind(b"\n") + 1
-        _set_aside(path, [(data[keep:], "torn last line (an interrupted write)")])
-        with path.open("r+b") as handle:
-            handle.truncate(keep)
-            handle.flush()
-            os.fsync(handle.fileno())
-        data = data[:keep]
-    records, rejected = _scan(data)
+        if _whole_record(data[keep:], problem_of):
+            with path.open("ab") as handle:
+                handle.write(b"\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            data += b"\n"
+        else:
+            _set_aside(path, [(data[keep:], "torn last line (an interrupted write)")])
+            with path.open("r+b") as handle:
+                handle.truncate(keep)
+                handle.flush()
+                os.fsync(handle.fileno())
+            data = data[:keep]
+    records, rejected = _scan(data, problem_of)
     if rejected:
         warnings.warn(
             f"{path}: set aside {len(rejected)} line(s) that are not records in "
             f"{_sidecar(path, '.rejected').name} (first: {rejected[0][1]}); their "
             "runs are recomputed",
-            stacklevel=3,
+            stacklevel=4,
         )
         _set_aside(path, rejected)
         cleaned = _sidecar(path, ".repair")
@@ -299,12 +350,28 @@ class _ResultsFile:
         return self
 
     def open_for_append(self) -> None:
-        self.sink = self.path.open("ab")
+        # Unbuffered: a record reaches the file in this call or not at all (below).
+        self.sink = self.path.open("ab", buffering=0)
 
     def write(self, record: dict[str, Any]) -> None:
-        self.sink.write(json.dumps(record).encode() + b"\n")
-        self.sink.flush()
-        os.fsync(self.sink.fileno())
+        """Append ``record`` and its newline and sync them to disk. Where that fails (a
+        full disk, a quota), the part written is cut off again, so the file keeps whole
+        records only, and :class:`ResultsWriteError` says how to resume."""
+        data = memoryview(json.dumps(record).encode() + b"\n")
+        fd = self.sink.fileno()
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise ResultsWriteError(
+                f"a finished run could not be written to {self.path} "
+                f"({error.strerror or error}); every run written before it is kept there: "
+                "free space (or fix the file system) and rerun the same command to resume"
+            ) from error
 
     def __exit__(self, *exc: Any) -> None:
         if self.sink is not None:
