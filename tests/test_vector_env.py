@@ -123,6 +123,45 @@ def test_batched__diagnostics_step_each_env_and_stack_their_info():
     assert info["backlog"].shape == (2,) and info["_backlog"].all()
 
 
+@pytest.mark.parametrize("diagnostics", [False, True], ids=["compiled", "each-env"])
+def test_batched__a_deep_copy_steps_as_the_original_and_apart_from_it(diagnostics):
+    """``copy.deepcopy`` failed (numba's list of generators); a plain copy would also have
+    left each copied env's state apart from the stacked rows the kernel steps."""
+    import copy
+
+    def run(vec, seed, steps):
+        rng, out = np.random.default_rng(seed), []
+        for _ in range(steps):
+            obs, reward, _, truncated, _ = vec.step(rng.uniform(-1, 1, vec.action_space.shape))
+            out.append((obs["queues"].copy(), reward.copy(), truncated.copy()))
+        return out
+
+    vec = SFMSNVectorEnv(3, workload="mixed", diagnostics=diagnostics, max_episode_steps=500)
+    copy.deepcopy(vec)  # before any reset too
+    vec.reset(seed=0)
+    run(vec, 1, 30)
+    twin = copy.deepcopy(vec)
+    ahead = run(twin, 2, 40)  # the copy first: the original must not feel it
+    for mine, theirs in zip(run(vec, 2, 40), ahead, strict=True):
+        for a, b in zip(mine, theirs, strict=True):
+            np.testing.assert_array_equal(a, b)
+    for env, other, row in zip(vec.envs, twin.envs, twin._state.queue_len, strict=True):
+        np.testing.assert_array_equal(env.sim.state.queue_len, other.sim.state.queue_len)
+        assert np.shares_memory(other.sim.state.queue_len, row)  # the copy's own rows
+        assert not np.shares_memory(env.sim.state.queue_len, row)
+
+
+def test_workers__a_deep_copy_is_refused_by_name():
+    import copy
+
+    vec = SFMSNWorkerVectorEnv(2, workers=2, workload="mixed")
+    try:
+        with pytest.raises(TypeError, match="worker processes cannot be copied"):
+            copy.deepcopy(vec)
+    finally:
+        vec.close()
+
+
 def test_make_vec__builds_the_batched_env_by_default():
     envs = gym.make_vec("mabp_gym/Rag-v0", num_envs=3, load=0.7)
     assert isinstance(envs.unwrapped, SFMSNVectorEnv)

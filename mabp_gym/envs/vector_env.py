@@ -19,6 +19,7 @@ holds the envs' diagnostics in Gymnasium's vector form."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, cast
 
 import gymnasium as gym
@@ -281,6 +282,48 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         if self.compiled:
             self._rngs[i] = sim.rng
         self._rates[i] = sim.workload.total_rate
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SFMSNVectorEnv:
+        """An independent copy that steps as this env would from here. An env's state and
+        run-FIFO arrays are rows of the stacked arrays (views) from its reset on, which a
+        plain deep copy turns into arrays of their own, and numba's list of the envs'
+        generators does not copy: the copy's envs get rows of its own stacked arrays again
+        wherever the original's are rows (an env stepped on its own may have grown its
+        FIFO into an array of its own), and a list of their generators."""
+        rows = [self._rows(i) for i in range(self.num_envs)]
+        other = type(self).__new__(type(self))
+        memo[id(self)] = other
+        for name, value in vars(self).items():
+            if name != "_rngs":
+                setattr(other, name, copy.deepcopy(value, memo))
+        if self.compiled:
+            other._rngs = generators([env.sim.rng for env in other.envs])
+        for i, bound in enumerate(rows):
+            for k, (owner, name, stacked) in enumerate(other._row_owners(i)):
+                if k in bound:
+                    setattr(owner, name, stacked[i])
+        return other
+
+    def _row_owners(self, i: int) -> list[tuple[Any, str, np.ndarray]]:
+        """Env ``i``'s arrays that can be rows of the stacked ones: (object, attribute,
+        stacked array)."""
+        state = self.envs[i].sim.state
+        fifo = state.fifo
+        return [
+            (state, name, stacked) for name, stacked in zip(STATE_FIELDS, self._state, strict=True)
+        ] + [
+            (fifo, name, stacked)
+            for name, stacked in zip(("pool", "head", "tail", "meta"), self._fifo, strict=True)
+        ]
+
+    def _rows(self, i: int) -> set[int]:
+        """Which of env ``i``'s arrays (places in :meth:`_row_owners`) are rows of the
+        stacked arrays now."""
+        return {
+            k
+            for k, (owner, name, stacked) in enumerate(self._row_owners(i))
+            if np.may_share_memory(getattr(owner, name), stacked)
+        }
 
     def _rebind_fifo(self, i: int) -> None:
         fifo = cast(RunFifo, self.envs[i].sim.state.fifo)

@@ -454,6 +454,12 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
             "make a new one with the setting"
         )
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        raise TypeError(
+            "a vector env over worker processes cannot be copied (its envs live in the "
+            "workers); copy.deepcopy works on the in-process one (workers=1)"
+        )
+
     def __del__(self) -> None:
         # Gymnasium 1.2's VectorEnv closes an env on deletion, later ones do not: the
         # workers are this env's to stop either way.
