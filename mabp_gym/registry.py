@@ -12,17 +12,20 @@ follows :class:`mabp_gym.policy.Policy`.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
-import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mabp_gym.core.validate import check_entry_point, import_entry_point, resolve_entry_point
+from mabp_gym.core.validate import (
+    check_entry_point,
+    entry_identity,
+    import_entry_point,
+    resolve_entry_point,
+)
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import make_workload
 from mabp_gym.extras import require
@@ -51,6 +54,14 @@ class PolicySpec:
 
 _REGISTRY: dict[str, PolicySpec] = {}
 _AGENTS = "mabp_gym.agents"
+RUN_SETTINGS = ("nu", "memory")
+"""The keywords every run sets for itself (``evaluate``'s ``nu`` and ``memory``, the env's):
+no registered name can fix them."""
+
+
+class PolicyArgumentError(ValueError):
+    """:func:`make_policy` refused its arguments (an unknown name, a keyword the policy does
+    not take or its name fixes), as opposed to an error raised while the policy was built."""
 
 
 def register_policy(
@@ -66,17 +77,29 @@ def register_policy(
     ``kwargs`` are fixed arguments of the name (an ablation is a name with a switch off);
     ``needs`` names the extra whose absence makes the import fail; ``checkpoint`` the
     shipped file the policy reads by default (results are keyed by its content), or
-    several patterns: the first whose file is shipped.
+    several patterns: the first whose file is shipped. A ``"module:attribute"`` of your
+    own is imported now (the built-in ones on first use).
 
     Raises:
-        ValueError: the name is empty or taken, or the entry point is not a
-            ``"module:attribute"`` string or a callable.
+        ValueError: the name is empty or taken, the entry point is not a
+            ``"module:attribute"`` string or a callable or cannot be imported, or
+            ``kwargs`` fix ``nu`` or ``memory`` (every run sets them).
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"policy name must be a non-empty string, got {name!r}")
     if name in _REGISTRY:
         raise ValueError(f"policy {name!r} is already registered; choose another name")
     check_entry_point("policy", name, entry_point)
+    fixed = sorted(set(kwargs) & set(RUN_SETTINGS))
+    if fixed:  # every evaluation passes them, so each run would be refused
+        raise ValueError(
+            f"policy {name!r} cannot fix {', '.join(fixed)}: every run sets them (evaluate's "
+            "nu= and memory=, the env's); pass them when the policy is run instead"
+        )
+    if isinstance(entry_point, str) and not entry_point.startswith(f"{_AGENTS}."):
+        # Yours is imported now: a typo here, not a traceback at the first run with the
+        # name taken (only the built-in entries wait, so that torch loads when asked for).
+        import_entry_point("policy", entry_point)
     _REGISTRY[name] = PolicySpec(name, entry_point, dict(kwargs), needs, checkpoint)
 
 
@@ -99,32 +122,7 @@ def policy_identity(name: str) -> str | None:
     spec = _REGISTRY.get(name)
     if spec is None or name in POLICIES:
         return None
-    entry = spec.entry_point
-    source = _source_digest(entry)
-    if callable(entry):
-        entry = f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', entry)}"
-    return f"{entry} {sorted(spec.kwargs.items())!r} source {source}"
-
-
-def _source_digest(entry: str | Callable[..., Any]) -> str:
-    """A digest of the files that make ``entry``: the module it is named from and the file
-    that defines it, as they are on disk now ("?" for neither: a policy made in an
-    interactive session). What those files import from others is not in it."""
-    digest = hashlib.sha256()
-    found = False
-    paths: set[str | None] = set()
-    try:
-        target = resolve_entry_point(entry)
-        paths.add(inspect.getsourcefile(target))
-        module = entry.partition(":")[0] if isinstance(entry, str) else target.__module__
-        spec = importlib.util.find_spec(module)  # a ValueError for __main__
-        paths.add(spec.origin if spec is not None else None)
-    except (TypeError, ImportError, AttributeError, ValueError, OSError):
-        pass
-    for path in sorted(p for p in paths if p and Path(p).is_file()):
-        digest.update(Path(path).read_bytes())
-        found = True
-    return digest.hexdigest()[:16] if found else "?"
+    return entry_identity(spec.entry_point, spec.kwargs)
 
 
 def user_registrations() -> list[PolicySpec]:
@@ -145,6 +143,15 @@ def user_registrations() -> list[PolicySpec]:
             continue
         specs.append(spec)
     return specs
+
+
+def unsendable(names: set[str]) -> list[str]:
+    """Which of ``names`` are registered here in a way a worker process not started by
+    ``fork`` cannot register again (:func:`user_registrations`)."""
+    sent = {spec.name for spec in user_registrations()}
+    return sorted(
+        name for name in names if name in _REGISTRY and name not in POLICIES and name not in sent
+    )
 
 
 def register_again(specs: list[PolicySpec]) -> None:
@@ -204,20 +211,19 @@ def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Any:
     With an env, the env's ``nu`` and ``memory`` settings are used unless given in ``kw``.
 
     Raises:
-        ValueError: ``name`` is not registered (the message lists the names).
+        PolicyArgumentError: (a ``ValueError``) ``name`` is not registered (the message
+            lists the names), or ``kw`` holds a keyword the policy does not take or its
+            name fixes.
         MissingExtraError: the policy needs an extra that is not installed (an
             ``ImportError`` naming the extra).
     """
     named_policy(name)
     spec = _REGISTRY.get(name) if isinstance(name, str) else None
     if spec is None:
-        raise ValueError(
-            f"unknown policy {name!r}; choose one of {policy_names()}, or name your own "
-            "as 'module:Class'"
-        )
+        raise PolicyArgumentError(unknown_policy(name))
     fixed = sorted(set(spec.kwargs) & set(kw))
     if fixed:
-        raise ValueError(
+        raise PolicyArgumentError(
             f"policy {name!r} is defined by {', '.join(f'{k}={spec.kwargs[k]!r}' for k in fixed)}"
             f"; it takes no {', '.join(fixed)} argument (choose another policy)"
         )
@@ -228,9 +234,17 @@ def make_policy(name: str, env_or_workload: Any, **kw: Any) -> Any:
     except TypeError as error:  # a keyword the policy does not take: the user's, by name
         if "unexpected keyword argument" not in str(error):
             raise
-        raise ValueError(f"policy {name!r} does not take that argument: {error}") from None
+        raise PolicyArgumentError(f"policy {name!r} does not take that argument: {error}") from None
     policy.name = name
     return policy
+
+
+def unknown_policy(name: Any) -> str:
+    """The message for a policy name nobody registered."""
+    return (
+        f"unknown policy {name!r}; choose one of {policy_names()}, or name your own as "
+        "'module:Class'"
+    )
 
 
 _BUILT_IN: tuple[tuple[str, str, dict[str, Any]], ...] = (

@@ -154,8 +154,8 @@ def test_leaderboard__only_the_benchmarks_own_setting_and_each_run_once():
     (row,) = bench.leaderboard(mine + others + mine[:1], [task])
     assert row["seeds"] == 2 and row["stable"] and row["p95_delay_all"] == 200.0
     twice = {**record("mabp", task, 0, 210.0), "key": "again"}  # seed 0 under another key
-    with pytest.raises(ValueError, match="hold seed 0 twice"):
-        bench.leaderboard(mine + [twice], [task])
+    with pytest.raises(ValueError, match="hold seed 0 twice: two different runs"):
+        bench.leaderboard(mine + [twice], [task])  # as from a policy edited between them
     with pytest.raises(ValueError, match="seed 9000 is given twice"):
         bench.check_seeds([9000, 9001, 9000])
 

@@ -576,6 +576,7 @@ def test_register_router__the_shipped_kinds_decide_who_competes_in_a_table():
         ("test-new", _LowestIndex, "fancy", "kind of router 'test-new' must be one of"),
         ("test-new", "no_colon", "user", "must look like 'module:attribute'"),
         ("test-new", 3, "user", "a 'module:attribute' string or a callable, got int"),
+        ("test-new", "no_such_routers:X", "user", "cannot import it"),  # a typo: at once
     ],
 )
 def test_register_router__bad_registrations_are_refused_and_change_nothing(
@@ -599,3 +600,68 @@ def test_llmd__the_fixed_index_preset_holds_500k_tokens_a_server_in_the_fleets_b
         LLMD(lru_blocks_per_server=10, lru_tokens_per_server=5000)
     with pytest.raises(ValueError, match="lru_tokens_per_server must be >= 1"):
         LLMD(lru_tokens_per_server=0)
+
+
+def test_evaluate_fleet__an_edited_router_of_your_own_is_run_again_not_reused(
+    tmp_path, monkeypatch
+):
+    """The run key holds a router of your own by its code (and every router by the
+    package's version): an edit made the same command reuse the old code's runs."""
+    import sys
+
+    from mabp_gym.fleet import evaluate_fleet, register_router, shipped_trace
+    from mabp_gym.fleet.routers import ROUTERS as LIVE
+
+    module = tmp_path / "my_routers_edit.py"
+    body = (
+        "from mabp_gym.fleet.routers.base import RouterBase\n"
+        "class Mine(RouterBase):\n"
+        "    def choose(self, request, telemetry):\n"
+        "        return {worker}\n"
+    )
+    module.write_text(body.format(worker=0))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    trace, config = shipped_trace("synthetic").head(30), FleetConfig(num_workers=2)
+    register_router("test-edited", "my_routers_edit:Mine")
+    try:
+        first = evaluate_fleet(trace, ["test-edited"], [0.5], runs=1, config=config)
+        done = {r["key"]: r for r in first}
+        same = evaluate_fleet(trace, ["test-edited"], [0.5], runs=1, config=config, done=done)
+        assert same[0]["key"] == first[0]["key"]
+        module.write_text(body.format(worker=1))
+        edited = evaluate_fleet(trace, ["test-edited"], [0.5], runs=1, config=config, done=done)
+        assert edited[0]["key"] != first[0]["key"]
+    finally:
+        del LIVE["test-edited"]
+        sys.modules.pop("my_routers_edit", None)
+
+
+def test_evaluate_fleet__a_routers_error_says_which_router_and_run_and_true_is_no_worker():
+    from mabp_gym.fleet import evaluate_fleet, register_router, shipped_trace
+    from mabp_gym.fleet.routers import ROUTERS as LIVE
+
+    class Out:
+        def reset(self, num_workers, rng):
+            self.n = num_workers
+
+        def choose(self, request, telemetry):
+            return self.n
+
+    class Yes(Out):
+        def choose(self, request, telemetry):
+            return True
+
+    trace, config = shipped_trace("synthetic").head(30), FleetConfig(num_workers=2)
+    register_router("test-out", Out)
+    register_router("test-yes", Yes)
+    try:
+        with pytest.raises(ValueError, match=r"worker must be an integer in \[0, 2\)") as err:
+            evaluate_fleet(trace, ["jsq", "test-out"], [0.5], runs=1, config=config)
+        if hasattr(err.value, "add_note"):  # Python 3.11 on
+            assert "router 'test-out' on trace synthetic[:30] at load 0.5, run 0" in str(
+                err.value.__notes__
+            )
+        with pytest.raises(ValueError, match="got True"):
+            evaluate_fleet(trace, ["test-yes"], [0.5], runs=1, config=config)
+    finally:
+        del LIVE["test-out"], LIVE["test-yes"]

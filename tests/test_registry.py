@@ -172,3 +172,119 @@ def test_a_worker_started_by_spawn_knows_the_parents_own_policies(tmp_path, monk
             assert "test-short-name" in pool.submit(policy_names).result()
     finally:
         _REGISTRY.pop("test-short-name", None)
+
+
+def test_register_policy__your_entry_point_is_imported_now_and_run_settings_not_fixed():
+    # A typo was accepted, then failed at the first run with the name taken for good.
+    before = policy_names()
+    with pytest.raises(ValueError, match="cannot import it"):
+        register_policy("test-typo", "no_such_policies_module:Mine")
+    with pytest.raises(ValueError, match="cannot fix nu: every run sets them"):
+        register_policy("test-nu", "mabp_gym.agents.shortest_path:JoinShortestQueue", nu=2.0)
+    assert policy_names() == before
+
+
+def _module(tmp_path, monkeypatch, name, body):
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_evaluate__takes_a_module_colon_class_name_as_make_policy_does(tmp_path, monkeypatch):
+    from mabp_gym.registry import _REGISTRY
+
+    body = "from mabp_gym.agents.shortest_path import JoinShortestQueue as Mine\n"
+    _module(tmp_path, monkeypatch, "eval_named_policies", body)
+    try:
+        (record,) = evaluate("eval_named_policies:Mine", "mixed", [0.3], [0], horizon=50)
+        assert record["policy"] == "eval_named_policies:Mine"
+    finally:
+        _REGISTRY.pop("eval_named_policies:Mine", None)
+
+
+def test_plan__an_error_inside_your_policys_constructor_keeps_its_traceback(
+    tmp_path, monkeypatch, run_cli
+):
+    """A bug in your constructor read as a one-line refusal of the command's arguments,
+    with no file or line; a keyword your policy does not take is still one line."""
+    from mabp_gym.registry import _REGISTRY
+
+    body = (
+        "class Buggy:\n"
+        "    def __init__(self, workload, nu=5.0, memory=True):\n"
+        "        raise ValueError('cannot reshape array of size 384')\n"
+    )
+    _module(tmp_path, monkeypatch, "buggy_policies", body)
+    try:
+        with pytest.raises(RuntimeError, match="policy 'buggy_policies:Buggy' raised ValueError"):
+            evaluate("buggy_policies:Buggy", "mixed", [0.3], [0], horizon=50)
+        done = run_cli("eval", "--policies", "buggy_policies:Buggy", "--loads", "0.3")
+        assert done.returncode == 1 and "Traceback" in done.stderr
+        assert 'buggy_policies.py", line 3' in done.stderr
+        wrong = run_cli("eval", "--policies", "jsq", "--loads", "0.3", "--policy-kw", "bogus=1")
+        assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    finally:
+        _REGISTRY.pop("buggy_policies:Buggy", None)
+
+
+def test_run__a_policy_edited_after_the_sweep_was_planned_is_refused(tmp_path, monkeypatch):
+    """Its record would have been filed under the old code's key (and a rerun then took the
+    old code's runs as the new code's)."""
+    from mabp_gym.harness.runs import plan, run
+    from mabp_gym.registry import _REGISTRY
+
+    body = "from mabp_gym.agents.shortest_path import {} as Mine\n"
+    _module(tmp_path, monkeypatch, "edited_policies", body.format("JoinShortestQueue"))
+    try:
+        (spec,) = plan(["edited_policies:Mine"], "mixed", [0.3], [0], horizon=50)
+        assert run(spec)["key"] == spec.key
+        (tmp_path / "edited_policies.py").write_text(body.format("ShortestPath"))
+        with pytest.raises(ValueError, match="changed while the sweep ran"):
+            run(spec)
+    finally:
+        _REGISTRY.pop("edited_policies:Mine", None)
+
+
+def test_policy_identity__a_spawned_workers_name_for_the_parents_script_is_the_same():
+    from mabp_gym.core.validate import entry_identity
+
+    def mine(workload, **kwargs):
+        return None
+
+    mine.__module__ = "__main__"  # defined in the script the parent runs
+    parent = entry_identity(mine, {})
+    mine.__module__ = "__mp_main__"  # how a spawned worker imports the parent's script
+    assert entry_identity(mine, {}) == parent and "source ?" not in parent
+
+
+def test_evaluate__warns_where_your_policys_code_has_no_file_to_key_it_by(tmp_path):
+    from mabp_gym.agents.shortest_path import JoinShortestQueue
+    from mabp_gym.registry import _REGISTRY
+
+    namespace = {"JoinShortestQueue": JoinShortestQueue}
+    exec("def made(workload, **kw):\n    return JoinShortestQueue(workload, **kw)\n", namespace)
+    register_policy("test-no-source", namespace["made"])
+    try:
+        with pytest.warns(UserWarning, match="'test-no-source': its code has no file"):
+            evaluate("test-no-source", "mixed", [0.3], [0], horizon=50, output=tmp_path / "r")
+    finally:
+        _REGISTRY.pop("test-no-source", None)
+
+
+def test_evaluate__a_policy_that_cannot_reach_spawned_workers_is_refused_before_any_run(
+    tmp_path, monkeypatch
+):
+    import multiprocessing
+
+    from mabp_gym.agents.shortest_path import JoinShortestQueue
+    from mabp_gym.registry import _REGISTRY
+
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda *a, **k: "spawn")
+    register_policy("test-lambda", lambda workload, **kw: JoinShortestQueue(workload, **kw))
+    out = tmp_path / "runs.jsonl"
+    try:
+        with pytest.raises(ValueError, match="cannot reach worker processes started by 'spawn'"):
+            evaluate("test-lambda", "mixed", [0.3], [0, 1], horizon=50, workers=2, output=out)
+        assert not out.exists() or out.read_text() == ""
+    finally:
+        _REGISTRY.pop("test-lambda", None)

@@ -131,6 +131,45 @@ def import_entry_point(what: str, text: str) -> Callable[..., Any]:
     return target
 
 
+def entry_identity(entry: str | Callable[..., Any], kwargs: dict[str, Any]) -> str:
+    """What a registered entry point of your own is, for the keys of results files: its
+    name, fixed arguments and a digest of the files that make it (two processes may
+    register one name for two things, and an edited one is another)."""
+    source = _source_digest(entry)
+    if callable(entry):
+        module = getattr(entry, "__module__", "?")
+        if module == "__mp_main__":  # the parent's script, as a spawned worker imports it
+            module = "__main__"
+        entry = f"{module}:{getattr(entry, '__qualname__', entry)}"
+    return f"{entry} {sorted(kwargs.items())!r} source {source}"
+
+
+def _source_digest(entry: str | Callable[..., Any]) -> str:
+    """A digest of the files that make ``entry``: the module it is named from and the file
+    that defines it, as they are on disk now ("?" for neither: a policy made in an
+    interactive session). What those files import from others is not in it."""
+    import hashlib
+    import importlib.util
+    import inspect
+    from pathlib import Path
+
+    digest = hashlib.sha256()
+    found = False
+    paths: set[str | None] = set()
+    try:
+        target = resolve_entry_point(entry)
+        paths.add(inspect.getsourcefile(target))
+        module = entry.partition(":")[0] if isinstance(entry, str) else target.__module__
+        spec = importlib.util.find_spec(module)  # a ValueError for __main__
+        paths.add(spec.origin if spec is not None else None)
+    except (TypeError, ImportError, AttributeError, ValueError, OSError):
+        pass
+    for path in sorted(p for p in paths if p and Path(p).is_file()):
+        digest.update(Path(path).read_bytes())
+        found = True
+    return digest.hexdigest()[:16] if found else "?"
+
+
 def check_entry_point(what: str, name: str, entry_point: Any) -> None:
     """Refuse an entry point of a registered ``what`` (``"policy"``, ``"router"``) that is
     neither a ``"module:attribute"`` string nor a callable, naming ``name``."""

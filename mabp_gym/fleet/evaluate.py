@@ -10,7 +10,13 @@ import numpy as np
 from scipy import stats
 
 from mabp_gym.core.validate import as_list
-from mabp_gym.fleet.routers import ABLATION_ROUTERS, COMPETING, ROUTERS, make_router
+from mabp_gym.fleet.routers import (
+    ABLATION_ROUTERS,
+    COMPETING,
+    ROUTERS,
+    make_router,
+    router_identity,
+)
 from mabp_gym.fleet.simulator import (
     METRICS,
     FleetConfig,
@@ -94,15 +100,23 @@ def evaluate_fleet(
                     records.append({**done[key], "trace": trace.name, "run": run})
                     reused += 1
                     continue
-                metrics = replay(
-                    scaled,
-                    make_router(name),
-                    config,
-                    seed=seed + run,
-                    engine=engine,
-                    profile=profile,
-                    exact_state=ROUTERS[name].kind == "reference",
-                )
+                try:
+                    metrics = replay(
+                        scaled,
+                        make_router(name),
+                        config,
+                        seed=seed + run,
+                        engine=engine,
+                        profile=profile,
+                        exact_state=ROUTERS[name].kind == "reference",
+                    )
+                except Exception as error:  # its type and traceback stay; the note says where
+                    if hasattr(error, "add_note"):  # Python 3.11 on
+                        error.add_note(
+                            f"(router {name!r} on trace {trace.name} at load {load:g}, run "
+                            f"{run}, seed {seed + run})"
+                        )
+                    raise
                 record = {
                     "trace": trace.name,
                     "router": name,
@@ -143,14 +157,19 @@ def run_key(
     engine: str,
     profile: str | None = None,
 ) -> str:
-    """What determines a fleet run's record: the trace's content, the router, the load,
-    the seed, every fleet constant, the engine and its profile."""
+    """What determines a fleet run's record: the trace's content, the router (a router of
+    your own by its code too: an edited one is another router), the load, the seed, every
+    fleet constant, the engine and its profile, and the package's version (a fix to a
+    built-in router or the engine makes its runs again)."""
     import dataclasses
     import hashlib
     import json
 
+    from mabp_gym.version import __version__
+
     payload = json.dumps(
-        [digest, router, float(load).hex(), seed, dataclasses.asdict(config), engine, profile],
+        [digest, router, float(load).hex(), seed, dataclasses.asdict(config), engine, profile]
+        + [router_identity(router), __version__],
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:24]

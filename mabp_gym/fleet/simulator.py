@@ -700,7 +700,8 @@ class FleetSimulator:
         request = self._pending
         if request is None:
             raise RuntimeError("no pending request: call next_request first")
-        w = int(worker) if isinstance(worker, (int, np.integer)) else -1
+        whole = isinstance(worker, (int, np.integer)) and not isinstance(worker, bool)
+        w = int(worker) if whole else -1  # True is no worker
         if not 0 <= w < self.config.num_workers:
             raise ValueError(
                 f"worker must be an integer in [0, {self.config.num_workers}), got {worker!r}"

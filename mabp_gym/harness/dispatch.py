@@ -69,10 +69,20 @@ def dispatch(
             if error is not None:
                 return
     elif backend == "process":
+        import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        from mabp_gym.registry import user_registrations
+        from mabp_gym.registry import unsendable, user_registrations
 
+        method = multiprocessing.get_start_method()
+        lost = unsendable({spec.policy for spec in todo}) if method != "fork" else []
+        if lost:  # each run would fail in its worker with "unknown policy"
+            raise ValueError(
+                f"policy {lost[0]!r} is registered with a callable that cannot reach worker "
+                f"processes started by {method!r} (a lambda, or a function or class made "
+                "inside another): register one defined at a module's top level, or "
+                "'module:attribute', or run with one worker"
+            )
         pool = ProcessPoolExecutor(
             max_workers=min(workers or os.cpu_count() or 1, len(todo)),
             initializer=_start_worker,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,11 +74,29 @@ def execute(
     if path is None:
         return _execute(wanted, None, {}, workers, backend, progress, address)
     check_results_kind(path, "eval", "results file")  # again under the lock, in _repair
+    _warn_unkeyed_code(wanted.values(), path)
     with _ResultsFile(path) as results:
         done = _repair(results.path)
         _check_reused(wanted, done, results.path)
         results.open_for_append()
         return _execute(wanted, results, done, workers, backend, progress, address)
+
+
+def _warn_unkeyed_code(specs: Iterable[RunSpec], path: Path) -> None:
+    """Warn where a policy of your own has no source file to key its runs by (made in an
+    interactive session, ``python -c`` or from standard input): its runs are then keyed by
+    its name and arguments alone, and an edited version would reuse them."""
+    for policy in sorted({spec.policy for spec in specs}):
+        identity = next(spec for spec in specs if spec.policy == policy).policy_identity()
+        if identity is not None and identity.endswith("source ?"):
+            warnings.warn(
+                f"policy {policy!r}: its code has no file to be keyed by (defined in a "
+                f"notebook, an interactive session or standard input), so its runs in "
+                f"{path} are keyed by its name and arguments alone, and an edited version "
+                "would reuse them; define it in a module to key it by its code, or write "
+                "to a new file after an edit",
+                stacklevel=3,
+            )
 
 
 def _check_reused(wanted: dict[str, RunSpec], done: dict[str, dict[str, Any]], path: Path) -> None:

@@ -35,7 +35,15 @@ from mabp_gym.core.simulator import Simulator
 from mabp_gym.core.validate import as_list, is_real
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import WORKLOADS, make_workload
-from mabp_gym.registry import checkpoint_path, make_policy, policy_identity, policy_names
+from mabp_gym.registry import (
+    PolicyArgumentError,
+    checkpoint_path,
+    make_policy,
+    named_policy,
+    policy_identity,
+    policy_names,
+    unknown_policy,
+)
 from mabp_gym.rollout import episode
 from mabp_gym.version import __version__
 
@@ -140,6 +148,10 @@ class RunSpec:
     workload_digest: str = field(default="", compare=False, repr=False)
     checkpoint_digest: str | None = field(default=None, compare=False, repr=False)
     workload_file: str = field(default="", compare=False, repr=False)
+    identity: str = field(default="", compare=False, repr=False)
+    """What a policy of your own was when :func:`plan` ran (:func:`policy_identity`; ``"-"``
+    for a built-in one): the key holds it, and :func:`run` refuses a policy whose code
+    changed since (its record would be filed under the old code's key)."""
 
     @cached_property
     def key(self) -> str:
@@ -159,7 +171,7 @@ class RunSpec:
                 self.workload if self.workload_object is None else self.workload_object.name,
             )
         policy_kw = {k: v for k, v in self.policy_kw if k != "checkpoint"}
-        identity = policy_identity(self.policy)  # a policy of your own: what it is
+        identity = self.policy_identity()  # a policy of your own: what it is
         payload = json.dumps(
             {
                 **({} if identity is None else {"policy_identity": identity}),
@@ -182,6 +194,12 @@ class RunSpec:
             default=repr,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+    def policy_identity(self) -> str | None:
+        """What the policy is, as planned (else as it is now); ``None`` for a built-in."""
+        if not self.identity:
+            return policy_identity(self.policy)
+        return None if self.identity == "-" else self.identity
 
     def build_workload(self) -> Workload:
         if self.workload_object is not None:
@@ -229,6 +247,12 @@ def run(spec: RunSpec) -> dict[str, Any]:
         spec.policy, workload, nu=spec.nu, memory=spec.memory, **dict(spec.policy_kw)
     )
     policy.reset(spec.seed)
+    if spec.identity not in ("", "-") and policy_identity(spec.policy) != spec.identity:
+        raise ValueError(
+            f"policy {spec.policy!r} changed while the sweep ran: it was {spec.identity} "
+            f"and is {policy_identity(spec.policy)} now, so this run would be filed under "
+            "the old code's key; run the command again (it keeps every finished run)"
+        )
     if "torch" in sys.modules:
         # A learned policy scores one small graph per slot: one thread is several times
         # faster than several threads fighting over the cores the other runs use.
@@ -419,8 +443,9 @@ def plan(
     if isinstance(policies, str):
         policies = [policies]
     for name in policies:
+        named_policy(name)  # "module:Class" names register themselves, as make_policy's do
         if name not in policy_names():
-            raise ValueError(f"unknown policy {name!r}; choose one of {policy_names()}")
+            raise ValueError(unknown_policy(name))
     loads = _check_loads(loads)
     seeds = _check_seeds(seeds)
     if not loads or not seeds or not policies:
@@ -457,12 +482,10 @@ def plan(
             f"workload must be a workload name, a workload file or a Workload, got {workload!r}"
         )
     policy_kw = _json_values(dict(policy_kw or {}))
-    digests = {}
+    digests, identities = {}, {}
     for policy in dict.fromkeys(policies):
-        try:
-            make_policy(policy, base, nu=float(nu), memory=bool(memory), **policy_kw)
-        except TypeError as error:
-            raise ValueError(f"policy {policy!r}: {error}") from None
+        identities[policy] = policy_identity(policy) or "-"
+        _build_once(policy, base, identities[policy] != "-", nu, memory, policy_kw)
         digests[policy] = checkpoint_digest_of(policy, policy_kw, name)
     workload_digest = workload_digest_of(base)
     return [
@@ -481,8 +504,32 @@ def plan(
             workload_digest=workload_digest,
             checkpoint_digest=digests[p],
             workload_file=source,
+            identity=identities[p],
         )
         for p in policies
         for load in loads
         for seed in seeds
     ]
+
+
+def _build_once(
+    policy: str, workload: Workload, yours: bool, nu: float, memory: bool, kw: dict[str, Any]
+) -> None:
+    """Build ``policy`` once before any run, so that a bad argument fails here. A built-in
+    policy's ``ValueError`` or ``TypeError`` is about its arguments (a missing checkpoint, a
+    keyword it does not take); one raised inside a policy of your own is an error of its
+    code, which keeps its traceback (a ``RuntimeError`` naming the policy, not a one-line
+    refusal of the command's arguments)."""
+    try:
+        make_policy(policy, workload, nu=float(nu), memory=bool(memory), **kw)
+    except PolicyArgumentError:
+        raise
+    except (TypeError, ValueError) as error:
+        if yours:
+            raise RuntimeError(
+                f"policy {policy!r} raised {type(error).__name__} while it was built for "
+                f"{workload.name} (the traceback above is in its code): {error}"
+            ) from error
+        if isinstance(error, TypeError):
+            raise ValueError(f"policy {policy!r}: {error}") from None
+        raise

@@ -131,15 +131,22 @@ def check_one_setting(policy: str, load: float, members: list[dict[str, Any]]) -
             f"the runs of {cell} differ in {differs}: a summary pools the seeds of one "
             f"setting; pass the records of each setting separately{hint}"
         )
-    seen: set[Any] = set()
+    seen: dict[Any, Any] = {}
     for m in members:
         seed = m.get("seed")
         if seed is not None and seed in seen:
+            why = ""
+            if seen[seed] != m.get("key"):  # two runs that differ in nothing a record names
+                why = (
+                    ": two different runs (their keys differ), as from a policy of your own "
+                    "edited between them or another version of the package; write to a new "
+                    "results file after such a change"
+                )
             raise ValueError(
-                f"the runs of {cell} hold seed {seed} twice (the same run counted twice "
-                "would narrow the growth interval); pass each run once"
+                f"the runs of {cell} hold seed {seed} twice{why} (the same run counted "
+                "twice would narrow the growth interval); pass each run once"
             )
-        seen.add(seed)
+        seen[seed] = m.get("key")
 
 
 def stable_load(

@@ -27,7 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mabp_gym.core.validate import check_entry_point, resolve_entry_point
+from mabp_gym.core.validate import (
+    check_entry_point,
+    entry_identity,
+    import_entry_point,
+    resolve_entry_point,
+)
 
 KINDS = ("baseline", "production", "ablation", "reference", "user")
 """What a router's row is; ``user`` (the default of :func:`register_router`) competes."""
@@ -64,7 +69,8 @@ def register_router(
 
     Raises:
         ValueError: the name is empty or taken, the kind unknown, or the entry point
-            neither a ``"module:attribute"`` string nor a callable.
+            neither a ``"module:attribute"`` string nor a callable, or (one of yours,
+            imported now) not importable.
     """
     if not isinstance(name, str) or not name or "," in name:
         raise ValueError(f"router name must be a non-empty string without ',', got {name!r}")
@@ -73,7 +79,19 @@ def register_router(
     if kind not in KINDS:
         raise ValueError(f"kind of router {name!r} must be one of {KINDS}, got {kind!r}")
     check_entry_point("router", name, entry_point)
+    if isinstance(entry_point, str) and not entry_point.startswith("mabp_gym."):
+        import_entry_point("router", entry_point)  # yours: a typo now, not at the first run
     ROUTERS[name] = RouterSpec(name, entry_point, dict(kwargs), kind)
+
+
+def router_identity(name: str) -> str | None:
+    """What a router of your own is (its entry point, fixed arguments and a digest of its
+    source files), for the keys of results files; ``None`` for the built-in ones, whose
+    runs the package's version keys."""
+    spec = ROUTERS.get(name)
+    if spec is None or name in BUILT_IN_ROUTERS:
+        return None
+    return entry_identity(spec.entry_point, spec.kwargs)
 
 
 def router_names(*kinds: str) -> tuple[str, ...]:
@@ -125,6 +143,8 @@ for _name, _entry, _kind, _kwargs in (
 ):
     register_router(_name, _HERE + _entry, kind=_kind, **_kwargs)
 
+BUILT_IN_ROUTERS = tuple(ROUTERS)
+"""The shipped routers' names (their runs are keyed by the package's version)."""
 PRODUCTION_ROUTERS = router_names("production")
 """The production rules of the shipped routers (routers.md)."""
 ABLATION_ROUTERS = router_names("ablation")
@@ -134,6 +154,7 @@ REFERENCE_ROUTERS = router_names("reference")
 
 __all__ = [
     "ABLATION_ROUTERS",
+    "BUILT_IN_ROUTERS",
     "COMPETING",
     "KINDS",
     "PRODUCTION_ROUTERS",
@@ -142,5 +163,6 @@ __all__ = [
     "RouterSpec",
     "make_router",
     "register_router",
+    "router_identity",
     "router_names",
 ]
