@@ -85,7 +85,27 @@ class Policy:
                 f"policy {self.name!r} was made for {self.workload.name!r} (queues {expected}), "
                 f"got an observation with queues {queues.shape}: another workload's"
             )
+        for key, shape in self._observation_shapes().items():
+            value = obs.get(key) if isinstance(obs, dict) else None
+            # Two networks can share the queues' shape (rag and agentic): the compiled
+            # rules would then read past the candidate arrays of the other's observation.
+            if value is not None and np.shape(value) != shape:
+                raise ValueError(
+                    f"policy {self.name!r} was made for {self.workload.name!r} ({key} "
+                    f"{shape}), got an observation with {key} {np.shape(value)}: another "
+                    "workload's"
+                )
         return queues
+
+    def _observation_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape of every array of this workload's observation (built on first use)."""
+        shapes = self.__dict__.get("_shapes")
+        if shapes is None:
+            from mabp_gym.core.encoding import ObservationEncoder
+
+            layout = ObservationEncoder(self.workload).layout
+            shapes = self.__dict__["_shapes"] = {k: tuple(v.shape) for k, v in layout.items()}
+        return shapes
 
     # -- shared pieces --------------------------------------------------------------------
     def pair_backlog(self, queues: np.ndarray) -> np.ndarray:

@@ -196,6 +196,15 @@ class LocalPolicy:
         self.route_commodity = ix.route_commodity[lay.routes]
         self.route_slot = lay.route_neighbour
         self.route_cost = ix.link_cost[ix.route_link[lay.routes]]
+        space = env.observation_space(agent)
+        self._shapes = {key: tuple(sub.shape) for key, sub in space.spaces.items()}
+        # Every agent's view has the same shapes (padded): its candidates' index tables
+        # tell one agent's from another's.
+        q, tables = env.possible_agents.index(agent), env._tables
+        self._own = {
+            key: getattr(tables, key)[q]
+            for key in ("service_index", "route_index", "transfer_index", "retain_index")
+        }
         self.t = 0
 
     def reset(self, seed: int | None = None) -> None:
@@ -204,6 +213,24 @@ class LocalPolicy:
 
     def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """The agent's action ``(D_l,)`` float64 for its local observation."""
+        if not isinstance(obs, dict):
+            raise ValueError(
+                f"the local rule of {self.agent!r} reads its agent's Dict observation "
+                f"(obs[{self.agent!r}] of the parallel env), got {type(obs).__name__}"
+            )
+        for key, shape in self._shapes.items():
+            if key in obs and np.shape(obs[key]) != shape:  # an IndexError came first
+                raise ValueError(
+                    f"the local rule of {self.agent!r} got an observation whose {key} is "
+                    f"{np.shape(obs[key])}, not its agent's {shape}: another agent's (or "
+                    f"another workload's) view; pass obs[{self.agent!r}]"
+                )
+        for key, own in self._own.items():
+            if key in obs and not np.array_equal(obs[key], own):
+                raise ValueError(
+                    f"the local rule of {self.agent!r} got another agent's view (its {key} "
+                    f"is not {self.agent!r}'s); pass obs[{self.agent!r}]"
+                )
         out = np.full(self.size, -1.0)
         self._fill(obs, out)
         self.t += 1

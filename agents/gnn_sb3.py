@@ -204,6 +204,13 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         score_bias: float,
         **kwargs: Any,
     ) -> None:
+        for name in ("net_arch", "features_extractor_class", "features_extractor_kwargs"):
+            if kwargs.get(name) is not None:  # net_arch was dropped without a word
+                raise ValueError(
+                    f"{type(self).__name__} takes no {name}: its action means are the graph "
+                    "network's scores and its value head reads that network's latent; size "
+                    "the network with hidden= and layers= instead"
+                )
         # ortho_init off: pretrained weights stay as they are, fresh ones set their scores.
         kwargs.setdefault("ortho_init", False)
         kwargs.setdefault("log_std_init", -1.5)
@@ -351,6 +358,7 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
             "features_extractor_class",
             "features_extractor_kwargs",
             "share_features_extractor",
+            "net_arch",  # SB3's default MLP sizes, which these policies have no use for
         ):
             data.pop(key, None)
         data.update(self._constructor_extras())

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.core.workloads import WORKLOADS
+from mabp_gym.harness.runs import MAX_SEEDS
 
 TABLE_POLICIES = (
     "sp",
@@ -220,10 +221,6 @@ def _policies(tokens: list[str]) -> list[str]:
     if not names:
         raise ValueError("give at least one policy")
     return names
-
-
-MAX_SEEDS = 100_000
-"""The most seeds one ``a:b`` range may hold (far more than any run list finishes)."""
 
 
 def _parse_seeds(token: str, option: str = "--seed-sets") -> list[int]:

@@ -240,26 +240,9 @@ def _check_run_args(args: argparse.Namespace) -> None:
     if args.address is not None and args.backend != "ray":
         raise ValueError("--address is for --backend ray")
     if args.address is not None:
-        _check_reachable(args.address)
+        from mabp_gym.harness.dispatch import check_address
 
-
-def _check_reachable(address: str) -> None:
-    """Refuse a Ray ``host:port`` nothing answers at: ``ray.init`` waits on it for minutes
-    and then fails with a traceback. ``auto`` and ``ray://`` addresses are left to Ray."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    if address == "auto" or "://" in address:
-        return
-    if not host or not port.isdigit():
-        raise ValueError(f"--address {address!r}: give host:port (or 'auto'), say 127.0.0.1:6379")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()  # [::1]
-    except OSError as error:
-        raise ValueError(
-            f"--address {address!r}: no Ray cluster answers there ({error.strerror or error}); "
-            "start one with `ray start --head`, or drop --address to start one here"
-        ) from None
+        check_address(args.address, "--address")
 
 
 TABLE_COLUMNS = (

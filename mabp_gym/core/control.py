@@ -201,7 +201,18 @@ def check_control(
     Returns:
         The control in sparse form with the hit bit of every action under the
         post-transfer resident memory (the activation of SPEC 1 step 4).
+
+    Raises:
+        ValueError: ``state`` is not one of ``workload`` (its arrays' shapes).
     """
+    state.check_fits(workload)
+    return feasibility(workload, state, control, memory=memory)
+
+
+def feasibility(
+    workload: Workload, state: SimState, control: Control, *, memory: bool = True
+) -> CheckedControl:
+    """:func:`check_control` for a state known to be the workload's (a simulator's own)."""
     ix = workload.index
     transfers = _as_int_list("transfers", control.transfers, None)
     route = _sparse("route", control.route, ix.num_routes)

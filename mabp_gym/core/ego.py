@@ -51,6 +51,13 @@ def ego_graph(obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         route into the agent; ``upstream_commodity`` ``(U,)`` (``-1`` pads);
         ``edge_upstream`` ``(Nb, U)``: the head's upstream queue lengths as it relays them.
     """
+    if not isinstance(obs, Mapping) or "neighbour_queues" not in obs:
+        keys = sorted(obs)[:4] if isinstance(obs, Mapping) else type(obs).__name__
+        raise ValueError(
+            "ego_graph reads one agent's observation of the parallel env (obs[agent], with "
+            f"'node', 'neighbour_queues', ...), got {keys!r}: the all-agents dict or the "
+            "single env's observation?"
+        )
     node = np.asarray(obs["node"], dtype=np.float32)
     queues = np.asarray(obs["queues"], dtype=np.float32)
     memory = np.asarray(obs["memory"], dtype=np.float32)

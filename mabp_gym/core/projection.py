@@ -53,7 +53,7 @@ def validate_scores(workload: Workload, scores: np.ndarray, what: str = "scores"
     shape, NaN or inf."""
     expected = workload.index.num_scores
     if type(scores) is not np.ndarray or scores.dtype.kind != "f":  # the common case skips it
-        checked_action(scores, what)
+        scores = checked_action(scores, what)
     array = np.asarray(scores, dtype=np.float64)
     if array.shape != (expected,):
         raise ValueError(
@@ -79,6 +79,9 @@ def project(
     Returns:
         A :class:`Control` that :func:`mabp_gym.core.control.check_control` accepts.
     """
+    if not isinstance(state, SimState):
+        raise TypeError(f"state must be a SimState (sim.state), got {type(state).__name__}")
+    state.check_fits(workload)
     return project_checked(workload, state, validate_scores(workload, scores), memory=memory)
 
 

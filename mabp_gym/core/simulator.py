@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mabp_gym.core.control import CHECK_TOLERANCE, Control, check_control
+from mabp_gym.core.control import CHECK_TOLERANCE, Control, feasibility
 from mabp_gym.core.kernels import check_core
 from mabp_gym.core.kernels.transition_core import (
     CompiledTransition,
@@ -35,7 +35,7 @@ from mabp_gym.core.kernels.transition_core import (
     slot_cost,
     state_arrays,
 )
-from mabp_gym.core.projection import project, project_checked
+from mabp_gym.core.projection import project_checked, validate_scores
 from mabp_gym.core.state import SimState
 from mabp_gym.core.workload import Workload
 
@@ -94,6 +94,14 @@ class Simulator:
         memory: bool = True,
         check_invariants: bool = False,
     ) -> None:
+        if not isinstance(workload, Workload):
+            raise TypeError(
+                f"workload must be a Workload (mabp_gym.make_workload(name)), got "
+                f"{type(workload).__name__}"
+            )
+        for name, value in (("memory", memory), ("check_invariants", check_invariants)):
+            if not isinstance(value, (bool, np.bool_)):  # bool("no") is True
+                raise TypeError(f"{name} must be True or False, got {value!r}")
         self.workload = workload
         self.memory = bool(memory)
         self.check_invariants = bool(check_invariants)
@@ -112,6 +120,13 @@ class Simulator:
         The initial memory is alternative ``seed % len(workload.initial_memory)`` (drawn
         from the generator when ``seed`` is None).
         """
+        numpy_seed = (np.random.SeedSequence, np.random.BitGenerator, np.random.Generator)
+        if not (seed is None or isinstance(seed, numpy_seed)) and (
+            isinstance(seed, (bool, np.bool_))
+            or not isinstance(seed, (int, np.integer))
+            or seed < 0
+        ):
+            raise ValueError(f"seed must be None or an integer >= 0, got {seed!r}")
         self.rng = np.random.default_rng(seed)
         self.state = self._empty_state()
         self._ready = True
@@ -167,7 +182,9 @@ class Simulator:
 
     def project(self, scores: np.ndarray) -> Control:
         """The shared projection (SPEC 3.2) of ``scores`` in the current state."""
-        return project(self.workload, self.state, scores, memory=self.memory)
+        return project_checked(
+            self.workload, self.state, validate_scores(self.workload, scores), memory=self.memory
+        )
 
     def step_scores(self, scores: np.ndarray) -> tuple[Control, SlotOutcome]:
         """Project ``scores`` and execute the resulting control.
@@ -177,9 +194,11 @@ class Simulator:
         ``check_invariants`` is on; :meth:`step` checks every control it is given.
         """
         self._require_reset()
-        control = project(self.workload, self.state, scores, memory=self.memory)
+        control = project_checked(
+            self.workload, self.state, validate_scores(self.workload, scores), memory=self.memory
+        )
         if self.check_invariants:
-            check_control(self.workload, self.state, control, memory=self.memory)
+            feasibility(self.workload, self.state, control, memory=self.memory)
         return control, self._execute(control)
 
     def step_checked_scores(self, scores: np.ndarray) -> tuple[float, int]:
@@ -207,7 +226,7 @@ class Simulator:
         if not self._feasible(control):
             # The explainer: raises with the reason, or (a control the kernel leaves to
             # it, such as one of another integer dtype) accepts it.
-            check_control(self.workload, self.state, control, memory=self.memory)
+            feasibility(self.workload, self.state, control, memory=self.memory)
         return self._execute(control)
 
     def _feasible(self, control: Control) -> bool:

@@ -69,6 +69,43 @@ class SimState:
             service_birth=np.zeros(ix.num_nodes, dtype=np.int64),
         )
 
+    def check_fits(self, workload: Workload) -> None:
+        """Raise ``ValueError`` unless this state's arrays are shaped for ``workload`` and
+        index only its actions, objects and nodes: the compiled kernels read a state of
+        another workload past its arrays' ends (and a wrong control came back, or the
+        process crashed)."""
+        ix = workload.index
+        nodes = (ix.num_nodes,)
+        expected = {
+            "queue_len": (ix.num_pairs,),
+            "holder": (ix.num_nodes, ix.num_signatures),
+            "owner": (ix.num_objects,),
+            "memory_used": nodes,
+            "service_action": nodes,
+            "service_residual": nodes,
+            "service_hit": nodes,
+            "service_birth": nodes,
+        }
+        for name, shape in expected.items():
+            got = np.shape(getattr(self, name))
+            if got != shape:
+                raise ValueError(
+                    f"the state is not one of {workload.name!r}: its {name} is {got}, the "
+                    f"workload's {shape} (a state of another workload?)"
+                )
+        for name, bound in (
+            ("service_action", ix.num_actions),
+            ("holder", ix.num_objects),
+            ("owner", ix.num_nodes),
+        ):
+            values = getattr(self, name)
+            if values.size and (values.max() >= bound or values.min() < -1):
+                raise ValueError(
+                    f"the state is not one of {workload.name!r}: its {name} holds "
+                    f"{int(values.max())}, and the workload has {bound} (a state of another "
+                    "workload?)"
+                )
+
     @property
     def queues(self) -> list[tuple[int, ...]]:
         """Birth slots of the waiting units per pair, oldest first (a copy)."""

@@ -81,18 +81,22 @@ def checked_action(action: Any, what: str = "the action") -> Any:
     booleans or objects. Shape and finiteness are checked by the projection
     (:func:`mabp_gym.core.projection.validate_scores`, which calls this too); the envs call
     it first to name what was wrong in their own terms (``what``: the action, each agent's
-    action)."""
+    action). Returns the action, a torch tensor as a numpy array."""
     if isinstance(action, np.ma.MaskedArray):
         raise ValueError(
             f"{what} is a masked array; pass a plain array of scores (fill "
             "the masked entries, e.g. with -1 for 'do not act')"
         )
-    kind = np.asarray(action).dtype.kind
-    if kind not in "fiu":
+    if hasattr(action, "detach") and hasattr(action, "numpy"):  # a torch tensor
+        action = action.detach().cpu().numpy()  # one with a gradient was torch's error
+    try:
+        dtype = np.asarray(action).dtype
+    except ValueError as error:  # a ragged list: numpy's "inhomogeneous shape"
         raise ValueError(
-            f"{what} must be real-valued scores (float or int), got dtype "
-            f"{np.asarray(action).dtype}"
-        )
+            f"{what} must be an array of scores, not a ragged list ({error})"
+        ) from None
+    if dtype.kind not in "fiu":
+        raise ValueError(f"{what} must be real-valued scores (float or int), got dtype {dtype}")
     return action
 
 

@@ -379,6 +379,8 @@ class SFMSNEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray] | np.ndarray, dict[str, Any]]:
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {options!r}")
         if options:  # before the seed: a refused reset changes nothing
             raise ValueError(f"options are not supported, got {sorted(options)}")
         super().reset(seed=seed)

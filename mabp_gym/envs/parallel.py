@@ -196,6 +196,13 @@ class SFMSNParallelEnv(ParallelEnv):
                 "share of it is defined per node); a reward function of your own is the "
                 "single env's"
             )
+        if env_kw.get("diagnostics"):  # accepted, and no agent's info showed any of it
+            raise ValueError(
+                "parallel_env: diagnostics=True is the single env's (per-slot hits, churn, "
+                "penalty parts in its info); each agent's info holds backlog, penalty and "
+                "telemetry, and the single env over the same workload and seed steps the "
+                "same episode"
+            )
         self._single = SFMSNEnv(workload, **env_kw)
         self.nu = self._single.nu
         self.memory = self._single.memory

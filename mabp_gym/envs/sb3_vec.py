@@ -181,6 +181,10 @@ def make_sb3_vec_env(
         seed: as ``VecEnv.seed``: env ``i``'s first reset uses ``seed + i``.
         **env_kwargs: the env's arguments (``workload``, ``load``, ``horizon``, ...).
     """
+    if seed is not None and (  # checked before any env is built (one broke every reset)
+        isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0
+    ):
+        raise ValueError(f"seed must be None or an integer >= 0, got {seed!r}")
     vector_env = gym.make_vec(
         env_id,
         num_envs=n_envs,

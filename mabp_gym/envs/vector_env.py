@@ -67,7 +67,7 @@ def checked_scores(
         ValueError: not real numbers, not of shape ``(N, D)``, or NaN / inf in a row that
             steps; nothing is changed.
     """
-    checked_action(actions, "the action batch")
+    actions = checked_action(actions, "the action batch")
     scores = np.asarray(actions, dtype=np.float64)
     expected = (needs_reset.shape[0], num_scores)
     if scores.shape != expected:
@@ -115,6 +115,8 @@ def env_seeds(seed: Any, num_envs: int) -> list[int | None]:
 def reset_mask(options: dict[str, Any] | None, num_envs: int, reset_once: bool) -> np.ndarray:
     """Which envs a reset resets: all, or Gymnasium's ``options={"reset_mask": mask}``
     (a bool array, one per env, at least one True; the others keep their episode)."""
+    if options is not None and not isinstance(options, dict):  # "abc" read as keys a, b, c
+        raise TypeError(f"options must be a dict or None, got {options!r}")
     options = dict(options or {})
     mask = options.pop("reset_mask", None)
     if options:

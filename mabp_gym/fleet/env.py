@@ -246,6 +246,8 @@ class FleetEnv(gymnasium.Env):
 
 
 def _check_options(options: dict[str, Any] | None) -> None:
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be a dict or None, got {options!r}")
     if options:
         raise ValueError(f"options are not supported, got {sorted(options)}")
 

@@ -123,6 +123,27 @@ def dispatch(
             yield spec, record, error
 
 
+def check_address(address: str, what: str = "address") -> None:
+    """Refuse a Ray ``host:port`` nothing answers at: ``ray.init`` waits on it for minutes
+    and then fails with a traceback. ``auto`` and ``ray://`` addresses are left to Ray."""
+    import socket
+
+    if not isinstance(address, str):
+        raise ValueError(f"{what} must be a string host:port (or 'auto'), got {address!r}")
+    host, _, port = address.rpartition(":")
+    if address == "auto" or "://" in address:
+        return
+    if not host or not port.isdigit():
+        raise ValueError(f"{what} {address!r}: give host:port (or 'auto'), say 127.0.0.1:6379")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()  # [::1]
+    except OSError as error:
+        raise ValueError(
+            f"{what} {address!r}: no Ray cluster answers there ({error.strerror or error}); "
+            f"start one with `ray start --head`, or leave {what} out to start one here"
+        ) from None
+
+
 class BackendError(ValueError):
     """The execution backend cannot start (a Ray cluster that does not answer)."""
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from mabp_gym.core.validate import as_list
 from mabp_gym.core.workload import Workload
-from mabp_gym.harness.dispatch import BACKENDS, dispatch
+from mabp_gym.harness.dispatch import BACKENDS, check_address, dispatch
 from mabp_gym.harness.results_file import (
     _repair,
     _ResultsFile,
@@ -65,6 +65,10 @@ def execute(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if address is not None:  # the CLI refused both; the Python API ran on
+        if backend != "ray":
+            raise ValueError(f"address is for backend='ray', got backend={backend!r}")
+        check_address(address)
     if workers is not None and (
         isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1
     ):  # 2.0 passed this check and failed inside multiprocessing, the file already locked

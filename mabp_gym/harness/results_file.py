@@ -112,6 +112,8 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     record (``42``, ``null``, a record missing fields, bad JSON) or
     repeats a run already read is skipped with a warning. A missing file has no records.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path (str or os.PathLike), got {path!r}")
     path = Path(path)
     if not path.exists():
         return []
@@ -288,6 +290,8 @@ def _repaired(path: Path, problem_of: RecordCheck) -> dict[str, dict[str, Any]]:
 def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     """Raise ``ValueError`` unless ``path`` can be written as a regular file: not a
     directory or a device, in an existing directory, writable."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"{what} must be a file path (str or os.PathLike), got {path!r}")
     path = Path(path)
     if path.exists() or path.is_symlink():
         if path.is_dir():

@@ -337,9 +337,18 @@ def _json_values(policy_kw: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
+MAX_SEEDS = 100_000
+"""The most seeds one grid takes (``range(10**9)`` ran out of memory making its list)."""
+
+
 def _check_seeds(seeds: Iterable[Any]) -> list[int]:
+    if isinstance(seeds, range) and len(seeds) > MAX_SEEDS:
+        raise ValueError(f"seeds holds {len(seeds):,} seeds; at most {MAX_SEEDS:,} in one grid")
     checked = []
-    for seed in as_list(seeds, "seeds"):
+    listed = as_list(seeds, "seeds")
+    if len(listed) > MAX_SEEDS:
+        raise ValueError(f"seeds holds {len(listed):,} seeds; at most {MAX_SEEDS:,} in one grid")
+    for seed in listed:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seeds must be integers >= 0, got {seed!r}")
         checked.append(int(seed))
@@ -481,6 +490,8 @@ def plan(
         raise ValueError(
             f"workload must be a workload name, a workload file or a Workload, got {workload!r}"
         )
+    if policy_kw is not None and not isinstance(policy_kw, Mapping):
+        raise ValueError(f"policy_kw must be a dict of keyword arguments, got {policy_kw!r}")
     policy_kw = _json_values(dict(policy_kw or {}))
     digests, identities = {}, {}
     for policy in dict.fromkeys(policies):

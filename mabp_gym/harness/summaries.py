@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -22,6 +23,21 @@ VERDICTS = ("stable", "paper")
 """``stable``: the backlog does not grow (SPEC 9.2, verdict v4: growth pooled over the
 seeds below the limit with 95% confidence, and falling as the run lengthens);
 ``paper``: the paper's short-horizon rule on seed means (slope < 0.035, backlog < 120)."""
+
+
+def record_list(records: Any) -> list[dict[str, Any]]:
+    """``records`` as a list of run records; a path (or anything else that is not
+    records) is refused with the fix: ``'str' object has no attribute 'get'`` came first."""
+    if isinstance(records, (str, bytes, os.PathLike)):
+        raise ValueError(
+            f"records must be run records, got the path {records!r}: read them with "
+            "mabp_gym.read_records(path)"
+        )
+    listed = list(records)
+    bad = next((r for r in listed if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise ValueError(f"records must be run records (dicts), got {type(bad).__name__}")
+    return listed
 
 
 def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -40,7 +56,7 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     """
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     keys: set[str] = set()
-    for record in records:
+    for record in record_list(records):
         key = record.get("key")
         if key is not None:
             if key in keys:
@@ -171,7 +187,7 @@ def stable_load(
             bound where it cannot: records of several workloads, a workload file that
             moved); ``None`` applies none. A bool is not a bound.
     """
-    records = list(records)
+    records = record_list(records)
     if isinstance(bound, str):
         if bound != "auto":
             raise ValueError(f"bound must be a load > 0, 'auto' or None, got {bound!r}")
