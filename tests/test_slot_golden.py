@@ -45,8 +45,18 @@ def test_oracle_sur__controls_identical_to_the_golden_file(name, overrides):
 
 @pytest.mark.parametrize("name, overrides", maker.PROGRAM_CASES, ids=lambda v: str(v))
 def test_oracle_sur__slot_programs_identical_to_the_golden_file(name, overrides):
-    """Random programs with compute left on the EPS boundaries of the program's comparisons."""
-    assert maker.programs(name, overrides) == GOLDEN["programs"][maker.key(name, overrides)]
+    """Random programs with compute left on the EPS boundaries of the program's comparisons:
+    every status and objective on any scipy, and the controls themselves on the scipy that
+    wrote the file (HiGHS's version decides between equally good controls)."""
+    key = maker.key(name, overrides)
+    assert maker.programs(name, overrides, values=True) == GOLDEN["program_values"][key]
+    if maker.scipy_version() != GOLDEN["programs_scipy"]:
+        pytest.skip(
+            f"the controls are pinned to scipy {GOLDEN['programs_scipy']}'s HiGHS, which "
+            f"breaks ties between equally good programs; this is scipy "
+            f"{maker.scipy_version()}, whose statuses and objectives were checked"
+        )
+    assert maker.programs(name, overrides) == GOLDEN["programs"][key]
 
 
 LARGE = ("multihop", {"nodes": 600, "load": 0.3})

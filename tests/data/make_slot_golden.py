@@ -130,10 +130,15 @@ def oracle(name: str, overrides: dict) -> list[str]:
     return digests.done()
 
 
-def programs(name: str, overrides: dict) -> list[str]:
+def programs(name: str, overrides: dict, values: bool = False) -> list[str]:
     """Oracle-Sur's service-and-starts program on 300 random slots: random gains, work,
     compute left and queues, with compute left on the EPS boundaries of its comparisons (a
-    unit that just fits, a row that binds by less than EPS): its controls and statuses."""
+    unit that just fits, a row that binds by less than EPS): its controls and statuses.
+
+    With ``values``: each program's status and objective (the gain of its services) alone.
+    A program with several optimal controls gets the one HiGHS's version lands on (scipy
+    1.16 and 1.15 pick another in about a third of these 300 on ``mixed``, each of equal
+    gain), so the controls are pinned to the file's scipy and the values to any."""
     from types import SimpleNamespace
 
     from mabp_gym.agents.oracle import OracleSur
@@ -157,8 +162,19 @@ def programs(name: str, overrides: dict) -> list[str]:
         oracle._gain_work = lambda *args, g=gain, w=work: (g, w)  # type: ignore[method-assign]
         oracle._available = lambda *args, a=avail: a  # type: ignore[method-assign]
         control, status = oracle._solve(state, no_transfers, np.zeros((2, ix.num_actions)))
-        digests.add(status, *(() if control is None else control.as_dict().values()))
+        if values:
+            gained = None if control is None else round(float(gain @ control.service), 6)
+            digests.add(status, gained)
+        else:
+            digests.add(status, *(() if control is None else control.as_dict().values()))
     return digests.done()
+
+
+def scipy_version() -> str:
+    """scipy's ``major.minor``: the HiGHS that breaks ties between equally good programs."""
+    import scipy
+
+    return ".".join(scipy.__version__.split(".")[:2])
 
 
 def key(name: str, overrides: dict, memory: bool | None = None) -> str:
@@ -179,6 +195,11 @@ def main() -> None:
         "programs": {
             key(name, overrides): programs(name, overrides) for name, overrides in PROGRAM_CASES
         },
+        "program_values": {
+            key(name, overrides): programs(name, overrides, values=True)
+            for name, overrides in PROGRAM_CASES
+        },
+        "programs_scipy": scipy_version(),
     }
     (HERE / "slot_golden.json").write_text(json.dumps(golden, indent=1) + "\n")
 
