@@ -13,9 +13,7 @@ from mabp_gym.core.control import Control, check_control
 
 
 @pytest.mark.parametrize("name", ["mabp", "bp", "frame-mabp", "oracle-sur", "residual-mabp-any"])
-def test_policy__another_workloads_observation_is_refused_not_read_past_its_end(
-    name, monkeypatch
-):
+def test_policy__another_workloads_observation_is_refused_not_read_past_its_end(name, monkeypatch):
     # rag and agentic have the same queues (8, 24): the compiled rules read past the
     # candidate arrays of agentic's observation, and the process died (segfault).
     from mabp_gym.agents.mabp import MABP
