@@ -106,6 +106,7 @@ def test_env__a_torch_tensor_with_a_gradient_is_an_action_and_a_ragged_list_is_r
 
 
 def test_parallel_env__diagnostics_and_another_agents_view_are_refused():
+    pytest.importorskip("pettingzoo")
     from mabp_gym.agents.decentralized import local_policies
 
     with pytest.raises(ValueError, match="diagnostics=True is the single env's"):

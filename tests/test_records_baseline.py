@@ -39,4 +39,18 @@ def test_evaluation__records_identical_to_the_baseline(case):
         )
     )
     for key, value in case["record"].items():
-        assert record[key] == value, key
+        assert _same(record[key], value), (key, record[key], value)
+
+
+def _same(got: object, expected: object) -> bool:
+    """Equal, floats to 12 significant digits: the slots are bit for bit the same
+    (``test_slot_golden.py``), but a record's fitted slope and summed penalty move in their
+    last bits with numpy's version (numpy 2.5, on Python 3.12, differs from 2.4 by a few
+    ULP)."""
+    if isinstance(got, float) and isinstance(expected, float):
+        return got == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    if isinstance(got, list) and isinstance(expected, list) and len(got) == len(expected):
+        return all(_same(a, b) for a, b in zip(got, expected, strict=True))
+    if isinstance(got, dict) and isinstance(expected, dict) and got.keys() == expected.keys():
+        return all(_same(got[k], expected[k]) for k in got)
+    return got == expected
