@@ -200,7 +200,8 @@ class LocalPolicy:
         self._shapes = {key: tuple(sub.shape) for key, sub in space.spaces.items()}
         # Every agent's view has the same shapes (padded): its candidates' index tables
         # tell one agent's from another's.
-        q, tables = env.possible_agents.index(agent), env._tables
+        base = getattr(env, "unwrapped", env)  # PettingZoo's wrappers hide private names
+        q, tables = base.possible_agents.index(agent), base._tables
         self._own = {
             key: getattr(tables, key)[q]
             for key in ("service_index", "route_index", "transfer_index", "retain_index")
@@ -213,6 +214,15 @@ class LocalPolicy:
 
     def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """The agent's action ``(D_l,)`` float64 for its local observation."""
+        if self.t % 256 == 0:  # a mix-up repeats: checked now and then, not every slot
+            self._check_view(obs)
+        out = np.full(self.size, -1.0)
+        self._fill(obs, out)
+        self.t += 1
+        return out
+
+    def _check_view(self, obs: Any) -> None:
+        """Refuse another agent's or workload's view (the rule read it without a word)."""
         if not isinstance(obs, dict):
             raise ValueError(
                 f"the local rule of {self.agent!r} reads its agent's Dict observation "
@@ -231,10 +241,6 @@ class LocalPolicy:
                     f"the local rule of {self.agent!r} got another agent's view (its {key} "
                     f"is not {self.agent!r}'s); pass obs[{self.agent!r}]"
                 )
-        out = np.full(self.size, -1.0)
-        self._fill(obs, out)
-        self.t += 1
-        return out
 
     __call__ = scores
 

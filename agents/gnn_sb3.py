@@ -204,6 +204,8 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         score_bias: float,
         **kwargs: Any,
     ) -> None:
+        if kwargs.get("net_arch") == {"pi": [64, 64], "vf": [64, 64]}:
+            del kwargs["net_arch"]  # SB3's default, which files saved before held
         for name in ("net_arch", "features_extractor_class", "features_extractor_kwargs"):
             if kwargs.get(name) is not None:  # net_arch was dropped without a word
                 raise ValueError(

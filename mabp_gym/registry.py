@@ -78,7 +78,8 @@ def register_policy(
     ``needs`` names the extra whose absence makes the import fail; ``checkpoint`` the
     shipped file the policy reads by default (results are keyed by its content), or
     several patterns: the first whose file is shipped. A ``"module:attribute"`` of your
-    own is imported now (the built-in ones on first use).
+    own is imported now, unless it ``needs`` an extra (it and the built-in ones load on
+    first use).
 
     Raises:
         ValueError: the name is empty or taken, the entry point is not a
@@ -96,9 +97,10 @@ def register_policy(
             f"policy {name!r} cannot fix {', '.join(fixed)}: every run sets them (evaluate's "
             "nu= and memory=, the env's); pass them when the policy is run instead"
         )
-    if isinstance(entry_point, str) and not entry_point.startswith(f"{_AGENTS}."):
+    if needs is None and isinstance(entry_point, str) and not entry_point.startswith(_AGENTS):
         # Yours is imported now: a typo here, not a traceback at the first run with the
-        # name taken (only the built-in entries wait, so that torch loads when asked for).
+        # name taken. The built-in entries and those with an extra (``needs``) wait, so
+        # that a heavy or missing extra loads (or is named) when the policy is asked for.
         import_entry_point("policy", entry_point)
     _REGISTRY[name] = PolicySpec(name, entry_point, dict(kwargs), needs, checkpoint)
 

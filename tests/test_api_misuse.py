@@ -117,6 +117,10 @@ def test_parallel_env__diagnostics_and_another_agents_view_are_refused():
     with pytest.raises(ValueError, match="the local rule of 'gw' got another agent's view"):
         rules["gw"].scores(obs["gen0"])
     assert rules["gw"].scores(obs["gw"]).shape == env.action_space("gw").shape
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    wrapped = BaseParallelWrapper(mabp_gym.parallel_env("mixed"))  # hides private names
+    assert set(local_policies("bp", wrapped)) == set(env.possible_agents)
     from mabp_gym.core.ego import ego_graph
 
     with pytest.raises(ValueError, match="one agent's observation of the parallel env"):
@@ -130,6 +134,8 @@ def test_sb3__net_arch_is_refused_by_name_and_a_bad_seed_before_any_env():
 
     from mabp_gym.envs.sb3 import GraphActorCriticPolicy, make_sb3_vec_env
 
+    default = {"pi": [64, 64], "vf": [64, 64]}  # what files saved before held: loads
+    PPO(GraphActorCriticPolicy, gym.make("mabp_gym/SFMSN-v0"), policy_kwargs={"net_arch": default})
     with pytest.raises(ValueError, match="takes no net_arch"):  # it was dropped silently
         PPO(
             GraphActorCriticPolicy,

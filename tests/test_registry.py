@@ -245,6 +245,33 @@ def test_run__a_policy_edited_after_the_sweep_was_planned_is_refused(tmp_path, m
         _REGISTRY.pop("edited_policies:Mine", None)
 
 
+def test_policy_identity__no_address_of_a_partial_or_an_object_argument_gets_in():
+    # Each process (a spawned worker, a rerun) put its own address there: every run was
+    # refused as "changed while the sweep ran", and no run was ever reused.
+    import functools
+
+    from mabp_gym.core.validate import entry_identity
+
+    def make(workload, **kwargs):
+        return None
+
+    first = entry_identity(functools.partial(make), {"transform": make})
+    again = entry_identity(functools.partial(make), {"transform": make})
+    assert first == again and " at 0x" not in first
+
+
+def test_register_policy__an_entry_that_needs_an_extra_loads_on_first_use():
+    from mabp_gym.registry import _REGISTRY
+
+    register_policy("test-needs", "not_installed_extra_module:Heavy", needs="learn")
+    try:
+        assert "test-needs" in policy_names()  # a plugin registers it whether or not installed
+        with pytest.raises(ImportError):
+            make_policy("test-needs", "mixed")
+    finally:
+        _REGISTRY.pop("test-needs", None)
+
+
 def test_policy_identity__a_spawned_workers_name_for_the_parents_script_is_the_same():
     from mabp_gym.core.validate import entry_identity
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -145,7 +146,13 @@ def entry_identity(entry: str | Callable[..., Any], kwargs: dict[str, Any]) -> s
         if module == "__mp_main__":  # the parent's script, as a spawned worker imports it
             module = "__main__"
         entry = f"{module}:{getattr(entry, '__qualname__', entry)}"
-    return f"{entry} {sorted(kwargs.items())!r} source {source}"
+    text = f"{entry} {sorted(kwargs.items())!r} source {source}"
+    # A repr with an address (a functools.partial, an object as a fixed argument) differs
+    # in every process: the same policy would be another in each worker and each rerun.
+    return _ADDRESS.sub("", text.replace("__mp_main__", "__main__"))
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _source_digest(entry: str | Callable[..., Any]) -> str:
