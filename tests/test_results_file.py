@@ -624,3 +624,26 @@ def test_cli__a_full_disk_is_one_line_and_status_1(run_cli, tmp_path, monkeypatc
     assert "Traceback" not in done.stderr
     assert "could not be written to" in done.stderr and "No space left on device" in done.stderr
     assert out.read_bytes() == b""
+
+
+def test_run__a_checkpoint_rewritten_after_planning_is_refused_and_records_say_what_made_them(
+    tmp_path,
+):
+    """The key holds the checkpoint's content as planned; a run that read a file rewritten
+    since (a training run writing it mid-sweep) was filed under the old key and reused."""
+    pytest.importorskip("torch")
+    from mabp_gym.registry import checkpoint_path
+
+    shipped = checkpoint_path("residual-mabp-any", {}, "mixed")
+    mine = tmp_path / "ck.pt"
+    shutil.copy(shipped, mine)
+    (spec,) = plan(
+        ["residual-mabp-any"], "mixed", [0.5], [0], horizon=30, policy_kw={"checkpoint": mine}
+    )
+    record = runs.run(spec)
+    assert record["checkpoint_digest"] == spec.checkpoint_digest is not None
+    assert record["versions"]["mabp_gym"] == mabp_gym.__version__ and "scipy" in record["versions"]
+    assert record["key_version"] == runs.KEY_VERSION
+    mine.write_bytes(mine.read_bytes() + b"changed")  # no longer the planned content
+    with pytest.raises(ValueError, match="its checkpoint .* changed while the sweep ran"):
+        runs.run(spec)

@@ -237,16 +237,52 @@ def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: 
     return file_digest(path)
 
 
+@lru_cache(maxsize=1)
+def versions() -> dict[str, str]:
+    """The versions a record was made with: the package, Python and the numerical stack."""
+    import platform
+
+    import numba
+    import scipy
+
+    return {
+        "mabp_gym": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "numba": numba.__version__,
+    }
+
+
+def _check_checkpoint_unchanged(spec: RunSpec) -> None:
+    """Refuse a run whose checkpoint file changed since the sweep was planned: the key holds
+    the planned content, and the run read the new one (a training run rewriting the file
+    mid-sweep filed its results under the old checkpoint's key, which a rerun reused)."""
+    if spec.checkpoint_digest is None:
+        return
+    name = spec.workload if spec.workload_object is None else spec.workload_object.name
+    now = checkpoint_digest_of(spec.policy, dict(spec.policy_kw), name)
+    if now != spec.checkpoint_digest:
+        path = checkpoint_path(spec.policy, dict(spec.policy_kw), name)
+        raise ValueError(
+            f"policy {spec.policy!r}: its checkpoint {path} changed while the sweep ran, so "
+            "this run would be filed under the old file's key; run the command again once "
+            "the file is final (it keeps every finished run)"
+        )
+
+
 def run(spec: RunSpec) -> dict[str, Any]:
     """Simulate one run and return its record (every SPEC 5 metric)."""
     started = time.perf_counter()
     workload = spec.build_workload()
     sim = Simulator(workload, memory=spec.memory, check_invariants=True)
     sim.reset(spec.seed)
+    _check_checkpoint_unchanged(spec)  # before the load (a clear error) and after (a race)
     policy = make_policy(
         spec.policy, workload, nu=spec.nu, memory=spec.memory, **dict(spec.policy_kw)
     )
     policy.reset(spec.seed)
+    _check_checkpoint_unchanged(spec)
     if spec.identity not in ("", "-") and policy_identity(spec.policy) != spec.identity:
         raise ValueError(
             f"policy {spec.policy!r} changed while the sweep ran: it was {spec.identity} "
@@ -292,6 +328,11 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "signatures": [s.name for s in workload.signatures],
         "workload_digest": digest,  # the whole workload, so that it is never mistaken
         **({"workload_file": spec.workload_file} if spec.workload_file else {}),
+        # What a rerun needs beyond the settings above: the checkpoint read (by content)
+        # and the versions (scipy's HiGHS breaks Oracle-Sur's ties; numpy's last bits).
+        "checkpoint_digest": spec.checkpoint_digest,
+        "versions": versions(),
+        "key_version": KEY_VERSION,
         "key": key,
         "wall_s": time.perf_counter() - started,
     }
