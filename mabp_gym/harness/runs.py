@@ -240,17 +240,19 @@ def checkpoint_digest_of(policy: str, policy_kw: dict[str, Any], workload_name: 
 @lru_cache(maxsize=1)
 def versions() -> dict[str, str]:
     """The versions a record was made with: the package, Python and the numerical stack."""
+    import importlib.metadata
     import platform
 
-    import numba
-    import scipy
+    def installed(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # numba: the kernels run as Python
+            return "absent"
 
     return {
         "mabp_gym": __version__,
         "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "numba": numba.__version__,
+        **{name: installed(name) for name in ("numpy", "scipy", "numba")},
     }
 
 
