@@ -37,6 +37,7 @@ from mabp_gym.core.kernels.transition_core import (
 )
 from mabp_gym.core.projection import project_checked, validate_scores
 from mabp_gym.core.state import SimState
+from mabp_gym.core.validate import is_seed
 from mabp_gym.core.workload import Workload
 
 
@@ -121,11 +122,7 @@ class Simulator:
         from the generator when ``seed`` is None).
         """
         numpy_seed = (np.random.SeedSequence, np.random.BitGenerator, np.random.Generator)
-        if not (seed is None or isinstance(seed, numpy_seed)) and (
-            isinstance(seed, (bool, np.bool_))
-            or not isinstance(seed, (int, np.integer))
-            or seed < 0
-        ):
+        if not (seed is None or isinstance(seed, numpy_seed) or is_seed(seed)):
             raise ValueError(f"seed must be None or an integer >= 0, got {seed!r}")
         self.rng = np.random.default_rng(seed)
         self.state = self._empty_state()

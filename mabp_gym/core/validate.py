@@ -22,6 +22,15 @@ def is_real(value: Any) -> bool:
     )
 
 
+def is_seed(value: Any) -> bool:
+    """Whether ``value`` is a seed: a Python or numpy integer >= 0, not a bool."""
+    return (
+        isinstance(value, (int, np.integer))
+        and not isinstance(value, (bool, np.bool_))
+        and bool(value >= 0)
+    )
+
+
 def check_number(
     value: Any,
     name: str,

@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvStepReturn
 
+from mabp_gym.core.validate import is_seed
 from mabp_gym.envs.vector_env import SFMSNVectorEnv
 
 _NEXT_STEP = getattr(getattr(gym.vector, "AutoresetMode", None), "NEXT_STEP", "NextStep")
@@ -181,9 +182,7 @@ def make_sb3_vec_env(
         seed: as ``VecEnv.seed``: env ``i``'s first reset uses ``seed + i``.
         **env_kwargs: the env's arguments (``workload``, ``load``, ``horizon``, ...).
     """
-    if seed is not None and (  # checked before any env is built (one broke every reset)
-        isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0
-    ):
+    if seed is not None and not is_seed(seed):  # before any env is built (it broke resets)
         raise ValueError(f"seed must be None or an integer >= 0, got {seed!r}")
     vector_env = gym.make_vec(
         env_id,

@@ -37,7 +37,7 @@ from mabp_gym.core.kernels.batch import (
     unit_rows,
 )
 from mabp_gym.core.kernels.transition_core import STATE_FIELDS, CompiledTransition, RunFifo
-from mabp_gym.core.validate import checked_action
+from mabp_gym.core.validate import checked_action, is_seed
 from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv
 
 _AUTORESET = getattr(gym.vector, "AutoresetMode", None)
@@ -89,18 +89,10 @@ def checked_scores(
 def env_seeds(seed: Any, num_envs: int) -> list[int | None]:
     """One seed (or None) per env: ``seed + i`` for an integer, or a sequence of them;
     every one checked before any env is reset."""
-
-    def whole(value: Any) -> bool:
-        return (
-            isinstance(value, (int, np.integer))
-            and not isinstance(value, (bool, np.bool_))
-            and bool(value >= 0)
-        )
-
-    if seed is None or whole(seed):
+    if seed is None or is_seed(seed):
         return [None if seed is None else int(seed) + i for i in range(num_envs)]
     if isinstance(seed, (list, tuple, np.ndarray)) and len(seed) == num_envs:
-        bad = [i for i, s in enumerate(seed) if s is not None and not whole(s)]
+        bad = [i for i, s in enumerate(seed) if s is not None and not is_seed(s)]
         if not bad:
             return [None if s is None else int(s) for s in seed]
         raise ValueError(

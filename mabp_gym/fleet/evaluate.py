@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from mabp_gym.core.validate import as_list
+from mabp_gym.core.validate import as_list, is_seed
 from mabp_gym.fleet.routers import (
     ABLATION_ROUTERS,
     COMPETING,
@@ -73,7 +73,7 @@ def evaluate_fleet(
     """
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs must be a positive integer, got {runs!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not is_seed(seed):
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     seed = int(seed)  # a numpy integer is no JSON for the run key
     routers, loads = as_list(routers, "routers", of="names"), as_list(loads, "loads")

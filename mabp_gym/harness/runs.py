@@ -32,7 +32,7 @@ from mabp_gym.core.metrics import (
     summarize,
 )
 from mabp_gym.core.simulator import Simulator
-from mabp_gym.core.validate import as_list, is_real
+from mabp_gym.core.validate import as_list, is_real, is_seed
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import WORKLOADS, make_workload
 from mabp_gym.registry import (
@@ -392,7 +392,7 @@ def _check_seeds(seeds: Iterable[Any]) -> list[int]:
     if len(listed) > MAX_SEEDS:
         raise ValueError(f"seeds holds {len(listed):,} seeds; at most {MAX_SEEDS:,} in one grid")
     for seed in listed:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        if not is_seed(seed):
             raise ValueError(f"seeds must be integers >= 0, got {seed!r}")
         checked.append(int(seed))
     return checked
