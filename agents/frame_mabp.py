@@ -52,7 +52,7 @@ import numpy as np
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.core.control import Control
-from mabp_gym.core.projection import project
+from mabp_gym.core.projection import project_own
 from mabp_gym.core.state import SimState
 from mabp_gym.core.validate import check_number
 from mabp_gym.core.workload import Workload
@@ -146,7 +146,7 @@ class FrameMABP(Policy):
         Through ``scores`` alone (a Gymnasium loop) the policy does not see the executed
         control and estimates arrivals from queue increases only, which undercounts the
         units served in the slot they arrive."""
-        control = project(self.workload, state, self.scores(obs), memory=self.memory)
+        control = project_own(self.workload, state, self.scores(obs), memory=self.memory)
         control = self._balance_siblings(control, state)
         served = control.service.astype(np.float64)
         for a in control.start.tolist():

@@ -62,15 +62,15 @@ from mabp_gym.core.control import (
     EPS,
     Control,
     InfeasibleControlError,
-    check_control,
     compute_left,
+    feasibility,
     hit_bits,
     holders_after,
 )
 from mabp_gym.core.encoding import ObservationEncoder
 from mabp_gym.core.kernels import check_core, jit
 from mabp_gym.core.kernels.transition_core import CompiledTransition
-from mabp_gym.core.projection import project
+from mabp_gym.core.projection import project_own
 from mabp_gym.core.state import SimState
 from mabp_gym.core.workload import Workload
 
@@ -205,7 +205,7 @@ class OracleSur(Policy):
         transfers = np.asarray(control.transfers, dtype=np.int64)
         if self._core is None or not check_core.accepts(self._core, state, control, self.memory):
             # The explainer: raises with the reason (or accepts another dtype).
-            check_control(self.workload, state, control, memory=self.memory)
+            feasibility(self.workload, state, control, memory=self.memory)
         gain, work = self._gain_work(state, transfers, weight)
         service = np.asarray(control.service, dtype=np.float64)
         value = float(np.asarray(control.route, dtype=np.float64) @ route_weight + service @ gain)
@@ -258,7 +258,7 @@ class OracleSur(Policy):
         wl = self.workload
         scores = self.scores(obs)  # MABP's scores; also refreshes the object values
         weight, route_weight = self._weights(obs)
-        fallback = project(wl, state, scores, memory=self.memory)
+        fallback = project_own(wl, state, scores, memory=self.memory)
         baseline = self._objective(state, fallback, weight, route_weight)
         floor = baseline - TOLERANCE * max(1.0, abs(baseline))
 

@@ -82,6 +82,14 @@ def project(
     if not isinstance(state, SimState):
         raise TypeError(f"state must be a SimState (sim.state), got {type(state).__name__}")
     state.check_fits(workload)
+    return project_own(workload, state, scores, memory=memory)
+
+
+def project_own(
+    workload: Workload, state: SimState, scores: np.ndarray, *, memory: bool = True
+) -> Control:
+    """:func:`project` for a state known to be the workload's (a simulator's own, or the one
+    the harness hands a policy's ``act``): the scores are checked, the state is not."""
     return project_checked(workload, state, validate_scores(workload, scores), memory=memory)
 
 

@@ -35,7 +35,7 @@ from mabp_gym.core.kernels.transition_core import (
     slot_cost,
     state_arrays,
 )
-from mabp_gym.core.projection import project_checked, validate_scores
+from mabp_gym.core.projection import project_checked, project_own
 from mabp_gym.core.state import SimState
 from mabp_gym.core.validate import is_seed
 from mabp_gym.core.workload import Workload
@@ -179,9 +179,7 @@ class Simulator:
 
     def project(self, scores: np.ndarray) -> Control:
         """The shared projection (SPEC 3.2) of ``scores`` in the current state."""
-        return project_checked(
-            self.workload, self.state, validate_scores(self.workload, scores), memory=self.memory
-        )
+        return project_own(self.workload, self.state, scores, memory=self.memory)
 
     def step_scores(self, scores: np.ndarray) -> tuple[Control, SlotOutcome]:
         """Project ``scores`` and execute the resulting control.
@@ -191,9 +189,7 @@ class Simulator:
         ``check_invariants`` is on; :meth:`step` checks every control it is given.
         """
         self._require_reset()
-        control = project_checked(
-            self.workload, self.state, validate_scores(self.workload, scores), memory=self.memory
-        )
+        control = self.project(scores)
         if self.check_invariants:
             feasibility(self.workload, self.state, control, memory=self.memory)
         return control, self._execute(control)
