@@ -87,7 +87,7 @@ class Policy:
             )
         shapes = self._observation_shapes()
         try:  # the common case in one comparison (about 1 us a slot)
-            if tuple([obs[key].shape for key in shapes]) == self.__dict__["_shape_row"]:
+            if tuple([obs[key].shape for key in shapes]) == self._shape_row:
                 return queues
         except (KeyError, AttributeError, TypeError):
             pass
@@ -105,13 +105,13 @@ class Policy:
 
     def _observation_shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape of every array of this workload's observation (built on first use)."""
-        shapes = self.__dict__.get("_shapes")
+        shapes: dict[str, tuple[int, ...]] | None = getattr(self, "_shapes", None)
         if shapes is None:
             from mabp_gym.core.encoding import ObservationEncoder
 
             layout = ObservationEncoder(self.workload).layout
-            shapes = self.__dict__["_shapes"] = {k: tuple(v.shape) for k, v in layout.items()}
-            self.__dict__["_shape_row"] = tuple(shapes.values())
+            shapes = self._shapes = {k: tuple(v.shape) for k, v in layout.items()}
+            self._shape_row = tuple(shapes.values())  # what the common case compares with
         return shapes
 
     # -- shared pieces --------------------------------------------------------------------

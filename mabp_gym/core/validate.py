@@ -151,13 +151,11 @@ def entry_identity(entry: str | Callable[..., Any], kwargs: dict[str, Any]) -> s
     register one name for two things, and an edited one is another)."""
     source = _source_digest(entry)
     if callable(entry):
-        module = getattr(entry, "__module__", "?")
-        if module == "__mp_main__":  # the parent's script, as a spawned worker imports it
-            module = "__main__"
-        entry = f"{module}:{getattr(entry, '__qualname__', entry)}"
+        entry = f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', entry)}"
     text = f"{entry} {sorted(kwargs.items())!r} source {source}"
-    # A repr with an address (a functools.partial, an object as a fixed argument) differs
-    # in every process: the same policy would be another in each worker and each rerun.
+    # A spawned worker imports the parent's script as __mp_main__, and a repr with an
+    # address (a functools.partial, an object as a fixed argument) differs in every
+    # process: the same policy would be another in each worker and each rerun.
     return _ADDRESS.sub("", text.replace("__mp_main__", "__main__"))
 
 

@@ -90,8 +90,8 @@ def _warn_unkeyed_code(specs: Iterable[RunSpec], path: Path) -> None:
     """Warn where a policy of your own has no source file to key its runs by (made in an
     interactive session, ``python -c`` or from standard input): its runs are then keyed by
     its name and arguments alone, and an edited version would reuse them."""
-    for policy in sorted({spec.policy for spec in specs}):
-        identity = next(spec for spec in specs if spec.policy == policy).policy_identity()
+    for policy, spec in sorted({spec.policy: spec for spec in specs}.items()):
+        identity = spec.policy_identity()
         if identity is not None and identity.endswith("source ?"):
             warnings.warn(
                 f"policy {policy!r}: its code has no file to be keyed by (defined in a "

@@ -279,12 +279,11 @@ def run(spec: RunSpec) -> dict[str, Any]:
     workload = spec.build_workload()
     sim = Simulator(workload, memory=spec.memory, check_invariants=True)
     sim.reset(spec.seed)
-    _check_checkpoint_unchanged(spec)  # before the load (a clear error) and after (a race)
     policy = make_policy(
         spec.policy, workload, nu=spec.nu, memory=spec.memory, **dict(spec.policy_kw)
     )
     policy.reset(spec.seed)
-    _check_checkpoint_unchanged(spec)
+    _check_checkpoint_unchanged(spec)  # after the load: a file changed before it shows too
     if spec.identity not in ("", "-") and policy_identity(spec.policy) != spec.identity:
         raise ValueError(
             f"policy {spec.policy!r} changed while the sweep ran: it was {spec.identity} "
