@@ -49,7 +49,6 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.agents.base import Policy
-from mabp_gym.agents.highs import Columns, solve
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.agents.oracle_core import (
     SlotModel,
@@ -414,6 +413,8 @@ class OracleSur(Policy):
             (``"trivial"`` when no MILP was needed, ``"lp"`` when the LP relaxation's
             vertex was integral), or ``(None, status)`` when the solver found no solution.
         """
+        from mabp_gym.agents.highs import Columns, solve  # scipy: imported at first use
+
         ix = self.ix
         gain, work = self._gain_work(state, transfers, weight)
         avail = self._available(state)
@@ -492,6 +493,8 @@ class OracleSur(Policy):
         is totally unimodular and the LP's vertex is integral; when neither kind of row
         binds every positive route takes its bound.
         """
+        from mabp_gym.agents.highs import Columns, solve  # scipy: imported at first use
+
         ix = self.ix
         route = np.zeros(ix.num_routes, dtype=np.int64)
         routes, upper, free, bound = leftover_routes(

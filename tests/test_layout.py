@@ -112,6 +112,20 @@ def test_package__import_leaves_the_learning_stack_out(statement):
     assert not loaded & set(LEARNING), f"{statement} loads {sorted(loaded & set(LEARNING))}"
 
 
+def test_package__import_leaves_scipys_solvers_out_until_a_program_is_built():
+    """scipy.optimize and scipy.sparse cost about 0.15 s of an import; only the fluid LP
+    (a workload's load scale) and Oracle-Sur's programs use them."""
+    code = (
+        "import sys, mabp_gym, mabp_gym.agents, mabp_gym.cli\n"
+        "print(sorted({'scipy.optimize', 'scipy.sparse'} & set(sys.modules)))\n"
+        "mabp_gym.make_workload('mixed')\n"
+        "print(sorted({'scipy.optimize', 'scipy.sparse'} & set(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["[]", "['scipy.optimize', 'scipy.sparse']"]
+
+
 def test_agents__import_leaves_gymnasium_out():
     """Scripted agents read the observation arrays; they never need the env adapter."""
     assert "gymnasium" not in loaded_after("import mabp_gym.agents")

@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+import mabp_gym.agents.highs as highs_module
 import mabp_gym.agents.oracle as oracle_module
 from mabp_gym import (
     Action,
@@ -428,7 +429,7 @@ def test_fallback__returns_mabps_control_when_the_milp_fails(failure, monkeypatc
             raise ValueError("solver exploded")
         return 1, None  # a limit reached without a solution
 
-    monkeypatch.setattr(oracle_module, "solve", broken_solve)
+    monkeypatch.setattr(highs_module, "solve", broken_solve)  # Oracle-Sur imports it at use
     sim, obs = _busy_state()
     oracle, twin = OracleSur(MIXED), MABP(MIXED)
     control = oracle.control(sim.state, obs)
