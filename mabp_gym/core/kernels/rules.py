@@ -54,4 +54,5 @@ def in_service_spend(mu, service_action, service_residual, spend):
     work and at most its node's ``mu``; an idle node spends 0. Written into ``spend``
     ``(N,)``."""
     for i in range(mu.shape[0]):
-        spend[i] = min(mu[i], service_residual[i]) if service_action[i] >= 0 else 0.0
+        residual = service_residual[i]
+        spend[i] = (residual if residual < mu[i] else mu[i]) if service_action[i] >= 0 else 0.0

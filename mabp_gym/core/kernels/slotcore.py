@@ -115,7 +115,7 @@ def _descending(block, live, radix):  # pragma: no cover
             return _descending_radix(block, order[:n], order[n:])
     width = 8  # runs of 8 by insertion first: cheaper than merging at this width
     for lo in range(0, n, width):
-        hi = min(lo + width, n)
+        hi = lo + width if lo + width < n else n
         for y in range(lo + 1, hi):
             value, position = key[y], order[y]
             z = y - 1
@@ -128,7 +128,8 @@ def _descending(block, live, radix):  # pragma: no cover
     src, dst = 0, n  # the merge's source and destination halves
     while width < n:
         for lo in range(0, n, 2 * width):
-            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            mid = lo + width if lo + width < n else n
+            hi = lo + 2 * width if lo + 2 * width < n else n
             i, j, k = src + lo, src + mid, dst + lo
             while i < src + mid and j < src + hi:
                 if key[j] > key[i]:  # only a strictly larger one passes
@@ -270,7 +271,8 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out, radix):  # 
             q -= 1
             left[i] = 0.0
         else:
-            n = q if w <= 0 else min(q, int((left[i] + _EPS) // w))
+            whole = (left[i] + _EPS) // w if w > 0 else q  # the whole units that fit
+            n = q if whole >= q else np.int64(whole)
             if n >= 1:
                 service[a] = n
                 q -= n
@@ -289,7 +291,7 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out, radix):  # 
         for r in _descending(block, live, radix):
             p = route_src_pair[r]
             e = route_link[r]
-            n = min(avail[p], capacity[e])
+            n = avail[p] if avail[p] < capacity[e] else capacity[e]
             if n > 0:
                 route[r] = n
                 avail[p] -= n
@@ -461,7 +463,10 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     for a in range(n_act):
         i = action_node[a]
         residual = service_residual[i] if service_action[i] >= 0 else 0.0
-        mask[a] = queue_len[action_pair[a]] > 0 and (mu[i] - min(mu[i], residual)) > 1e-9
+        mask[a] = (
+            queue_len[action_pair[a]] > 0
+            and (mu[i] - (residual if residual < mu[i] else mu[i])) > 1e-9
+        )
     for r in range(n_route):
         mask[n_act + r] = queue_len[route_src_pair[r]] > 0
     for k in range(mask.shape[0] - retain.shape[0], mask.shape[0]):

@@ -64,7 +64,7 @@ def _take(pool, head, tail, meta, p, wanted):  # pragma: no cover - compiled
     k = head[p]
     birth = pool[k, _BIRTH]
     count = pool[k, _COUNT]
-    taken = min(wanted, count)
+    taken = wanted if wanted < count else count
     if taken == count:
         following = pool[k, _NEXT]
         head[p] = following
@@ -158,7 +158,7 @@ FLOAT_FIELDS = tuple(field.name.lower() for field in FloatField)
 
 def _field(pack, k):  # pragma: no cover - compiled
     """Field ``k`` of a pack, as a view."""
-    return pack[int(pack[k]) : int(pack[k + 1])]
+    return pack[np.int64(pack[k]) : np.int64(pack[k + 1])]
 
 
 if jit.njit is not None:
@@ -405,7 +405,8 @@ def _retain(
     width = 0
     for i in range(n_nodes):
         if affected[i]:
-            width = max(width, retain_ptr[i + 1] - retain_ptr[i] + count_gen[i])
+            need = retain_ptr[i + 1] - retain_ptr[i] + count_gen[i]
+            width = need if need > width else width
     key = np.empty(width)  # minus the priority
     sig = np.empty(width, dtype=np.int64)
     ident = np.empty(width, dtype=np.int64)
