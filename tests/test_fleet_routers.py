@@ -174,6 +174,16 @@ def test_sglang__a_tie_at_the_deepest_node_goes_to_its_first_tenant_not_the_leas
     assert router.index.first_tenant([0, 2], PROMPT[2]) == 2
 
 
+def test_sglang__the_first_tenant_is_the_first_to_insert_even_at_the_same_instant():
+    # A trace's requests often share a timestamp: the order of insertion still decides,
+    # not the lower worker index.
+    router = fresh("sglang")
+    router.index.insert(2, PROMPT[:3], now=3.0)
+    router.index.insert(0, PROMPT[:3], now=3.0)
+    assert router.index.first_tenant([0, 2], PROMPT[2]) == 2
+    assert router.choose(request(), fleet(in_flight=[1, 5, 4])) == 2
+
+
 def test_sglang__inserts_the_prompt_and_evicts_down_to_the_tree_size():
     router = fresh("sglang-lib-default")
     tel = fleet(in_flight=[0, 0, 0], now=1.0)

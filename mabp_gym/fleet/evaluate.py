@@ -148,6 +148,12 @@ def trace_digest(trace: Trace) -> str:
     return digest.hexdigest()[:16]
 
 
+REVISION = 1
+"""Bumped whenever a built-in router or the engine changes what a run gives, so that a
+results file made before runs again (the package's version stays between releases).
+1: SGLang's first tenant by insertion order, not by time."""
+
+
 def run_key(
     digest: str,
     router: str,
@@ -159,8 +165,8 @@ def run_key(
 ) -> str:
     """What determines a fleet run's record: the trace's content, the router (a router of
     your own by its code too: an edited one is another router), the load, the seed, every
-    fleet constant, the engine and its profile, and the package's version (a fix to a
-    built-in router or the engine makes its runs again)."""
+    fleet constant, the engine and its profile, the package's version and :data:`REVISION`
+    (a fix to a built-in router or the engine makes its runs again)."""
     import dataclasses
     import hashlib
     import json
@@ -169,7 +175,7 @@ def run_key(
 
     payload = json.dumps(
         [digest, router, float(load).hex(), seed, dataclasses.asdict(config), engine, profile]
-        + [router_identity(router), __version__],
+        + [router_identity(router), __version__, REVISION],
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:24]

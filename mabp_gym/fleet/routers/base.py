@@ -45,21 +45,22 @@ class PrefixIndex:
     """A router-side approximate prefix index: per worker, block hash -> last-use time.
 
     Because block hashes are prefix-chained, a radix tree over them reduces to one set per
-    worker whose leading-run length is the prefix match. ``born`` keeps, per worker, when
-    each block it holds was first inserted (the order of a tree node's tenants).
+    worker whose leading-run length is the prefix match. ``born`` keeps, per worker, the
+    insertion number of each block it holds (the order of a tree node's tenants): a count,
+    not the time, since several requests of a trace arrive at the same instant.
     """
 
     def __init__(self, num_workers: int) -> None:
         self.tables: list[OrderedDict[int, float]] = [OrderedDict() for _ in range(num_workers)]
-        self.born: list[dict[int, float]] = [{} for _ in range(num_workers)]
+        self.born: list[dict[int, int]] = [{} for _ in range(num_workers)]
+        self.inserted = 0  # blocks inserted so far, over every worker
 
     def matches(self, hash_ids: Sequence[int]) -> np.ndarray:
         """Leading matched blocks per worker.  # (W,) int64"""
         return np.array([leading_hits(t, hash_ids) for t in self.tables], dtype=np.int64)
 
     def first_tenant(self, workers: Sequence[int] | np.ndarray, block: int) -> int:
-        """Of ``workers`` (each holding ``block``), the one that inserted it first (ties to
-        the lower index)."""
+        """Of ``workers`` (each holding ``block``), the one that inserted it first."""
         return int(min(workers, key=lambda w: (self.born[w].get(block, math.inf), w)))
 
     def insert(
@@ -69,7 +70,8 @@ class PrefixIndex:
         table, born = self.tables[worker], self.born[worker]
         for block in reversed(hash_ids):
             if block not in table:
-                born[block] = now
+                born[block] = self.inserted
+                self.inserted += 1
             table[block] = now
             table.move_to_end(block)
         if capacity is not None:
