@@ -8,8 +8,11 @@ import pytest
 
 from mabp_gym.fleet import ROUTERS, FleetConfig, FleetSimulator, Request, Trace, TraceRequest
 from mabp_gym.fleet.routers import make_router
+from mabp_gym.fleet.routers.aibrix import AIBrixPrefixCache
+from mabp_gym.fleet.routers.dynamo import DynamoKV
 from mabp_gym.fleet.routers.llmd import LLMD
 from mabp_gym.fleet.routers.mabp_route import MABPRoute
+from mabp_gym.fleet.routers.production_stack import VLLMProductionStack
 from mabp_gym.fleet.routers.sglang import SGLangCacheAware
 
 PROMPT = (10, 11, 12, 13)  # a 4-block prompt
@@ -608,7 +611,7 @@ def test_llmd__the_fixed_index_preset_holds_500k_tokens_a_server_in_the_fleets_b
     assert tuned.index_blocks(512, 4000) == 4000
     with pytest.raises(ValueError, match="not both"):
         LLMD(lru_blocks_per_server=10, lru_tokens_per_server=5000)
-    with pytest.raises(ValueError, match="lru_tokens_per_server must be >= 1"):
+    with pytest.raises(ValueError, match="lru_tokens_per_server: must be >= 1"):
         LLMD(lru_tokens_per_server=0)
 
 
@@ -675,3 +678,25 @@ def test_evaluate_fleet__a_routers_error_says_which_router_and_run_and_true_is_n
             evaluate_fleet(trace, ["test-yes"], [0.5], runs=1, config=config)
     finally:
         del LIVE["test-out"], LIVE["test-yes"]
+
+
+@pytest.mark.parametrize(
+    ("build", "named"),
+    [
+        (lambda: AIBrixPrefixCache(ttl_s=-5), "aibrix ttl_s"),
+        (lambda: AIBrixPrefixCache(imbalance_abs=-1), "aibrix imbalance_abs"),
+        (lambda: AIBrixPrefixCache(imbalance_abs=2.5), "aibrix imbalance_abs"),
+        (lambda: AIBrixPrefixCache(std_factor=float("nan")), "aibrix std_factor"),
+        (lambda: LLMD(lru_blocks_per_server=2.5), "llm-d lru_blocks_per_server"),
+        (lambda: LLMD(prefix_weight=float("nan")), "llm-d prefix_weight"),
+        (lambda: LLMD(queue_weight=-1.0), "llm-d queue_weight"),
+        (lambda: DynamoKV(overlap_score_weight=float("nan")), "dynamo overlap_score_weight"),
+        (lambda: MABPRoute(damping=float("nan")), "mabp-route damping"),
+        (lambda: MABPRoute(tool_weight="1"), "mabp-route tool_weight"),
+        (lambda: VLLMProductionStack("loadaware", beta=float("inf")), "vllm-loadaware beta"),
+    ],
+)
+def test_routers__refuse_a_parameter_that_is_not_a_number_in_range_by_name(build, named):
+    # Before, these ran silently or failed mid-run with numpy's "cannot be empty".
+    with pytest.raises(ValueError, match=named):
+        build()

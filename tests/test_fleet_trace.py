@@ -340,3 +340,14 @@ def test_trace_from_columns__a_string_of_hash_ids_is_not_split_into_digits():
         trace_from_columns([0, 1000], [100, 100], [10, 10], hash_ids=["12", [3]])
     trace = trace_from_columns([1000, 0], [100, 600], [10, 10], hash_ids=[[1], [1, 2]])
     assert [r.hash_ids for r in trace.requests] == [(1, 2), (1,)]
+
+
+def test_load_trace__refuses_a_local_file_named_like_a_shipped_trace(tmp_path, monkeypatch):
+    # Before, the shipped trace silently replaced the user's file of that name.
+    monkeypatch.chdir(tmp_path)
+    line = {"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}
+    (tmp_path / "synthetic").write_text(json.dumps(line) + "\n")
+    with pytest.raises(ValueError, match=r"pass \./synthetic for the file"):
+        load_trace("synthetic")
+    assert len(load_trace("./synthetic").requests) == 1
+    assert len(load_trace("conversation", limit=3).requests) == 3  # no such file here

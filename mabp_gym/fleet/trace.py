@@ -290,12 +290,18 @@ def shipped_trace(name: str) -> Trace:
 
 def load_trace(spec: str, limit: int | None = None) -> Trace:
     """A shipped trace by name, else a Mooncake file by path (with ``limit``, its first
-    that many requests, the rest of a file left unread)."""
+    that many requests, the rest of a file left unread). A file in the working folder
+    named like a shipped trace is refused as ambiguous: ``./NAME`` reads the file."""
     if limit is not None and (
         isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1
     ):
         raise ValueError(f"a trace's request limit must be a whole number >= 1, got {limit!r}")
     if spec in SHIPPED_TRACES:
+        if Path(spec).exists():
+            raise ValueError(
+                f"trace {spec!r} names a shipped trace and a file here: pass ./{spec} for "
+                f"the file, or move the file to use the shipped trace"
+            )
         trace = shipped_trace(spec)
         return trace if limit is None else trace.head(limit)
     return read_mooncake(spec, limit)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mabp_gym.core.validate import check_number
 from mabp_gym.fleet.routers.base import (
     CHARS_PER_TOKEN,
     GlobalPrefixIndex,
@@ -38,9 +39,11 @@ class AIBrixPrefixCache(RouterBase):
         self, imbalance_abs: int = 8, std_factor: float = 1.0, ttl_s: float = 1200.0
     ) -> None:
         super().__init__()
-        self.imbalance_abs = imbalance_abs
-        self.std_factor = std_factor
-        self.ttl_s = ttl_s
+        self.imbalance_abs = check_number(
+            imbalance_abs, "aibrix imbalance_abs", low=0, integer=True
+        )
+        self.std_factor = check_number(std_factor, "aibrix std_factor", low=0)
+        self.ttl_s = check_number(ttl_s, "aibrix ttl_s", low=0, low_open=True)
 
     def reset(self, num_workers: int, rng: np.random.Generator) -> None:
         super().reset(num_workers, rng)

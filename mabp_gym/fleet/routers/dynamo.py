@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from mabp_gym.core.validate import check_number
 from mabp_gym.fleet.routers.base import (
     PrefixIndex,
     RouterBase,
@@ -49,7 +50,7 @@ class DynamoKV(RouterBase):
         if not ttl_s > 0:
             raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
         self.temperature = temperature
-        self.weight = overlap_score_weight
+        self.weight = check_number(overlap_score_weight, "dynamo overlap_score_weight", low=0)
         self.kv_events = kv_events
         self.ttl_s = ttl_s
         self.name = f"dynamo-t{temperature:g}" + ("" if kv_events else "-approx")

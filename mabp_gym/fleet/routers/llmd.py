@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mabp_gym.core.validate import check_number
 from mabp_gym.fleet.routers.base import (
     PrefixIndex,
     RouterBase,
@@ -48,13 +49,21 @@ class LLMD(RouterBase):
         lru_tokens_per_server: int | None = None,
     ) -> None:
         super().__init__()
-        self.weights = (prefix_weight, queue_weight, kv_weight, load_aware_weight)
+        self.weights = tuple(
+            check_number(weight, f"llm-d {label}", low=0)
+            for label, weight in (
+                ("prefix_weight", prefix_weight),
+                ("queue_weight", queue_weight),
+                ("kv_weight", kv_weight),
+                ("load_aware_weight", load_aware_weight),
+            )
+        )
         for label, size in (
             ("lru_blocks_per_server", lru_blocks_per_server),
             ("lru_tokens_per_server", lru_tokens_per_server),
         ):
-            if size is not None and size < 1:
-                raise ValueError(f"{label} must be >= 1, got {size}")
+            if size is not None:
+                check_number(size, f"llm-d {label}", low=1, integer=True)
         if lru_blocks_per_server is not None and lru_tokens_per_server is not None:
             raise ValueError("give lru_blocks_per_server or lru_tokens_per_server, not both")
         self.capacity = lru_blocks_per_server

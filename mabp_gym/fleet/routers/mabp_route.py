@@ -6,6 +6,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from mabp_gym.core.validate import check_number
 from mabp_gym.fleet.routers.base import (
     RouterBase,
     argmin_random,
@@ -46,8 +47,8 @@ class MABPRoute(RouterBase):
 
     def __init__(self, tool_weight: float = 1.0, damping: float = 1.0, exact: bool = False):
         super().__init__()
-        self.tool_weight = tool_weight
-        self.damping = damping
+        self.tool_weight = check_number(tool_weight, "mabp-route tool_weight", low=0)
+        self.damping = check_number(damping, "mabp-route damping", low=0)
         self.exact = exact
         if exact:
             self.name = "mabp-route-exact"

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from mabp_gym.core.validate import check_number
 from mabp_gym.fleet.routers.base import (
     PrefixIndex,
     RequestRate,
@@ -37,7 +38,7 @@ class VLLMProductionStack(RouterBase):
         if not (math.isfinite(window_s) and window_s > 0):
             raise ValueError(f"window_s must be > 0, got {window_s}")
         self.mode = mode
-        self.beta = beta
+        self.beta = check_number(beta, "vllm-loadaware beta", low=0)
         self.window_s = window_s
         self.name = f"vllm-{mode}"
 
