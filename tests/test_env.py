@@ -94,7 +94,7 @@ def test_env__make_vec_steps(mode):
 
 
 def test_env__truncates_at_horizon_and_never_terminates():
-    env = gym.make("mabp_gym/WorkReuse-v0", horizon=7, max_episode_steps=7)
+    env = gym.make("mabp_gym/WorkReuse-v0", horizon=7)  # no TimeLimit: the env's own rule
     env.reset(seed=0)
     flags = [env.step(env.action_space.sample())[2:4] for _ in range(7)]
     assert flags[-1] == (False, True) and all(f == (False, False) for f in flags[:-1])
@@ -197,11 +197,21 @@ def test_env__observation_matches_state_and_mask_marks_live_candidates():
     demand = (compatible * sim.state.backlog_matrix(wl)[ix.retain_node]).sum(axis=1)
     assert np.allclose(obs["retain"][:, 2], demand) and demand.sum() > 0
     mask = obs["action_mask"].astype(bool)
-    service_mask = mask[ix.score_slices[0]]
-    assert np.array_equal(
-        service_mask[sim.state.queue_len[ix.action_pair] == 0],
-        np.zeros((sim.state.queue_len[ix.action_pair] == 0).sum(), bool),
+    state = sim.state
+    # A service candidate is live when its queue holds a unit and its node has compute
+    # left after the unit in service (if any); a route when its source queue holds one;
+    # every retention candidate is live.
+    busy = state.service_action[ix.action_node] >= 0
+    taken = np.where(
+        busy, np.minimum(ix.mu[ix.action_node], state.service_residual[ix.action_node]), 0.0
     )
+    service_live = (state.queue_len[ix.action_pair] > 0) & (ix.mu[ix.action_node] - taken > 1e-9)
+    route_live = state.queue_len[ix.route_src_pair] > 0
+    assert np.array_equal(mask[ix.score_slices[0]], service_live) and service_live.any()
+    assert (~service_live).any()
+    assert np.array_equal(mask[ix.score_slices[1]], route_live) and route_live.any()
+    assert (~route_live).any()
+    assert mask[ix.score_slices[3]].all()
 
 
 def test_env__render_ansi():

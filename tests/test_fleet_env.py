@@ -97,13 +97,17 @@ def test_fleet_env__rejects_bad_actions_and_arguments():
         make(num_requests=1)
 
 
-def test_fleet_env__stable_baselines3_ppo_learns_a_few_hundred_steps():
+def test_fleet_env__stable_baselines3_ppo_trains_a_few_hundred_steps():
+    import torch
     from stable_baselines3 import PPO
 
     env = make(num_requests=80)
     model = PPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    before = [p.detach().clone() for p in model.policy.parameters()]
     model.learn(total_timesteps=192)
     assert model.num_timesteps >= 192
+    after = list(model.policy.parameters())
+    assert any(not torch.equal(b, p) for b, p in zip(before, after, strict=True))
     action, _ = model.predict(env.observation_space.sample(), deterministic=True)
     assert env.action_space.contains(int(action))
 

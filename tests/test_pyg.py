@@ -68,15 +68,20 @@ def test_to_pyg__round_trip_single_and_batch():
     assert np.allclose(data.route_x[2 * r :].numpy(), obs3["route"])
 
 
-def test_sb3__ppo_multiinputpolicy_learns_a_few_hundred_steps():
+def test_sb3__ppo_multiinputpolicy_trains_a_few_hundred_steps():
+    import torch
     from stable_baselines3 import PPO
 
     env = gym.make("mabp_gym/Mixed-v0", load=0.5)
     model = PPO(
         "MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu"
     )
+    before = [p.detach().clone() for p in model.policy.parameters()]
     model.learn(256)
     assert model.num_timesteps >= 256
+    # The updates reached the weights (a detached graph or a zero rate would not).
+    after = list(model.policy.parameters())
+    assert any(not torch.equal(b, p) for b, p in zip(before, after, strict=True))
     action, _ = model.predict(env.reset(seed=0)[0], deterministic=True)
     assert action.shape == (384,)
 

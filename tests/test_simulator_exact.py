@@ -234,6 +234,21 @@ def test_memory__retention_keeps_highest_priority_that_fits_and_frees_identities
     assert sim.state.owner.tolist() == [-1, 0]
 
 
+def test_memory__a_retention_tie_goes_to_the_lower_signature():
+    # The same slot with equal priorities: budget 1 keeps one of s0 (held) and s1 (new);
+    # the tie goes to the lower signature, so s0 stays and s1 is never inserted.
+    wl = two_node_memory_workload()
+    ix = wl.index
+    sim = Simulator(wl, check_invariants=True)
+    sim.reset(0)
+    sim.add_units(0, 1, 1)
+    retain = np.zeros(ix.num_retains)
+    retain[ix.retain_of[0, 0]] = retain[ix.retain_of[0, 1]] = 0.5
+    _, out = sim.step_scores(scores(wl, route=-1.0, retain=retain))
+    assert out.generated == ((0, 1),) and out.insertions == 0 and out.evicted == ()
+    assert sim.state.holder.tolist() == [[0, -1], [-1, -1]]
+
+
 def test_routing__transmission_penalty_and_arrival_at_t_plus_1():
     wl = two_node_memory_workload()
     sim = Simulator(wl, check_invariants=True)

@@ -64,7 +64,9 @@ def _compare(vec: SFMSNVectorEnv, steps: int, seed: int = 3, **kwargs) -> None:
 @compiled_only
 @pytest.mark.parametrize("workload", sorted(mabp_gym.WORKLOADS))
 def test_batched__equals_single_envs_through_autoresets(workload):
-    kwargs = {"workload": workload, "load": 0.85, "horizon": 30, "max_episode_steps": 30}
+    # The horizon cuts each episode (a TimeLimit of 45 never does): its truncation is the
+    # env's own, not the step count's.
+    kwargs = {"workload": workload, "load": 0.85, "horizon": 30, "max_episode_steps": 45}
     vec = SFMSNVectorEnv(3, **kwargs)
     assert vec.compiled
     _compare(vec, 70, **kwargs)
@@ -377,7 +379,7 @@ def test_batched__get_attr_and_call_as_sync_does_and_set_attr_refused():
 
 @compiled_only
 def test_workers__equal_single_envs_through_autoresets_with_uneven_blocks():
-    kwargs = {"workload": "mixed", "load": 0.85, "horizon": 30, "max_episode_steps": 30}
+    kwargs = {"workload": "mixed", "load": 0.85, "horizon": 30, "max_episode_steps": 45}
     vec = gym.make_vec("mabp_gym/SFMSN-v0", num_envs=5, workers=2, **kwargs)
     assert isinstance(vec.unwrapped, SFMSNWorkerVectorEnv)
     assert [count for _, count in vec.unwrapped._blocks] == [3, 2]
