@@ -3,6 +3,8 @@ evicted objects, slot by slot, and the causal order of SPEC section 1."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -333,6 +335,22 @@ def test_check_control__transfer_of_object_the_source_lacks_is_rejected():
     with pytest.raises(InfeasibleControlError, match=r"transfer source.*a->b.*'s1'"):
         sim.step(bad)
     assert sim.state.holder.tolist() == [[0, -1], [-1, -1]]
+
+
+def test_check_control__a_transfer_past_the_destinations_budget_is_rejected():
+    # b holds s1 and has budget 1: s0 (size 1) cannot join it, though the link takes it.
+    wl = dataclasses.replace(two_node_memory_workload(), initial_memory=(((0, 0), (1, 1)),))
+    ix = wl.index
+    sim = Simulator(wl, check_invariants=True)
+    sim.reset(0)
+    control = Control.idle(wl)
+    s0_move = int(np.flatnonzero(ix.transfer_signature == 0)[0])
+    bad = Control(
+        np.array([s0_move]), control.route, control.service, control.start, control.retain
+    )
+    with pytest.raises(InfeasibleControlError, match=r"memory budget violated at node b"):
+        sim.step(bad)
+    assert sim.state.holder.tolist() == [[0, -1], [-1, 1]] and sim.state.t == 0
 
 
 def test_projection__rejects_bad_score_vectors():
