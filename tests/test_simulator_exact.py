@@ -322,16 +322,17 @@ def test_check_control__errors_name_constraint_node_and_commodity():
     assert sim.state.t == 0 and sim.state.queue_len.tolist()[0] == 1
 
 
-def test_check_control__transfer_of_object_the_source_lacks_is_rejected():
-    wl = two_node_memory_workload()
-    ix = wl.index
+def _only_a_transfer(wl: Workload, signature: int) -> tuple[Simulator, Control]:
+    """A fresh simulator of ``wl`` and the idle control plus the move of ``signature``."""
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
-    control = Control.idle(wl)
-    s1_move = int(np.flatnonzero(ix.transfer_signature == 1)[0])
-    bad = Control(
-        np.array([s1_move]), control.route, control.service, control.start, control.retain
-    )
+    idle = Control.idle(wl)
+    move = int(np.flatnonzero(wl.index.transfer_signature == signature)[0])
+    return sim, Control(np.array([move]), idle.route, idle.service, idle.start, idle.retain)
+
+
+def test_check_control__transfer_of_object_the_source_lacks_is_rejected():
+    sim, bad = _only_a_transfer(two_node_memory_workload(), 1)
     with pytest.raises(InfeasibleControlError, match=r"transfer source.*a->b.*'s1'"):
         sim.step(bad)
     assert sim.state.holder.tolist() == [[0, -1], [-1, -1]]
@@ -340,14 +341,7 @@ def test_check_control__transfer_of_object_the_source_lacks_is_rejected():
 def test_check_control__a_transfer_past_the_destinations_budget_is_rejected():
     # b holds s1 and has budget 1: s0 (size 1) cannot join it, though the link takes it.
     wl = dataclasses.replace(two_node_memory_workload(), initial_memory=(((0, 0), (1, 1)),))
-    ix = wl.index
-    sim = Simulator(wl, check_invariants=True)
-    sim.reset(0)
-    control = Control.idle(wl)
-    s0_move = int(np.flatnonzero(ix.transfer_signature == 0)[0])
-    bad = Control(
-        np.array([s0_move]), control.route, control.service, control.start, control.retain
-    )
+    sim, bad = _only_a_transfer(wl, 0)
     with pytest.raises(InfeasibleControlError, match=r"memory budget violated at node b"):
         sim.step(bad)
     assert sim.state.holder.tolist() == [[0, -1], [-1, 1]] and sim.state.t == 0
