@@ -84,6 +84,33 @@ def test_format_table__router_layout_has_one_row_a_router():
     assert "**0.100±0.000**" in table.splitlines()[-1]
 
 
+def test_format_table__throughput_and_goodput_are_bold_at_their_maximum():
+    from mabp_gym.fleet.evaluate import format_table
+
+    def row(router, throughput, goodput):
+        return {
+            "router": router,
+            "load": 1.0,
+            "run": 0,
+            "throughput": throughput,
+            "slo_goodput": goodput,
+            "p95_ttft_s": 1.0,
+            "p95_tpot_s": 0.1,
+            "p95_e2e_s": 2.0,
+            "gpu_s_per_request": 1.0,
+            "kv_hit_ratio": 0.1,
+            "downstream_per_request": 0.1,
+            "drop_rate": 0.0,
+            "p95_scheduler_us": 10.0,
+        }
+
+    # Higher is better for both: "a" has the higher throughput, "b" the higher goodput.
+    table = format_table([row("a", 2.0, 0.5), row("b", 1.0, 1.5)], ["a", "b"], layout="routers")
+    a, b = (line.split(" | ")[1:3] for line in table.strip().splitlines()[-2:])
+    assert a == ["**2.000**", "0.500"]
+    assert b == ["1.000", "**1.500**"]
+
+
 def test_format_table__a_router_that_drops_work_is_never_marked_best():
     from mabp_gym.fleet.evaluate import format_table
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from mabp_gym.fleet import FleetConfig, FleetSimulator, Trace, TraceRequest, make_router
-from mabp_gym.fleet.engine import MAX_BATCHED_TOKENS, PROFILES, KVCache
+from mabp_gym.fleet.engine import MAX_BATCHED_TOKENS, PROFILES, KVCache, Sequence, StepEngine
+from mabp_gym.fleet.simulator import Request
 
 P = PROFILES["qwen2.5-7b-a100"]
 
@@ -113,6 +114,37 @@ def test_preemption_recomputes_the_youngest_and_everything_finishes():
     # The preempted request had to prefill its prompt and generated tokens again: it
     # finishes after the other.
     assert by_rid(sim)[1][1] > by_rid(sim)[0][1]
+
+
+def test_a_run_of_decodes__gpu_seconds_count_the_context_growing_a_token_a_step():
+    # A 300-token prompt in one 512-token block: its 199 decodes after the first token
+    # need no new block, so they run as one coalesced run of steps, summed in closed form
+    # for the GPU seconds. Decode k reads 300 + k tokens of context.
+    sim = replay_on_worker_0([TraceRequest(0.0, 300, 200, (1,))])
+    ((ttft, e2e, _),) = by_rid(sim).values()
+    decodes = sum(step(decodes=1, context=300 + k) for k in range(1, 200))
+    assert ttft == pytest.approx(step(prefill=300), rel=1e-12)
+    assert e2e == pytest.approx(step(prefill=300) + decodes, rel=1e-12)
+    # One request on one worker: the GPU is busy exactly from its arrival to its end. The
+    # growth of the context (1 + ... + 198 tokens beyond the first decode's) is ~5e-4 s.
+    assert sim.gpu_seconds == pytest.approx(e2e, rel=1e-9)
+
+
+def test_preemption__takes_the_youngest_of_three_and_recomputes_its_generated_tokens():
+    # 3 blocks of memory, each sequence holds one. The oldest (500 tokens) fills its block
+    # first, at 12 generated tokens: with no block free, the youngest running sequence
+    # (the third) is preempted, not the second, and must prefill 300 + 12 tokens again.
+    engine = StepEngine(3, 512, 32, P)
+    for rid, tokens in enumerate((500, 300, 300)):
+        engine.waiting.append(Sequence(Request(rid, 0.0, tokens, 100, (rid + 1,), -1, False)))
+    while not engine.preemptions:
+        engine.form_batch()
+        engine.finish_step()
+    assert [seq.request.rid for seq in engine.running] == [0, 1]
+    (preempted,) = engine.waiting
+    assert preempted.request.rid == 2 and preempted.generated == 12
+    assert (preempted.target, preempted.computed) == (312, 0)
+    assert engine.pending_prefill_tokens() == 312  # the others are decoding
 
 
 def test_a_prompt_larger_than_the_whole_memory_is_dropped_not_hung():

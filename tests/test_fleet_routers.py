@@ -236,6 +236,16 @@ def test_dynamo__pending_prefill_of_what_it_routed_counts_until_the_first_token(
     assert router.streams.where == {} and not router.streams.pending_tokens.any()
 
 
+def test_dynamo__the_overlap_weight_scales_the_prefill_term_only():
+    # cost = weight * prefill_blocks + decode_blocks. Uncached prefill blocks (0, 4, 2), the
+    # request's own 4 decode blocks on each: weight 2 gives (0, 8, 4) + 4, not the
+    # (0, 4, 2) + 2 * 4 of a weight on the decode term.
+    tel = fleet(caches={0: PROMPT, 2: PROMPT[:2]})
+    router = DynamoKV(overlap_score_weight=2.0)
+    router.reset(3, np.random.default_rng(0))
+    assert list(router.costs(request(), tel)) == [4, 12, 8]
+
+
 def test_dynamo__shared_prompt_blocks_count_once():
     tel = fleet()
     router = fresh("dynamo-t0")
@@ -287,6 +297,14 @@ def test_llmd__weighted_prefix_queue_and_kv_scorers():
     assert router.choose(request(), tel) == 1
     assert LLMD.queue_scorer(np.array([2, 2])) == pytest.approx([1, 1])
     assert LLMD.load_aware_scorer(np.array([0, 64, 500])) == pytest.approx([0.5, 0.25, 0.0])
+
+
+def test_llmd__the_queue_scorer_is_min_max_normalized_not_divided_by_the_max():
+    # (q_max - q) / (q_max - q_min) with q_min 2: (6 - 2) / 4 = 1, (6 - 4) / 4 = 0.5, 0.
+    assert LLMD.queue_scorer(np.array([2, 4, 6])) == pytest.approx([1.0, 0.5, 0.0])
+    # In the total (no prefix match, empty KV): 2 * queue score + 2 * 1.
+    tel = fleet(waiting=[2, 4, 6], cache_blocks=100)
+    assert fresh("llm-d").scores(request(), tel) == pytest.approx([4.0, 3.0, 2.0])
 
 
 def test_llmd__reads_the_queues_and_kv_use_of_the_last_scrape():
@@ -390,6 +408,18 @@ def test_aibrix__best_match_under_mean_plus_std_else_next():
     assert router.choose(request(), fleet(4, in_flight=[6, 2, 2, 2])) == 3
 
 
+def test_aibrix__an_equal_match_goes_to_the_less_loaded_worker():
+    # Both workers hold the whole prompt; loads (3, 1): mean 2, std 1, so both are within
+    # mean + std = 3. The sort is match descending, then load ascending: worker 1, whatever
+    # the random order equal pairs start in.
+    for seed in range(10):
+        router = fresh("aibrix", num_workers=2, seed=seed)
+        router.choose(request(ids=(999,)), fleet(2, now=0.0))  # builds the index
+        router.index.insert(0, PROMPT, 0.0)
+        router.index.insert(1, PROMPT, 0.0)
+        assert router.choose(request(), fleet(2, in_flight=[3, 1], now=0.0)) == 1
+
+
 def test_aibrix__one_global_index_with_a_20_minute_ttl_and_390_blocks():
     router = aibrix_with([(0, PROMPT)])
     assert router.index.capacity == 200_000 * 4 // (4 * 512) == 390
@@ -458,6 +488,30 @@ def test_mabp_route__damps_a_worker_near_its_batch_limit():
     assert full[0] > full[1]
     exact = mabp_route(exact=True).costs(request(), fleet(running=[32, 0, 0], caches={0: PROMPT}))
     assert exact[0] > exact[1]
+
+
+def test_mabp_route__each_cost_term_by_hand():
+    # Defaults: prefill_s(n) = 0.005 + 8e-5 * n, batch limit 32, p_miss 0.35, p_hit 0.05.
+    full = 0.005 + 8e-5 * 2048  # 0.1688 s: the 4-block prompt, nothing cached
+    tel = fleet(in_flight=[16, 34, 0], caches={0: PROMPT})
+    router = mabp_route()
+    router.tools[2][77] = None  # it sent tool state 77 to worker 2 before
+    router.costs(request(ids=PROMPT[:2]), tel)  # a 1,024-token request seen first
+    mean = (0.005 + 8e-5 * 1024 + full) / 2  # the fleet's mean request prefill, this one too
+    # Successor term: (p_miss - p_hit) * E[job], E[job] the prefill of tool_tokens + the
+    # request's output and 64 decode steps of a batch of one, on the workers without 77.
+    tool = (0.35 - 0.05) * (0.005 + 8e-5 * (512 + 100) + 64 * 0.012)
+    expected = [
+        # w0: everything cached (the overhead is left), damping (16 / 32)^2 of the *full*
+        # prefill, not of the uncached one: reuse never hides how busy a worker is.
+        0.005 + 0.5**2 * full + tool,
+        # w1: 34 in flight past the batch limit of 32: 2 * the mean prefill of backpressure;
+        # busy is capped at 32, so damping 1^2 * full.
+        2 * mean + full + 1.0**2 * full + tool,
+        # w2: idle, holds the tool state: its prefill only.
+        full,
+    ]
+    assert router.costs(request(tool=77), tel) == pytest.approx(expected, rel=1e-12)
 
 
 # -- oracle-ttft -----------------------------------------------------------------------------------

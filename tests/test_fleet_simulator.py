@@ -114,6 +114,66 @@ def test_simulator__tool_miss_spawns_a_downstream_job_and_a_hit_does_not():
     assert sim.metrics()["downstream_per_request"] == pytest.approx(0.5)
 
 
+def test_metrics__goodput_needs_both_slos_and_p95_is_the_95th_percentile():
+    # Decode step 10 ms + 10 ms a running sequence (fixed at admission): 20 ms alone, 30 ms
+    # in a batch of two. SLOs: TTFT <= 50 ms and TPOT <= 25 ms.
+    trace = Trace(
+        "t",
+        (
+            TraceRequest(0.0, 4, 10, (1,)),  # ttft 4 + 20 = 24 ms, tpot 20: both met
+            TraceRequest(0.0, 40, 10, tuple(range(10, 20))),  # after 4 ms: 4 + 40 + 30 = 74, 30
+            TraceRequest(1000.0, 100, 10, tuple(range(100, 125))),  # 100 + 20 = 120 ms, 20
+            TraceRequest(2000.0, 4, 10, (200,)),  # 24 ms, 20: both met
+            TraceRequest(2000.0, 4, 10, (201,)),  # 4 + 4 + 30 = 38 ms (met), 30 (missed)
+        ),
+    )
+    config = FleetConfig(
+        **{**EXACT, "decode_per_seq_s": 0.01, "slo_ttft_s": 0.05, "slo_tpot_s": 0.025}
+    )
+    sim = FleetSimulator(trace, config)
+    run_to_end(sim)
+    ttft_e2e_tpot = [(0.024, 0.204, 0.02), (0.074, 0.344, 0.03), (0.12, 0.3, 0.02)]
+    ttft_e2e_tpot += [(0.024, 0.204, 0.02), (0.038, 0.308, 0.03)]
+    assert np.array([r[:3] for r in sim.records]) == pytest.approx(np.array(ttft_e2e_tpot))
+    metrics = sim.metrics()
+    span = 2.0 + 0.308  # first arrival to last completion
+    assert metrics["throughput"] == pytest.approx(5 / span)
+    # Within both SLOs: requests 0 and 3 only (1 misses both, 2 the TTFT, 4 the TPOT).
+    assert metrics["slo_goodput"] == pytest.approx(2 / span)
+    # TTFTs sorted (24, 24, 38, 74, 120) ms: the 95th percentile interpolates at rank
+    # 0.95 * 4 = 3.8, 74 + 0.8 * (120 - 74) = 110.8 ms (the median is 38 ms).
+    assert metrics["p95_ttft_s"] == pytest.approx(0.1108)
+    assert metrics["p95_tpot_s"] == pytest.approx(0.03)
+    assert metrics["p95_e2e_s"] == pytest.approx(0.308 + 0.8 * (0.344 - 0.308))
+    # Prefill + output * step / batch: 0.204 + 0.19 + 0.3 + 0.204 + 0.154 over 5 requests.
+    assert metrics["gpu_s_per_request"] == pytest.approx(1.052 / 5)
+
+
+def test_metrics__gpu_seconds_per_request_count_jobs_work_over_trace_requests_only():
+    # One agentic trace request whose tool state misses: one downstream job follows.
+    trace = Trace("t", (TraceRequest(0.0, 8, 2, (1, 2)),))
+    config = FleetConfig(
+        **{
+            **EXACT,
+            "agentic_fraction": 1.0,
+            "p_downstream_miss": 1.0,
+            "p_downstream_hit": 0.0,
+            "tool_tokens": 4,
+            "downstream_output": 3,
+        }
+    )
+    sim = FleetSimulator(trace, config)
+    run_to_end(sim)
+    assert len(sim.records) == 2 and sim.downstream_jobs == 1
+    # The request: prefill 8 ms + 2 decode steps of 10 ms. The job (8 + 2 + 4 = 14 tokens,
+    # its first 2 blocks cached): prefill 6 ms + 3 decode steps. Both are GPU work; the one
+    # completed *trace* request carries it all.
+    assert sim.gpu_seconds == pytest.approx(0.028 + 0.036)
+    metrics = sim.metrics()
+    assert metrics["gpu_s_per_request"] == pytest.approx(0.064)
+    assert metrics["downstream_per_request"] == pytest.approx(1.0)
+
+
 def test_simulator__rejects_a_bad_worker_and_out_of_order_calls():
     sim = FleetSimulator(Trace("t", (TraceRequest(0.0, 8, 2, (1, 2)),)), FleetConfig(**EXACT))
     with pytest.raises(RuntimeError, match="next_request"):

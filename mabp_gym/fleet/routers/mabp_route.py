@@ -34,7 +34,8 @@ class MABPRoute(RouterBase):
       ``p_gap = p_miss - p_hit``, each costing about ``E[job]`` seconds of prefill and decode;
       which worker holds a tool state is the router's own record of where it sent that
       state's requests (an LRU of ``tool_capacity`` keys a worker);
-    - ``damping_w``: ``damping * (busy_w / max_num_seqs)^2 * prefill(r)``, ``busy_w`` the
+    - ``damping_w``: ``damping * (busy_w / max_num_seqs)^2 * prefill(r)``, ``prefill(r)``
+      the full prefill of r's prompt (not the uncached ``prefill_w(r)``), ``busy_w`` the
       router's in-flight count capped at the batch limit, grows as a worker nears its batch
       limit, so reuse never piles requests onto a saturated worker.
 
