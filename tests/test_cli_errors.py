@@ -40,6 +40,7 @@ EXAMPLE = str(Path(mabp_gym.__file__).parent / "examples" / "multihop14.json")
         (("simulate", "--load", "0.3", "--set", "load=0.4"), "give --load or --set load"),
         (("simulate", "--workload", EXAMPLE, "--set", "K=3"), "accepts the overrides load and"),
         (("eval", "--loads", "0.5", "--seeds", "-1"), "seeds must be integers >= 0"),
+        (("simulate", "--seeds", "-1"), "--seeds must be integers >= 0"),
         (("eval", "--loads", "0.5", "--out", "."), "--out '.' is a directory"),
         (("eval", "--loads", "0.5", "--out", "/dev/null"), "not a regular file"),
         (("eval", "--loads", "0.5", "--out", "missing/r.jsonl"), "does not exist"),

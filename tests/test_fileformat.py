@@ -234,3 +234,36 @@ def test_file__memory_that_adds_work_is_refused_as_the_builders_refuse_it():
     ]
     loaded = workload_from_dict(two, source="two.json")
     assert capacity(loaded, "nomem") <= capacity(loaded, "full")
+
+
+def test_file__a_miss_left_out_reads_the_hit_value():
+    # The schema: work_miss "defaults to work_hit" (the reader does the same for loss_miss):
+    # an action that memory does not change needs only its hit fields. to_dict writes both,
+    # so the round-trip tests never read the default.
+    data = copy.deepcopy(make_workload("work_reuse").to_dict())
+    action = data["actions"][0]
+    action.update(work_hit=0.5, loss_hit=2.5)
+    del action["work_miss"], action["loss_miss"]
+    (read,) = workload_from_dict(data, source="w.json").actions
+    assert (read.work_hit, read.work_miss) == (0.5, 0.5)
+    assert (read.loss_hit, read.loss_miss) == (2.5, 2.5)
+
+
+def test_file__beta_is_a_fraction_of_the_sum_of_the_eligible_object_sizes():
+    # SPEC: B_i(beta) = beta * B_i^max, B_i^max the total size of every signature some
+    # action of node i can use. One server with objects of sizes 1 and 3: B^max = 4, so
+    # beta = 1 gives 4 (the largest object alone would give 3).
+    data = copy.deepcopy(make_workload("work_reuse").to_dict())
+    data["signatures"].append({"name": "obj2", "size": 3.0, "kind": "obj"})
+    data["commodities"].append({"name": "job2", "family": "job", "stage": 0, "state_type": 1})
+    data["actions"].append({**copy.deepcopy(data["actions"][0]), "commodity": "job2"})
+    data["actions"][1]["signature"] = "obj2"
+    data["arrivals"]["mix"] = [
+        {"node": "server", "commodity": c, "share": 0.5} for c in ("job", "job2")
+    ]
+    node = data["nodes"][0]
+    del node["budget"]
+    node["beta"] = 1.0
+    assert workload_from_dict(data, source="w.json").nodes[0].budget == pytest.approx(4.0)
+    node["beta"] = 0.75
+    assert workload_from_dict(data, source="w.json").nodes[0].budget == pytest.approx(3.0)

@@ -105,3 +105,28 @@ def test_frame_mabp__plan_is_the_best_budget_feasible_set_with_unequal_sizes():
         )
         assert sum(np.asarray(sizes)[chosen]) <= 4.0
         assert net[chosen].sum() == pytest.approx(best)
+
+
+def test_frame_mabp__frame_values_cap_the_demand_at_what_the_frame_can_serve():
+    # H = 5 slots of mu = 2 serve at most H mu / w_hit = 10 hits, each saving
+    # w_miss - w_hit = 2: object 0 with 25 queued units is worth 10 * 2 = 20 (not 50),
+    # object 1 with 4 units 4 * 2 = 8, less one miss (3) to acquire it, as it is not held.
+    wl = Workload(
+        name="two_objects",
+        nodes=(Node("s", "server", 2.0, 1.0),),
+        links=(),
+        commodities=(Commodity("c0"), Commodity("c1")),
+        signatures=(Signature("o0", 1.0), Signature("o1", 1.0)),
+        actions=tuple(
+            Action(node=0, commodity=c, signature=c, work_hit=1.0, work_miss=3.0) for c in (0, 1)
+        ),
+        arrival_mix=((0, 0, 0.5), (0, 1, 0.5)),
+    )
+    policy = FrameMABP(wl, frame=5)
+    policy.reset(0)  # no arrivals estimated yet: the frame demand is the queue
+    ix = wl.index
+    own = np.array([25.0, 4.0])[ix.action_commodity]
+    held = ix.retain_signature == 0
+    values = policy.frame_values(own, held)
+    assert values[ix.retain_signature.tolist().index(0)] == pytest.approx(20.0)
+    assert values[ix.retain_signature.tolist().index(1)] == pytest.approx(5.0)

@@ -12,7 +12,13 @@ import pytest
 import mabp_gym
 from mabp_gym import Simulator, capacity, make_workload
 from mabp_gym.core.capacity import REFERENCES
-from mabp_gym.core.occupation import EXACT_LIMITS, _ExactModel, exact_size, occupation_bound
+from mabp_gym.core.occupation import (
+    EXACT_LIMITS,
+    _ExactModel,
+    _most_that_fit,
+    exact_size,
+    occupation_bound,
+)
 from mabp_gym.core.workload import Action, Commodity, Link, Node, Signature, Workload
 from mabp_gym.core.workloads import WORKLOADS, workload_params
 
@@ -164,6 +170,13 @@ def test_occupation__budget_hull_drops_objects_that_do_not_fit():
     assert occupation_bound(wl, exact=True) == pytest.approx(1.0, abs=1e-7)
     assert occupation_bound(wl) == pytest.approx(1.0, abs=1e-7)
     assert occupation_bound(wl, budget_hull=False) == pytest.approx(2.5, abs=1e-6)
+
+
+def test_occupation__most_that_fit_counts_the_smallest_objects_first():
+    # Budget 3 holds both size-1 objects together (2 objects), but the size-3 one only
+    # alone: the most objects that fit is 2, reached by filling smallest first.
+    wl = _one_server(mu=2.0, work_hit=1.0, work_miss=2.0, sizes=(1.0, 1.0, 3.0), budget=3.0)
+    assert _most_that_fit(wl, 0) == 2
 
 
 def _beta_grid(name: str) -> list[dict]:

@@ -156,6 +156,34 @@ def test_stale_telemetry__neighbours_seen_as_they_were_d_slots_ago():
         t += 1
 
 
+def test_stale_telemetry__neighbour_free_budget_seen_as_it_was_d_slots_ago():
+    # The free budget a neighbour publishes travels with its queues and memory, so a
+    # transfer candidate's "room at the destination" is the head's free budget d slots
+    # ago, not the current one (the queue/memory staleness test does not read it).
+    d = 3
+    env = parallel_env("mixed", horizon=60, staleness=d, load=0.8)
+    ix = env.workload.index
+    local = local_policies("mabp", env)
+    obs, _ = env.reset(seed=1)
+    free = [ix.budget - env.sim.state.memory_used]
+    checked = changed = 0
+    t = 0
+    while env.agents:
+        then = free[max(t - d, 0)]
+        for agent in env.agents:
+            lay = env.layout(agent)
+            heads = ix.link_dst[ix.transfer_link[lay.transfers]]
+            room = obs[agent]["transfer"][: len(lay.transfers), 2]
+            np.testing.assert_allclose(room, then[heads], rtol=0, atol=1e-5)
+            changed += int(np.sum(np.abs(then[heads] - free[t][heads]) > 1e-6))
+            checked += len(lay.transfers)
+        obs, *_ = env.step({a: local[a].scores(obs[a]) for a in env.agents})
+        free.append(ix.budget - env.sim.state.memory_used)
+        t += 1
+    # Meaningful only if the free budget moved within d slots somewhere.
+    assert checked > 0 and changed > 0
+
+
 def test_stale_telemetry__upstream_queues_as_old_as_their_links_and_relays():
     # Different delays per link: an in-neighbour's queue length is as old as the link it
     # travels (j -> i); a relayed one is as old as both links (j -> h, then h -> i).
@@ -351,6 +379,36 @@ def test_rewards__own_shares_sum_to_the_single_agent_reward(reward):
         assert sum(i["backlog"] for i in info_o.values()) == info["backlog"]
         penalties += info["penalty_memory"]
     assert penalties > 0  # the memory part of the split was exercised
+
+
+def test_rewards__a_routed_units_link_cost_goes_to_the_agent_of_the_links_tail():
+    # gw -> s, one unit per slot at cost 2.5: the routing decision is gw's, so gw's share
+    # carries the cost and s (which only receives the unit) carries none.
+    from mabp_gym.core.workload import Action, Commodity, Link, Node, Workload
+
+    wl = Workload(
+        name="one_link",
+        nodes=(Node("gw", "ingress", 0.0), Node("s", "server", 1.0)),
+        links=(Link(0, 1, 1, cost=2.5),),
+        commodities=(Commodity("c"),),
+        signatures=(),
+        actions=(Action(node=1, commodity=0),),
+        arrival_mix=((0, 0, 1.0),),
+        load=0.5,
+        horizon=50,
+    )
+    env = parallel_env(wl, memory=False)
+    assert env.possible_agents == ["gw", "s"]
+    env.reset(seed=0)
+    hold = {a: np.full(env.action_space(a).shape, -1.0) for a in env.agents}
+    while env.sim.state.queue_len.sum() == 0:  # wait, routing nothing, for an arrival at gw
+        env.step(hold)
+    route = {**hold, "gw": hold["gw"].copy()}
+    route["gw"][env.local_slices[1].start] = 1.0  # gw's only route candidate
+    _, _, _, _, infos = env.step(route)
+    assert env.last_control.route.tolist() == [1]
+    assert infos["gw"]["penalty"] == pytest.approx(2.5)
+    assert infos["s"]["penalty"] == 0.0
 
 
 def test_load_interval__each_episode_steps_its_own_simulator_as_the_single_env_does():

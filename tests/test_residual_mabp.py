@@ -399,6 +399,24 @@ def test_the_penalty_ceiling_binds_the_mean_or_every_network():
         learner.parse(["--delay-ceiling", "-1", "--out", "/tmp/unused"])
 
 
+def test_the_objective_doubles_the_cost_for_a_run_that_grows():
+    from mabp_gym.core.metrics import GROWTH_LIMIT
+    from mabp_gym.training.residual_mabp import ResidualArgs, objective
+
+    def run(delay, growth, penalty=0.9):
+        return {"p95_delay_all": delay, "penalty_per_arrival": penalty, "growth": growth}
+
+    # Two networks, one seed each, delay ratios 0.5 and 1 (geometric mean sqrt(0.5)), the
+    # penalty within its ceiling; one run at the growth limit counts as growing: the cost
+    # is then (1 + 1) times the ratios' geometric mean.
+    args = ResidualArgs(family=["a@1", "b@1"], train_seeds=[20])
+    reference = [run(100.0, 0.0, 1.0), run(100.0, 0.0, 1.0)]
+    stable = objective(args, [run(50.0, 0.0), run(100.0, 0.0)], reference)
+    grows = objective(args, [run(50.0, 0.0), run(100.0, GROWTH_LIMIT)], reference)
+    assert stable["cost"] == pytest.approx(np.sqrt(0.5)) and stable["grows"] == 0
+    assert grows["cost"] == pytest.approx(2 * np.sqrt(0.5)) and grows["grows"] == 1
+
+
 def test_the_shipped_frame_checkpoint_is_over_frame_mabp_and_runs_anywhere():
     from mabp_gym.registry import checkpoint_path
 

@@ -51,6 +51,18 @@ def test_a_pareto_win_needs_both_ratios_and_the_interval_apart():
         compare(faster[:2], theirs)
 
 
+def test_a_pareto_win_needs_both_policies_stable():
+    # Delay and penalty as in a win, but its runs leave half the arrivals behind (growth
+    # 0.5, far above GROWTH_LIMIT, the backlog rising): an unstable policy wins nothing.
+    theirs = [_run(s, 100.0, 1.0) for s in range(3)]
+    growing = [_run(s, d, 0.99) for s, d in zip(range(3), (80.0, 85.0, 82.0), strict=True)]
+    for run in growing:
+        run.update(growth=0.5, backlog_trace=[10.0 + 2.0 * t for t in range(40)])
+    row = compare(growing, theirs)
+    assert row["delay_ratio"] <= 0.9 and row["penalty_ratio"] <= 1.0
+    assert not row["both_stable"] and not row["pareto_win"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
