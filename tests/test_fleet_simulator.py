@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mabp_gym.fleet import (
+    COUNTS,
     METRICS,
     FleetConfig,
     FleetSimulator,
@@ -87,6 +88,9 @@ def test_simulator__drops_when_the_waiting_room_is_full_or_the_wait_times_out():
     run_to_end(sim)
     # Each request runs 10 s, so everyone queued behind the first waited > 5 s.
     assert sim.dropped == 3 and sim.metrics()["drop_rate"] == pytest.approx(0.75)
+    counts = {k: sim.metrics()[k] for k in COUNTS}  # the record's accounting, as ints
+    assert counts == {"requests_arrived": 4, "requests_completed": 1, "requests_dropped": 3}
+    assert all(type(v) is int for v in counts.values())
 
 
 def test_simulator__tool_miss_spawns_a_downstream_job_and_a_hit_does_not():
@@ -208,7 +212,8 @@ def test_replay__same_seed_same_metrics_and_reports_every_metric():
     for name in ("dynamo-t0.5", "mabp-route", "vllm-prefixaware"):
         first = replay(trace, make_router(name), config, seed=3)
         second = replay(trace, make_router(name), config, seed=3)
-        assert set(first) == set(METRICS)
+        assert set(first) == set(METRICS) | set(COUNTS)
+        assert first["requests_arrived"] == first["requests_completed"] + first["requests_dropped"]
         first.pop("p95_scheduler_us"), second.pop("p95_scheduler_us")  # wall-clock time
         assert first == second
 

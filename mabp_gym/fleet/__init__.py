@@ -16,6 +16,7 @@ from mabp_gym.fleet.routers import (
     router_names,
 )
 from mabp_gym.fleet.simulator import (
+    COUNTS,
     METRICS,
     FleetConfig,
     FleetSimulator,
@@ -44,6 +45,7 @@ from mabp_gym.fleet.trace import (
 __all__ = [
     "ABLATION_ROUTERS",
     "BLOCK_TOKENS",
+    "COUNTS",
     "METRICS",
     "PRODUCTION_ROUTERS",
     "REFERENCE_ROUTERS",

@@ -519,6 +519,11 @@ METRICS = (
 )
 """Metric names of a run, in the order of SPEC 11's table."""
 
+COUNTS = ("requests_arrived", "requests_completed", "requests_dropped")
+"""What a run's record counts beside its metrics: requests (trace requests and downstream
+jobs) that arrived, completed and were dropped. Once a replay ends every arrival has
+completed or been dropped, which a reader of the record can check."""
+
 
 class FleetSimulator:
     """Replay one trace over a fleet; ``next_request`` / ``dispatch`` for step-wise control.
@@ -994,7 +999,8 @@ class FleetSimulator:
 
     # -- results -------------------------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
-        """SPEC 11's metrics of the run so far (see ``docs/fleet.md`` for definitions)."""
+        """SPEC 11's metrics of the run so far (see ``docs/fleet.md`` for definitions), and
+        its :data:`COUNTS`."""
         cfg = self.config
         rec = np.array([(a, b, c, d) for a, b, c, d, _ in self.records], dtype=np.float64).reshape(
             -1, 4
@@ -1026,7 +1032,8 @@ class FleetSimulator:
                 float(np.percentile(self.choose_ns, 95)) / 1000.0 if self.choose_ns else math.nan
             ),
         }
-        return {name: float(value) for name, value in values.items()}
+        counts = dict(zip(COUNTS, (self.arrived, len(self.records), self.dropped), strict=True))
+        return {name: float(value) for name, value in values.items()} | counts
 
 
 def replay(
