@@ -324,3 +324,17 @@ def test_fleet_cli__a_full_disk_writing_markdown_is_one_line(run_cli, tmp_path, 
     assert f"could not write {table} (No space left on device)" in done.stderr
     assert f"every run that finished is kept in {out}" in done.stderr
     assert len(out.read_bytes().splitlines()) == 1
+
+
+def test_fleet_run_key__changes_with_the_revision_of_the_built_in_routers(monkeypatch):
+    # A fix to a built-in router bumps REVISION, so a results file made before runs again.
+    from mabp_gym.fleet import FleetConfig
+    from mabp_gym.fleet import evaluate as fleet_evaluate
+
+    def key() -> str:
+        return fleet_evaluate.run_key("digest", "sglang", 0.6, 0, FleetConfig(), "simple")
+
+    before = key()
+    assert key() == before  # the same run, the same key
+    monkeypatch.setattr(fleet_evaluate, "REVISION", fleet_evaluate.REVISION + 1)
+    assert key() != before

@@ -137,9 +137,13 @@ def test_preemption__takes_the_youngest_of_three_and_recomputes_its_generated_to
     engine = StepEngine(3, 512, 32, P)
     for rid, tokens in enumerate((500, 300, 300)):
         engine.waiting.append(Sequence(Request(rid, 0.0, tokens, 100, (rid + 1,), -1, False)))
-    while not engine.preemptions:
+    for _ in range(1_000):  # bounded: a change that ends preemption must fail, not hang
         engine.form_batch()
         engine.finish_step()
+        if engine.preemptions:
+            break
+    else:
+        pytest.fail("no sequence was preempted")
     assert [seq.request.rid for seq in engine.running] == [0, 1]
     (preempted,) = engine.waiting
     assert preempted.request.rid == 2 and preempted.generated == 12

@@ -748,9 +748,18 @@ def test_evaluate_fleet__a_routers_error_says_which_router_and_run_and_true_is_n
         (lambda: MABPRoute(damping=float("nan")), "mabp-route damping"),
         (lambda: MABPRoute(tool_weight="1"), "mabp-route tool_weight"),
         (lambda: VLLMProductionStack("loadaware", beta=float("inf")), "vllm-loadaware beta"),
+        (lambda: VLLMProductionStack("prefixaware", window_s=0.0), "vllm-prefixaware window_s"),
+        (lambda: DynamoKV(temperature=float("nan")), "dynamo temperature"),
+        (lambda: DynamoKV(ttl_s=-1.0), "dynamo ttl_s"),
     ],
 )
 def test_routers__refuse_a_parameter_that_is_not_a_number_in_range_by_name(build, named):
     # Before, these ran silently or failed mid-run with numpy's "cannot be empty".
     with pytest.raises(ValueError, match=named):
         build()
+
+
+def test_routers__a_ttl_of_infinity_means_entries_never_expire():
+    assert AIBrixPrefixCache(ttl_s=float("inf")).ttl_s == DynamoKV(ttl_s=float("inf")).ttl_s
+    with pytest.raises(ValueError, match="aibrix ttl_s: must be > 0"):
+        AIBrixPrefixCache(ttl_s=0.0)

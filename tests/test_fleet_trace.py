@@ -351,3 +351,5 @@ def test_load_trace__refuses_a_local_file_named_like_a_shipped_trace(tmp_path, m
         load_trace("synthetic")
     assert len(load_trace("./synthetic").requests) == 1
     assert len(load_trace("conversation", limit=3).requests) == 3  # no such file here
+    (tmp_path / "conversation").mkdir()  # a folder of that name is no trace: no ambiguity
+    assert len(load_trace("conversation", limit=3).requests) == 3

@@ -113,7 +113,7 @@ def test_package__import_leaves_the_learning_stack_out(statement):
 
 
 def test_package__import_leaves_scipys_solvers_out_until_a_program_is_built():
-    """scipy.optimize and scipy.sparse cost about 0.15 s of an import; only the fluid LP
+    """scipy.optimize and scipy.sparse cost about 0.1 s of an import; only the fluid LP
     (a workload's load scale) and Oracle-Sur's programs use them."""
     code = (
         "import sys, mabp_gym, mabp_gym.agents, mabp_gym.cli\n"

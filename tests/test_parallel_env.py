@@ -401,8 +401,12 @@ def test_rewards__a_routed_units_link_cost_goes_to_the_agent_of_the_links_tail()
     assert env.possible_agents == ["gw", "s"]
     env.reset(seed=0)
     hold = {a: np.full(env.action_space(a).shape, -1.0) for a in env.agents}
-    while env.sim.state.queue_len.sum() == 0:  # wait, routing nothing, for an arrival at gw
+    for _ in range(40):  # wait, routing nothing, for an arrival at gw
+        if env.sim.state.queue_len.sum():
+            break
         env.step(hold)
+    else:
+        pytest.fail("no arrival at gw in 40 slots")
     route = {**hold, "gw": hold["gw"].copy()}
     route["gw"][env.local_slices[1].start] = 1.0  # gw's only route candidate
     _, _, _, _, infos = env.step(route)

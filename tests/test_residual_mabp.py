@@ -391,12 +391,12 @@ def test_the_penalty_ceiling_binds_the_mean_or_every_network():
     within = objective(filtered, slow_within, reference)["cost"]
     assert within == pytest.approx(3.0 * (1 + 100 * (3.0 / 0.8 - 1.0)))  # the ceiling's term
     assert objective(filtered, reference, None)["cost"] == pytest.approx(1 + 100 * 0.25)
-    assert learner.parse(["--penalty-filter", "--out", "/tmp/unused"]).penalty_filter
+    assert learner.parse(["--penalty-filter", "--out", "unused"]).penalty_filter
 
     with pytest.raises(ValueError, match=r"--delay-floor must be in \[0, 1\)"):
-        learner.parse(["--delay-floor", "1", "--out", "/tmp/unused"])
+        learner.parse(["--delay-floor", "1", "--out", "unused"])
     with pytest.raises(ValueError, match="--delay-ceiling must be a number >= 0"):
-        learner.parse(["--delay-ceiling", "-1", "--out", "/tmp/unused"])
+        learner.parse(["--delay-ceiling", "-1", "--out", "unused"])
 
 
 def test_the_objective_doubles_the_cost_for_a_run_that_grows():

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from scipy import sparse
 
 # scipy's sparse matrices and ``linprog`` are imported where the LP is built: importing
-# them cost 0.15 s of every ``import mabp_gym``, and a slot never needs them.
+# them cost about 0.1 s of every ``import mabp_gym``, and a slot never needs them.
 
 LARGE_LP = 20_000
 """Variables above which the fluid LP is solved by HiGHS's interior point method."""

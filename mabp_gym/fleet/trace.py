@@ -297,7 +297,7 @@ def load_trace(spec: str, limit: int | None = None) -> Trace:
     ):
         raise ValueError(f"a trace's request limit must be a whole number >= 1, got {limit!r}")
     if spec in SHIPPED_TRACES:
-        if Path(spec).exists():
+        if Path(spec).is_file():
             raise ValueError(
                 f"trace {spec!r} names a shipped trace and a file here: pass ./{spec} for "
                 f"the file, or move the file to use the shipped trace"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mabp_gym.core.validate import check_number
@@ -12,6 +10,7 @@ from mabp_gym.fleet.routers.base import (
     RouterBase,
     StreamView,
     argmin_random,
+    check_ttl,
 )
 from mabp_gym.fleet.simulator import Request, Telemetry
 
@@ -45,14 +44,10 @@ class DynamoKV(RouterBase):
         ttl_s: float = 120.0,
     ) -> None:
         super().__init__()
-        if not (math.isfinite(temperature) and temperature >= 0):
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if not ttl_s > 0:
-            raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
-        self.temperature = temperature
+        self.temperature = check_number(temperature, "dynamo temperature", low=0)
         self.weight = check_number(overlap_score_weight, "dynamo overlap_score_weight", low=0)
         self.kv_events = kv_events
-        self.ttl_s = ttl_s
+        self.ttl_s = check_ttl(ttl_s, "dynamo ttl_s")
         self.name = f"dynamo-t{temperature:g}" + ("" if kv_events else "-approx")
 
     def reset(self, num_workers: int, rng: np.random.Generator) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mabp_gym.core.validate import check_number
@@ -35,11 +33,9 @@ class VLLMProductionStack(RouterBase):
         super().__init__()
         if mode not in ("prefixaware", "loadaware"):
             raise ValueError(f"mode must be 'prefixaware' or 'loadaware', got {mode!r}")
-        if not (math.isfinite(window_s) and window_s > 0):
-            raise ValueError(f"window_s must be > 0, got {window_s}")
         self.mode = mode
-        self.beta = check_number(beta, "vllm-loadaware beta", low=0)
-        self.window_s = window_s
+        self.beta = check_number(beta, f"vllm-{mode} beta", low=0)
+        self.window_s = check_number(window_s, f"vllm-{mode} window_s", low=0, low_open=True)
         self.name = f"vllm-{mode}"
 
     def reset(self, num_workers: int, rng: np.random.Generator) -> None:
