@@ -143,3 +143,26 @@ def test_check_core__invariants_verdict_is_the_explainers():
         sim.state.queue_len[:], sim.state.owner[:], sim.state.holder[:] = saved
         sim.state.memory_used[:], sim.state.units = saved_used, saved_units
         sim._assert_invariants(out)  # holds again once restored
+
+
+def test_invariants__the_fifo_recount_is_spaced_out_as_queues_grow_but_never_skipped():
+    # Walking every FIFO run each slot made long overloaded runs quadratic; the walk now
+    # comes once the slots since the last one have budgeted it, so a bad run count is
+    # still found, within (runs / RUNS_CHECKED_A_SLOT) + 1 checks.
+    from mabp_gym.core.simulator import RUNS_CHECKED_A_SLOT
+
+    wl = make_workload("mixed", load=3.0)
+    sim = Simulator(wl, check_invariants=True)
+    sim.reset(0)
+    fifo = sim.state.fifo
+    while fifo.pool.shape[0] - int(fifo.meta[1]) < 4 * RUNS_CHECKED_A_SLOT:
+        _, out = sim.step_scores(-np.ones(wl.index.num_scores))  # serve nothing: runs pile up
+    rows = fifo.pool.shape[0] - int(fifo.meta[1])
+    pair = int(np.flatnonzero(sim.state.queue_len)[0])
+    fifo.pool[fifo.head[pair], 1] += 1  # one unit more in a run than its queue counts
+    checks = 0
+    with pytest.raises(InvariantError, match="FIFO"):
+        while checks < 100:
+            checks += 1
+            sim._assert_invariants(out)
+    assert 1 < checks <= rows // RUNS_CHECKED_A_SLOT + 1

@@ -189,18 +189,23 @@ def feasible(memory, control, retain, state, ints, floats):  # pragma: no cover 
 
 
 @_compiled
-def invariants_hold(memory, units, state, fifo, ints, floats):  # pragma: no cover - compiled
+def invariants_hold(memory, units, state, fifo, ints, floats, runs):  # pragma: no cover
     """Whether ``Simulator._explain_invariants`` passes (SPEC 6); ``state`` and ``fifo``
-    as for the transition's kernels."""
+    as for the transition's kernels. With ``runs`` the queue lengths are recounted from
+    the FIFO's runs too (a walk of every run: the caller spaces it out)."""
     holder, owner, memory_used, service_action = state[0], state[1], state[2], state[3]
     queue_len = state[7]
     pool, head = fifo[0], fifo[1]
     n_nodes, n_sig = holder.shape
-    lengths = np.empty(queue_len.shape[0], dtype=np.int64)
-    _lengths(pool, head, lengths)
+    if runs:
+        lengths = np.empty(queue_len.shape[0], dtype=np.int64)
+        _lengths(pool, head, lengths)
+        for p in range(queue_len.shape[0]):  # noqa: SIM110 - numba compiles loops
+            if lengths[p] != queue_len[p]:
+                return False
     recount = 0
     for p in range(queue_len.shape[0]):
-        if lengths[p] != queue_len[p] or queue_len[p] < 0:
+        if queue_len[p] < 0:
             return False
         recount += queue_len[p]
     for i in range(n_nodes):
