@@ -103,6 +103,10 @@ def test_env__a_torch_tensor_with_a_gradient_is_an_action_and_a_ragged_list_is_r
         env.step([[1.0, 2.0], [3.0]])
     scores = torch.full((size,), 0.5, requires_grad=True)  # torch's RuntimeError before
     assert env.step(scores)[1] == twin.step(np.full(size, 0.5))[1]
+    # Half-precision scores (a mixed-precision policy's output): bfloat16 has no numpy
+    # dtype and was torch's TypeError; both halves are widened exactly.
+    for half in (torch.bfloat16, torch.float16):
+        assert env.step(torch.full((size,), 0.5, dtype=half))[1] == twin.step(np.full(size, 0.5))[1]
 
 
 def test_parallel_env__diagnostics_and_another_agents_view_are_refused():

@@ -544,3 +544,31 @@ def test_workers__a_dropped_vector_env_stops_its_workers_quietly():
     for process in processes:
         process.join(timeout=10)
         assert process.exitcode == 0
+
+
+def test_batched__the_drift_reward_squares_in_float64_like_the_single_env():
+    # int64 squares overflowed past about 3e9 units a queue and turned the reward positive.
+    vec = SFMSNVectorEnv(2, workload="mixed", reward="drift_plus_penalty")
+    vec.reset(seed=0)
+    vec._state.queue_len[0, 0] = 3_100_000_000
+    vec._state.queue_len[1, :] = 7
+    value = vec._lyapunov()
+    backlog = vec._state.queue_len.astype(np.float64)  # no unit in service after a reset
+    assert value[0] == 0.5 * float(backlog[0] @ backlog[0]) > 4.8e18
+    assert value[1] == 0.5 * 49 * backlog.shape[1]
+
+
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_env__a_reward_that_overflows_is_refused_with_the_scale_named(vectorized):
+    # reward_scale=1e-308 made every reward -inf, silently (the vector env only warned).
+    kwargs = {"workload": "mixed", "load": 0.85, "reward_scale": 1e-308}
+    if vectorized:
+        env = SFMSNVectorEnv(2, **kwargs)
+        action = np.ones((2, env.single_action_space.shape[0]), np.float32)
+    else:
+        env = gym.make("mabp_gym/SFMSN-v0", **kwargs)
+        action = np.ones(env.action_space.shape, np.float32)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"reward overflowed .* reward_scale=1e-308"):
+        for _ in range(50):
+            env.step(action)

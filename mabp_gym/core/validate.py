@@ -98,7 +98,10 @@ def checked_action(action: Any, what: str = "the action") -> Any:
             "the masked entries, e.g. with -1 for 'do not act')"
         )
     if hasattr(action, "detach") and hasattr(action, "numpy"):  # a torch tensor
-        action = action.detach().cpu().numpy()  # one with a gradient was torch's error
+        action = action.detach().cpu()  # one with a gradient was torch's error
+        if getattr(action, "is_floating_point", lambda: False)() and action.element_size() < 4:
+            action = action.float()  # bfloat16 has no numpy dtype; float16 is widened alike
+        action = action.numpy()
     try:
         dtype = np.asarray(action).dtype
     except ValueError as error:  # a ragged list: numpy's "inhomogeneous shape"

@@ -494,9 +494,13 @@ class SFMSNEnv(gym.Env):
         penalty, scaled."""
         cost = self.nu * penalty
         if self.reward_kind == "backlog":
-            return float(-(backlog + cost) / self.reward_scale)
-        drift = _lyapunov(self.sim.state, self.workload) - before
-        return float(-(drift + cost) / self.reward_scale)
+            value = float(-(backlog + cost) / self.reward_scale)
+        else:
+            value = float(-(_lyapunov(self.sim.state, self.workload) - before + cost))
+            value /= self.reward_scale
+        if not math.isfinite(value):
+            raise ValueError(not_finite_reward(self.reward_kind, self.reward_scale, backlog))
+        return value
 
     def _custom_reward(self, outcome: SlotOutcome, before: np.ndarray) -> float:
         assert self._reward_fn is not None
@@ -580,6 +584,14 @@ def _fuse_now(compile_after: int) -> bool:
         _ON_DISK.append(jit.is_cached(batch.step_all))
     _LEAN_STEPS[0] += 1
     return _ON_DISK[0] or _LEAN_STEPS[0] > compile_after
+
+
+def not_finite_reward(kind: str, scale: float, backlog: Any) -> str:
+    """The error of a built-in reward that overflowed its float."""
+    return (
+        f"the {kind} reward overflowed at a backlog of {backlog} units with "
+        f"reward_scale={scale!r}: use a scale near the backlog's size (the default is 100)"
+    )
 
 
 def _lyapunov(state, workload: Workload) -> float:

@@ -38,7 +38,7 @@ from mabp_gym.core.kernels.batch import (
 )
 from mabp_gym.core.kernels.transition_core import STATE_FIELDS, CompiledTransition, RunFifo
 from mabp_gym.core.validate import checked_action, is_seed
-from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv
+from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv, not_finite_reward
 
 _AUTORESET = getattr(gym.vector, "AutoresetMode", None)
 _NEXT = 2  # the pool's "next row" column (transition_core)
@@ -468,11 +468,17 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         wl = self._workload
         penalty_memory = sums[:, 0] + wl.theta * held + wl.omega * counts[:, 6]
         cost = env0.nu * (sums[:, 3] + sums[:, 1] + penalty_memory)
-        if before is None:
-            rewards = -(self._units + cost) / env0.reward_scale
-        else:
-            rewards = -(self._lyapunov() - before + cost) / env0.reward_scale
+        with np.errstate(over="ignore"):  # refused below, with the reason
+            if before is None:
+                rewards = -(self._units + cost) / env0.reward_scale
+            else:
+                rewards = -(self._lyapunov() - before + cost) / env0.reward_scale
         rewards[~active] = 0.0
+        if not np.isfinite(rewards).all():
+            i = int(np.flatnonzero(~np.isfinite(rewards))[0])
+            raise ValueError(
+                not_finite_reward(env0.reward_kind, env0.reward_scale, int(self._units[i]))
+            )
         return rewards
 
     def share_observations(self, arrays: dict[str, np.ndarray]) -> None:
@@ -490,7 +496,11 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         action_pair = self._workload.index.action_pair
         busy = np.nonzero(service_action >= 0)
         np.add.at(backlog, (busy[0], action_pair[service_action[busy]]), 1)
-        return 0.5 * (backlog * backlog).sum(axis=1).astype(np.float64)
+        # Squared in float64, as the single env does: int64 squares overflowed past about
+        # 3e9 units a queue. Exact, and so equal to the single env's, while the sum stays
+        # below 2**53 (every partial sum of integer squares is then a float64 integer).
+        exact = backlog.astype(np.float64)
+        return 0.5 * np.einsum("ij,ij->i", exact, exact)
 
     def _observation(self) -> Any:
         env = self.envs[0]

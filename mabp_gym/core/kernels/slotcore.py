@@ -395,7 +395,9 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     Fills every output; the successor-pressure column ``service[:, 3]`` (a float32 sum whose
     order numpy fixes) only where a law has fewer than 8 terms, which numpy adds one by one
     from zero: else the caller computes it with numpy from ``queue_flat`` and ``hit``. Sums
-    of queue counts are exact in float32 in any order.
+    of queue counts are exact in float32 in any order while they stay below 2**24 units
+    (past that the float32 observation rounds them, the same way in every path; the
+    rewards are computed in float64 from the integer state).
     """
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
     queue_len = state[7]
