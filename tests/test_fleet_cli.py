@@ -84,28 +84,35 @@ def test_format_table__router_layout_has_one_row_a_router():
     assert "**0.100±0.000**" in table.splitlines()[-1]
 
 
+def _one_run(router: str, **metrics: float) -> dict:
+    """One fleet record of ``router`` at load 1.0, every metric a plain value unless given."""
+    return {
+        "router": router,
+        "load": 1.0,
+        "run": 0,
+        "throughput": 1.0,
+        "slo_goodput": 0.5,
+        "p95_ttft_s": 1.0,
+        "p95_tpot_s": 0.1,
+        "p95_e2e_s": 2.0,
+        "gpu_s_per_request": 1.0,
+        "kv_hit_ratio": 0.1,
+        "downstream_per_request": 0.1,
+        "drop_rate": 0.0,
+        "p95_scheduler_us": 10.0,
+        **metrics,
+    }
+
+
 def test_format_table__throughput_and_goodput_are_bold_at_their_maximum():
     from mabp_gym.fleet.evaluate import format_table
 
-    def row(router, throughput, goodput):
-        return {
-            "router": router,
-            "load": 1.0,
-            "run": 0,
-            "throughput": throughput,
-            "slo_goodput": goodput,
-            "p95_ttft_s": 1.0,
-            "p95_tpot_s": 0.1,
-            "p95_e2e_s": 2.0,
-            "gpu_s_per_request": 1.0,
-            "kv_hit_ratio": 0.1,
-            "downstream_per_request": 0.1,
-            "drop_rate": 0.0,
-            "p95_scheduler_us": 10.0,
-        }
-
     # Higher is better for both: "a" has the higher throughput, "b" the higher goodput.
-    table = format_table([row("a", 2.0, 0.5), row("b", 1.0, 1.5)], ["a", "b"], layout="routers")
+    rows = [
+        _one_run("a", throughput=2.0, slo_goodput=0.5),
+        _one_run("b", throughput=1.0, slo_goodput=1.5),
+    ]
+    table = format_table(rows, ["a", "b"], layout="routers")
     a, b = (line.split(" | ")[1:3] for line in table.strip().splitlines()[-2:])
     assert a == ["**2.000**", "0.500"]
     assert b == ["1.000", "**1.500**"]
@@ -115,20 +122,7 @@ def test_format_table__a_router_that_drops_work_is_never_marked_best():
     from mabp_gym.fleet.evaluate import format_table
 
     def row(router, gpu, drops):
-        return {
-            "router": router,
-            "load": 1.0,
-            "run": 0,
-            "throughput": 1.0,
-            "slo_goodput": 0.5,
-            "p95_ttft_s": 1.0,
-            "p95_e2e_s": 2.0,
-            "gpu_s_per_request": gpu,
-            "kv_hit_ratio": 0.1,
-            "downstream_per_request": 0.1,
-            "drop_rate": drops,
-            "p95_scheduler_us": 10.0,
-        }
+        return _one_run(router, gpu_s_per_request=gpu, drop_rate=drops)
 
     table = format_table(
         [row("frugal", 0.5, 0.3), row("fair", 0.9, 0.0)], ["frugal", "fair"], layout="routers"
