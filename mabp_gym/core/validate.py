@@ -39,18 +39,20 @@ def check_number(
     high: float | None = None,
     low_open: bool = False,
     integer: bool = False,
+    infinite: bool = False,
 ) -> Any:
     """The one validator of a number given by a user (a builder parameter, a workload-file
     field, an env argument): a real number (Python or numpy; not a bool, a string, a
-    complex or an array), finite, an integer when asked, within ``[low, high]``
-    (``(low, high]`` with ``low_open``). Returns it as ``int`` or ``float``.
+    complex or an array), finite (or ``+inf`` too with ``infinite``, e.g. a time-to-live
+    that never ends), an integer when asked, within ``[low, high]`` (``(low, high]`` with
+    ``low_open``). Returns it as ``int`` or ``float``.
 
     Raises:
         ValueError: ``"{name}: must be ..., got {value!r}"``.
     """
     if not is_real(value):
         raise ValueError(f"{name}: must be a number, got {value!r}")
-    if not math.isfinite(float(value)):
+    if not math.isfinite(float(value)) and not (infinite and float(value) == math.inf):
         raise ValueError(f"{name}: must be finite, got {value!r}")
     if integer and int(value) != value:
         raise ValueError(f"{name}: must be an integer, got {value!r}")
@@ -99,7 +101,7 @@ def checked_action(action: Any, what: str = "the action") -> Any:
         )
     if hasattr(action, "detach") and hasattr(action, "numpy"):  # a torch tensor
         action = action.detach().cpu()  # one with a gradient was torch's error
-        if getattr(action, "is_floating_point", lambda: False)() and action.element_size() < 4:
+        if action.is_floating_point() and action.element_size() < 4:
             action = action.float()  # bfloat16 has no numpy dtype; float16 is widened alike
         action = action.numpy()
     try:

@@ -496,8 +496,8 @@ class SFMSNEnv(gym.Env):
         if self.reward_kind == "backlog":
             value = float(-(backlog + cost) / self.reward_scale)
         else:
-            value = float(-(_lyapunov(self.sim.state, self.workload) - before + cost))
-            value /= self.reward_scale
+            drift = _lyapunov(self.sim.state, self.workload) - before
+            value = float(-(drift + cost) / self.reward_scale)
         if not math.isfinite(value):
             raise ValueError(not_finite_reward(self.reward_kind, self.reward_scale, backlog))
         return value

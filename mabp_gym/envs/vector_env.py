@@ -468,11 +468,10 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         wl = self._workload
         penalty_memory = sums[:, 0] + wl.theta * held + wl.omega * counts[:, 6]
         cost = env0.nu * (sums[:, 3] + sums[:, 1] + penalty_memory)
-        with np.errstate(over="ignore"):  # refused below, with the reason
-            if before is None:
-                rewards = -(self._units + cost) / env0.reward_scale
-            else:
-                rewards = -(self._lyapunov() - before + cost) / env0.reward_scale
+        if before is None:
+            rewards = -(self._units + cost) / env0.reward_scale
+        else:
+            rewards = -(self._lyapunov() - before + cost) / env0.reward_scale
         rewards[~active] = 0.0
         if not np.isfinite(rewards).all():
             i = int(np.flatnonzero(~np.isfinite(rewards))[0])

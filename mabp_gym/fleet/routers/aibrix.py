@@ -10,7 +10,6 @@ from mabp_gym.fleet.routers.base import (
     GlobalPrefixIndex,
     RouterBase,
     argmin_random,
-    check_ttl,
 )
 from mabp_gym.fleet.simulator import Request, Telemetry
 
@@ -44,7 +43,7 @@ class AIBrixPrefixCache(RouterBase):
             imbalance_abs, "aibrix imbalance_abs", low=0, integer=True
         )
         self.std_factor = check_number(std_factor, "aibrix std_factor", low=0)
-        self.ttl_s = check_ttl(ttl_s, "aibrix ttl_s")
+        self.ttl_s = check_number(ttl_s, "aibrix ttl_s", low=0, low_open=True, infinite=True)
 
     def reset(self, num_workers: int, rng: np.random.Generator) -> None:
         super().reset(num_workers, rng)

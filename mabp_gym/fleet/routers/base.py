@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mabp_gym.core.validate import check_number
 from mabp_gym.fleet.simulator import Telemetry, leading_hits
 
 
@@ -35,13 +34,6 @@ class RouterBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
-
-
-def check_ttl(value: float, name: str) -> float:
-    """A time-to-live in seconds: a number > 0, ``math.inf`` for entries that never expire."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == math.inf:
-        return math.inf
-    return check_number(value, name, low=0, low_open=True)
 
 
 CHARS_PER_TOKEN = 4

@@ -10,7 +10,6 @@ from mabp_gym.fleet.routers.base import (
     RouterBase,
     StreamView,
     argmin_random,
-    check_ttl,
 )
 from mabp_gym.fleet.simulator import Request, Telemetry
 
@@ -47,7 +46,7 @@ class DynamoKV(RouterBase):
         self.temperature = check_number(temperature, "dynamo temperature", low=0)
         self.weight = check_number(overlap_score_weight, "dynamo overlap_score_weight", low=0)
         self.kv_events = kv_events
-        self.ttl_s = check_ttl(ttl_s, "dynamo ttl_s")
+        self.ttl_s = check_number(ttl_s, "dynamo ttl_s", low=0, low_open=True, infinite=True)
         self.name = f"dynamo-t{temperature:g}" + ("" if kv_events else "-approx")
 
     def reset(self, num_workers: int, rng: np.random.Generator) -> None:
