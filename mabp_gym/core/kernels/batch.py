@@ -262,10 +262,10 @@ if jit.COMPILED:
     _serve = transition_core._serve_kernel
     _outcome = transition_core._outcome_kernel
     _warm_fifo = jit.part(_warm_fifo)
-    _outcomes = jit.kernel(_outcomes)
-    _state_row = jit.kernel(_state_row)
-    _slot = jit.kernel(_slot)
-    _observe = jit.kernel(_observe)
+    _outcomes = jit.part(_outcomes)
+    _state_row = jit.part(_state_row)
+    _slot = jit.part(_slot)
+    _observe = jit.part(_observe)
     step_all = jit.kernel(step_all)
 
 

@@ -50,6 +50,20 @@ def part(function: F) -> F:
     return _fresh(njit(cache=True, inline="always")(function), function)
 
 
+def leaf(function: F) -> F:
+    """``function`` compiled by numba without reference counting (cached on disk) where
+    :data:`COMPILED`, else itself. For a function that allocates nothing: numba compiles
+    it and what it calls without the runtime, and refuses an allocation or a returned
+    array that is not an argument there. Every view and argument of a compiled function
+    costs an atomic increment and decrement; here the caller's references keep the arrays
+    alive. The FIFO's ``_take`` and ``_push``, called once per run a slot
+    touches, spent two thirds of the batched env's reference counts
+    (``benchmarks/RESULTS.md``)."""
+    if njit is None:
+        return function
+    return _fresh(njit(cache=True, _nrt=False)(function), function)
+
+
 def _fresh(dispatcher: Any, function: Callable) -> Any:
     """``dispatcher``, after :func:`drop_stale_cache` of the folder numba caches it in
     (beside the sources, ``NUMBA_CACHE_DIR`` or the user's cache), once a process."""

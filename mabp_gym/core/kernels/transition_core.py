@@ -35,7 +35,7 @@ _BIRTH, _COUNT, _NEXT = 0, 1, 2  # the columns of a pool row
 
 
 # -- runs of equal birth slots, kept in a pool of rows -----------------------------------
-@_compiled
+@jit.leaf
 def _push(pool, head, tail, meta, p, birth, count):  # pragma: no cover - compiled
     """Append ``count`` units born in ``birth`` to pair ``p``; the pool must have a free
     row (:meth:`RunFifo.reserve`). Units are anonymous but for their birth slot, so a tail
@@ -57,7 +57,7 @@ def _push(pool, head, tail, meta, p, birth, count):  # pragma: no cover - compil
     tail[p] = k
 
 
-@_compiled
+@jit.leaf
 def _take(pool, head, tail, meta, p, wanted):  # pragma: no cover - compiled
     """Remove up to ``wanted`` units from the head run of pair ``p`` (it must have one).
     Returns ``(birth, units taken)``; a run emptied goes back to the free list."""
@@ -161,13 +161,11 @@ def _field(pack, k):  # pragma: no cover - compiled
     return pack[np.int64(pack[k]) : np.int64(pack[k + 1])]
 
 
-if jit.njit is not None:
-    # Declared signatures: the field numbers are module constants, which numba types as
-    # literals, and it compiled one specialization per field (20 of them, 1.5 s of a cold
-    # start) until the signatures fixed ``k`` as a plain integer.
-    _field = jit.njit(
-        ["int64[::1](int64[::1], int64)", "float64[::1](float64[::1], int64)"], cache=True
-    )(_field)
+# Inlined: a field is then a view that costs no call, and in a kernel without reference
+# counting (:func:`~mabp_gym.core.kernels.jit.leaf`) no reference either. (As a function
+# of its own it needed declared signatures: numba types the field numbers as literals and
+# compiled one specialization per field, 1.5 s of a cold start.)
+_field = jit.part(_field)
 
 
 @jit.part
@@ -237,9 +235,10 @@ def _route_units(route, queue_len, fifo, ints, floats):  # pragma: no cover
     return routed, penalty
 
 
-@_compiled
+@jit.leaf
 def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover - compiled
     """Steps (2)-(5) of ``Simulator._execute``: transfers, service, starts and routing.
+    It allocates nothing, so it runs without reference counting (:func:`jit.leaf`).
 
     ``control`` is ``(transfers, route, service, start)``, ``state`` the arrays of
     :data:`STATE_FIELDS`, ``fifo`` the :class:`RunFifo`'s ``(pool, head, tail, meta)``
