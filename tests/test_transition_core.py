@@ -180,7 +180,18 @@ def test_arrivals__pick_their_pair_by_bisect_right_over_many_bins():
     queue_len = np.zeros(wl.index.num_pairs, dtype=np.int64)
     fifo = RunFifo(wl.index.num_pairs)
     fifo.reserve(wl.index.num_pairs)
-    _arrive(3, uniforms, queue_len, fifo.arrays(), core.ints, core.floats)
+    arrivals = np.empty(wl.index.num_pairs, dtype=np.int64)  # the kernel's scratch
+    _arrive(
+        3,
+        None,
+        uniforms,
+        uniforms.shape[0],
+        queue_len,
+        fifo.arrays(),
+        core.ints,
+        core.floats,
+        arrivals,
+    )
     bins = np.searchsorted(cum, uniforms, side="right")
     expected = np.bincount(pairs[bins], minlength=wl.index.num_pairs)
     np.testing.assert_array_equal(queue_len, expected)

@@ -123,6 +123,7 @@ class ObservationEncoder:
         # Scratch queues with one extra entry that always reads 0, so that padded positions
         # can be gathered without masks.
         self._queue_flat = np.zeros(n * c + 1, dtype=np.float32)
+        self._pairs = np.empty(ix.num_pairs, dtype=np.int64)  # the kernel's scratch
         sizes = ix.signature_size
         self._transfer_size = sizes[ix.transfer_signature].astype(np.float32)
         self._retain_size = sizes[ix.retain_signature].astype(np.float32)
@@ -198,7 +199,19 @@ class ObservationEncoder:
             self._packs.ints,
             self._packs.floats,
             self.kernel_statics,
-            (self._queue_flat, hit, nodes, queues, memory, service, route, transfer, retain, mask),
+            (
+                self._queue_flat,
+                hit,
+                nodes,
+                queues,
+                memory,
+                service,
+                route,
+                transfer,
+                retain,
+                mask,
+                self._pairs,
+            ),
         )
         if self._successor_positions.shape[1] >= 8:  # numpy's pairwise float32 sum
             service[:, 3] = (

@@ -32,6 +32,7 @@ from mabp_gym.core.kernels.batch import (
     StackedState,
     generators,
     long_pressure,
+    scratch,
     slot_buffers,
     step_all,
     unit_rows,
@@ -240,6 +241,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._units = np.zeros(n_envs, dtype=np.int64)
         self._scores = np.zeros((n_envs, ix.num_scores))
         self._out = slot_buffers(n_envs, ix, _OUT_ROWS)
+        self._scratch = scratch(ix, _OUT_ROWS)
         layout = env._encoder.layout
         # In the order of the Dict space's keys, as SyncVectorEnv and AsyncVectorEnv
         # return them (code that joins ``obs.values()`` gets one layout from any of them).
@@ -342,14 +344,16 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         done = self._out.done
         bigger = np.zeros((self.num_envs, 2 * done.shape[1], 3), dtype=np.int64)
         bigger[:, : done.shape[1]] = done
-        successor, floats, delays, generated = unit_rows(self.num_envs, bigger.shape[1])
+        successor, floats, delays, generated, uniforms = unit_rows(self.num_envs, bigger.shape[1])
         self._out = self._out._replace(
             done=bigger,
             unit_successor=successor,
             unit_floats=floats,
             delays=delays,
             generated=generated,
+            uniforms=uniforms,
         )
+        self._scratch = scratch(self._workload.index, bigger.shape[1])
 
     # -- the Gymnasium API -------------------------------------------------------------
     def reset(
@@ -452,6 +456,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 tuple(self._state),
                 self._fifo,
                 tuple(self._out),
+                self._scratch,
                 self._dynamic,
             )
             if code == 0:

@@ -37,7 +37,6 @@ class SlotBuffers(NamedTuple):
     route: np.ndarray  # (N, R)
     service: np.ndarray  # (N, A)
     start: np.ndarray  # (N, nodes) -1 or the action a node starts
-    scratch: np.ndarray  # (N, nodes * S) int8 the projection's scratch
     transition_hit: np.ndarray  # (N, A) the transition's hit bits
     done: np.ndarray  # (N, rows, 3) served units
     spent: np.ndarray  # (N, nodes) work spent per node
@@ -48,10 +47,13 @@ class SlotBuffers(NamedTuple):
     unit_floats: np.ndarray  # (N, rows, 2) its (work, penalty)
     delays: np.ndarray  # (N, rows) its delay
     generated: np.ndarray  # (N, rows, 3) the object it generated
+    uniforms: np.ndarray  # (N, rows) its successor uniform
     evicted: np.ndarray  # (N, max(retains, 1), 2)
     queue_flat: np.ndarray  # (N, nodes * commodities + 1) float32 queues for the encoder
     encoder_hit: np.ndarray  # (N, A) the encoder's hit bits
+    pairs: np.ndarray  # (N, pairs) the encoder's scratch
     slot: np.ndarray  # (N,) each env's slot
+    served_by_action: np.ndarray  # (N, A)
 
 
 class StackedState(NamedTuple):
@@ -72,12 +74,15 @@ assert StackedState._fields == STATE_FIELDS, "StackedState follows the transitio
 
 
 def step_all(
-    first, active, scores, rngs, rates, flags, statics, state_arrays, fifo, out_arrays, obs
+    first, active, scores, rngs, rates, flags, statics, state_arrays, fifo, out_arrays, scratch, obs
 ):  # pragma: no cover
     """One slot of every active env from ``first`` on (:func:`_slot`), then the
     observation of every env (:func:`_observe`). ``state_arrays`` and ``out_arrays`` are
     the fields of a :class:`StackedState` and a :class:`SlotBuffers` as plain tuples (numba
     types a named tuple argument about 1.2 us slower a call); the kernel names them again.
+    ``scratch`` is :func:`scratch`'s, shared by the envs (one slot at a time). Each env's
+    slot and observation run without numba's reference counts (:func:`jit.leaf`): only
+    this loop takes a reference, once a call, to what it passes on.
 
     Returns ``(env, code)``: ``(N, 0)`` when every env is done, or the first env whose
     served-unit rows (-1) or pool rows (-2) could run short, with nothing of it changed
@@ -85,9 +90,13 @@ def step_all(
     state, out = StackedState(*state_arrays), SlotBuffers(*out_arrays)
     for i in range(first, scores.shape[0]):
         if active[i]:
-            code = _slot(i, scores, rngs[i], rates[i], flags, statics, state, fifo, out)
+            rng = rngs[i]
+            code = _slot(i, scores, rng, flags, statics, state, fifo, out, scratch)
             if code < 0:
                 return i, code
+            # The arrivals' Poisson total here (each env's own rate: a load interval draws
+            # one per episode): numba's sampler needs its runtime.
+            _arrivals(i, rng, rng.poisson(rates[i]), statics, state, fifo, out, scratch[1])
     for i in range(scores.shape[0]):
         _observe(i, flags[0], statics, state, out, obs)
     return scores.shape[0], 0
@@ -108,10 +117,11 @@ def _state_row(i, state):  # pragma: no cover
     )
 
 
-def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no cover
-    """Env ``i``'s slot in the single env's order: the projection, steps (1)-(5) of the
-    transition, its draws from its own generator (numba draws exactly as numpy), steps
-    (6)-(8). Returns 0, or -1 / -2 (rows short, nothing changed)."""
+def _slot(i, scores, rng, flags, statics, state, fifo, out, scratch):  # pragma: no cover
+    """Env ``i``'s slot in the single env's order up to the arrivals (:func:`_arrivals`):
+    the projection, steps (1)-(5) of the transition, its draws from its own generator
+    (numba draws exactly as numpy), steps (6)-(7). Returns 0, or -1 / -2 (rows short,
+    nothing changed)."""
     ints, floats = statics[0]  # the transition's packs of the workload's static arrays
     pool, head, tail, meta = fifo
     transfers, n_transfers, hit, route, service = (
@@ -121,13 +131,7 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
         out.route,
         out.service,
     )
-    start, scratch, hit_t, done, spent = (
-        out.start,
-        out.scratch,
-        out.transition_hit,
-        out.done,
-        out.spent,
-    )
+    start, hit_t, done, spent = out.start, out.transition_hit, out.done, out.spent
     counts, sums = out.counts, out.sums
     st = _state_row(i, state)
     if scores.shape[0] >= _WARM_FROM:
@@ -142,7 +146,7 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
         st,
         ints,
         floats,
-        scratch[i],
+        scratch[0],
         (transfers[i], hit[i], route[i], service[i], start[i]),
         statics[2],
     )
@@ -160,7 +164,7 @@ def _slot(i, scores, rng, rate, flags, statics, state, fifo, out):  # pragma: no
         floats,
         (hit_t[i], done[i], spent[i], counts[i], sums[i]),
     )
-    _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out)
+    _outcomes(i, served, scores, rng, flags, statics, st, fifo, out, scratch[1])
     return 0
 
 
@@ -184,10 +188,10 @@ def _warm_fifo(pool, head, tail, meta, queue_len):  # pragma: no cover
         k = pool[k, transition_core._NEXT]  # the free list's next row
 
 
-def _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out):  # pragma: no cover
-    """Env ``i``'s draws (its ``served`` units' successor uniforms, then the arrivals, or
-    the kernel draws generations and arrivals itself) and steps (6)-(8); ``st`` is its
-    state tuple."""
+def _outcomes(i, served, scores, rng, flags, statics, st, fifo, out, scratch):  # pragma: no cover
+    """Env ``i``'s draws (its ``served`` units' successor uniforms; the kernel draws the
+    generations where some are drawn) and steps (6)-(7); ``st`` is its state tuple,
+    ``scratch`` the outcome kernel's."""
     memory, generates, in_kernel, retain_at = flags
     ints, floats = statics[0]
     pool, head, tail, meta = fifo
@@ -196,7 +200,7 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out):  # p
     delays, generated, evicted = out.delays, out.generated, out.evicted
     t = out.slot
     fifo_i = (pool[i], head[i], tail[i], meta[i])
-    uniforms = np.empty(served)
+    uniforms = out.uniforms[i, :served]
     for k in range(served):
         uniforms[k] = rng.random()
     rest = (
@@ -209,17 +213,37 @@ def _outcomes(i, served, scores, rng, rate, flags, statics, st, fifo, out):  # p
         evicted[i],
         counts[i],
         sums[i],
+        out.served_by_action[i],
     )
     retain = scores[i, retain_at:]
-    if in_kernel:  # generation draws: the kernel draws them and the arrivals
-        draws = (uniforms, uniforms[:0])
-        _outcome(rng, t[i], served, draws, generates, retain, st, fifo_i, ints, floats, rest)
-    else:
-        arrivals = np.empty(rng.poisson(rate))
-        for k in range(arrivals.shape[0]):
-            arrivals[k] = rng.random()
-        draws = (uniforms, arrivals)
-        _outcome(None, t[i], served, draws, generates, retain, st, fifo_i, ints, floats, rest)
+    _outcome(
+        rng,
+        in_kernel,
+        t[i],
+        served,
+        uniforms,
+        generates,
+        retain,
+        st,
+        fifo_i,
+        ints,
+        floats,
+        rest,
+        scratch,
+    )
+
+
+def _arrivals(i, rng, total, statics, state, fifo, out, scratch):  # pragma: no cover
+    """Env ``i``'s step (8), ``total`` arrivals (their uniforms from ``rng``), and the end
+    of its slot."""
+    ints, floats = statics[0]
+    pool, head, tail, meta = fifo
+    fifo_i = (pool[i], head[i], tail[i], meta[i])
+    t = out.slot
+    _arrive(
+        t[i], rng, out.uniforms[i, :0], total, state.queue_len[i], fifo_i, ints, floats, scratch[10]
+    )
+    out.counts[i, 2] = total
     t[i] += 1
 
 
@@ -245,8 +269,18 @@ def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
             transfer_o[i],
             retain_o[i],
             mask[i],
+            out.pairs[i],
         ),
     )
+
+
+def scratch(ix: Any, rows: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """The kernels' scratch arrays for the workload index ``ix`` and ``rows`` served units
+    an env at most: the projection's
+    (:func:`~mabp_gym.core.kernels.slotcore.projection_scratch`) and the outcome's
+    (:func:`~mabp_gym.core.kernels.transition_core.outcome_scratch`)."""
+    rows_scratch = transition_core.outcome_scratch(transition_core.outcome_sizes(ix), rows)
+    return slotcore.projection_scratch(ix), rows_scratch
 
 
 def generators(rngs: list[np.random.Generator]) -> Any:
@@ -261,22 +295,25 @@ if jit.COMPILED:
     _encode = slotcore.encode_compiled
     _serve = transition_core._serve_kernel
     _outcome = transition_core._outcome_kernel
+    _arrive = transition_core._arrive
     _warm_fifo = jit.part(_warm_fifo)
     _outcomes = jit.part(_outcomes)
     _state_row = jit.part(_state_row)
-    _slot = jit.part(_slot)
-    _observe = jit.part(_observe)
+    _slot = jit.leaf(_slot)
+    _arrivals = jit.leaf(_arrivals)
+    _observe = jit.leaf(_observe)
     step_all = jit.kernel(step_all)
 
 
 def unit_rows(n_envs: int, rows: int) -> list[np.ndarray]:
     """The per-unit outputs of ``rows`` rows per env: successor, (work, penalty), delay,
-    generated object."""
+    generated object, successor uniform."""
     return [
         np.zeros((n_envs, rows), dtype=np.int64),
         np.zeros((n_envs, rows, 2)),
         np.zeros((n_envs, rows), dtype=np.int64),
         np.zeros((n_envs, rows, 3), dtype=np.int64),
+        np.zeros((n_envs, rows)),
     ]
 
 
@@ -284,7 +321,7 @@ def slot_buffers(n_envs: int, ix: Any, rows: int) -> SlotBuffers:
     """Fresh :class:`SlotBuffers` for ``n_envs`` envs of the workload index ``ix``, with
     ``rows`` served-unit rows per env."""
     n, a = ix.num_nodes, ix.num_actions
-    successor, unit_floats, delays, generated = unit_rows(n_envs, rows)
+    successor, unit_floats, delays, generated, uniforms = unit_rows(n_envs, rows)
     return SlotBuffers(
         transfers=np.zeros((n_envs, ix.num_transfers), dtype=np.int64),
         n_transfers=np.zeros(n_envs, dtype=np.int64),
@@ -292,7 +329,6 @@ def slot_buffers(n_envs: int, ix: Any, rows: int) -> SlotBuffers:
         route=np.zeros((n_envs, ix.num_routes), dtype=np.int64),
         service=np.zeros((n_envs, a), dtype=np.int64),
         start=np.full((n_envs, n), -1, dtype=np.int64),
-        scratch=np.zeros((n_envs, n * ix.num_signatures), dtype=np.int8),
         transition_hit=np.zeros((n_envs, a), dtype=np.int64),
         done=np.zeros((n_envs, rows, 3), dtype=np.int64),
         spent=np.zeros((n_envs, n)),
@@ -303,10 +339,13 @@ def slot_buffers(n_envs: int, ix: Any, rows: int) -> SlotBuffers:
         unit_floats=unit_floats,
         delays=delays,
         generated=generated,
+        uniforms=uniforms,
         evicted=np.zeros((n_envs, max(ix.num_retains, 1), 2), dtype=np.int64),
         queue_flat=np.zeros((n_envs, n * ix.num_commodities + 1), dtype=np.float32),
         encoder_hit=np.zeros((n_envs, a), dtype=np.int64),
+        pairs=np.zeros((n_envs, ix.num_pairs), dtype=np.int64),
         slot=np.zeros(n_envs, dtype=np.int64),
+        served_by_action=np.zeros((n_envs, a), dtype=np.int64),
     )
 
 
@@ -375,6 +414,7 @@ class FusedStep:
 
     def _buffers(self, out: SlotBuffers) -> None:
         self.out, self._out = out, tuple(out)  # the kernel takes the plain tuple
+        self._scratch = scratch(self.sim.workload.index, out.done.shape[1])
 
     def _bind_fifo(self) -> None:
         self._pool = self.sim.state.fifo.pool
@@ -400,6 +440,7 @@ class FusedStep:
                 self.state,
                 self.fifo,
                 self._out,
+                self._scratch,
                 self.obs,
             )
             if code == 0:

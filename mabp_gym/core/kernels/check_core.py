@@ -138,7 +138,7 @@ def feasible(memory, control, retain, state, ints, floats):  # pragma: no cover 
     # The hit bits under the post-transfer memory.
     hit = np.zeros(n_act, dtype=np.int64)
     if memory and n_sig > 0:
-        _hits_after(transfers, ints, holder, hit)
+        _hits_after(transfers, ints, holder, hit, holder.copy())  # a copy as scratch
     # Links, then compute (units in service first), then starts, then queues.
     link_capacity = _field(ints, IntField.LINK_CAPACITY)
     action_node = _field(ints, IntField.ACTION_NODE)

@@ -50,6 +50,9 @@ def part(function: F) -> F:
     return _fresh(njit(cache=True, inline="always")(function), function)
 
 
+_NO_RUNTIME: dict[str, Any] = {"_nrt": False}  # numba's option, not in its typed signature
+
+
 def leaf(function: F) -> F:
     """``function`` compiled by numba without reference counting (cached on disk) where
     :data:`COMPILED`, else itself. For a function that allocates nothing: numba compiles
@@ -61,7 +64,7 @@ def leaf(function: F) -> F:
     (``benchmarks/RESULTS.md``)."""
     if njit is None:
         return function
-    return _fresh(njit(cache=True, _nrt=False)(function), function)
+    return _fresh(njit(cache=True, **_NO_RUNTIME)(function), function)
 
 
 def _fresh(dispatcher: Any, function: Callable) -> Any:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mabp_gym.core.kernels import jit
-from mabp_gym.core.kernels.jit import kernel
 from mabp_gym.core.kernels.rules import EPS as _EPS
 from mabp_gym.core.kernels.rules import hit_bits, in_service_spend
 from mabp_gym.core.kernels.transition_core import (
@@ -49,21 +48,20 @@ def radix_sort(ix) -> bool | None:
     return True if most >= _RADIX_FROM else None
 
 
-def _descending_radix(block, order, spare):  # pragma: no cover
-    """``order`` (positions in ascending index order) sorted by descending ``block`` value,
-    ties in index order, by a stable least-significant-byte radix sort of the values' bits:
-    every live value is positive and finite, and for those the IEEE bits order as the
-    values do, so their complement orders them descending. A byte that every key shares
-    costs one counting pass and no scatter."""
+def _descending_radix(values, spare_values, order, spare, counts):  # pragma: no cover
+    """``order`` (positions in ascending index order, ``values`` theirs) sorted by
+    descending value, ties in index order, by a stable least-significant-byte radix sort
+    of the values' bits: every live value is positive and finite, and for those the IEEE
+    bits order as the values do, so their complement orders them descending. A byte that
+    every key shares costs one counting pass and no scatter. ``spare_values``, ``spare``
+    (as long as ``order``) and ``counts`` (256) are scratch; ``values`` is overwritten.
+    Returns whether the sorted positions ended in ``spare`` (else in ``order``)."""
     n = order.shape[0]
-    values = np.empty(n)
-    for k in range(n):
-        values[k] = block[order[k]]
     keys = values.view(np.uint64)
     for k in range(n):
         keys[k] = ~keys[k]
-    spare_keys = np.empty(n, dtype=np.uint64)
-    counts = np.empty(256, dtype=np.int64)
+    spare_keys = spare_values.view(np.uint64)
+    swapped = False
     for byte in range(8):
         shift = np.uint64(8 * byte)
         for d in range(256):
@@ -85,25 +83,23 @@ def _descending_radix(block, order, spare):  # pragma: no cover
             counts[d] += 1
         keys, spare_keys = spare_keys, keys
         order, spare = spare, order
-    return order
+        swapped = not swapped
+    return swapped
 
 
-def _descending(block, live, radix):  # pragma: no cover
+def _descending(block, live, radix, key, order, counts):  # pragma: no cover
     """The positions where ``live`` holds, in descending ``block`` value, ties in index
     order: ``np.flatnonzero(live)`` ordered by ``np.argsort(-block[...], kind="mergesort")``,
     as runs of 8 sorted by insertion and merged bottom up, or by radix from
     :data:`_RADIX_FROM` of them where ``radix`` is not ``None`` (:func:`radix_sort`).
+    ``key`` and ``order`` (float64 and int64, twice as long as ``live``) and ``counts``
+    (int64, 256) are scratch. Returns ``(start, count)``: the sorted positions are
+    ``order[start : start + count]`` (a kernel without reference counts may return no view).
     numba's own stable argsort cost 1.4 s of a cold start to compile and ``flatnonzero``
     0.2 s; this whole function a tenth of that. The merge moves the values with their
     positions (comparing ``block[order[i]]`` put two dependent loads on every step's
     critical path: 3x the time at 184 candidates), between the two halves of one array of
-    each (an allocation costs about as much as a merge pass of a few dozen)."""
-    n = 0
-    for k in range(live.shape[0]):
-        if live[k]:
-            n += 1
-    key = np.empty(2 * n)
-    order = np.empty(2 * n, dtype=np.int64)
+    each, the caller's: an allocation costs about as much as a merge pass of a few dozen)."""
     n = 0
     for k in range(live.shape[0]):
         if live[k]:
@@ -112,7 +108,8 @@ def _descending(block, live, radix):  # pragma: no cover
             n += 1
     if radix is not None:  # noqa: SIM102 (numba prunes only this plain test on an argument)
         if n >= _RADIX_FROM:
-            return _descending_radix(block, order[:n], order[n:])
+            swapped = _descending_radix(key[:n], key[n : 2 * n], order[:n], order[n:], counts)
+            return (n if swapped else 0), n
     width = 8  # runs of 8 by insertion first: cheaper than merging at this width
     for lo in range(0, n, width):
         hi = lo + width if lo + width < n else n
@@ -153,24 +150,23 @@ def _descending(block, live, radix):  # pragma: no cover
                 k += 1
         src, dst = dst, src
         width *= 2
-    return order[src : src + n]
+    return src, n
 
 
 @jit.part
 def _project_transfers(
-    block, holder, memory_used, ints, floats, flags, out, radix
+    block, holder, memory_used, ints, floats, out, radix, scratch
 ):  # pragma: no cover
     """The projection's step 1: the transfers of positive score in descending score (ties
     by index), each kept when its object is still at the source, the destination neither
     holds nor receives it, and the link's bandwidth and the destination's budget still
     take it. Writes the kept ones into ``out`` and returns their count."""
+    flags, key, order_scratch, counts, live_scratch, used, _, bandwidth = scratch[:8]
     n_transfer = block.shape[0]
-    live = np.empty(n_transfer, dtype=np.bool_)
+    live = live_scratch[:n_transfer]
     for k in range(n_transfer):
         live[k] = block[k] > 0
-    order = _descending(block, live, radix)
-    if order.size == 0:
-        return 0
+    first, count = _descending(block, live, radix, key, order_scratch, counts)
     transfer_link = _field(ints, IntField.TRANSFER_LINK)
     transfer_signature = _field(ints, IntField.TRANSFER_SIGNATURE)
     src_slot = _field(ints, IntField.TRANSFER_SRC_SLOT)
@@ -178,10 +174,14 @@ def _project_transfers(
     link_src, link_dst = _field(ints, IntField.LINK_SRC), _field(ints, IntField.LINK_DST)
     signature_size = _field(floats, FloatField.SIGNATURE_SIZE)
     budget = _field(floats, FloatField.BUDGET)
-    used = memory_used.copy()
-    bandwidth = _field(floats, FloatField.LINK_BANDWIDTH).copy()
+    for i in range(used.shape[0]):
+        used[i] = memory_used[i]
+    link_bandwidth = _field(floats, FloatField.LINK_BANDWIDTH)
+    for e in range(bandwidth.shape[0]):
+        bandwidth[e] = link_bandwidth[e]
     n_exec = 0
-    for k in order:
+    for x in range(first, first + count):
+        k = order_scratch[x]
         e = transfer_link[k]
         s = transfer_signature[k]
         i = link_src[e]
@@ -208,7 +208,7 @@ def _project_transfers(
     return n_exec
 
 
-def _project_kernel(scores, memory, state, ints, floats, flags, out, radix):  # pragma: no cover
+def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  # pragma: no cover
     """The projection of :func:`mabp_gym.core.projection.project` over flat arrays.
 
     ``state`` holds the arrays of
@@ -217,10 +217,14 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out, radix):  # 
     hit, route, service, start)``. Writes the executed transfers into ``transfers_out``
     (returns their count), the hit bits of the post-transfer memory into ``hit`` and the
     control into ``route``, ``service`` and ``start`` (which arrive zeroed, ``start`` at
-    -1). ``flags`` is an ``(N * S,)`` int8 scratch vector that arrives and leaves all zero
-    (bit 1: the object at the position moved out this slot; bit 2: one arrived).
-    ``radix``: :func:`radix_sort` of the workload.
+    -1). ``scratch`` is :func:`projection_scratch`'s: the kernel allocates nothing, so it
+    runs without numba's reference counts (:func:`~mabp_gym.core.kernels.jit.leaf`); its
+    first array, ``(N * S,)`` int8 flags, arrives and leaves all zero (bit 1: the object at
+    the position moved out this slot; bit 2: one arrived). ``radix``: :func:`radix_sort`
+    of the workload.
     """
+    flags, key, order, counts, live_scratch = scratch[:5]
+    left, avail, capacity, after = scratch[6], scratch[8], scratch[9], scratch[10]
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
     queue_len = state[7]
     transfers_out, hit, route, service, start = out
@@ -232,7 +236,7 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out, radix):  # 
         offset = n_act + n_route
         block = scores[offset : offset + n_transfer]
         n_exec = _project_transfers(
-            block, holder, memory_used, ints, floats, flags, transfers_out, radix
+            block, holder, memory_used, ints, floats, transfers_out, radix, scratch
         )
     # Hit bits of the post-transfer memory.
     if memory and n_sig > 0:
@@ -241,22 +245,24 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out, radix):  # 
         for q in range(n_exec):
             flags[src_slot[transfers_out[q]]] = 0
             flags[dst_slot[transfers_out[q]]] = 0
-        _hits_after(transfers_out[:n_exec], ints, holder, hit)
+        _hits_after(transfers_out[:n_exec], ints, holder, hit, after)
 
     # 2. Units in service take their compute first; then service in descending score.
     mu, work = _field(floats, FloatField.MU), _field(floats, FloatField.WORK)  # work[h * A + a]
     action_pair = _field(ints, IntField.ACTION_PAIR)
     action_node = _field(ints, IntField.ACTION_NODE)
-    left = np.empty(mu.shape[0])
     in_service_spend(mu, service_action, service_residual, left)
     for i in range(mu.shape[0]):
         left[i] = mu[i] - left[i]
-    avail = queue_len.copy()
+    for p in range(avail.shape[0]):
+        avail[p] = queue_len[p]
     block = scores[:n_act]
-    live = np.empty(n_act, dtype=np.bool_)
+    live = live_scratch[:n_act]
     for a in range(n_act):
         live[a] = block[a] > 0 and queue_len[action_pair[a]] > 0
-    for a in _descending(block, live, radix):
+    first, count = _descending(block, live, radix, key, order, counts)
+    for x in range(first, first + count):
+        a = order[x]
         i = action_node[a]
         if left[i] <= _EPS:
             continue
@@ -284,11 +290,15 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out, radix):  # 
         route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
         route_link = _field(ints, IntField.ROUTE_LINK)
         block = scores[n_act : n_act + n_route]
-        live = np.empty(n_route, dtype=np.bool_)
+        live = live_scratch[:n_route]
         for r in range(n_route):
             live[r] = block[r] > 0 and queue_len[route_src_pair[r]] > 0
-        capacity = _field(ints, IntField.LINK_CAPACITY).copy()
-        for r in _descending(block, live, radix):
+        link_capacity = _field(ints, IntField.LINK_CAPACITY)
+        for e in range(capacity.shape[0]):
+            capacity[e] = link_capacity[e]
+        first, count = _descending(block, live, radix, key, order, counts)
+        for x in range(first, first + count):
+            r = order[x]
             p = route_src_pair[r]
             e = route_link[r]
             n = avail[p] if avail[p] < capacity[e] else capacity[e]
@@ -300,8 +310,30 @@ def _project_kernel(scores, memory, state, ints, floats, flags, out, radix):  # 
 
 
 _descending_radix = jit.part(_descending_radix)
-_descending = kernel(_descending)
-_project_compiled = kernel(_project_kernel)
+_descending = jit.leaf(_descending)
+_project_compiled = jit.leaf(_project_kernel)
+
+
+def projection_scratch(ix) -> tuple[np.ndarray, ...]:
+    """The projection kernel's ``scratch`` for the workload index ``ix``: the flags
+    (zero), the sort's values, positions and counts, the live candidates, then per node
+    the memory used and the compute left, per link the bandwidth left, per pair the units
+    left, per link the capacity left, and the memory after the transfers ``(N, S)``."""
+    n, links = ix.num_nodes, ix.num_links
+    most = max(ix.num_actions, ix.num_routes, ix.num_transfers, 1)
+    return (
+        np.zeros(n * ix.num_signatures, dtype=np.int8),
+        np.empty(2 * most),
+        np.empty(2 * most, dtype=np.int64),
+        np.empty(256, dtype=np.int64),
+        np.empty(most, dtype=np.bool_),
+        np.empty(n),
+        np.empty(n),
+        np.empty(links),
+        np.empty(ix.num_pairs, dtype=np.int64),
+        np.empty(links, dtype=np.int64),
+        np.empty((n, ix.num_signatures), dtype=np.int64),
+    )
 
 
 class CompiledProjection:
@@ -309,9 +341,8 @@ class CompiledProjection:
 
     def __init__(self, workload: Workload) -> None:
         ix = workload.index
-        n_sig = ix.num_signatures
         self.workload = workload
-        self.flags = np.zeros(ix.num_nodes * n_sig, dtype=np.int8)
+        self.scratch = projection_scratch(ix)
         self.core = CompiledTransition.shared(workload)  # the static arrays, packed
         self.radix = radix_sort(ix)
 
@@ -331,7 +362,7 @@ class CompiledProjection:
             state_arrays(state),
             self.core.ints,
             self.core.floats,
-            self.flags,
+            self.scratch,
             (transfers, hit, route, service, start),
             self.radix,
         )
@@ -391,7 +422,8 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     successor_positions)``: per route, the actions at its destination whose hit makes the
     route memory-compatible, the queue entries each retention candidate serves, the static
     node features, and per (hit, action) the successor law over queue entries. ``out`` is
-    ``(queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask)``.
+    ``(queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask,
+    pairs)``, ``pairs`` an int64 scratch of one entry per pair.
     Fills every output; the successor-pressure column ``service[:, 3]`` (a float32 sum whose
     order numpy fixes) only where a law has fewer than 8 terms, which numpy adds one by one
     from zero: else the caller computes it with numpy from ``queue_flat`` and ``hit``. Sums
@@ -402,7 +434,7 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
     queue_len = state[7]
     compat_ptr, compat_action, retain_positions, static_nodes, probs, positions = statics
-    queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask = out
+    queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask, pairs = out
     n_nodes, n_comm = queues.shape
     n_act, n_route, n_sig = service.shape[0], route.shape[0], resident.shape[1]
     pair_node = _field(ints, IntField.PAIR_NODE)
@@ -415,7 +447,8 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     penalty = _field(floats, FloatField.PENALTY)  # [h * A + a]
     route_link, link_cost = _field(ints, IntField.ROUTE_LINK), _field(floats, FloatField.LINK_COST)
     mu = _field(floats, FloatField.MU)
-    pairs = queue_len.copy()  # the backlog per pair, units in service included
+    for p in range(pairs.shape[0]):  # the backlog per pair, units in service included
+        pairs[p] = queue_len[p]
     for i in range(n_nodes):
         if service_action[i] >= 0:
             pairs[action_pair[service_action[i]]] += 1
@@ -481,4 +514,4 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
             service[a, 3] = pressure
 
 
-encode_compiled = kernel(_encode_kernel)
+encode_compiled = jit.leaf(_encode_kernel)

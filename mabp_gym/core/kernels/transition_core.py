@@ -169,10 +169,13 @@ _field = jit.part(_field)
 
 
 @jit.part
-def _hits_after(transfers, ints, holder, hit):  # pragma: no cover
+def _hits_after(transfers, ints, holder, hit, after):  # pragma: no cover
     """SPEC 1 steps 2-4 without changing ``holder``: the hit bits of the memory after the
-    feasible ``transfers``, written into ``hit``."""
-    after = holder.copy()
+    feasible ``transfers``, written into ``hit`` (``after``, shaped as ``holder``, is
+    scratch)."""
+    for i in range(holder.shape[0]):
+        for s in range(holder.shape[1]):
+            after[i, s] = holder[i, s]
     move_objects(
         transfers,
         _field(ints, IntField.TRANSFER_LINK),
@@ -324,13 +327,15 @@ def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover 
 
 
 @jit.part
-def _generate(a, rng, ints, floats, holder, owner, generated, n_gen, pending):  # pragma: no cover
+def _generate(
+    a, rng, draw, ints, floats, holder, owner, generated, n_gen, pending
+):  # pragma: no cover
     """SPEC 1 step 6: a unit of action ``a`` served may generate an object of the action's
     signature at its node (recorded in ``generated``, row ``n_gen``). None is generated when
     the node holds the signature, a generation of it there is pending this slot, or every
     replica is owned or reserved; else with probability ``gen_prob[a]`` (a draw from
-    ``rng`` only strictly between 0 and 1; ``rng`` is ``None`` when no action has such a
-    probability). Returns the new ``n_gen``.
+    ``rng`` only strictly between 0 and 1, and only where ``draw``: it is false, or ``rng``
+    ``None``, when no action has such a probability). Returns the new ``n_gen``.
 
     ``pending`` is ``(pending (N * S,), reserved (identities,))``, the slot's generations
     so far as flags, so that a check costs the same however many were generated (a scan
@@ -346,7 +351,7 @@ def _generate(a, rng, ints, floats, holder, owner, generated, n_gen, pending):  
             free = m
             break
     p = _field(floats, FloatField.GEN_PROB)[a]
-    if free < 0 or (p < 1.0 and (rng is None or not rng.random() < p)):
+    if free < 0 or (p < 1.0 and (rng is None or not draw or not rng.random() < p)):
         return n_gen
     generated[n_gen, 0] = i
     generated[n_gen, 1] = s
@@ -358,9 +363,7 @@ def _generate(a, rng, ints, floats, holder, owner, generated, n_gen, pending):  
 
 @jit.part
 def _zeroed(array):  # pragma: no cover
-    """``array`` (1-D) set to 0 and returned: ``_zeroed(np.empty(n, dtype))`` in a kernel,
-    as ``np.zeros`` is. numba compiles ``np.zeros`` for each dtype (about 0.1 s of a cold
-    start each) on top of the ``np.empty`` the kernels compile anyway."""
+    """``array`` (1-D) set to 0 and returned."""
     for k in range(array.shape[0]):
         array[k] = 0
     return array
@@ -368,12 +371,12 @@ def _zeroed(array):  # pragma: no cover
 
 @jit.part
 def _retain(
-    retain, ints, floats, generated, n_gen, holder, owner, memory_used, evicted, affected
+    retain, ints, floats, generated, n_gen, holder, owner, memory_used, evicted, affected, scratch
 ):  # pragma: no cover
     """SPEC 1 step 7, by the priority map fixed before outcomes: at each node whose memory
     may change, in descending priority (ties to the lower signature) keep what fits, drop
     negative priorities, insert the kept generated objects. Returns (objects inserted,
-    objects evicted, listed in ``evicted``)."""
+    objects evicted, listed in ``evicted``). ``scratch`` is :func:`outcome_scratch`'s."""
     n_nodes, n_sig = holder.shape
     retain_node = _field(ints, IntField.RETAIN_NODE)
     retain_signature = _field(ints, IntField.RETAIN_SIGNATURE)
@@ -385,12 +388,10 @@ def _retain(
             affected[retain_node[k]] = True
     # Each node's generated objects as a list in generation order (first_gen[i], then
     # next_gen[g]): a scan of every generated object per node was quadratic in size.
-    # (np.full costs 0.1 s of a cold start to compile; a loop nothing.)
-    first_gen = np.empty(n_nodes, dtype=np.int64)
-    count_gen = _zeroed(np.empty(n_nodes, dtype=np.int64))
+    first_gen, count_gen, next_gen, key, sig, ident, new, order = scratch[2:10]
     for i in range(n_nodes):
         first_gen[i] = -1
-    next_gen = np.empty(n_gen, dtype=np.int64)
+        count_gen[i] = 0
     for g in range(n_gen - 1, -1, -1):
         node = generated[g, 0]
         affected[node] = True
@@ -399,18 +400,8 @@ def _retain(
         count_gen[node] += 1
     insertions = 0
     n_evicted = 0
-    # One set of per-node lists for every node (the widest's size): a set per node cost
-    # five allocations a node, a tenth of a slot's allocations.
-    width = 0
-    for i in range(n_nodes):
-        if affected[i]:
-            need = retain_ptr[i + 1] - retain_ptr[i] + count_gen[i]
-            width = need if need > width else width
-    key = np.empty(width)  # minus the priority
-    sig = np.empty(width, dtype=np.int64)
-    ident = np.empty(width, dtype=np.int64)
-    new = np.empty(width, dtype=np.bool_)
-    order = np.empty(width, dtype=np.int64)
+    # One set of per-node lists for every node (key: minus the priority), as long as a
+    # node's retention candidates and its generations can be.
     for i in range(n_nodes):
         if not affected[i]:
             continue
@@ -458,17 +449,24 @@ def _retain(
     return insertions, n_evicted
 
 
-@jit.part
-def _arrive(t, uniforms, queue_len, fifo, ints, floats):  # pragma: no cover
-    """SPEC 1 step 8: each arrival's uniform picks its pair by the mix's cumulative shares
-    (bisect right, by halving: a network of many sources has many entries); each pair's
-    arrivals join its tail as one run."""
+@jit.leaf
+def _arrive(t, rng, uniforms, total, queue_len, fifo, ints, floats, arrivals):  # pragma: no cover
+    """SPEC 1 step 8 for a Poisson ``total`` of arrivals, drawn by the caller (numba's
+    Poisson sampler needs the runtime this kernel runs without, :func:`jit.leaf`): each
+    arrival's uniform, drawn here from ``rng`` or, with ``rng`` ``None``, given in
+    ``uniforms``, picks its pair by the mix's cumulative shares (bisect right, by halving:
+    a network of many sources has many entries); each pair's arrivals join its tail as
+    one run. ``arrivals`` (one entry per pair) is scratch."""
     arrival_cum = _field(floats, FloatField.ARRIVAL_CUM)
     arrival_pair = _field(ints, IntField.ARRIVAL_PAIR)
     pool, head, tail, meta = fifo
-    arrivals = _zeroed(np.empty(queue_len.shape[0], dtype=np.int64))
-    for k in range(uniforms.shape[0]):
-        u = uniforms[k]
+    for p in range(arrivals.shape[0]):
+        arrivals[p] = 0
+    for k in range(total):
+        if rng is None:
+            u = uniforms[k]
+        else:
+            u = rng.random()
         low, high = 0, arrival_cum.shape[0]  # the first entry above u, in [low, high]
         while low < high:
             mid = (low + high) // 2
@@ -483,26 +481,27 @@ def _arrive(t, uniforms, queue_len, fifo, ints, floats):  # pragma: no cover
             queue_len[p] += arrivals[p]
 
 
-@_compiled
+@jit.leaf
 def _outcome_kernel(
-    rng, t, n_done, draws, generates, retain, state, fifo, ints, floats, out
+    rng, draw, t, n_done, uniforms, generates, retain, state, fifo, ints, floats, out, scratch
 ):  # pragma: no cover - compiled
-    """Steps (6)-(8) of ``Simulator._execute``: outcomes of the ``n_done`` units in
-    ``done`` (their successor uniforms given), retention, arrivals (their uniforms given):
-    ``draws`` is ``(successor uniforms, arrival uniforms)``.
+    """Steps (6)-(7) of ``Simulator._execute``: outcomes of the ``n_done`` units in
+    ``done`` (their successor ``uniforms`` given) and retention; the arrivals (8) are
+    :func:`_arrive`'s.
 
-    ``rng`` is ``None`` when no action generates with a probability strictly between 0
-    and 1; otherwise the generation draws come from it, between the successor uniforms
-    and the arrivals, which it then draws too (the arrival uniforms given are unused).
-    ``state`` and ``fifo`` are as for :func:`_serve_kernel`, ``out`` is ``(affected,
-    done, unit_succ, unit_floats, delays, generated, evicted, counts, sums)``. Returns
-    the units served per action; the rest goes into ``out``. The pool must have
-    ``n_done`` free rows and one per pair (:meth:`RunFifo.reserve`).
+    The generation draws come from ``rng`` where ``draw`` (``rng`` is ``None`` or
+    ``draw`` false when no action generates with a probability strictly between 0 and
+    1). ``state`` and ``fifo`` are as for :func:`_serve_kernel`, ``out`` is ``(affected,
+    done, unit_succ, unit_floats, delays, generated, evicted, counts, sums,
+    served_by_action)``: the outcome goes there. ``scratch`` is :func:`outcome_scratch`'s
+    for at least ``n_done`` rows: the kernel allocates nothing, so it runs without numba's
+    reference counts (:func:`jit.leaf`). The pool must have ``n_done`` free rows
+    (:meth:`RunFifo.reserve`).
     """
-    uniforms, arrival_uniforms = draws
     holder, owner, memory_used, queue_len = state[0], state[1], state[2], state[7]
     pool, head, tail, meta = fifo
-    affected, done, unit_succ, unit_floats, delays, generated, evicted, counts, sums = out
+    affected, done, unit_succ, unit_floats, delays, generated, evicted, counts, sums = out[:9]
+    served_by_action = out[9]
     pair_commodity = _field(ints, IntField.PAIR_COMMODITY)
     work, penalty = _field(floats, FloatField.WORK), _field(floats, FloatField.PENALTY)
     successor_ptr = _field(ints, IntField.SUCCESSOR_PTR)
@@ -511,12 +510,9 @@ def _outcome_kernel(
     n_act = work.shape[0] // 2
 
     # (6) Outcomes: successors at the same node, exits, generated objects.
-    served_by_action = _zeroed(np.empty(n_act, dtype=np.int64))
+    _zeroed(served_by_action)
     n_slots = holder.shape[0] * holder.shape[1] if generates else 0
-    pending = (
-        _zeroed(np.empty(n_slots, dtype=np.bool_)),
-        _zeroed(np.empty(owner.shape[0], dtype=np.bool_)),
-    )
+    pending = (_zeroed(scratch[0][:n_slots]), _zeroed(scratch[1][: owner.shape[0]]))
     n_exit = 0
     n_gen = 0
     hits = 0
@@ -544,29 +540,63 @@ def _outcome_kernel(
             queue_len[target] += 1
             unit_succ[k] = pair_commodity[target]
         if generates:
-            n_gen = _generate(a, rng, ints, floats, holder, owner, generated, n_gen, pending)
+            n_gen = _generate(a, rng, draw, ints, floats, holder, owner, generated, n_gen, pending)
 
     # (7) Retention.
     insertions, n_evicted = 0, 0
     if generates:
         insertions, n_evicted = _retain(
-            retain, ints, floats, generated, n_gen, holder, owner, memory_used, evicted, affected
+            retain,
+            ints,
+            floats,
+            generated,
+            n_gen,
+            holder,
+            owner,
+            memory_used,
+            evicted,
+            affected,
+            scratch,
         )
 
-    # (8) Poisson arrivals: a Poisson total split by the mix; one run per pair.
-    if rng is not None:
-        arrival_uniforms = np.empty(rng.poisson(floats[Scalar.TOTAL_RATE]))
-        for k in range(arrival_uniforms.shape[0]):
-            arrival_uniforms[k] = rng.random()
-    _arrive(t, arrival_uniforms, queue_len, fifo, ints, floats)
-    counts[2] = arrival_uniforms.shape[0]
     counts[3] = hits
     counts[4] = n_exit
     counts[5] = n_gen
     counts[6] = insertions
     counts[7] = n_evicted
     sums[3] = penalty_compute
-    return served_by_action
+
+
+def outcome_sizes(ix: WorkloadIndex) -> tuple[int, int, int, int, int]:
+    """What :func:`outcome_scratch` needs of the workload index ``ix``: nodes,
+    signatures, objects, pairs and the most retention candidates of one node."""
+    n = ix.num_nodes
+    per_node = int(np.bincount(ix.retain_node, minlength=n).max(initial=0))
+    return n, ix.num_signatures, ix.num_objects, ix.num_pairs, per_node
+
+
+def outcome_scratch(sizes: tuple[int, int, int, int, int], rows: int) -> tuple[np.ndarray, ...]:
+    """The outcome kernel's ``scratch`` for a workload of :func:`outcome_sizes` ``sizes``
+    and at most ``rows`` units served: the slot's pending generations (per node and
+    signature, per object), each node's first generation and count, each generation's
+    next, a node's retention list (minus the priority, signature, object, whether new,
+    order; as long as a node's candidates and generations can be) and the arrivals per
+    pair."""
+    n, n_sig, n_objects, n_pairs, per_node = sizes
+    width = per_node + rows
+    return (
+        np.zeros(n * n_sig, dtype=np.bool_),
+        np.zeros(n_objects, dtype=np.bool_),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(rows, dtype=np.int64),
+        np.empty(width),
+        np.empty(width, dtype=np.int64),
+        np.empty(width, dtype=np.int64),
+        np.empty(width, dtype=np.bool_),
+        np.empty(width, dtype=np.int64),
+        np.empty(n_pairs, dtype=np.int64),
+    )
 
 
 STATE_FIELDS = (
@@ -708,6 +738,7 @@ class CompiledTransition:
         # Generation draws exist only where some action generates with 0 < gen_prob < 1.
         self.draws_in_kernel = bool(((ix.gen_prob > 0) & (ix.gen_prob < 1)).any())
         self._no_draws = np.zeros(0)
+        self._sizes = outcome_sizes(ix)
         self._new_buffers()
 
     def field(self, name: str) -> np.ndarray:
@@ -780,18 +811,16 @@ class CompiledTransition:
                 fifo.reserve(2 * fifo.pool.shape[0])
         fifo.reserve(n_done + state.queue_len.shape[0])
         # The draws in a fixed order: successor uniforms, generation draws (only
-        # where 0 < gen_prob < 1: then the kernel draws them and the arrivals), arrivals.
+        # where 0 < gen_prob < 1: then the kernel draws them), arrivals.
         uniforms = rng.random(n_done) if n_done else self._no_draws
-        if self.draws_in_kernel and generates:
-            in_kernel, arrival_uniforms = rng, self._no_draws
-        else:
-            in_kernel, total = None, int(rng.poisson(self.total_rate))
-            arrival_uniforms = rng.random(total) if total else self._no_draws
-        self.served_by_action = _outcome_kernel(
+        in_kernel = rng if self.draws_in_kernel and generates else None
+        self.served_by_action = np.empty(self.num_actions, dtype=np.int64)  # the outcome's own
+        _outcome_kernel(
             in_kernel,
+            in_kernel is not None,
             state.t,
             n_done,
-            (uniforms, arrival_uniforms),
+            uniforms,
             generates,
             np.asarray(control.retain, dtype=np.float64),
             arrays,
@@ -808,8 +837,18 @@ class CompiledTransition:
                 self.evicted,
                 self.counts,
                 self.sums,
+                self.served_by_action,
             ),
+            self._scratch,
         )
+        total = int(rng.poisson(self.total_rate))
+        arrival_uniforms = rng.random(total) if total else self._no_draws
+        pairs = self._scratch[10]
+        arrays, queues = fifo.arrays(), state.queue_len
+        _arrive(
+            state.t, None, arrival_uniforms, total, queues, arrays, self.ints, self.floats, pairs
+        )
+        self.counts[2] = total
         return n_done
 
     def _grow_outputs(self, rows: int) -> None:
@@ -819,6 +858,7 @@ class CompiledTransition:
         self.unit_floats = np.zeros((rows, 2))  # work, penalty
         self.delays = np.zeros(rows, dtype=np.int64)
         self.generated = np.zeros((rows, 3), dtype=np.int64)  # node, signature, identity
+        self._scratch = outcome_scratch(self._sizes, rows)
 
 
 _SHARED: weakref.WeakKeyDictionary[WorkloadIndex, CompiledTransition] = weakref.WeakKeyDictionary()
