@@ -6,14 +6,16 @@ Cases, on ``mabp_gym/Mixed-v0`` at load 0.85 with random score actions drawn up 
   a step;
 - ``batched xN``: ``gym.make_vec(..., num_envs=N)`` (the batched env), microseconds a
   env-slot, for N = 16 and 256 (``--envs``), over the same ``--steps // 16`` rounds (slots
-  of the episode) at every N.
+  of the episode) at every N;
+- ``kernel xN``: the same steps, counting only the CPU time inside the compiled call that
+  steps every env (the vector env module's ``step_all``, ``_step_all`` in older trees).
 
 Each measurement runs in a fresh process that imports one tree, after a warm-up (the
 numba cache is filled by the warm-up of the first run), and reports the process's CPU
 time, which another job on the machine disturbs less than the wall clock. The trees take
 turns (which goes first alternates) and every ratio is taken within a repeat. Targets:
 ``single`` at most 0.6x the baseline's time, the batched env's env-slot at N = 16 at most
-a third of it, and N = 256 no slower per env-slot than N = 16.
+a third of it (``kernel x16``), and N = 256 no slower per env-slot than N = 16.
 
     python benchmarks/bench_step.py --baseline 69d66d0 --repeats 5
 """
@@ -58,6 +60,21 @@ def measure(tree: Path, case: str, steps: int) -> float:
                 env.reset()
         return 1e6 * (time.process_time() - started) / steps
     num_envs = int(case.split("x")[1])
+    inside = [0.0]
+    if case.startswith("kernel"):
+        from mabp_gym.envs import vector_env
+
+        name = "step_all" if hasattr(vector_env, "step_all") else "_step_all"
+        compiled = getattr(vector_env, name)
+
+        def timed(*args: object) -> object:
+            started = time.process_time()
+            try:
+                return compiled(*args)
+            finally:
+                inside[0] += time.process_time() - started
+
+        setattr(vector_env, name, timed)
     envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=num_envs, load=0.85)
     envs.reset(seed=0)
     # The same slots of the episode at every N (``steps // 16`` rounds after a fifth of
@@ -68,10 +85,11 @@ def measure(tree: Path, case: str, steps: int) -> float:
     actions = rng.uniform(-1, 1, (rounds, *envs.action_space.shape)).astype(np.float32)
     for action in actions[: rounds // 5]:
         envs.step(action)
-    started = time.process_time()
+    started, inside[0] = time.process_time(), 0.0
     for action in actions:
         envs.step(action)
-    return 1e6 * (time.process_time() - started) / (rounds * num_envs)
+    spent = inside[0] if case.startswith("kernel") else time.process_time() - started
+    return 1e6 * spent / (rounds * num_envs)
 
 
 def _run(tree: Path, case: str, steps: int) -> float:
@@ -98,7 +116,7 @@ def main() -> None:
         tree, case, steps = args.serve
         print(measure(Path(tree), case, int(steps)))
         return
-    cases = ["single", *(f"batched x{n}" for n in args.envs)]
+    cases = ["single", *(f"{kind} x{n}" for kind in ("batched", "kernel") for n in args.envs)]
     runs: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as where, trees(args.baseline, Path(where)) as found:
         names = list(found)

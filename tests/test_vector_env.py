@@ -244,6 +244,31 @@ def test_batched__pure_python_path_gives_the_same_steps():
     assert runs[0][1] == runs[1][1]
 
 
+def test_batched__float64_batches_of_any_layout_step_alike_and_stay_unchanged():
+    # A C-contiguous, writable float64 batch goes to the kernel as it is; a read-only or
+    # Fortran-ordered one is copied first. The same steps either way, and the caller's
+    # arrays keep their values.
+    runs = []
+    for layout in ("plain", "read-only", "fortran"):
+        vec = SFMSNVectorEnv(3, workload="rag", load=0.9)
+        vec.reset(seed=4)
+        rng = np.random.default_rng(1)
+        rewards = []
+        for _ in range(12):
+            batch = rng.uniform(-1, 1, vec.action_space.shape)
+            kept = batch.copy()
+            if layout == "read-only":
+                batch.setflags(write=False)
+            elif layout == "fortran":
+                batch = np.asfortranarray(batch)
+            rewards.append(vec.step(batch)[1])
+            np.testing.assert_array_equal(batch, kept)
+        runs.append((np.array(rewards), vec._state.queue_len.copy()))
+    for rewards, queues in runs[1:]:
+        np.testing.assert_array_equal(rewards, runs[0][0])
+        np.testing.assert_array_equal(queues, runs[0][1])
+
+
 @pytest.mark.skipif(not jit.COMPILED, reason="numba's runtime statistics need numba")
 def test_batched__compiled_steps_release_every_array_they_make():
     # Part of a slot runs without numba's reference counts (jit.leaf); the arrays of a
