@@ -5,6 +5,7 @@ Every slot on every workload is held to golden digests in ``test_slot_golden.py`
 from __future__ import annotations
 
 from dataclasses import fields
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -68,8 +69,12 @@ def test_run_fifo__runs_grow_past_the_pool_and_keep_fifo_order():
     [("work_reuse", {}), ("successor", {}), ("separation", {}), ("mixed", {"copies": 2})],
 )
 def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
+    from mabp_gym.core.kernels import jit
     from mabp_gym.core.kernels import transition_core as tc
 
+    if jit.COMPILED:  # the kernels' own reader (a numba intrinsic), compiled
+        tc = SimpleNamespace(**vars(tc))
+        tc._field = jit.njit(lambda pack, k: jit.pack_field(pack, k).copy())
     wl = make_workload(name, **overrides)
     core, ix = tc.CompiledTransition(wl), wl.index
     derived = {"successor_ptr", "successor_pair", "successor_bound", "arrival_cum", "retain_ptr"}

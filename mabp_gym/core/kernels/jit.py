@@ -146,6 +146,61 @@ def _prefetch_intrinsic() -> Any:
     return prefetch
 
 
+def _pack_field(pack: Any, k: int) -> Any:
+    """Field ``k`` of a pack (the bounds of every field head it), as a view."""
+    return pack[int(pack[k]) : int(pack[k + 1])]
+
+
+def _pack_field_intrinsic() -> Any:
+    """``pack_field(pack, k)`` for compiled kernels: the view numba's slicing makes, made
+    where it is used. As a function of its own it needed declared signatures (numba types
+    the field numbers as literals, and compiled one specialization each, 1.5 s of a cold
+    start) and could not serve a kernel without the runtime (:func:`leaf`: no new array
+    may come back from a call there); inlined at every use, numba copied its IR about 80
+    times (0.9 s of a cold start). The view takes a reference where the runtime is on."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.extending import intrinsic
+    from numba.np.arrayobj import populate_array
+
+    @intrinsic
+    def pack_field(typingctx: Any, pack: Any, k: Any) -> Any:
+        if not (
+            isinstance(pack, types.Array)
+            and pack.ndim == 1
+            and pack.layout == "C"
+            and isinstance(k, (types.Integer, types.IntEnumMember))
+        ):
+            return None
+        view = types.Array(pack.dtype, 1, "C")
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            whole = context.make_array(signature.args[0])(context, builder, args[0])
+            intp = context.get_value_type(types.intp)
+            at = context.cast(builder, args[1], signature.args[1], types.intp)
+            bounds = []
+            for place in (at, builder.add(at, ir.Constant(intp, 1))):
+                value = builder.load(builder.gep(whole.data, [place]))
+                is_float = isinstance(pack.dtype, types.Float)
+                bounds.append(builder.fptosi(value, intp) if is_float else value)
+            out = context.make_array(view)(context, builder)
+            populate_array(
+                out,
+                data=builder.gep(whole.data, [bounds[0]]),
+                shape=[builder.sub(bounds[1], bounds[0])],
+                strides=[whole.itemsize],
+                itemsize=whole.itemsize,
+                meminfo=whole.meminfo,
+                parent=whole.parent,
+            )
+            return impl_ret_borrowed(context, builder, view, out._getvalue())
+
+        return view(pack, k), codegen
+
+    return pack_field
+
+
 prefetch = _no_prefetch if njit is None else _prefetch_intrinsic()
 """A read hint to the cache in a kernel, ``prefetch(array, byte_offset)``; nothing as
 plain Python."""
@@ -157,3 +212,8 @@ def is_cached(function: Any) -> bool:
     cache = getattr(function, "_cache", None)
     path = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
     return isinstance(path, str) and os.path.exists(path)
+
+
+pack_field = _pack_field if njit is None else _pack_field_intrinsic()
+"""Field ``k`` of a pack, ``pack[pack[k] : pack[k + 1]]``, as a view (in a kernel, and as
+plain Python: from Python, call the plain function :func:`_pack_field`)."""

@@ -156,16 +156,8 @@ INT_FIELDS = tuple(field.name.lower() for field in IntField)
 FLOAT_FIELDS = tuple(field.name.lower() for field in FloatField)
 
 
-def _field(pack, k):  # pragma: no cover - compiled
-    """Field ``k`` of a pack, as a view."""
-    return pack[np.int64(pack[k]) : np.int64(pack[k + 1])]
-
-
-# Inlined: a field is then a view that costs no call, and in a kernel without reference
-# counting (:func:`~mabp_gym.core.kernels.jit.leaf`) no reference either. (As a function
-# of its own it needed declared signatures: numba types the field numbers as literals and
-# compiled one specialization per field, 1.5 s of a cold start.)
-_field = jit.part(_field)
+_field = jit.pack_field
+"""Field ``k`` of a pack, as a view (:data:`jit.pack_field`)."""
 
 
 @jit.part
@@ -751,7 +743,7 @@ class CompiledTransition:
             pack, k = self.floats, FLOAT_FIELDS.index(name)
         else:
             raise KeyError(f"no packed field {name!r}; the fields: {INT_FIELDS + FLOAT_FIELDS}")
-        return _field(pack, k)
+        return jit._pack_field(pack, k)
 
     @classmethod
     def shared(cls, workload: Workload) -> CompiledTransition:
