@@ -13,6 +13,7 @@ import pytest
 from mabp_gym import Simulator, make_workload
 from mabp_gym.agents import make_policy
 from mabp_gym.core.encoding import ObservationEncoder
+from mabp_gym.core.kernels import jit
 from mabp_gym.core.kernels.transition_core import RunFifo
 
 
@@ -69,7 +70,6 @@ def test_run_fifo__runs_grow_past_the_pool_and_keep_fifo_order():
     [("work_reuse", {}), ("successor", {}), ("separation", {}), ("mixed", {"copies": 2})],
 )
 def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
-    from mabp_gym.core.kernels import jit
     from mabp_gym.core.kernels import transition_core as tc
 
     if jit.COMPILED:  # the kernels' own reader (a numba intrinsic), compiled
@@ -201,3 +201,37 @@ def test_arrivals__pick_their_pair_by_bisect_right_over_many_bins():
     expected = np.bincount(pairs[bins], minlength=wl.index.num_pairs)
     np.testing.assert_array_equal(queue_len, expected)
     assert fifo.lengths() == expected.tolist()
+
+
+def test_simulator__a_slot_that_draws_in_the_kernel_keeps_no_reference_to_the_generator():
+    # gen_prob 0.5: the outcome kernel draws from the simulator's generator. numba takes a
+    # reference to a generator handed to it from Python, which a kernel without the
+    # runtime never gave back: one reference (and a small record) leaked every slot.
+    import sys
+
+    wl = make_workload("rag", gen_prob=0.5)
+    sim = Simulator(wl)
+    sim.reset(seed=0)
+    assert sim._core.draws_in_kernel and sim._generates
+    scores = np.ones(wl.index.num_scores)
+    sim.step_scores(scores)
+    before = sys.getrefcount(sim.rng)
+    for _ in range(50):
+        sim.step_scores(scores)
+    after = sys.getrefcount(sim.rng)  # outside the assert: pytest's rewrite holds one more
+    assert after == before
+
+
+@pytest.mark.skipif(not jit.COMPILED, reason="the intrinsic is numba's")
+def test_pack_field__a_read_only_pack_gives_a_read_only_view():
+    from numba.core.errors import TypingError
+
+    pack = np.array([2, 4, 7, 8], dtype=np.int64)  # one field, [7, 8]
+    read = jit.njit(lambda p: jit.pack_field(p, 0).sum())
+    write = jit.njit(lambda p: jit.pack_field(p, 0).fill(0))
+    assert read(pack) == 15
+    pack.setflags(write=False)
+    assert read(pack) == 15
+    with pytest.raises(TypingError):
+        write(pack)
+    assert pack.tolist() == [2, 4, 7, 8]

@@ -57,7 +57,9 @@ def leaf(function: F) -> F:
     """``function`` compiled by numba without reference counting (cached on disk) where
     :data:`COMPILED`, else itself. For a function that allocates nothing: numba compiles
     it and what it calls without the runtime, and refuses an allocation or a returned
-    array that is not an argument there. Every view and argument of a compiled function
+    array that is not an argument there. Never hand one a numpy ``Generator`` from
+    Python: numba takes a reference to it that only a kernel with the runtime gives back
+    (call it through a :func:`kernel` instead). Every view and argument of a compiled function
     costs an atomic increment and decrement; here the caller's references keep the arrays
     alive. The FIFO's ``_take`` and ``_push``, called once per run a slot
     touches, spent two thirds of the batched env's reference counts
@@ -170,10 +172,11 @@ def _pack_field_intrinsic() -> Any:
             isinstance(pack, types.Array)
             and pack.ndim == 1
             and pack.layout == "C"
+            and pack.dtype in (types.int64, types.float64)
             and isinstance(k, (types.Integer, types.IntEnumMember))
         ):
             return None
-        view = types.Array(pack.dtype, 1, "C")
+        view = types.Array(pack.dtype, 1, "C", readonly=not pack.mutable)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             whole = context.make_array(signature.args[0])(context, builder, args[0])
@@ -182,8 +185,7 @@ def _pack_field_intrinsic() -> Any:
             bounds = []
             for place in (at, builder.add(at, ir.Constant(intp, 1))):
                 value = builder.load(builder.gep(whole.data, [place]))
-                is_float = isinstance(pack.dtype, types.Float)
-                bounds.append(builder.fptosi(value, intp) if is_float else value)
+                bounds.append(context.cast(builder, value, pack.dtype, types.intp))
             out = context.make_array(view)(context, builder)
             populate_array(
                 out,

@@ -325,9 +325,10 @@ def _generate(
     """SPEC 1 step 6: a unit of action ``a`` served may generate an object of the action's
     signature at its node (recorded in ``generated``, row ``n_gen``). None is generated when
     the node holds the signature, a generation of it there is pending this slot, or every
-    replica is owned or reserved; else with probability ``gen_prob[a]`` (a draw from
-    ``rng`` only strictly between 0 and 1, and only where ``draw``: it is false, or ``rng``
-    ``None``, when no action has such a probability). Returns the new ``n_gen``.
+    replica is owned or reserved; else with probability ``gen_prob[a]``: a draw from ``rng``
+    where it is below 1, and only where ``draw`` (which is false, or ``rng`` ``None``, when
+    no action has a probability strictly between 0 and 1; where one has, an action of
+    probability 0 draws too, and never generates). Returns the new ``n_gen``.
 
     ``pending`` is ``(pending (N * S,), reserved (identities,))``, the slot's generations
     so far as flags, so that a check costs the same however many were generated (a scan
@@ -557,6 +558,19 @@ def _outcome_kernel(
     counts[6] = insertions
     counts[7] = n_evicted
     sums[3] = penalty_compute
+
+
+@_compiled
+def _outcome_drawing(
+    rng, draw, t, n_done, uniforms, generates, retain, state, fifo, ints, floats, out, scratch
+):  # pragma: no cover - compiled
+    """:func:`_outcome_kernel` with a generator, called from Python. numba takes a
+    reference to a generator it is handed from Python and gives it back only when the
+    kernel it calls has the runtime on: a leaf called with one from Python kept a
+    reference to it, and a small record, every slot."""
+    _outcome_kernel(
+        rng, draw, t, n_done, uniforms, generates, retain, state, fifo, ints, floats, out, scratch
+    )
 
 
 def outcome_sizes(ix: WorkloadIndex) -> tuple[int, int, int, int, int]:
@@ -807,7 +821,8 @@ class CompiledTransition:
         uniforms = rng.random(n_done) if n_done else self._no_draws
         in_kernel = rng if self.draws_in_kernel and generates else None
         self.served_by_action = np.empty(self.num_actions, dtype=np.int64)  # the outcome's own
-        _outcome_kernel(
+        outcome = _outcome_kernel if in_kernel is None else _outcome_drawing
+        outcome(
             in_kernel,
             in_kernel is not None,
             state.t,
