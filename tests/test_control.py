@@ -63,3 +63,19 @@ def test_holders_after__a_transfer_moves_the_object_and_changes_only_its_hit_bit
     ends = (ix.action_signature == sig[k]) & np.isin(ix.action_node, [src[k], dst[k]])
     assert np.array_equal(after[~ends], before[~ends]) and (after[ends] != before[ends]).any()
     assert not hit_bits(wl, holder, False, [k]).any()
+
+
+def test_hit_bits__a_holder_of_any_layout_gives_the_same_bits():
+    # The rule reads the memory by raveled position; a Fortran-ordered or strided holder
+    # (a caller's own array) is read as the same memory.
+    wl = make_workload("mixed")
+    sim = Simulator(wl)
+    sim.reset(seed=0)
+    for _ in range(30):
+        sim.step_scores(np.ones(wl.index.num_scores))
+    holder = sim.state.holder
+    expected = hit_bits(wl, holder, True)
+    assert expected.sum() > 0  # some actions are memory-assisted here
+    strided = np.repeat(holder, 2, axis=1)[:, ::2]
+    for other in (np.asfortranarray(holder), strided):
+        np.testing.assert_array_equal(hit_bits(wl, other, True), expected)

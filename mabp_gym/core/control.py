@@ -151,7 +151,8 @@ def hit_bits(
     hit = np.zeros(ix.num_actions, dtype=np.int64)
     if memory and ix.num_signatures:
         after = holders_after(workload, holder, transfers)
-        rules.hit_bits(after, CompiledTransition.shared(workload).field("hit_slot"), hit)
+        hit_slot = CompiledTransition.shared(workload).field("hit_slot")
+        rules.hit_bits(np.ascontiguousarray(after), hit_slot, hit)  # read by raveled position
     return hit
 
 
