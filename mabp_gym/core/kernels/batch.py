@@ -240,9 +240,8 @@ def _arrivals(i, rng, total, statics, state, fifo, out, scratch):  # pragma: no 
     pool, head, tail, meta = fifo
     fifo_i = (pool[i], head[i], tail[i], meta[i])
     t = out.slot
-    _arrive(
-        t[i], rng, out.uniforms[i, :0], total, state.queue_len[i], fifo_i, ints, floats, scratch[10]
-    )
+    no_uniforms = out.uniforms[i, :0]  # drawn from ``rng`` instead
+    _arrive(t[i], rng, no_uniforms, total, state.queue_len[i], fifo_i, ints, floats, scratch[10])
     out.counts[i, 2] = total
     t[i] += 1
 

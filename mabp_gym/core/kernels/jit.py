@@ -57,13 +57,14 @@ def leaf(function: F) -> F:
     """``function`` compiled by numba without reference counting (cached on disk) where
     :data:`COMPILED`, else itself. For a function that allocates nothing: numba compiles
     it and what it calls without the runtime, and refuses an allocation or a returned
-    array that is not an argument there. Never hand one a numpy ``Generator`` from
-    Python: numba takes a reference to it that only a kernel with the runtime gives back
-    (call it through a :func:`kernel` instead). Every view and argument of a compiled function
+    array that is not an argument there. Every view and argument of a compiled function
     costs an atomic increment and decrement; here the caller's references keep the arrays
-    alive. The FIFO's ``_take`` and ``_push``, called once per run a slot
-    touches, spent two thirds of the batched env's reference counts
-    (``benchmarks/RESULTS.md``)."""
+    alive. (The FIFO's ``_take`` and ``_push``, called once per run a slot touches, took
+    two thirds of the batched env's reference counts: ``benchmarks/RESULTS.md``.)
+
+    Never hand a leaf a numpy ``Generator`` from Python: numba takes a reference to it
+    that only a kernel with the runtime gives back (call the leaf through a
+    :func:`kernel`)."""
     if njit is None:
         return function
     return _fresh(njit(cache=True, **_NO_RUNTIME)(function), function)

@@ -92,7 +92,7 @@ def _descending(block, live, radix, key, order, counts):  # pragma: no cover
     order: ``np.flatnonzero(live)`` ordered by ``np.argsort(-block[...], kind="mergesort")``,
     as runs of 8 sorted by insertion and merged bottom up, or by radix from
     :data:`_RADIX_FROM` of them where ``radix`` is not ``None`` (:func:`radix_sort`).
-    ``key`` and ``order`` (float64 and int64, twice as long as ``live``) and ``counts``
+    ``key`` and ``order`` (float64 and int64, at least twice as long as ``live``) and ``counts``
     (int64, 256) are scratch. Returns ``(start, count)``: the sorted positions are
     ``order[start : start + count]`` (a kernel without reference counts may return no view).
     numba's own stable argsort cost 1.4 s of a cold start to compile and ``flatnonzero``
@@ -223,8 +223,7 @@ def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  
     the position moved out this slot; bit 2: one arrived). ``radix``: :func:`radix_sort`
     of the workload.
     """
-    flags, key, order, counts, live_scratch = scratch[:5]
-    left, avail, capacity, after = scratch[6], scratch[8], scratch[9], scratch[10]
+    flags, key, order, counts, live_scratch, _, left, _, avail, capacity, after = scratch
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
     queue_len = state[7]
     transfers_out, hit, route, service, start = out

@@ -493,8 +493,8 @@ def _outcome_kernel(
     """
     holder, owner, memory_used, queue_len = state[0], state[1], state[2], state[7]
     pool, head, tail, meta = fifo
-    affected, done, unit_succ, unit_floats, delays, generated, evicted, counts, sums = out[:9]
-    served_by_action = out[9]
+    affected, done, unit_succ, unit_floats, delays, generated, evicted = out[:7]
+    counts, sums, served_by_action = out[7:]
     pair_commodity = _field(ints, IntField.PAIR_COMMODITY)
     work, penalty = _field(floats, FloatField.WORK), _field(floats, FloatField.PENALTY)
     successor_ptr = _field(ints, IntField.SUCCESSOR_PTR)
