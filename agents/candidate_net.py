@@ -181,7 +181,8 @@ class CandidateNet(nn.Module):
         cached = self._structures.get(dtype)
         if cached is not None and cached.matches(obs):
             return cached
-        self._structures[dtype] = built = _Structure(obs)
+        with torch.inference_mode(False):  # kept for training too: plain tensors
+            self._structures[dtype] = built = _Structure(obs)
         return built
 
     @staticmethod

@@ -254,6 +254,37 @@ def test_graph_policy__masked_candidates_change_neither_log_probability_nor_entr
     assert not torch.equal(sample[torch.as_tensor(mask)], mean[torch.as_tensor(mask)])
 
 
+@pytest.mark.parametrize("cls", [GraphActorCriticPolicy, GNNActorCriticPolicy])
+def test_graph_policy__rollout_forward_equals_the_distributions_bit_for_bit(cls):
+    # SB3's rollouts call the policy without autograd, where it writes the distribution's
+    # arithmetic out (fewer operations): the same draws, values and log-probabilities.
+    env = _env("mixed", load=0.7)
+    torch.manual_seed(0)
+    policy = cls(env.observation_space, env.action_space, lambda _: 3e-4)
+    with torch.no_grad():
+        policy.log_std.add_(torch.linspace(-0.5, 0.5, policy.log_std.numel()))
+    obs, mask = _masked_batch(env)
+    batch = {key: np.stack([value, value]) for key, value in obs.items()}
+    tensors, _ = policy.obs_to_tensor(batch)
+    for deterministic in (False, True):
+        torch.manual_seed(7)
+        with torch.no_grad():
+            actions, values, logp = policy(tensors, deterministic)
+        torch.manual_seed(7)
+        with torch.no_grad():
+            distribution, latent = policy._masked(tensors)
+            expected = distribution.get_actions(deterministic=deterministic)
+            assert torch.equal(actions, expected)
+            assert torch.equal(values, policy.value_net(latent))
+            assert torch.equal(logp, distribution.log_prob(expected))
+        active = torch.as_tensor(mask)
+        assert torch.equal(actions[:, ~active], distribution.distribution.mean[:, ~active])
+        assert deterministic or not torch.equal(actions[0], actions[1])  # two draws
+    # With autograd (PPO's updates) it is the distribution's path, gradients and all.
+    actions, values, logp = policy(tensors)
+    assert logp.requires_grad and values.requires_grad
+
+
 def test_env__masked_candidates_scores_do_not_change_the_control():
     # What makes the masked distribution right: the projection ignores masked scores.
     env = _env("mixed", load=0.7, diagnostics=True)
