@@ -6,7 +6,8 @@ Two measurements:
   :class:`mabp_gym.envs.sb3.GraphActorCriticPolicy` at its defaults on ``--n-envs`` envs
   (8; ``mabp_gym/Mixed-v0`` at load 0.6) stepped by the batched env through
   :func:`mabp_gym.envs.sb3.make_sb3_vec_env` (``DummyVecEnv`` in a tree without it, or with
-  ``--vec dummy``), ``n_steps=256``, ``batch_size=256``, ``n_epochs=4``, one torch thread.
+  ``--vec dummy``), ``n_steps=256``, ``batch_size=256``, one torch thread, and the epochs
+  of each tree's documented recipe (``--n-epochs``, ``--baseline-n-epochs``: 4 in 69d66d0).
   After an untimed warm-up of one rollout and update (numba's compilation, the allocator),
   ``--ppo-steps`` env steps are timed: rollouts and updates together.
   With ``--baseline REF`` the same measurement runs on a ``git worktree`` of ``REF`` too,
@@ -36,9 +37,12 @@ from pathlib import Path
 from _report import emit
 from _trees import import_tree, trees
 
+DOCUMENTED_EPOCHS = 2
+"""PPO's epochs per update in the documented recipe (``examples/ppo_from_scratch.py``)."""
+
 
 def ppo_steps_per_s(
-    device: str, steps: int, n_envs: int, vec: str, update_threads: int = 0
+    device: str, steps: int, n_envs: int, vec: str, update_threads: int = 0, n_epochs: int = 2
 ) -> tuple[float, str]:
     """The documented PPO path's env steps per second (rollouts and updates), and which
     vector env stepped it (and with how many threads its updates ran)."""
@@ -65,7 +69,7 @@ def ppo_steps_per_s(
         envs,
         n_steps=256,
         batch_size=256,
-        n_epochs=4,
+        n_epochs=n_epochs,
         device=device,
         seed=0,
         verbose=0,
@@ -76,7 +80,7 @@ def ppo_steps_per_s(
         callback = UpdateThreads(update_threads) if update_threads else None
     except ImportError:  # a tree from before the callback: one thread throughout
         callback = None
-    vec += f", updates on {update_threads if callback else 1} thread(s)"
+    vec += f", {n_epochs} epochs, updates on {update_threads if callback else 1} thread(s)"
     agent.learn(256 * n_envs, callback=callback)  # untimed: compilation, caches
     before = agent.num_timesteps
     started = time.perf_counter()
@@ -121,7 +125,7 @@ def imitation_steps_per_s(device: str, steps: int) -> float:
 
 
 def _measure_in(
-    tree: Path, device: str, steps: int, n_envs: int, vec: str, update_threads: int
+    tree: Path, device: str, steps: int, n_envs: int, vec: str, update_threads: int, n_epochs: int
 ) -> tuple[float, str]:
     """One PPO measurement in a fresh process whose imports resolve to ``tree``."""
     env = {
@@ -133,7 +137,7 @@ def _measure_in(
     }
     done = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--worker", device]
-        + [str(steps), str(n_envs), vec, str(update_threads)],
+        + [str(steps), str(n_envs), vec, str(update_threads), str(n_epochs)],
         env=env,
         text=True,
         capture_output=True,
@@ -145,7 +149,9 @@ def _measure_in(
     return float(out["ppo_env_steps_per_s"]), str(out["vec"])
 
 
-def _worker(device: str, steps: int, n_envs: int, vec: str, update_threads: int) -> None:
+def _worker(
+    device: str, steps: int, n_envs: int, vec: str, update_threads: int, n_epochs: int
+) -> None:
     tree = Path(os.environ["PYTHONPATH"]).resolve()
     import_tree(tree)
     from mabp_gym.envs import sb3
@@ -153,7 +159,7 @@ def _worker(device: str, steps: int, n_envs: int, vec: str, update_threads: int)
     source = Path(sb3.__file__).resolve()
     if not source.is_relative_to(tree):
         raise SystemExit(f"mabp_gym.envs.sb3 came from {source}, not {tree}")
-    rate, used = ppo_steps_per_s(device, steps, n_envs, vec, update_threads)
+    rate, used = ppo_steps_per_s(device, steps, n_envs, vec, update_threads, n_epochs)
     print(json.dumps({"ppo_env_steps_per_s": rate, "vec": used}), flush=True)
 
 
@@ -178,8 +184,22 @@ def _parser() -> argparse.ArgumentParser:
         help="torch threads during PPO's updates (the UpdateThreads callback; 0: one "
         "thread throughout, as the documented command)",
     )
+    parser.add_argument(
+        "--n-epochs",
+        type=int,
+        default=DOCUMENTED_EPOCHS,
+        help=f"PPO's epochs per update in this tree (default {DOCUMENTED_EPOCHS}: the "
+        "documented recipe's)",
+    )
+    parser.add_argument(
+        "--baseline-n-epochs",
+        type=int,
+        default=4,
+        help="PPO's epochs per update in the baseline tree (default 4: the recipe 69d66d0 "
+        "documented)",
+    )
     parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
     return parser
 
 
@@ -187,13 +207,20 @@ def main() -> None:
     parser = _parser()
     args = parser.parse_args()
     if args.worker:
-        device, steps, n_envs, vec, update_threads = args.worker
-        _worker(device, int(steps), int(n_envs), vec, int(update_threads))
+        device, steps, n_envs, vec, update_threads, n_epochs = args.worker
+        _worker(device, int(steps), int(n_envs), vec, int(update_threads), int(n_epochs))
         return
     if args.n_envs < 1:
         parser.error(f"--n-envs must be at least 1, got {args.n_envs}")
     if args.update_threads < 0:
         parser.error(f"--update-threads must be 0 or more, got {args.update_threads}")
+    for flag, value in (
+        ("--n-epochs", args.n_epochs),
+        ("--baseline-n-epochs", args.baseline_n_epochs),
+    ):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
+    epochs = {"current": args.n_epochs, "baseline": args.baseline_n_epochs}
     import torch
 
     from mabp_gym.agents.gnn import resolve_device
@@ -213,6 +240,7 @@ def main() -> None:
                         args.n_envs,
                         args.vec,
                         args.update_threads,
+                        epochs[name],
                     )
                     ppo[device][name].append(rate)
                     print(
@@ -252,6 +280,7 @@ def main() -> None:
         "n_envs": args.n_envs,
         "vec": stepped,
         "update_threads": args.update_threads,
+        "n_epochs": epochs,
         "ppo_steps": args.ppo_steps,
         "repeats": args.repeats,
         "baseline": args.baseline,

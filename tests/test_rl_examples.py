@@ -221,6 +221,8 @@ def test_ppo_from_scratch_example__chooses_on_held_out_growth_and_evaluates_on_o
             "40",
             "--shortlist",
             "1",
+            "--n-epochs",
+            "3",
             "--eval-seeds",
             "300",
             "--eval-horizon",
@@ -242,7 +244,7 @@ def test_ppo_from_scratch_example__chooses_on_held_out_growth_and_evaluates_on_o
         assert {"backlog", "growth", "stable", "log_std"} <= set(point)
         assert len(point["log_std"]) == 4  # one per kind of candidate
     assert "explained_variance" in curve[-1]
-    assert [p["epochs_scheduled"] for p in curve] == [0, 4 * 1, 4 * 2]  # 64 steps a rollout
+    assert [p["epochs_scheduled"] for p in curve] == [0, 3 * 1, 3 * 2]  # 64 steps a rollout
     assert all(0 < p["epochs"] <= p["epochs_scheduled"] for p in curve[1:])
     # The walk on the choice's own seeds covers the best screened checkpoint and the last.
     walked = {c["steps"] for c in result["choice"]["candidates"]}
@@ -335,11 +337,12 @@ def test_ppo_from_scratch_recipe__refuses_what_would_fail_after_training(argv, m
 def test_ppo_from_scratch_recipe__anneals_the_rate_and_stops_an_update_at_its_kl(tmp_path):
     scratch = _example("ppo_from_scratch")
     args = scratch.parse([])
-    assert (args.learning_rate, args.target_kl) == (3e-4, 0.02)
+    assert (args.learning_rate, args.n_epochs, args.target_kl) == (6e-4, 2, 0.02)
     model = scratch.make_model(args)
+    assert model.n_epochs == 2
     # SB3's progress runs from 1 (start) to 0 (end of the budget).
-    assert model.lr_schedule(1.0) == pytest.approx(3e-4) and model.lr_schedule(0.0) == 0.0
-    assert model.lr_schedule(0.25) == pytest.approx(0.75e-4) and model.target_kl == 0.02
+    assert model.lr_schedule(1.0) == pytest.approx(6e-4) and model.lr_schedule(0.0) == 0.0
+    assert model.lr_schedule(0.25) == pytest.approx(1.5e-4) and model.target_kl == 0.02
     small = ["--n-envs", "1", "--n-steps", "64", "--batch-size", "16", "--horizon", "64"]
     # A step size 3,000x the default moves the policy far past the KL limit in one minibatch.
     wild = scratch.make_model(scratch.parse([*small, "--learning-rate", "1.0"]))
