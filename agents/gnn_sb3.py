@@ -97,6 +97,9 @@ class MaskedDiagGaussian(DiagGaussianDistribution):
     noise that PPO would otherwise credit: summed over all ``D`` scores, one
     log-probability moved from -1,425 to -25,508 when only masked candidates' actions
     changed. Here those dimensions count for nothing and are sampled at their mean.
+
+    The policies' rollouts write this arithmetic out (``_MaskedGraphPolicy._act``): a
+    change here must be made there too.
     """
 
     def __init__(self, action_dim: int) -> None:
@@ -286,7 +289,9 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         """The action distribution and the critic's latent for a batch of observations."""
         latent_pi, latent_vf = self.mlp_extractor(self.extract_features(obs))
         mask = obs["action_mask"].reshape(latent_pi.shape)
-        distribution = cast(MaskedDiagGaussian, self.action_dist)
+        # A distribution of its own per call (SB3 reuses ``self.action_dist``): the policy
+        # then holds no tensor of a training step's graph, so it deep-copies at any time.
+        distribution = MaskedDiagGaussian(cast(MaskedDiagGaussian, self.action_dist).action_dim)
         return distribution.proba_masked(latent_pi, self.score_log_std(), mask), latent_vf
 
     def forward(
@@ -307,7 +312,8 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         generator and the same values bit for bit, ``tests/test_sb3_policy.py``), with the
         scale's square and log taken once per score (``(D,)``) rather than per batch row,
         and no distribution object. A rollout step of 8 graphs is bound by the number of
-        operations, not by their size."""
+        operations, not by their size. A change to :class:`MaskedDiagGaussian`'s sampling
+        or log-probability must be made here too (the test compares the two)."""
         latent_pi, latent_vf = self.mlp_extractor(self.extract_features(obs))
         mean, scale = latent_pi, self.score_log_std().exp()
         mask = obs["action_mask"].reshape(mean.shape).to(mean.dtype)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import gymnasium as gym
@@ -264,25 +265,40 @@ def test_graph_policy__rollout_forward_equals_the_distributions_bit_for_bit(cls)
     with torch.no_grad():
         policy.log_std.add_(torch.linspace(-0.5, 0.5, policy.log_std.numel()))
     obs, mask = _masked_batch(env)
-    batch = {key: np.stack([value, value]) for key, value in obs.items()}
-    tensors, _ = policy.obs_to_tensor(batch)
-    for deterministic in (False, True):
-        torch.manual_seed(7)
-        with torch.no_grad():
-            actions, values, logp = policy(tensors, deterministic)
-        torch.manual_seed(7)
-        with torch.no_grad():
-            distribution, latent = policy._masked(tensors)
-            expected = distribution.get_actions(deterministic=deterministic)
-            assert torch.equal(actions, expected)
-            assert torch.equal(values, policy.value_net(latent))
-            assert torch.equal(logp, distribution.log_prob(expected))
-        active = torch.as_tensor(mask)
-        assert torch.equal(actions[:, ~active], distribution.distribution.mean[:, ~active])
-        assert deterministic or not torch.equal(actions[0], actions[1])  # two draws
-    # With autograd (PPO's updates) it is the distribution's path, gradients and all.
+    later, _ = _masked_batch(env, steps=25)
+    rows = [obs, obs, later]  # two equal rows (two draws), one other
+    batch = {key: np.stack([row[key] for row in rows]) for key in obs}
+    as_buffer = {key: value.astype(np.float32) for key, value in batch.items()}  # SB3's buffer
+    single = {key: value[2:] for key, value in batch.items()}
+    for given in (batch, as_buffer, single):
+        tensors, _ = policy.obs_to_tensor(given)
+        for deterministic in (False, True):
+            torch.manual_seed(7)
+            with torch.no_grad():
+                actions, values, logp = policy(tensors, deterministic)
+            after = torch.rand(1)  # the global generator moved as the distribution moves it
+            torch.manual_seed(7)
+            with torch.no_grad():
+                distribution, latent = policy._masked(tensors)
+                expected = distribution.get_actions(deterministic=deterministic)
+                assert torch.equal(actions, expected)
+                assert torch.equal(values, policy.value_net(latent))
+                assert torch.equal(logp, distribution.log_prob(expected))
+            assert torch.equal(after, torch.rand(1))
+            if len(actions) == 3:
+                active = torch.as_tensor(mask)
+                means = distribution.distribution.mean
+                assert torch.equal(actions[:2, ~active], means[:2, ~active])
+                assert deterministic or not torch.equal(actions[0], actions[1])  # two draws
+    # With autograd (PPO's updates) it is the distribution's path, gradients and all; the
+    # policy keeps no tensor of that graph, so it deep-copies after a training step.
     actions, values, logp = policy(tensors)
     assert logp.requires_grad and values.requires_grad
+    values, logp, entropy = policy.evaluate_actions(tensors, actions.detach())
+    (values.sum() + logp.sum() + entropy.sum()).backward()
+    with torch.no_grad():
+        policy(tensors)  # the next rollout step
+    copy.deepcopy(policy)
 
 
 def test_env__masked_candidates_scores_do_not_change_the_control():
