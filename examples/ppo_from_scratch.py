@@ -27,7 +27,7 @@ knob is in ``Args``:
    benchmark's grid verdict), loads walked upward from 0.3 in steps of 0.05, each policy
    stopped at its first load that grows.
 
-    python examples/ppo_from_scratch.py --seed 0 --json s0.json  # 14 min training, then the verdict
+    python examples/ppo_from_scratch.py --seed 0 --json s0.json  # 11 min training, then the verdict
     python examples/ppo_from_scratch.py --checkpoint s0.best.zip --json e0.json  # eval only
     python examples/ppo_from_scratch.py --checkpoint s0.best.zip s0.zip --untrained --seed 0 \
         --eval-policies --json e0.json  # both checkpoints and the seed's untrained policy
