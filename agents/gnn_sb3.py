@@ -291,7 +291,7 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
         mask = obs["action_mask"].reshape(latent_pi.shape)
         # A distribution of its own per call (SB3 reuses ``self.action_dist``): the policy
         # then holds no tensor of a training step's graph, so it deep-copies at any time.
-        distribution = MaskedDiagGaussian(cast(MaskedDiagGaussian, self.action_dist).action_dim)
+        distribution = MaskedDiagGaussian(latent_pi.shape[-1])
         return distribution.proba_masked(latent_pi, self.score_log_std(), mask), latent_vf
 
     def forward(

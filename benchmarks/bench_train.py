@@ -42,7 +42,12 @@ DOCUMENTED_EPOCHS = 2
 
 
 def ppo_steps_per_s(
-    device: str, steps: int, n_envs: int, vec: str, update_threads: int = 0, n_epochs: int = 2
+    device: str,
+    steps: int,
+    n_envs: int,
+    vec: str,
+    update_threads: int = 0,
+    n_epochs: int = DOCUMENTED_EPOCHS,
 ) -> tuple[float, str]:
     """The documented PPO path's env steps per second (rollouts and updates), and which
     vector env stepped it (and with how many threads its updates ran)."""
