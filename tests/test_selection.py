@@ -26,6 +26,26 @@ def test_the_pick_is_the_most_wins_then_the_lower_delay():
     assert selection.pick(rows)["checkpoint"] == "c"  # d ties c: the first given
 
 
+def test_the_any_network_pick_is_the_lowest_worst_delay_then_the_geomean():
+    rows = [
+        {"checkpoint": "a", "wins": 5, "worst_delay": 1.12, "delay_geomean": 0.40},
+        {"checkpoint": "b", "wins": 0, "worst_delay": 1.04, "delay_geomean": 0.70},
+        {"checkpoint": "c", "wins": 0, "worst_delay": 1.04, "delay_geomean": 0.60},
+        {"checkpoint": "d", "wins": 9, "worst_delay": float("inf"), "delay_geomean": 0.1},
+    ]
+    assert selection.pick(rows, "worst")["checkpoint"] == "c"
+    assert selection.pick(rows)["checkpoint"] == "d"  # the Pareto rule reads wins alone
+
+
+def test_a_growing_backlog_costs_infinity_where_the_reference_is_stable():
+    theirs = [_run(s, 100.0, 1.0) for s in range(3)]
+    growing = [_run(s, 50.0, 0.9) for s in range(3)]
+    for run in growing:
+        run.update(growth=0.5, backlog_trace=[10.0 + 2.0 * t for t in range(40)])
+    assert selection._compared(growing, theirs)["cost"] == float("inf")
+    assert selection._compared(theirs, growing)["cost"] == 2.0  # the reference grows: a ratio
+
+
 def _run(seed, delay, penalty, backlog=10.0):
     return {
         "seed": seed,
@@ -84,6 +104,12 @@ def test_a_pareto_win_needs_both_policies_stable():
         (["--seeds", "-1"], "seeds must be"),
         (["--horizon", "99999999999"], "horizon"),
         (["--out", "RESULTS_FLEET"], "holds fleet replays"),
+        (
+            ["--networks", "moe@0.85"],
+            r"--networks 'moe@0.85': moe: moe is a held-out .*; validate on another network",
+        ),
+        (["--networks", "rag@0.9", "rag@0.9"], "--networks repeats a network"),
+        (["--networks", "rag"], r"--networks 'rag' must read WORKLOAD@LOAD"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path, monkeypatch):
@@ -133,6 +159,38 @@ def test_select_compares_each_checkpoint_with_frame_mabp_and_copies_the_pick(tmp
     printed = capsys.readouterr().out
     assert f"Chosen: {chosen}" in printed
     assert json.loads(printed.strip().splitlines()[-1])["chosen"] == chosen
+
+
+def test_select_for_any_network_runs_mabp_on_the_networks_and_picks_by_the_worst(tmp_path):
+    zero, tilted = tmp_path / "zero.pt", tmp_path / "tilted.pt"
+    save(zero, np.zeros(len(FEATURES)), None)  # over MABP: executes MABP's own controls
+    weights = np.zeros(len(FEATURES))
+    weights[FEATURES.index("route.dst_compatible_memory")] = 5.0
+    save(tilted, weights, None)
+    networks = ["rag@0.9", "multihop@0.3,nodes=20"]
+    args = selection.parse(
+        ["--policy", "residual-mabp-any", "--checkpoints", str(tilted), str(zero)]
+        + ["--networks", *networks, "--seeds", "100", "101", "--horizon", "300"]
+    )
+    assert (
+        selection.parse(["--policy", "residual-mabp-any", "--checkpoints", str(zero)]).networks
+        == []
+    )
+    assert [
+        t.name
+        for t in selection.tasks(
+            selection.parse(["--policy", "residual-mabp-any", "--checkpoints", str(zero)])
+        )
+    ] == list(selection.ANY_VALIDATION)
+    result = selection.train(args)
+    assert result["reference"] == "mabp" and result["rule"] == "worst"
+    rows = {row["checkpoint"]: row for row in result["checkpoints"]}
+    assert [t["task"] for t in rows[str(zero)]["tasks"]] == networks
+    assert rows[str(zero)]["worst_delay"] == 1.0  # MABP against itself, run for run
+    tilted_row = rows[str(tilted)]
+    assert tilted_row["worst_delay"] == max(t["delay_ratio"] for t in tilted_row["tasks"])
+    assert result["chosen"] == selection.pick(result["checkpoints"], "worst")["checkpoint"]
+    assert result["env_steps"] == 2 * 3 * 2 * 300
 
 
 def test_the_cli_runs_select_and_refuses_evaluation_seeds_in_one_line(run_cli):

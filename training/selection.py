@@ -1,12 +1,22 @@
 """Choose among checkpoints of one recipe (one per training seed) on validation seeds.
 
 ``mabp-gym train select --checkpoints A B C`` runs ``--policy`` with each checkpoint, and
-frame-MABP, on the benchmark's main-track tasks at ``--seeds`` (100-109 unless given; the
-published evaluation seeds 9000-9999 are refused), compares each checkpoint with frame-MABP
-paired by seed (:mod:`mabp_gym.harness.pareto`) and picks the one with the most Pareto
-wins, ties broken by the lower geometric mean of the delay ratios. ``--copy-to PATH``
-writes the pick there. The training objective alone is a noisy choice: it is the geometric
-mean of six networks' delay ratios on two training seeds of 3,000 slots each.
+its reference, on validation networks at ``--seeds`` (100-109 unless given; the published
+evaluation seeds 9000-9999 are refused), compares each checkpoint with the reference paired
+by seed, and picks one by the rule of what the policy is for:
+
+* ``residual-frame-mabp`` (a scheduler that beats frame-MABP): frame-MABP on the
+  benchmark's main-track tasks, the most Pareto wins (:mod:`mabp_gym.harness.pareto`),
+  ties broken by the lower geometric mean of the delay ratios;
+* ``residual-mabp-any`` (one checkpoint for every network, within 1.1x MABP's P95 on
+  networks it never saw): MABP on :data:`ANY_VALIDATION` (the recipe's family and five
+  networks it never trains on, none held out), the lowest **worst** delay ratio over the
+  networks, a network where the checkpoint's backlog grows and MABP's does not counting as
+  infinite; ties broken by the geometric mean.
+
+``--networks`` replaces the validation networks. ``--copy-to PATH`` writes the pick there.
+The training objective alone is a noisy choice: it is the geometric mean of six networks'
+delay ratios on two training seeds of 3,000 slots each.
 """
 
 from __future__ import annotations
@@ -17,12 +27,31 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mabp_gym.core.metrics import geometric_mean
+from mabp_gym.core.metrics import geometric_mean, growth_verdict
 from mabp_gym.harness import bench
-from mabp_gym.harness.pareto import REFERENCE, compare
+from mabp_gym.harness.pareto import compare
 from mabp_gym.training.arguments import parse_into
 
 VALIDATION_SEEDS = list(range(100, 110))
+ANY_VALIDATION = (
+    # residual-mabp-any's training family (docs/learning.md) ...
+    "mixed@0.9",
+    "rag@0.9",
+    "agentic@0.9",
+    "multihop@0.5",
+    "multihop@0.3,nodes=20",
+    "mixed@0.8,beta=0.125",
+    # ... and networks it never trains on: a size between the family's and the held-out
+    # one's, and packet networks without memory near their bound (two classes, a hub each).
+    "multihop@0.3,nodes=40",
+    "multihop@0.9,nodes=14,memory=0,servers=2,dedicated=1,seed=2",
+    "multihop@0.95,nodes=14,memory=0,servers=2,dedicated=1,seed=2",
+    "multihop@0.9,nodes=20,memory=0,servers=2,dedicated=1,seed=3",
+    "multihop@0.95,nodes=20,memory=0,servers=2,dedicated=1,seed=3",
+)
+"""The validation networks of ``residual-mabp-any`` (``WORKLOAD@LOAD[,key=value]``)."""
+REFERENCES = {"residual-frame-mabp": "frame-mabp", "residual-mabp-any": "mabp"}
+"""Each policy's reference: the policy its checkpoints are compared with."""
 
 
 @dataclasses.dataclass
@@ -31,6 +60,9 @@ class SelectArgs:
     """the checkpoint files to choose among (one per training seed)"""
     policy: str = "residual-frame-mabp"
     """the learned policy the checkpoints are for (one whose checkpoint runs on any network)"""
+    networks: list[str] = dataclasses.field(default_factory=list)
+    """validation networks as WORKLOAD@LOAD[,key=value...] (default: the main-track tasks
+    for residual-frame-mabp, ANY_VALIDATION for residual-mabp-any); no held-out network"""
     seeds: list[int] = dataclasses.field(default_factory=lambda: list(VALIDATION_SEEDS))
     """validation seeds (never the benchmark's evaluation seeds, 9000-9999)"""
     horizon: int = bench.HORIZON
@@ -59,6 +91,7 @@ def validate(args: SelectArgs) -> None:
             f"--policy must be one of {', '.join(bench.ANY_NETWORK)}, got {args.policy!r}"
         )
     _check_checkpoints(args)
+    tasks(args)  # each --networks member parsed, a held-out one refused
     if not args.seeds or len(set(args.seeds)) < len(args.seeds):
         raise ValueError("--seeds needs at least one seed, each given once")
     published = [s for s in args.seeds if s in bench.EVALUATION_SEEDS]
@@ -76,7 +109,27 @@ def validate(args: SelectArgs) -> None:
     _check_outputs(args)
     from mabp_gym.harness.runs import plan
 
-    plan([REFERENCE], "mixed", [0.5], args.seeds, horizon=args.horizon)  # their checks
+    plan(["mabp"], "mixed", [0.5], args.seeds, horizon=args.horizon)  # their checks
+
+
+def tasks(args: SelectArgs) -> tuple[bench.Task, ...]:
+    """The validation networks: ``--networks``, else the policy's own set."""
+    from mabp_gym.training.residual_mabp import parse_member
+
+    if not args.networks and args.policy == "residual-frame-mabp":
+        return bench.MAIN_TASKS
+    chosen = args.networks or list(ANY_VALIDATION)
+    if len(set(chosen)) < len(chosen):
+        raise ValueError("--networks repeats a network: give each once")
+    found = []
+    for text in chosen:
+        try:
+            name, overrides, load = parse_member(text)
+        except ValueError as error:
+            text = str(error).replace("--family member", "--networks")
+            raise ValueError(text.replace("train on another", "validate on another")) from None
+        found.append(bench.Task(text, name, load, overrides))
+    return tuple(found)
 
 
 def _check_outputs(args: SelectArgs) -> None:
@@ -148,11 +201,11 @@ def train(args: SelectArgs) -> dict[str, Any]:
     from mabp_gym.harness.evaluation import execute
     from mabp_gym.harness.runs import plan
 
-    tasks = bench.MAIN_TASKS
+    reference, networks = REFERENCES[args.policy], tasks(args)
     runs: dict[tuple[str, str], list[Any]] = {}
-    for task in tasks:
+    for task in networks:
         common: dict[str, Any] = dict(horizon=args.horizon, workload_overrides=dict(task.overrides))
-        runs[(task.name, "")] = plan([REFERENCE], task.workload, [task.load], args.seeds, **common)
+        runs[(task.name, "")] = plan([reference], task.workload, [task.load], args.seeds, **common)
         for path in args.checkpoints:
             runs[(task.name, path)] = plan(
                 [args.policy],
@@ -168,23 +221,28 @@ def train(args: SelectArgs) -> dict[str, Any]:
     rows = []
     for path in args.checkpoints:
         tasks_rows = []
-        for task in tasks:
+        for task in networks:
             ours = [done[spec.key] for spec in runs[(task.name, path)]]
             theirs = [done[spec.key] for spec in runs[(task.name, "")]]
-            tasks_rows.append({"task": task.name, **compare(ours, theirs)})
+            tasks_rows.append({"task": task.name, **_compared(ours, theirs)})
+        delays = [r["delay_ratio"] for r in tasks_rows]
         rows.append(
             {
                 "checkpoint": path,
                 "wins": sum(r["pareto_win"] for r in tasks_rows),
-                "delay_geomean": geometric_mean([r["delay_ratio"] for r in tasks_rows]),
+                "worst_delay": max(r["cost"] for r in tasks_rows),
+                "delay_geomean": geometric_mean(delays),
                 "tasks": tasks_rows,
             }
         )
-    chosen = pick(rows)
+    rule = "worst" if args.policy == "residual-mabp-any" else "pareto"
+    chosen = pick(rows, rule)
     if args.copy_to is not None:
         shutil.copyfile(chosen["checkpoint"], args.copy_to)
     return {
         "policy": args.policy,
+        "reference": reference,
+        "rule": rule,
         "seeds": args.seeds,
         "horizon": args.horizon,
         "env_steps": sum(spec.horizon for spec in specs),
@@ -194,30 +252,49 @@ def train(args: SelectArgs) -> dict[str, Any]:
     }
 
 
-def pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The row with the most Pareto wins; among equals the lower geometric mean of the
-    delay ratios, then the first given."""
+def _compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`~mabp_gym.harness.pareto.compare`'s row, with ``cost``: the delay ratio, or
+    infinity where the checkpoint's backlog grows and the reference's does not."""
+    row = compare(ours, theirs)
+    grows = not growth_verdict(ours)["stable"] and growth_verdict(theirs)["stable"]
+    return {**row, "cost": float("inf") if grows else row["delay_ratio"]}
+
+
+def pick(rows: list[dict[str, Any]], rule: str = "pareto") -> dict[str, Any]:
+    """The row with the most Pareto wins (``rule="pareto"``) or the lowest worst cost over
+    the networks (``"worst"``); among equals the lower geometric mean of the delay
+    ratios, then the first given."""
+    if rule == "worst":
+        return min(rows, key=lambda row: (row["worst_delay"], row["delay_geomean"]))
     return min(rows, key=lambda row: (-row["wins"], row["delay_geomean"]))
 
 
 def report(result: dict[str, Any]) -> None:
-    print(f"{result['policy']} against {REFERENCE} on seeds {result['seeds']}:\n")
+    reference, worst = result["reference"], result["rule"] == "worst"
+    print(f"{result['policy']} against {reference} on seeds {result['seeds']}:\n")
     names = [row["task"] for row in result["checkpoints"][0]["tasks"]]
-    print("| Checkpoint | " + " | ".join(names) + " | Pareto wins | Delay (geo-mean) |")
+    rule = "Worst delay" if worst else "Pareto wins"
+    print("| Checkpoint | " + " | ".join(names) + f" | {rule} | Delay (geo-mean) |")
     print("| --- " * (len(names) + 3) + "|")
     for row in result["checkpoints"]:
-        cells = [
-            f"{t['delay_ratio']:.2f} / {t['penalty_ratio']:.3f}{' win' if t['pareto_win'] else ''}"
-            for t in row["tasks"]
-        ]
+        cells = [_cell(t, worst) for t in row["tasks"]]
+        score = f"{row['worst_delay']:.2f}" if worst else str(row["wins"])
         print(
             f"| {row['checkpoint']} | "
             + " | ".join(cells)
-            + f" | {row['wins']} | {row['delay_geomean']:.3f} |"
+            + f" | {score} | {row['delay_geomean']:.3f} |"
         )
-    print("\nCells: P95 delay ratio / penalty ratio to frame-MABP, paired by seed.")
+    print(f"\nCells: P95 delay ratio / penalty ratio to {reference}, paired by seed.")
     print(
         f"Chosen: {result['chosen']}"
         + (f" (copied to {result['copied_to']})" if result["copied_to"] else "")
     )
     print(json.dumps({k: v for k, v in result.items() if k != "checkpoints"}))
+
+
+def _cell(task: dict[str, Any], worst: bool) -> str:
+    """One network's cell of the report: the two ratios and, by the rule, a win or growth."""
+    mark = " win" if task["pareto_win"] and not worst else ""
+    if worst and task["cost"] == float("inf"):
+        mark = " grows"
+    return f"{task['delay_ratio']:.2f} / {task['penalty_ratio']:.3f}{mark}"
