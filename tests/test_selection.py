@@ -172,16 +172,8 @@ def test_select_for_any_network_runs_mabp_on_the_networks_and_picks_by_the_worst
         ["--policy", "residual-mabp-any", "--checkpoints", str(tilted), str(zero)]
         + ["--networks", *networks, "--seeds", "100", "101", "--horizon", "300"]
     )
-    assert (
-        selection.parse(["--policy", "residual-mabp-any", "--checkpoints", str(zero)]).networks
-        == []
-    )
-    assert [
-        t.name
-        for t in selection.tasks(
-            selection.parse(["--policy", "residual-mabp-any", "--checkpoints", str(zero)])
-        )
-    ] == list(selection.ANY_VALIDATION)
+    with pytest.raises(ValueError, match="--networks: residual-mabp-any has no default"):
+        selection.parse(["--policy", "residual-mabp-any", "--checkpoints", str(zero)])
     result = selection.train(args)
     assert result["reference"] == "mabp" and result["rule"] == "worst"
     rows = {row["checkpoint"]: row for row in result["checkpoints"]}
