@@ -8,7 +8,7 @@ gives the median over repeats and the ratios within each repeat. Prints a table 
 JSON line (``--json PATH`` also writes it). Targets: single env >= 2,000 steps/s;
 default ``make_vec`` x8 at least 0.9x one env; batched x16 at least 3x sync x16; the
 batched env over 2 processes (``make_vec(..., workers=2)``) at least 1.6x one process's
-env steps/s on a 2-core machine (16, 64 and 256 envs, 4x the steps of the other cases).
+env steps/s on a 2-core machine (16, 64, 256 and 1,024 envs, 4x the steps of the other cases).
 
     python benchmarks/bench_env.py --steps 4800 --repeats 5
 """
@@ -67,7 +67,7 @@ CASES = {
         f"make_vec x{n}, {p} process{'es' if p > 1 else ''}": (
             lambda steps, seed, n=n, p=p: vector(4 * steps, seed, n, "vector_entry_point", p)
         )
-        for n in (16, 64, 256)
+        for n in (16, 64, 256, 1024)
         for p in (1, 2)
     },
 }
@@ -77,7 +77,7 @@ RATIOS = {
     "batched x16 / sync x16": ("make_vec x16 (batched)", "sync x16"),
     **{
         f"x{n}: 2 processes / 1": (f"make_vec x{n}, 2 processes", f"make_vec x{n}, 1 process")
-        for n in (16, 64, 256)
+        for n in (16, 64, 256, 1024)
     },
 }
 
