@@ -25,6 +25,7 @@ This is the one prepared script to run on a GPU machine.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -37,8 +38,20 @@ from pathlib import Path
 from _report import emit
 from _trees import import_tree, trees
 
-DOCUMENTED_EPOCHS = 2
-"""PPO's epochs per update in the documented recipe (``examples/ppo_from_scratch.py``)."""
+
+def _documented_epochs() -> int:
+    """PPO's epochs per update in the documented recipe: the default of
+    ``examples/ppo_from_scratch.py`` in this tree, read from the script itself."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "ppo_from_scratch.py"
+    spec = importlib.util.spec_from_file_location("ppo_from_scratch", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return int(module.Args().n_epochs)
+
+
+DOCUMENTED_EPOCHS = _documented_epochs()
 
 
 def ppo_steps_per_s(
