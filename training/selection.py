@@ -100,7 +100,8 @@ def validate(args: SelectArgs) -> None:
 
 
 def tasks(args: SelectArgs) -> tuple[bench.Task, ...]:
-    """The validation networks: ``--networks``, else the policy's own set."""
+    """The validation networks: ``--networks``, else (for ``residual-frame-mabp`` only) the
+    benchmark's main-track tasks."""
     from mabp_gym.training.residual_mabp import parse_member
 
     if not args.networks and args.policy == "residual-frame-mabp":
