@@ -44,6 +44,10 @@ def test_a_growing_backlog_costs_infinity_where_the_reference_is_stable():
         run.update(growth=0.5, backlog_trace=[10.0 + 2.0 * t for t in range(40)])
     assert selection._compared(growing, theirs)["cost"] == float("inf")
     assert selection._compared(theirs, growing)["cost"] == 2.0  # the reference grows: a ratio
+    assert selection._compared(growing, growing)["cost"] == 1.0  # both grow: a ratio too
+    empty = [{**run, "p95_delay_all": None} for run in theirs]
+    with pytest.raises(ValueError, match="has no P95 delay or no penalty to compare with"):
+        selection._compared(growing, empty)
 
 
 def _run(seed, delay, penalty, backlog=10.0):
@@ -108,7 +112,13 @@ def test_a_pareto_win_needs_both_policies_stable():
             ["--networks", "moe@0.85"],
             r"--networks 'moe@0.85': moe: moe is a held-out .*; validate on another network",
         ),
-        (["--networks", "rag@0.9", "rag@0.9"], "--networks repeats a network"),
+        (["--networks", "rag@0.9", "rag@0.90"], r"--networks 'rag@0.90' repeats 'rag@0.9'"),
+        (["--networks", "mixed@0.8,beta=0.125,K=3", "mixed@0.8,K=3.0,beta=0.125"], "repeats"),
+        (["--networks", "rag@0.9,horizon=500"], r"'rag@0.9,horizon=500': horizon is not a"),
+        (["--networks", "rag@0.9,load=0.5"], r"'rag@0.9,load=0.5': load is not a network"),
+        (["--networks", "rag@0"], r"--networks 'rag@0': the load must be above 0"),
+        (["--networks", "rag@0.9", "rag@11"], r"--networks 'rag@11': load must be"),
+        (["--networks", "rag@0.9,bogus=1"], r"--networks 'rag@0.9,bogus=1': unknown parameter"),
         (["--networks", "rag"], r"--networks 'rag' must read WORKLOAD@LOAD"),
     ],
 )

@@ -133,9 +133,20 @@ def parse_member(text: str) -> Member:
         key, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"--family member {text!r}: {item!r} is not key=value ({form})")
+        if key in ("load", "horizon"):
+            raise ValueError(
+                f"--family member {text!r}: {key} is not a network's key=value (the load is "
+                "the number after @, the horizon the run's own)"
+            )
         overrides[key] = _number(value, text)
     member = (name, tuple(sorted(overrides.items())), _number(load, text))
-    check_network(name, f"--family member {text!r}:", **overrides, load=member[2])
+    try:
+        check_network(name, f"--family member {text!r}:", **overrides, load=member[2])
+    except ValueError as error:
+        message = str(error)
+        if not message.startswith("--family member"):
+            message = f"--family member {text!r}: {message}"
+        raise ValueError(message) from None
     return member
 
 

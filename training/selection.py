@@ -112,15 +112,21 @@ def tasks(args: SelectArgs) -> tuple[bench.Task, ...]:
             f"--networks: {args.policy} has no default validation networks; name them as "
             "WORKLOAD@LOAD[,key=value...], e.g. --networks rag@0.9 multihop@0.3,nodes=40"
         )
-    if len(set(chosen)) < len(chosen):
-        raise ValueError("--networks repeats a network: give each once")
-    found = []
+    found, seen = [], {}
     for text in chosen:
         try:
             name, overrides, load = parse_member(text)
         except ValueError as error:
-            text = str(error).replace("--family member", "--networks")
-            raise ValueError(text.replace("train on another", "validate on another")) from None
+            message = str(error).replace("--family member", "--networks")
+            raise ValueError(message.replace("train on another", "validate on another")) from None
+        if not load > 0:
+            raise ValueError(
+                f"--networks {text!r}: the load must be above 0 (no arrivals, no delay)"
+            )
+        same = (name, tuple((key, float(value)) for key, value in overrides), float(load))
+        if same in seen:  # rag@0.9 and rag@0.90, keys in another order, 20 and 20.0
+            raise ValueError(f"--networks {text!r} repeats {seen[same]!r}: give each network once")
+        seen[same] = text
         found.append(bench.Task(text, name, load, overrides))
     return tuple(found)
 
@@ -178,8 +184,8 @@ def _check_checkpoints(args: SelectArgs) -> None:
             ) from None
         if checkpoint_file.load(path, KIND)[1].get("networks") != ANY:  # runs on mixed alone
             raise ValueError(
-                f"--checkpoints {path}: trained for one workload; the choice runs every main "
-                "task, so it takes checkpoints trained on a family of networks "
+                f"--checkpoints {path}: trained for one workload; the choice runs several "
+                "networks, so it takes checkpoints trained on a family of networks "
                 "(`mabp-gym train residual-mabp --family ...`)"
             )
 
@@ -248,6 +254,13 @@ def train(args: SelectArgs) -> dict[str, Any]:
 def _compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
     """:func:`~mabp_gym.harness.pareto.compare`'s row, with ``cost``: the delay ratio, or
     infinity where the checkpoint's backlog grows and the reference's does not."""
+    for record in theirs:
+        if not record["p95_delay_all"] or not record["penalty_per_arrival"]:
+            raise ValueError(
+                f"{record.get('policy')}'s run of {record.get('workload')} at load "
+                f"{record.get('load')} (seed {record['seed']}) has no P95 delay or no penalty "
+                "to compare with: choose networks with arrivals and a penalty"
+            )
     row = compare(ours, theirs)
     grows = not growth_verdict(ours)["stable"] and growth_verdict(theirs)["stable"]
     return {**row, "cost": float("inf") if grows else row["delay_ratio"]}
