@@ -112,7 +112,8 @@ def tasks(args: SelectArgs) -> tuple[bench.Task, ...]:
             f"--networks: {args.policy} has no default validation networks; name them as "
             "WORKLOAD@LOAD[,key=value...], e.g. --networks rag@0.9 multihop@0.3,nodes=40"
         )
-    found, seen = [], {}
+    found: list[bench.Task] = []
+    seen: dict[tuple[Any, ...], str] = {}
     for text in chosen:
         try:
             name, overrides, load = parse_member(text)
