@@ -154,6 +154,15 @@ def test_batched__a_deep_copy_steps_as_the_original_and_apart_from_it(diagnostic
         assert not np.shares_memory(env.sim.state.queue_len, row)
 
 
+def test_workers__a_worker_polls_a_little_past_its_last_short_wait_and_briefly_after_a_long_one():
+    from mabp_gym.envs.worker_vector_env import SPIN_MAX_S, SPIN_S, _spin
+
+    assert _spin(4e-4) == pytest.approx(6e-4)  # steps back to back: poll past the gap
+    assert _spin(1e-5) == SPIN_S  # never shorter than the default
+    assert _spin(SPIN_MAX_S * 0.99) == SPIN_MAX_S  # capped
+    assert _spin(SPIN_MAX_S) == SPIN_S == _spin(1.0)  # a policy between steps: poll briefly
+
+
 def test_workers__a_deep_copy_is_refused_by_name():
     import copy
 
