@@ -163,6 +163,22 @@ def test_workers__a_worker_polls_a_little_past_its_last_short_wait_and_briefly_a
     assert _spin(SPIN_MAX_S) == SPIN_S == _spin(1.0)  # a policy between steps: poll briefly
 
 
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_workers__the_main_process_steps_a_little_fewer_envs_and_every_block_at_least_one(workers):
+    from mabp_gym.envs.worker_vector_env import MAIN_SHARE, _blocks
+
+    for num_envs in [workers, workers + 1, 16, 64, 256, 1000]:
+        blocks = _blocks(num_envs, workers)
+        assert [first for first, _ in blocks] == np.cumsum(
+            [0] + [c for _, c in blocks[:-1]]
+        ).tolist()
+        sizes = [count for _, count in blocks]
+        assert sum(sizes) == num_envs and min(sizes) >= 1 and len(sizes) == workers
+        assert max(sizes[:-1]) - min(sizes[:-1]) <= 1  # the worker processes: even
+        assert sizes[-1] == max(1, int(num_envs / workers * MAIN_SHARE))
+    assert [count for _, count in _blocks(256, 2)] == [136, 120]
+
+
 def test_workers__a_deep_copy_is_refused_by_name():
     import copy
 
