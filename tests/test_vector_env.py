@@ -179,6 +179,33 @@ def test_workers__the_main_process_steps_a_little_fewer_envs_and_every_block_at_
     assert [count for _, count in _blocks(256, 2)] == [136, 120]
 
 
+def test_checked_scores__written_into_out_as_returned_without_it():
+    from mabp_gym.envs.vector_env import checked_scores
+
+    rng = np.random.default_rng(0)
+    resetting = np.array([False, True, False])
+    for actions in (
+        rng.uniform(-1, 1, (3, 5)).astype(np.float32),
+        rng.integers(-3, 3, (3, 5)),
+        rng.uniform(-1, 1, (3, 5)).tolist(),
+    ):
+        expected, flags = checked_scores(actions, resetting, 5)
+        out = np.full((3, 5), 7.0)
+        got, got_flags = checked_scores(actions, resetting, 5, out=out)
+        assert got is out and np.array_equal(out, expected) and not out[1].any()
+        assert np.array_equal(flags, got_flags)
+    bad = rng.uniform(-1, 1, (3, 5))
+    bad[1, 2] = np.nan  # a resetting row may hold anything
+    assert np.isfinite(checked_scores(bad, resetting, 5, out=np.empty((3, 5)))[0]).all()
+    bad[2, 0] = np.inf
+    with pytest.raises(ValueError, match=r"env\(s\) \[2\] got NaN or inf"):
+        checked_scores(bad, resetting, 5, out=np.empty((3, 5)))
+    out = np.zeros((3, 5))
+    with pytest.raises(ValueError, match=r"must have shape \(3, 5\)"):
+        checked_scores(np.ones((3, 4)), resetting, 5, out=out)
+    assert not out.any()  # a batch of the wrong shape is not written
+
+
 def test_workers__a_deep_copy_is_refused_by_name():
     import copy
 

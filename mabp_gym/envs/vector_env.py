@@ -56,30 +56,43 @@ _OUT_ROWS = 64  # rows per env of the served-unit outputs, doubled when a slot n
 
 
 def checked_scores(
-    actions: Any, needs_reset: np.ndarray, num_scores: int
+    actions: Any, needs_reset: np.ndarray, num_scores: int, out: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """A batch of actions as ``(N, D)`` float64 scores, and which envs autoreset this step.
 
     An env that autoresets ignores its row (Gymnasium's next-step autoreset, as
     ``SyncVectorEnv`` does): only the rows of envs that step must be finite, and the
     resetting rows are zeros in the returned array (a copy then: the caller's stays).
+    With ``out`` (float64, ``(N, D)``) the scores are written there and ``out`` returned
+    (one pass instead of a converted copy and a second copy into it); it holds whatever
+    the batch was where the batch is refused.
 
     Raises:
         ValueError: not real numbers, not of shape ``(N, D)``, or NaN / inf in a row that
-            steps; nothing is changed.
+            steps; nothing but ``out`` is changed.
     """
     actions = checked_action(actions, "the action batch")
-    scores = np.asarray(actions, dtype=np.float64)
     expected = (needs_reset.shape[0], num_scores)
-    if scores.shape != expected:
+    if out is None:
+        scores = np.asarray(actions, dtype=np.float64)
+        shape = scores.shape
+    else:
+        shape = np.shape(actions)
+    if shape != expected:
         raise ValueError(
             f"actions must have shape {expected} (one score vector per env), "
             f"got {np.shape(actions)}"
         )
+    if out is not None:
+        scores = out
+        np.copyto(scores, actions)
     resetting = needs_reset.copy()
     bad = ~np.isfinite(scores).all(axis=1) & ~resetting
     if resetting.any():
-        scores = np.where(resetting[:, None], 0.0, scores)
+        if out is None:
+            scores = np.where(resetting[:, None], 0.0, scores)
+        else:
+            scores[resetting] = 0.0
     if bad.any():
         raise ValueError(
             f"actions must be finite; env(s) {np.flatnonzero(bad).tolist()} got NaN or inf"

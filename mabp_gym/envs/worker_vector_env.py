@@ -5,8 +5,9 @@ EnvPool / PufferLib pattern), so that a step uses ``P`` cores.
 ``gymnasium.make_vec(id, num_envs=N, workers=P)`` builds it for every SFMSN id (``workers=1``,
 the default, is the in-process batched env). The envs are cut into ``P`` contiguous blocks:
 ``P - 1`` worker processes step the first ones and this process steps the last (a little
-smaller, :data:`MAIN_SHARE`) while they do. The actions, observations, rewards and truncations travel through shared memory, and
-only the command and the (usually empty) info dict through a pipe. Env ``i`` is seeded
+smaller, :data:`MAIN_SHARE`) while they do. The actions, observations, rewards and
+truncations travel through shared memory, and only the command and the (usually empty)
+info dict through a pipe. Env ``i`` is seeded
 ``seed + i`` and steps exactly as env ``i`` of one batched env, and so as a single env with
 that seed (``tests/test_vector_env.py`` compares them step by step).
 
@@ -419,8 +420,7 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
         self._require_open()
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
-        scores, _ = checked_scores(actions, self._needs_reset, self._num_scores)
-        self._arrays["actions"][:] = scores
+        checked_scores(actions, self._needs_reset, self._num_scores, out=self._arrays["actions"])
         which, dead = self._post("step")
         # This process's block has stepped: its rows are copied out while the workers
         # finish theirs, and only theirs are copied after.
