@@ -26,15 +26,21 @@ def final_eval_seeds(count: int) -> range:
     return range(FINAL_EVAL_SEED, FINAL_EVAL_SEED + count)
 
 
-def check_network(workload: str, option: str = "--workload", **overrides: Any) -> None:
+def check_network(
+    workload: str,
+    option: str = "--workload",
+    *,
+    instead: str = "train on another network",
+    **overrides: Any,
+) -> None:
     """Refuse a workload that is not one (``make_workload``'s error) or that the
     benchmark's generalisation track holds out (its networks are never trained on);
-    ``option`` names what gave it."""
+    ``option`` names what gave it, ``instead`` what to do about a held-out one."""
     from mabp_gym.core.held_out import held_out_reason
 
     reason = held_out_reason(make_workload(workload, **overrides))
     if reason is not None:
-        raise ValueError(f"{option} {workload}: {reason}; train on another network")
+        raise ValueError(f"{option} {workload}: {reason}; {instead}")
 
 
 def check_held_out(seed: Any, training: set[int], held_out: dict[str, Any], hint: str) -> None:

@@ -116,48 +116,52 @@ Member = tuple[str, tuple[tuple[str, Any], ...], float]
 """A network of the objective: workload name, overrides, load."""
 
 
-def parse_member(text: str) -> Member:
+def parse_member(
+    text: str, option: str = "--family member", instead: str = "train on another network"
+) -> Member:
     """``WORKLOAD@LOAD[,key=value...]`` as a :data:`Member`, the workload built once to
-    check it (values are numbers).
+    check it (values are numbers). ``option`` names the text in an error, ``instead``
+    says what to do about a held-out network.
 
     Raises:
         ValueError: the text is not of that form, or the workload refuses it.
     """
+    named = f"{option} {text!r}"
     head, _, rest = text.partition(",")
     name, at, load = head.partition("@")
     form = "WORKLOAD@LOAD[,key=value...], e.g. multihop@0.3,nodes=20"
     if not at or not name:
-        raise ValueError(f"--family member {text!r} must read {form}")
+        raise ValueError(f"{named} must read {form}")
     overrides: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq:
-            raise ValueError(f"--family member {text!r}: {item!r} is not key=value ({form})")
+            raise ValueError(f"{named}: {item!r} is not key=value ({form})")
         if key in ("load", "horizon"):
             raise ValueError(
-                f"--family member {text!r}: {key} is not a network's key=value (the load is "
-                "the number after @, the horizon the run's own)"
+                f"{named}: {key} is not a network's key=value (the load is the number after "
+                "@, the horizon the run's own)"
             )
-        overrides[key] = _number(value, text)
-    member = (name, tuple(sorted(overrides.items())), _number(load, text))
+        overrides[key] = _number(value, named)
+    member = (name, tuple(sorted(overrides.items())), _number(load, named))
     try:
-        check_network(name, f"--family member {text!r}:", **overrides, load=member[2])
+        check_network(name, f"{named}:", instead=instead, **overrides, load=member[2])
     except ValueError as error:
         message = str(error)
-        if not message.startswith("--family member"):
-            message = f"--family member {text!r}: {message}"
+        if not message.startswith(named):  # the workload's own error
+            message = f"{named}: {message}"
         raise ValueError(message) from None
     return member
 
 
-def _number(text: str, member: str) -> Any:
+def _number(text: str, named: str) -> Any:
     try:
         return int(text)
     except ValueError:
         try:
             return float(text)
         except ValueError:
-            raise ValueError(f"--family member {member!r}: {text!r} is not a number") from None
+            raise ValueError(f"{named}: {text!r} is not a number") from None
 
 
 def members(args: ResidualArgs) -> list[Member]:

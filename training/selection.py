@@ -115,11 +115,7 @@ def tasks(args: SelectArgs) -> tuple[bench.Task, ...]:
     found: list[bench.Task] = []
     seen: dict[tuple[Any, ...], str] = {}
     for text in chosen:
-        try:
-            name, overrides, load = parse_member(text)
-        except ValueError as error:
-            message = str(error).replace("--family member", "--networks")
-            raise ValueError(message.replace("train on another", "validate on another")) from None
+        name, overrides, load = parse_member(text, "--networks", "validate on another network")
         if not load > 0:
             raise ValueError(
                 f"--networks {text!r}: the load must be above 0 (no arrivals, no delay)"
