@@ -73,17 +73,14 @@ def checked_scores(
     """
     actions = checked_action(actions, "the action batch")
     expected = (needs_reset.shape[0], num_scores)
-    if out is None:
-        scores = np.asarray(actions, dtype=np.float64)
-        shape = scores.shape
-    else:
-        shape = np.shape(actions)
-    if shape != expected:
+    if np.shape(actions) != expected:
         raise ValueError(
             f"actions must have shape {expected} (one score vector per env), "
             f"got {np.shape(actions)}"
         )
-    if out is not None:
+    if out is None:
+        scores = np.asarray(actions, dtype=np.float64)
+    else:
         scores = out
         np.copyto(scores, actions)
     resetting = needs_reset.copy()
