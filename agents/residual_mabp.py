@@ -17,6 +17,13 @@ Every weight is per feature and candidate kind, shared by all candidates of ever
 so the same weights run on any network. A checkpoint trained on a family of networks
 (``--family``) records no workload and loads on any one: ``residual-mabp-any`` runs the
 shipped one (``residual_mabp_any.pt``), zero-shot on networks it never saw.
+
+The correction acts only on a network that holds memory (:func:`holds_memory`). On one
+without (no node with a budget, or no object kind), the policy is its base, slot for
+slot: its features are about objects, the learned queue terms among them were tuned on
+networks where memory is what they trade against, and on the one memoryless network tried
+they ranged from 0.6 to 3.3 times MABP's P95 delay with the training seed
+(``docs/learning.md``). MABP's own rule is what the theory backs there.
 """
 
 from __future__ import annotations
@@ -73,6 +80,8 @@ class ResidualMABP(Policy):
     ) -> None:
         super().__init__(workload, nu=nu, memory=memory)
         self.weights = check_weights(weights)
+        self.acting = holds_memory(workload)
+        """Whether the correction acts here (:func:`holds_memory`); else this is MABP."""
         self.mabp = MABP(workload, nu=nu, memory=memory, **mabp_kw)
 
     @classmethod
@@ -101,7 +110,8 @@ class ResidualMABP(Policy):
 
     def _fill(self, obs: dict[str, np.ndarray], queues: np.ndarray, out: np.ndarray) -> None:
         out[:] = self.mabp.scores(obs)
-        correct(self.weights, obs, self.slices, out, live_only=False)
+        if self.acting:
+            correct(self.weights, obs, self.slices, out, live_only=False)
 
 
 class ResidualFrameMABP(FrameMABP):
@@ -117,6 +127,7 @@ class ResidualFrameMABP(FrameMABP):
     def __init__(self, workload: Workload, *, weights: Any = None, **kw: Any) -> None:
         super().__init__(workload, **kw)
         self.weights = check_weights(weights)
+        self.acting = holds_memory(workload)
 
     @classmethod
     def from_checkpoint(
@@ -133,7 +144,8 @@ class ResidualFrameMABP(FrameMABP):
 
     def _fill(self, obs: dict[str, np.ndarray], queues: np.ndarray, out: np.ndarray) -> None:
         super()._fill(obs, queues, out)
-        correct(self.weights, obs, self.slices, out, live_only=True)
+        if self.acting:
+            correct(self.weights, obs, self.slices, out, live_only=True)
 
 
 BASES = {"mabp": ResidualMABP, "frame-mabp": ResidualFrameMABP}
@@ -175,6 +187,12 @@ def _built(
             "trained on a family of networks (`mabp-gym train residual-mabp --family ...`)"
         )
     return cls(workload, weights=weights, **kw)
+
+
+def holds_memory(workload: Workload) -> bool:
+    """Whether the network can hold an object anywhere: some node has a budget and there
+    is an object kind. The correction acts only on such a network."""
+    return bool(workload.signatures) and any(node.budget > 0 for node in workload.nodes)
 
 
 def correct(

@@ -196,6 +196,7 @@ def test_the_generalisation_track_is_listed_with_its_rule_and_held_out_of_traini
     text = bench.list_text()
     main, held = text.split("Generalisation track")
     assert "mixed-0.90" in main and "moe-0.85" in held and "file-multihop14-0.90" in held
+    assert "file-codeassist-0.80" in held and "codeassist" not in main
     assert "Rule: training never sees" in held and "9000-9999" in held
     for name, overrides in (
         ("moe", {}),
@@ -203,6 +204,7 @@ def test_the_generalisation_track_is_listed_with_its_rule_and_held_out_of_traini
         ("multihop", {"nodes": 100}),
         ("multihop", {"nodes": 300, "seed": 4}),
         (bench.EXAMPLE_FILE, {"load": 0.3}),
+        (bench.CODEASSIST_FILE, {"load": 0.5, "horizon": 300}),
     ):
         assert held_out_reason(make_workload(name, **overrides)) is not None, name
     for name, overrides in (("mixed", {}), ("multihop", {"nodes": 99}), ("rag", {"Z": 4})):

@@ -161,9 +161,10 @@ def test_a_family_checkpoint_runs_on_every_network_and_a_single_one_does_not(tmp
 def test_the_shipped_family_checkpoint_loads_on_a_held_out_network():
     from mabp_gym.harness.bench import EXAMPLE_FILE
 
-    for workload in (make_workload("moe"), make_workload(EXAMPLE_FILE)):
+    for workload, acting in ((make_workload("moe"), True), (make_workload(EXAMPLE_FILE), False)):
         policy = make_policy("residual-mabp-any", workload)
         assert policy.weights.shape == (len(FEATURES),) and policy.weights.any()
+        assert policy.acting == acting  # the file's network holds no memory: MABP there
     _, meta = load(_shipped("residual_mabp_any.pt"), make_workload("moe"))
     assert meta["networks"] == "any" and meta["family"] and meta["env_steps"] > 0
 
@@ -222,10 +223,15 @@ def test_family_training_saves_one_checkpoint_for_every_network(tmp_path):
 def test_every_trainer_refuses_the_held_out_networks(tmp_path, learner_name):
     import importlib
 
+    from mabp_gym.core.held_out import CODEASSIST_FILE
     from mabp_gym.harness.bench import EXAMPLE_FILE
 
     learner = importlib.import_module(f"mabp_gym.training.{learner_name}")
-    for workload, message in (("moe", "held-out network"), (EXAMPLE_FILE, "example file")):
+    for workload, message in (
+        ("moe", "held-out network"),
+        (EXAMPLE_FILE, "example file multihop14.json"),
+        (CODEASSIST_FILE, "example file codeassist.json"),
+    ):
         with pytest.raises(ValueError, match=message):
             learner.parse(["--workload", workload, "--out", str(tmp_path)])
 
@@ -458,3 +464,50 @@ def test_init_starts_the_search_at_a_checkpoint_of_the_same_base(tmp_path):
         learner.parse([*common, "--init", str(tmp_path / "none.pt")])
     with pytest.raises(ValueError, match="learned over frame-mabp; this policy corrects mabp"):
         learner.parse([*common[:-2], "--init", str(path)])
+
+
+def trajectory(policy, workload, seed: int, slots: int):
+    """What each slot did (routed, served, backlog, delays): equal runs from one seed."""
+    from mabp_gym.rollout import episode
+
+    sim = Simulator(workload, check_invariants=True)
+    sim.reset(seed)
+    policy.reset(seed)
+    return [
+        (s.outcome.routed, s.outcome.served, s.outcome.backlog, s.outcome.delays)
+        for s in episode(sim, policy, slots)
+    ]
+
+
+@pytest.mark.parametrize(
+    "policy, base", [("residual-mabp", "mabp"), ("residual-frame-mabp", "frame-mabp")]
+)
+def test_on_a_network_without_memory_the_correction_is_off_and_the_policy_is_its_base(policy, base):
+    from mabp_gym.agents.residual_mabp import holds_memory
+
+    # A route-queue weight that does change a memoryless network's run when it acts.
+    weights = np.eye(len(FEATURES))[FEATURES.index("route.log_queue")] * -20
+    memoryless = make_workload("multihop", nodes=12, memory=0, load=0.9)
+    assert not holds_memory(memoryless) and holds_memory(make_workload("multihop", nodes=12))
+    corrected = make_policy(policy, memoryless, weights=weights)
+    assert not corrected.acting
+    base_run = trajectory(make_policy(base, memoryless), memoryless, 5, 200)
+    assert trajectory(corrected, memoryless, 5, 200) == base_run
+    corrected.acting = True  # the same weights, forced on: the check above can fail
+    assert trajectory(corrected, memoryless, 5, 200) != base_run
+
+
+def test_training_refuses_a_network_without_memory(tmp_path):
+    from mabp_gym.core.fileformat import save_workload
+    from mabp_gym.training import residual_mabp as learner
+
+    member = "multihop@0.5,memory=0,nodes=12"
+    with pytest.raises(
+        ValueError, match=f"--family member '{member}': the network holds no memory"
+    ):
+        learner.parse(["--family", "mixed@0.9", member, "--out", str(tmp_path)])
+    path = tmp_path / "relay.json"
+    save_workload(make_workload("multihop", nodes=12, memory=0), path)
+    with pytest.raises(ValueError, match="--workload .*relay.json: .*nothing to train"):
+        learner.parse(["--workload", str(path), "--out", str(tmp_path)])
+    learner.parse(["--family", "mixed@0.9", "multihop@0.5,nodes=12", "--out", str(tmp_path)])

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mabp_gym.agents.residual_mabp import ANY, BASES, FEATURES, save
+from mabp_gym.agents.residual_mabp import ANY, BASES, FEATURES, holds_memory, save
 from mabp_gym.agents.residual_mabp import load as load_weights
 from mabp_gym.core.metrics import (
     GROWTH_LIMIT,
@@ -368,7 +368,7 @@ def validate(args: ResidualArgs) -> None:
     """Raise ``ValueError`` naming the first bad argument, before any work starts."""
     check_network(args.workload)
     require_at_least(args, 1, "slots", "rounds", "population", "elite", "workers")
-    members(args)  # each --family member parsed and checked
+    check_memory(args)  # each --family member parsed and checked on the way
     if not 0.0 <= args.delay_floor < 1.0:
         raise ValueError(f"--delay-floor must be in [0, 1), got {args.delay_floor}")
     if not (np.isfinite(args.delay_ceiling) and args.delay_ceiling >= 0.0):
@@ -401,6 +401,23 @@ def validate(args: ResidualArgs) -> None:
         )
     check_loads(args, "loads")
     check_out_dir(args.out)
+
+
+def check_memory(args: ResidualArgs) -> None:
+    """Refuse a network of the objective that holds no memory: the correction does not
+    act there (:func:`mabp_gym.agents.residual_mabp.holds_memory`), so it would only
+    cost runs."""
+    if args.family:
+        named = [(f"--family member {text!r}", parse_member(text)) for text in args.family]
+    else:
+        named = [(f"--workload {args.workload}", (args.workload, (), 0.0))]
+    for where, (name, overrides, _) in named:
+        if not holds_memory(make_workload(name, **dict(overrides))):
+            raise ValueError(
+                f"{where}: the network holds no memory (no node with a budget, or no object "
+                "kind); the correction acts only on a network with memory (elsewhere the "
+                "policy is its base), so there is nothing to train there"
+            )
 
 
 def parse(argv: list[str] | None = None) -> ResidualArgs:

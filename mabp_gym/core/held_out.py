@@ -14,8 +14,15 @@ from mabp_gym.core.fileformat import workload_digest_of
 from mabp_gym.core.workload import Workload
 from mabp_gym.core.workloads import make_workload
 
-EXAMPLE_FILE = str(Path(__file__).resolve().parents[1] / "examples" / "multihop14.json")
-"""The workload file shipped with the package, a held-out network."""
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLE_FILE = str(EXAMPLES / "multihop14.json")
+"""A workload file shipped with the package, a held-out network: a packet network without
+memory."""
+CODEASSIST_FILE = str(EXAMPLES / "codeassist.json")
+"""A workload file shipped with the package, a held-out network: a coding assistant's
+serving network with memory (search, three unequal generators, a test runner that sends
+failing patches back, review)."""
+EXAMPLE_FILES = (EXAMPLE_FILE, CODEASSIST_FILE)
 HELD_OUT_NODES = 100
 """Generated ``multihop`` networks of this many nodes or more are held out."""
 
@@ -23,7 +30,7 @@ HELD_OUT_NODES = 100
 def held_out_reason(workload: Workload) -> str | None:
     """Why training may not use ``workload`` (a network of the generalisation track), or
     ``None`` where it may: every ``moe``, ``multihop`` from :data:`HELD_OUT_NODES` nodes,
-    and the network of :data:`EXAMPLE_FILE` (at any load and horizon)."""
+    and the network of each of :data:`EXAMPLE_FILES` (at any load and horizon)."""
     params = dict(workload.params)
     if workload.name == "moe":
         return "moe is a held-out network of the benchmark's generalisation track"
@@ -33,7 +40,11 @@ def held_out_reason(workload: Workload) -> str | None:
             "benchmark's generalisation track"
         )
     if not params:
-        example = make_workload(EXAMPLE_FILE, horizon=workload.horizon)
-        if workload_digest_of(example) == workload_digest_of(workload):
-            return "the shipped example file is a held-out network of the generalisation track"
+        digest = workload_digest_of(workload)
+        for path in EXAMPLE_FILES:
+            if workload_digest_of(make_workload(path, horizon=workload.horizon)) == digest:
+                return (
+                    f"the shipped example file {Path(path).name} is a held-out network of "
+                    "the generalisation track"
+                )
     return None

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.core.floor import delay_floor
-from mabp_gym.core.held_out import EXAMPLE_FILE, HELD_OUT_NODES
+from mabp_gym.core.held_out import CODEASSIST_FILE, EXAMPLE_FILE, HELD_OUT_NODES
 from mabp_gym.core.metrics import geometric_mean, growth_verdict, pooled
 from mabp_gym.core.workloads import is_workload_file, make_workload
 from mabp_gym.extras import MissingExtraError
@@ -109,12 +109,19 @@ GENERALISATION: tuple[Task, ...] = (
         "file-multihop14-0.90",
         EXAMPLE_FILE,
         0.90,
-        why="the workload file shipped in mabp_gym/examples",
+        why="a workload file shipped in mabp_gym/examples: a packet network without memory",
+        track="held-out",
+    ),
+    Task(
+        "file-codeassist-0.80",
+        CODEASSIST_FILE,
+        0.80,
+        why="a workload file shipped in mabp_gym/examples: a coding assistant with memory",
         track="held-out",
     ),
 )
 """The generalisation track: networks no training may use (every ``moe``, ``multihop``
-from :data:`HELD_OUT_NODES` nodes, the shipped example file). A learned policy's result
+from :data:`HELD_OUT_NODES` nodes, the shipped example files). A learned policy's result
 there is zero-shot."""
 MAIN_TASKS = TASKS
 """The main track: the networks training may use."""
@@ -163,7 +170,7 @@ def list_text() -> str:
             )
     lines.append(
         "Rule: training never sees a generalisation-track network (every moe, multihop from "
-        f"{HELD_OUT_NODES} nodes, the example file; `mabp-gym train` refuses them), and no "
+        f"{HELD_OUT_NODES} nodes, the example files; `mabp-gym train` refuses them), and no "
         f"training, tuning or checkpoint choice uses the evaluation seeds "
         f"{EVALUATION_SEEDS.start}-{EVALUATION_SEEDS.stop - 1}."
     )
