@@ -18,12 +18,13 @@ so the same weights run on any network. A checkpoint trained on a family of netw
 (``--family``) records no workload and loads on any one: ``residual-mabp-any`` runs the
 shipped one (``residual_mabp_any.pt``), zero-shot on networks it never saw.
 
-The correction acts only on a network that holds memory (:func:`holds_memory`). On one
-without (no node with a budget, or no object kind), the policy is its base, slot for
-slot: its features are about objects, the learned queue terms among them were tuned on
-networks where memory is what they trade against, and on the one memoryless network tried
-they ranged from 0.6 to 3.3 times MABP's P95 delay with the training seed
-(``docs/learning.md``). MABP's own rule is what the theory backs there.
+The correction acts only on a network that can hold memory (:func:`holds_memory`) and a
+policy built with ``memory=True``. Elsewhere (no node with room for an object it uses, or
+the no-memory ablation), the policy is its base, slot for slot: its features are about
+objects, the learned queue terms among them were tuned on networks where memory is what
+they trade against, and on the one memoryless network tried they ranged from 0.6 to 3.3
+times MABP's P95 delay with the training seed (``docs/learning.md``). MABP's own rule is
+what the theory backs there.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ class ResidualMABP(Policy):
     ) -> None:
         super().__init__(workload, nu=nu, memory=memory)
         self.weights = check_weights(weights)
-        self.acting = holds_memory(workload)
-        """Whether the correction acts here (:func:`holds_memory`); else this is MABP."""
+        self.acting = self.memory and holds_memory(workload)
+        """Whether the correction acts here (memory on, :func:`holds_memory`); else this
+        is MABP."""
         self.mabp = MABP(workload, nu=nu, memory=memory, **mabp_kw)
 
     @classmethod
@@ -118,8 +120,8 @@ class ResidualFrameMABP(FrameMABP):
     """Frame-MABP plus ``weights . features`` per candidate (``residual-frame-mabp``): the
     same correction as :class:`ResidualMABP`, over frame-MABP's scores, so the frame plan,
     its batching and its sibling caps stay and the weights reorder within them. A service
-    candidate frame-MABP holds back (score -1) stays held back. With every weight 0 the
-    policy is frame-MABP.
+    candidate frame-MABP holds back (score -1) stays held back. With every weight 0, on a
+    network that cannot hold memory, or with ``memory=False``, the policy is frame-MABP.
     """
 
     name = "residual-frame-mabp"
@@ -127,7 +129,7 @@ class ResidualFrameMABP(FrameMABP):
     def __init__(self, workload: Workload, *, weights: Any = None, **kw: Any) -> None:
         super().__init__(workload, **kw)
         self.weights = check_weights(weights)
-        self.acting = holds_memory(workload)
+        self.acting = self.memory and holds_memory(workload)
 
     @classmethod
     def from_checkpoint(
@@ -190,9 +192,12 @@ def _built(
 
 
 def holds_memory(workload: Workload) -> bool:
-    """Whether the network can hold an object anywhere: some node has a budget and there
-    is an object kind. The correction acts only on such a network."""
-    return bool(workload.signatures) and any(node.budget > 0 for node in workload.nodes)
+    """Whether the network can hold an object anywhere: some node has an action that uses
+    an object kind whose size fits the node's budget. The correction acts only on such a
+    network."""
+    ix = workload.index
+    fits = ix.signature_size[None, :] <= ix.budget[:, None] + 1e-9
+    return bool((ix.eligible & fits).any())
 
 
 def correct(
@@ -292,6 +297,12 @@ def load(
     if not path.exists():
         if workload is None:
             raise ValueError(f"no such file: {path}")
+        if not holds_memory(workload):
+            raise ValueError(
+                f"no {policy} checkpoint at {path}, and none is needed: {workload.name} "
+                f"cannot hold memory, so {policy} is {base} there (its correction does not "
+                f"act); use `{base}`"
+            )
         if policy == "residual-mabp":
             raise ValueError(missing_checkpoint(policy, path, workload))
         over = "" if base == "mabp" else f" --base {base}"

@@ -209,6 +209,11 @@ def test_the_generalisation_track_is_listed_with_its_rule_and_held_out_of_traini
         assert held_out_reason(make_workload(name, **overrides)) is not None, name
     for name, overrides in (("mixed", {}), ("multihop", {"nodes": 99}), ("rag", {"Z": 4})):
         assert held_out_reason(make_workload(name, **overrides)) is None, name
+    # A copy of an example file under another name is the same network: held out too.
+    import dataclasses
+
+    renamed = dataclasses.replace(make_workload(bench.CODEASSIST_FILE), name="mine")
+    assert "codeassist.json" in held_out_reason(renamed)
 
 
 def test_a_workload_file_task_matches_its_records_and_the_tracks_get_their_own_standings():

@@ -334,10 +334,15 @@ def test_learned_policies__a_batch_a_bad_checkpoint_and_a_file_workloads_hint(tm
     env = gym.make("mabp_gym/SFMSN-v0", workload=str(path))
     with pytest.raises(ValueError, match="--workload <its workload file>"):
         make_policy("residual-mabp", env)
-    # The shipped example file is held out of training: no command is suggested for it.
-    example = Path(mabp_gym.__file__).parent / "examples" / "multihop14.json"
+    # A shipped example file is held out of training: no command is suggested for it.
+    example = Path(mabp_gym.__file__).parent / "examples" / "codeassist.json"
     env = gym.make("mabp_gym/SFMSN-v0", workload=str(example))
     with pytest.raises(ValueError, match="none is trained for it: the shipped example file"):
+        make_policy("residual-mabp", env)
+    # On a network that cannot hold memory the correction does not act: none is needed.
+    example = Path(mabp_gym.__file__).parent / "examples" / "multihop14.json"
+    env = gym.make("mabp_gym/SFMSN-v0", workload=str(example))
+    with pytest.raises(ValueError, match="none is needed: multihop14 cannot hold memory"):
         make_policy("residual-mabp", env)
     # A network with a checkpoint of its name but other parameters: the refusal names
     # them, why none is trained where the benchmark holds it out, and what runs anywhere.

@@ -164,7 +164,7 @@ def test_the_shipped_family_checkpoint_loads_on_a_held_out_network():
     for workload, acting in ((make_workload("moe"), True), (make_workload(EXAMPLE_FILE), False)):
         policy = make_policy("residual-mabp-any", workload)
         assert policy.weights.shape == (len(FEATURES),) and policy.weights.any()
-        assert policy.acting == acting  # the file's network holds no memory: MABP there
+        assert policy.acting == acting  # the file's network has no memory: MABP there
     _, meta = load(_shipped("residual_mabp_any.pt"), make_workload("moe"))
     assert meta["networks"] == "any" and meta["family"] and meta["env_steps"] > 0
 
@@ -503,11 +503,61 @@ def test_training_refuses_a_network_without_memory(tmp_path):
 
     member = "multihop@0.5,memory=0,nodes=12"
     with pytest.raises(
-        ValueError, match=f"--family member '{member}': the network holds no memory"
+        ValueError, match=f"--family member '{member}': the network cannot hold memory"
     ):
         learner.parse(["--family", "mixed@0.9", member, "--out", str(tmp_path)])
+    import dataclasses
+
     path = tmp_path / "relay.json"
-    save_workload(make_workload("multihop", nodes=12, memory=0), path)
+    relay = dataclasses.replace(make_workload("multihop", nodes=12, memory=0), name="relay")
+    save_workload(relay, path)
     with pytest.raises(ValueError, match="--workload .*relay.json: .*nothing to train"):
         learner.parse(["--workload", str(path), "--out", str(tmp_path)])
     learner.parse(["--family", "mixed@0.9", "multihop@0.5,nodes=12", "--out", str(tmp_path)])
+
+
+def test_the_correction_is_off_with_memory_off_or_where_no_object_fits():
+    from mabp_gym.agents.residual_mabp import holds_memory
+
+    weights = np.eye(len(FEATURES))[FEATURES.index("route.log_queue")] * -20
+    mixed = make_workload("mixed", load=0.9)
+    assert make_policy("residual-mabp", mixed, weights=weights).acting
+    # The no-memory ablation: the harness builds the policy with memory=False.
+    ablation = make_policy("residual-mabp", mixed, weights=weights, memory=False)
+    frame = make_policy("residual-frame-mabp", mixed, weights=weights, memory=False)
+    assert not ablation.acting and not frame.acting
+
+    def scores_run(policy):
+        sim = Simulator(mixed, memory=False)
+        sim.reset(4)
+        policy.reset(4)
+        encoder = ObservationEncoder(mixed)
+        out = []
+        for _ in range(80):
+            out.append(policy.scores(encoder.encode(sim.state)))
+            sim.step_scores(out[-1])
+        return out
+
+    base = scores_run(make_policy("mabp", mixed, memory=False))
+    for a, b in zip(base, scores_run(ablation), strict=True):
+        np.testing.assert_array_equal(a, b)
+    ablation.acting = True  # forced on, the same weights change the scores
+    assert any(not np.array_equal(a, b) for a, b in zip(base, scores_run(ablation), strict=True))
+    # Budgets below every object's size: nothing can ever be held.
+    assert holds_memory(mixed) and not holds_memory(make_workload("mixed", beta=0.03))
+    assert not make_policy("residual-mabp-any", make_workload("mixed", beta=0.03)).acting
+
+
+def test_a_missing_checkpoint_for_a_network_without_memory_says_none_is_needed(tmp_path):
+    import dataclasses
+
+    from mabp_gym.core.fileformat import save_workload
+
+    path = tmp_path / "relay.json"
+    relay = dataclasses.replace(make_workload("multihop", nodes=12, memory=0), name="relay")
+    save_workload(relay, path)
+    with pytest.raises(
+        ValueError,
+        match=r"none is needed: relay.* cannot hold memory, so residual-mabp is mabp there",
+    ):
+        make_policy("residual-mabp", str(path))

@@ -120,6 +120,10 @@ def test_a_pareto_win_needs_both_policies_stable():
         (["--networks", "rag@0.9", "rag@11"], r"--networks 'rag@11': load must be"),
         (["--networks", "rag@0.9,bogus=1"], r"--networks 'rag@0.9,bogus=1': unknown parameter"),
         (["--networks", "rag"], r"--networks 'rag' must read WORKLOAD@LOAD"),
+        (
+            ["--networks", "rag@0.9", "multihop@0.5,nodes=12,memory=0"],
+            r"'multihop@0.5,nodes=12,memory=0': the network cannot hold memory .*every checkpoint",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path, monkeypatch):

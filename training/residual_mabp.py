@@ -404,20 +404,26 @@ def validate(args: ResidualArgs) -> None:
 
 
 def check_memory(args: ResidualArgs) -> None:
-    """Refuse a network of the objective that holds no memory: the correction does not
-    act there (:func:`mabp_gym.agents.residual_mabp.holds_memory`), so it would only
-    cost runs."""
+    """Refuse a network of the objective that cannot hold memory (:func:`refuse_memoryless`):
+    it would only cost runs."""
     if args.family:
         named = [(f"--family member {text!r}", parse_member(text)) for text in args.family]
     else:
         named = [(f"--workload {args.workload}", (args.workload, (), 0.0))]
     for where, (name, overrides, _) in named:
-        if not holds_memory(make_workload(name, **dict(overrides))):
-            raise ValueError(
-                f"{where}: the network holds no memory (no node with a budget, or no object "
-                "kind); the correction acts only on a network with memory (elsewhere the "
-                "policy is its base), so there is nothing to train there"
-            )
+        refuse_memoryless(where, name, overrides, "there is nothing to train there")
+
+
+def refuse_memoryless(where: str, name: str, overrides: Any, why: str) -> None:
+    """Raise ``ValueError`` (``where``: what gave the network, ``why``: what that means for
+    the command) if the network cannot hold memory: the correction does not act there
+    (:func:`mabp_gym.agents.residual_mabp.holds_memory`)."""
+    if not holds_memory(make_workload(name, **dict(overrides))):
+        raise ValueError(
+            f"{where}: the network cannot hold memory (no node has room for an object it "
+            "uses); the correction acts only where it can (elsewhere the policy is its "
+            f"base), so {why}"
+        )
 
 
 def parse(argv: list[str] | None = None) -> ResidualArgs:

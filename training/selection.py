@@ -102,7 +102,7 @@ def validate(args: SelectArgs) -> None:
 def tasks(args: SelectArgs) -> tuple[bench.Task, ...]:
     """The validation networks: ``--networks``, else (for ``residual-frame-mabp`` only) the
     benchmark's main-track tasks."""
-    from mabp_gym.training.residual_mabp import parse_member
+    from mabp_gym.training.residual_mabp import parse_member, refuse_memoryless
 
     if not args.networks and args.policy == "residual-frame-mabp":
         return bench.MAIN_TASKS
@@ -124,6 +124,9 @@ def tasks(args: SelectArgs) -> tuple[bench.Task, ...]:
         if same in seen:  # rag@0.9 and rag@0.90, keys in another order, 20 and 20.0
             raise ValueError(f"--networks {text!r} repeats {seen[same]!r}: give each network once")
         seen[same] = text
+        refuse_memoryless(
+            f"--networks {text!r}", name, overrides, "every checkpoint is its base there"
+        )
         found.append(bench.Task(text, name, load, overrides))
     return tuple(found)
 
