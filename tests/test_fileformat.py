@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,8 +66,15 @@ def test_file__yaml_and_gym_make_and_overrides(tmp_path):
     assert env.unwrapped.workload.load == 0.7
     with pytest.raises(ValueError, match="accepts the overrides load and horizon only"):
         make_workload(str(path), beta=0.5)
-    with pytest.raises(ValueError, match="no workload file"):
+    with pytest.raises(ValueError, match=r"no workload file at '[^']*missing.json'$"):
         make_workload(str(tmp_path / "missing.json"))
+    # A shipped example named from elsewhere (a pip install has no checkout): the error
+    # says where the package keeps it.
+    shipped = MULTIHOP.parent / "codeassist.json"
+    with pytest.raises(
+        ValueError, match=re.escape(f"the package ships codeassist.json at '{shipped}'")
+    ):
+        make_workload(str(tmp_path / "codeassist.json"))
 
 
 def broken(edit) -> dict:

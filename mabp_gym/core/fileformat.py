@@ -674,7 +674,9 @@ def load_workload(path: str | Path, **overrides: Any) -> Workload:
     """Read a workload file (``.json``, or ``.yaml`` / ``.yml`` with PyYAML installed)."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"no workload file at {str(path)!r}")
+        shipped = Path(__file__).resolve().parents[1] / "examples" / path.name
+        hint = f"; the package ships {path.name} at {str(shipped)!r}" if shipped.is_file() else ""
+        raise ValueError(f"no workload file at {str(path)!r}{hint}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
