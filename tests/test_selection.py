@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 from mabp_gym import make_workload, read_records  # noqa: E402
-from mabp_gym.agents.residual_mabp import FEATURES, save  # noqa: E402
+from mabp_gym.agents.residual_mabp import FEATURES, load, save  # noqa: E402
 from mabp_gym.harness.pareto import compare  # noqa: E402
 from mabp_gym.training import selection  # noqa: E402
 
@@ -105,6 +105,11 @@ def test_a_pareto_win_needs_both_policies_stable():
         (["--copy-to", "RESULTS"], r"RESULTS is a results file: the copy would write"),
         (["--out", "OUT", "--copy-to", "./OUT"], r"--copy-to \./OUT is the --out results"),
         (["--copy-to", "NOTES"], r"NOTES is not a checkpoint"),
+        (["--soup", "SOUP"], "--soup averages the checkpoints' weights: give at least two"),
+        (["--checkpoints", "A", "B", "--soup", "B"], r"--soup .*B is a checkpoint file"),
+        (["--checkpoints", "A", "B", "--soup", "RESULTS"], "RESULTS is a results file: the soup"),
+        (["--checkpoints", "A", "B", "--soup", "SOUP", "--copy-to", "./SOUP"], "is also --copy-to"),
+        (["--checkpoints", "A", "B", "--soup", "OUT", "--out", "OUT"], "OUT is the --out results"),
         (["--seeds", "-1"], "seeds must be"),
         (["--horizon", "99999999999"], "horizon"),
         (["--out", "RESULTS_FLEET"], "holds fleet replays"),
@@ -138,10 +143,16 @@ def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path, monke
     fleet = tmp_path / "RESULTS_FLEET"
     fleet.write_text('{"router": "sglang", "trace": "t"}\n')
     (tmp_path / "NOTES").write_text("my notes\n")
+    other = tmp_path / "B"
+    save(other, np.ones(len(FEATURES)), None, base="frame-mabp")
     named = {"RAG": rag, "MIXED": mixed, "RESULTS": results, "RESULTS_FLEET": fleet}
-    named |= {"NOTES": tmp_path / "NOTES", "OUT": tmp_path / "OUT", "./OUT": tmp_path / "OUT"}
+    named |= {"NOTES": tmp_path / "NOTES", "OUT": tmp_path / "OUT", "A": shipped, "B": other}
+    named |= {"SOUP": tmp_path / "SOUP"}
     monkeypatch.chdir(tmp_path)
-    argv = [("./OUT" if a == "./OUT" else str(named[a])) if a in named else a for a in argv]
+    argv = [
+        (a if a.startswith("./") else str(named[a])) if a in named or a.startswith("./") else a
+        for a in argv
+    ]
     if "--checkpoints" not in argv:
         argv = ["--checkpoints", shipped, *argv]
     with pytest.raises(ValueError, match=message):
@@ -154,13 +165,19 @@ def test_select_compares_each_checkpoint_with_frame_mabp_and_copies_the_pick(tmp
     weights = np.zeros(len(FEATURES))
     weights[FEATURES.index("route.dst_compatible_memory")] = 5.0
     save(tilted, weights, None, base="frame-mabp")
-    out = tmp_path / "chosen.pt"
+    out, soup = tmp_path / "chosen.pt", tmp_path / "soup.pt"
     args = selection.parse(
         ["--checkpoints", str(zero), str(tilted), "--seeds", "100", "101"]
-        + ["--horizon", "300", "--copy-to", str(out)]
+        + ["--horizon", "300", "--copy-to", str(out), "--soup", str(soup)]
     )
     result = selection.train(args)
     rows = {row["checkpoint"]: row for row in result["checkpoints"]}
+    # The soup: the two checkpoints' mean weights, a third candidate run like them.
+    averaged, meta = load(soup, None, base="frame-mabp", policy="residual-frame-mabp")
+    assert np.array_equal(averaged, weights / 2) and meta["networks"] == "any"
+    assert meta["soup_of"] == [zero.as_posix(), tilted.as_posix()]
+    assert list(rows) == [str(zero), str(tilted), str(soup)] and result["soup"] == str(soup)
+    assert rows[str(soup)]["tasks"] != rows[str(tilted)]["tasks"]
     # All-zero weights execute frame-MABP's own controls: every ratio is exactly 1, no win.
     assert all(
         t["delay_ratio"] == 1.0 and t["penalty_ratio"] == 1.0 for t in rows[str(zero)]["tasks"]
@@ -168,7 +185,7 @@ def test_select_compares_each_checkpoint_with_frame_mabp_and_copies_the_pick(tmp
     assert rows[str(zero)]["wins"] == 0 and len(rows[str(zero)]["tasks"]) == 6
     chosen = selection.pick(result["checkpoints"])["checkpoint"]
     assert result["chosen"] == chosen and out.read_bytes() == Path(chosen).read_bytes()
-    assert result["env_steps"] == 6 * 3 * 2 * 300
+    assert result["env_steps"] == 6 * 4 * 2 * 300
     selection.report(result)
     printed = capsys.readouterr().out
     assert f"Chosen: {chosen}" in printed

@@ -18,7 +18,8 @@ by seed, and picks one by the rule of what the policy is for:
 set is offered for ``residual-mabp-any``: the one tried (the recipe's family, a 40-node
 generated network and four generated packet networks without memory) chose, among fresh
 training seeds, the one run that missed on the held-out workload file
-(``docs/learning.md``). ``--copy-to PATH`` writes the pick there.
+(``docs/learning.md``). ``--copy-to PATH`` writes the pick there. ``--soup PATH``
+writes the mean of the checkpoints' weights there and chooses among it too.
 The training objective alone is a noisy choice: it is the geometric mean of six networks'
 delay ratios on two training seeds of 3,000 slots each.
 """
@@ -58,6 +59,9 @@ class SelectArgs:
     """worker processes for the runs"""
     copy_to: str | None = None
     """write the chosen checkpoint to this path"""
+    soup: str | None = None
+    """also write the mean of the checkpoints' weights (their soup) to this path and
+    choose among it too (at least two checkpoints)"""
     out: str | None = None
     """a JSON-lines results file: a run already in it is reused (its key holds the policy,
     the network, the seed and the checkpoint file's content, so a retrained checkpoint runs
@@ -137,7 +141,10 @@ def _check_outputs(args: SelectArgs) -> None:
     wrote a checkpoint over results files, its own ``--out`` included."""
     from mabp_gym.harness.results_file import check_output_path, check_results_kind, results_kind
 
-    for flag, target in (("--copy-to", args.copy_to), ("--out", args.out)):
+    if args.soup is not None and len(args.checkpoints) < 2:
+        raise ValueError("--soup averages the checkpoints' weights: give at least two")
+    outputs = (("--copy-to", args.copy_to), ("--soup", args.soup), ("--out", args.out))
+    for flag, target in outputs:
         if target is not None and (Path(target).is_dir() or not Path(target).parent.is_dir()):
             raise ValueError(f"{flag} {target}: give a file's path in an existing folder")
         if target is not None:
@@ -147,20 +154,25 @@ def _check_outputs(args: SelectArgs) -> None:
         raise ValueError(f"--out {args.out} is also a checkpoint file: give another path")
     if args.out is not None:
         check_results_kind(args.out, "eval", "--out")
-    if args.copy_to is not None:
-        copy = Path(args.copy_to).resolve()
-        if args.out is not None:
-            inputs[Path(args.out).resolve()] = "the --out results file"
-        if copy in inputs:
-            raise ValueError(f"--copy-to {args.copy_to} is {inputs[copy]}: give another path")
-        kind = results_kind(args.copy_to)
-        checkpoint = Path(args.copy_to).is_file() and _head(args.copy_to) == b"PK"
+    if args.out is not None:
+        inputs[Path(args.out).resolve()] = "the --out results file"
+    for flag, target in outputs[:2]:
+        if target is None:
+            continue
+        if Path(target).resolve() in inputs:
+            raise ValueError(
+                f"{flag} {target} is {inputs[Path(target).resolve()]}: give another path"
+            )
+        kind = results_kind(target)
+        checkpoint = Path(target).is_file() and _head(target) == b"PK"
         if kind is not None and not checkpoint:  # a torch checkpoint is a zip file
             what = "a results file" if kind in ("eval", "fleet") else "not a checkpoint"
             raise ValueError(
-                f"--copy-to {args.copy_to} is {what}: the copy would write a checkpoint over "
-                "it; give a new path or a checkpoint's"
+                f"{flag} {target} is {what}: the {'copy' if flag == '--copy-to' else 'soup'} "
+                "would write a checkpoint over it; give a new path or a checkpoint's"
             )
+    if args.soup and args.copy_to and Path(args.soup).resolve() == Path(args.copy_to).resolve():
+        raise ValueError(f"--soup {args.soup} is also --copy-to: give two paths")
 
 
 def _head(path: str) -> bytes:
@@ -201,11 +213,15 @@ def train(args: SelectArgs) -> dict[str, Any]:
     from mabp_gym.harness.runs import plan
 
     reference, networks = REFERENCES[args.policy], tasks(args)
+    candidates = list(args.checkpoints)
+    if args.soup is not None:
+        write_soup(args.checkpoints, args.soup, args.policy)
+        candidates.append(args.soup)
     runs: dict[tuple[str, str], list[Any]] = {}
     for task in networks:
         common: dict[str, Any] = dict(horizon=args.horizon, workload_overrides=dict(task.overrides))
         runs[(task.name, "")] = plan([reference], task.workload, [task.load], args.seeds, **common)
-        for path in args.checkpoints:
+        for path in candidates:
             runs[(task.name, path)] = plan(
                 [args.policy],
                 task.workload,
@@ -218,7 +234,7 @@ def train(args: SelectArgs) -> dict[str, Any]:
     records = execute(specs, workers=args.workers, output=args.out, progress=False)
     done = {r["key"]: r for r in records}
     rows = []
-    for path in args.checkpoints:
+    for path in candidates:
         tasks_rows = []
         for task in networks:
             ours = [done[spec.key] for spec in runs[(task.name, path)]]
@@ -248,7 +264,30 @@ def train(args: SelectArgs) -> dict[str, Any]:
         "checkpoints": rows,
         "chosen": chosen["checkpoint"],
         "copied_to": args.copy_to,
+        "soup": args.soup,
     }
+
+
+def write_soup(paths: list[str], out: str, policy: str) -> None:
+    """Write the mean of the checkpoints' weights (all learned over the base of
+    ``policy`` for every network) to ``out``: a checkpoint of the same kind, whose
+    meta names the files averaged and adds up their env steps."""
+    import numpy as np
+
+    from mabp_gym.agents.residual_mabp import load, save
+
+    base = REFERENCES[policy]  # each policy's reference is the base it corrects
+    loaded = [load(path, None, base=base, policy=policy) for path in paths]
+    families = {json.dumps(meta.get("family")) for _, meta in loaded}
+    save(
+        out,
+        np.mean([weights for weights, _ in loaded], axis=0),
+        None,
+        base=base,
+        soup_of=[Path(path).as_posix() for path in paths],
+        env_steps=sum(int(meta.get("env_steps", 0)) for _, meta in loaded),
+        **({"family": loaded[0][1].get("family")} if len(families) == 1 else {}),
+    )
 
 
 def _compared(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
