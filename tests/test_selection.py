@@ -110,6 +110,8 @@ def test_a_pareto_win_needs_both_policies_stable():
         (["--checkpoints", "A", "B", "--soup", "RESULTS"], "RESULTS is a results file: the soup"),
         (["--checkpoints", "A", "B", "--soup", "SOUP", "--copy-to", "./SOUP"], "is also --copy-to"),
         (["--checkpoints", "A", "B", "--soup", "OUT", "--out", "OUT"], "OUT is the --out results"),
+        (["--checkpoints", "A", "B", "--soup", "RAG"], "RAG is a file but not an earlier soup"),
+        (["--checkpoints", "A", "./a.pt"], "--checkpoints repeats a file"),
         (["--seeds", "-1"], "seeds must be"),
         (["--horizon", "99999999999"], "horizon"),
         (["--out", "RESULTS_FLEET"], "holds fleet replays"),
@@ -175,7 +177,10 @@ def test_select_compares_each_checkpoint_with_frame_mabp_and_copies_the_pick(tmp
     # The soup: the two checkpoints' mean weights, a third candidate run like them.
     averaged, meta = load(soup, None, base="frame-mabp", policy="residual-frame-mabp")
     assert np.array_equal(averaged, weights / 2) and meta["networks"] == "any"
-    assert meta["soup_of"] == [zero.as_posix(), tilted.as_posix()]
+    assert sorted(source["file"] for source in meta["soup_of"]) == ["tilted.pt", "zero.pt"]
+    first = soup.read_bytes()  # the same files by other paths, in another order: one soup
+    selection.write_soup([f"{tmp_path}/./tilted.pt", str(zero)], str(soup), args.policy)
+    assert soup.read_bytes() == first
     assert list(rows) == [str(zero), str(tilted), str(soup)] and result["soup"] == str(soup)
     assert rows[str(soup)]["tasks"] != rows[str(tilted)]["tasks"]
     # All-zero weights execute frame-MABP's own controls: every ratio is exactly 1, no win.

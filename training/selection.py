@@ -27,6 +27,7 @@ delay ratios on two training seeds of 3,000 slots each.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -75,7 +76,7 @@ def validate(args: SelectArgs) -> None:
     for path in args.checkpoints:
         if not Path(path).is_file():
             raise ValueError(f"--checkpoints {path}: no such checkpoint file")
-    if len(set(args.checkpoints)) < len(args.checkpoints):
+    if len({Path(path).resolve() for path in args.checkpoints}) < len(args.checkpoints):
         raise ValueError("--checkpoints repeats a file: give each once")
     if args.policy not in bench.ANY_NETWORK:
         raise ValueError(
@@ -173,6 +174,21 @@ def _check_outputs(args: SelectArgs) -> None:
             )
     if args.soup and args.copy_to and Path(args.soup).resolve() == Path(args.copy_to).resolve():
         raise ValueError(f"--soup {args.soup} is also --copy-to: give two paths")
+    if args.soup is not None and Path(args.soup).is_file() and not _is_soup(args.soup):
+        raise ValueError(
+            f"--soup {args.soup} is a file but not an earlier soup: give a new path or a "
+            "soup's (a checkpoint is replaced only with --copy-to)"
+        )
+
+
+def _is_soup(path: str) -> bool:
+    from mabp_gym.agents import checkpoint_file
+    from mabp_gym.agents.residual_mabp import KIND
+
+    try:
+        return "soup_of" in checkpoint_file.load(path, KIND)[1]
+    except (ValueError, OSError, RuntimeError):  # not a checkpoint of this kind
+        return False
 
 
 def _head(path: str) -> bytes:
@@ -271,12 +287,17 @@ def train(args: SelectArgs) -> dict[str, Any]:
 def write_soup(paths: list[str], out: str, policy: str) -> None:
     """Write the mean of the checkpoints' weights (all learned over the base of
     ``policy`` for every network) to ``out``: a checkpoint of the same kind, whose
-    meta names the files averaged and adds up their env steps."""
+    meta names the files averaged (by name and content digest) and adds up their env
+    steps."""
     import numpy as np
 
     from mabp_gym.agents.residual_mabp import load, save
 
     base = REFERENCES[policy]  # each policy's reference is the base it corrects
+    # By content, not by how the paths were typed: the same files make the same soup,
+    # so a results file's runs of it are reused.
+    digests = {path: hashlib.sha256(Path(path).read_bytes()).hexdigest() for path in paths}
+    paths = sorted(paths, key=digests.__getitem__)
     loaded = [load(path, None, base=base, policy=policy) for path in paths]
     families = {json.dumps(meta.get("family")) for _, meta in loaded}
     save(
@@ -284,7 +305,7 @@ def write_soup(paths: list[str], out: str, policy: str) -> None:
         np.mean([weights for weights, _ in loaded], axis=0),
         None,
         base=base,
-        soup_of=[Path(path).as_posix() for path in paths],
+        soup_of=[{"file": Path(path).name, "sha256": digests[path]} for path in paths],
         env_steps=sum(int(meta.get("env_steps", 0)) for _, meta in loaded),
         **({"family": loaded[0][1].get("family")} if len(families) == 1 else {}),
     )
