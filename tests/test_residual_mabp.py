@@ -498,7 +498,6 @@ def test_on_a_network_without_memory_the_correction_is_off_and_the_policy_is_its
 
 
 def test_training_refuses_a_network_without_memory(tmp_path):
-    from mabp_gym.core.fileformat import save_workload
     from mabp_gym.training import residual_mabp as learner
 
     member = "multihop@0.5,memory=0,nodes=12"
@@ -506,11 +505,7 @@ def test_training_refuses_a_network_without_memory(tmp_path):
         ValueError, match=f"--family member '{member}': the network cannot hold memory"
     ):
         learner.parse(["--family", "mixed@0.9", member, "--out", str(tmp_path)])
-    import dataclasses
-
-    path = tmp_path / "relay.json"
-    relay = dataclasses.replace(make_workload("multihop", nodes=12, memory=0), name="relay")
-    save_workload(relay, path)
+    path = _relay_file(tmp_path)
     with pytest.raises(ValueError, match="--workload .*relay.json: .*nothing to train"):
         learner.parse(["--workload", str(path), "--out", str(tmp_path)])
     learner.parse(["--family", "mixed@0.9", "multihop@0.5,nodes=12", "--out", str(tmp_path)])
@@ -549,6 +544,16 @@ def test_the_correction_is_off_with_memory_off_or_where_no_object_fits():
 
 
 def test_a_missing_checkpoint_for_a_network_without_memory_says_none_is_needed(tmp_path):
+    path = _relay_file(tmp_path)
+    with pytest.raises(
+        ValueError,
+        match=r"none is needed: relay.* cannot hold memory, so residual-mabp is mabp there",
+    ):
+        make_policy("residual-mabp", str(path))
+
+
+def _relay_file(tmp_path):
+    """A workload file of a 12-node packet network without memory, named ``relay``."""
     import dataclasses
 
     from mabp_gym.core.fileformat import save_workload
@@ -556,8 +561,4 @@ def test_a_missing_checkpoint_for_a_network_without_memory_says_none_is_needed(t
     path = tmp_path / "relay.json"
     relay = dataclasses.replace(make_workload("multihop", nodes=12, memory=0), name="relay")
     save_workload(relay, path)
-    with pytest.raises(
-        ValueError,
-        match=r"none is needed: relay.* cannot hold memory, so residual-mabp is mabp there",
-    ):
-        make_policy("residual-mabp", str(path))
+    return path

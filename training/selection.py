@@ -144,8 +144,8 @@ def _check_outputs(args: SelectArgs) -> None:
 
     if args.soup is not None and len(args.checkpoints) < 2:
         raise ValueError("--soup averages the checkpoints' weights: give at least two")
-    outputs = (("--copy-to", args.copy_to), ("--soup", args.soup), ("--out", args.out))
-    for flag, target in outputs:
+    written = (("--copy-to", args.copy_to), ("--soup", args.soup))  # checkpoints it writes
+    for flag, target in (*written, ("--out", args.out)):
         if target is not None and (Path(target).is_dir() or not Path(target).parent.is_dir()):
             raise ValueError(f"{flag} {target}: give a file's path in an existing folder")
         if target is not None:
@@ -157,7 +157,7 @@ def _check_outputs(args: SelectArgs) -> None:
         check_results_kind(args.out, "eval", "--out")
     if args.out is not None:
         inputs[Path(args.out).resolve()] = "the --out results file"
-    for flag, target in outputs[:2]:
+    for flag, target in written:
         if target is None:
             continue
         if Path(target).resolve() in inputs:
