@@ -78,6 +78,7 @@ def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
     wl = make_workload(name, **overrides)
     core, ix = tc.CompiledTransition(wl), wl.index
     derived = {"successor_ptr", "successor_pair", "successor_bound", "arrival_cum", "retain_ptr"}
+    derived |= {"node_actions", "node_action_ptr", "node_routes", "node_route_ptr"}
     for k, field in enumerate(tc.INT_FIELDS):
         if field not in derived:
             assert np.array_equal(tc._field(core.ints, k), np.ravel(getattr(ix, field))), field
@@ -106,6 +107,15 @@ def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
     assert starts[0] == 0 and starts[-1] == ix.num_retains
     for i in range(ix.num_nodes):
         assert (ix.retain_node[starts[i] : starts[i + 1]] == i).all()
+    # The service and routing candidates node by node, each node's in index order.
+    for kind, node in (("ACTION", ix.action_node), ("ROUTE", ix.pair_node[ix.route_src_pair])):
+        members = tc._field(core.ints, tc.IntField[f"NODE_{kind}S"])
+        bounds = tc._field(core.ints, tc.IntField[f"NODE_{kind}_PTR"])
+        assert sorted(members.tolist()) == list(range(node.shape[0])), kind
+        assert bounds[0] == 0 and bounds[-1] == node.shape[0]
+        for i in range(ix.num_nodes):
+            group = members[bounds[i] : bounds[i + 1]]
+            assert (node[group] == i).all() and (np.diff(group) > 0).all(), (kind, i)
     assert core.ints[tc.Scalar.REPLICAS] == wl.replicas
     assert core.floats[tc.Scalar.TOTAL_RATE] == wl.total_rate
     assert core.floats[tc.Scalar.MIGRATION_COST] == wl.migration_cost

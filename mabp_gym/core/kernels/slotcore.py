@@ -87,30 +87,29 @@ def _descending_radix(values, spare_values, order, spare, counts):  # pragma: no
     return swapped
 
 
-def _descending(block, live, radix, key, order, counts):  # pragma: no cover
-    """The positions where ``live`` holds, in descending ``block`` value, ties in index
-    order: ``np.flatnonzero(live)`` ordered by ``np.argsort(-block[...], kind="mergesort")``,
-    as runs of 8 sorted by insertion and merged bottom up, or by radix from
-    :data:`_RADIX_FROM` of them where ``radix`` is not ``None`` (:func:`radix_sort`).
-    ``key`` and ``order`` (float64 and int64, at least twice as long as ``live``) and ``counts``
-    (int64, 256) are scratch. Returns ``(start, count)``: the sorted positions are
-    ``order[start : start + count]`` (a kernel without reference counts may return no view).
-    numba's own stable argsort cost 1.4 s of a cold start to compile and ``flatnonzero``
-    0.2 s; this whole function a tenth of that. The merge moves the values with their
-    positions (comparing ``block[order[i]]`` put two dependent loads on every step's
-    critical path: 3x the time at 184 candidates), between the two halves of one array of
-    each, the caller's: an allocation costs about as much as a merge pass of a few dozen)."""
-    n = 0
-    for k in range(live.shape[0]):
-        if live[k]:
-            key[n] = block[k]
-            order[n] = k
-            n += 1
+_INSERTION_UP_TO = 24
+"""Up to this many candidates, :func:`_order_descending` sorts them by one insertion
+sort: cheaper than runs and merges at the few candidates of one node (the service and
+routing stages sort each node's on its own)."""
+
+
+def _order_descending(key, order, n, radix, counts):  # pragma: no cover
+    """``key[:n]`` and their positions ``order[:n]`` (in ascending position order) sorted
+    by descending key, ties in position order: by insertion up to
+    :data:`_INSERTION_UP_TO` of them, else as runs of 8 sorted by insertion and merged
+    bottom up, or by radix from :data:`_RADIX_FROM` of them where ``radix`` is not
+    ``None`` (:func:`radix_sort`). ``key`` and ``order`` are at least ``2 n`` long (the
+    merge's second half); ``counts`` (int64, 256) is scratch. Returns where the sorted
+    positions start: ``order[start : start + n]`` (a kernel without reference counts may
+    return no view). The merge moves the values with their positions (comparing
+    ``block[order[i]]`` put two dependent loads on every step's critical path: 3x the
+    time at 184 candidates), between the two halves of one array of each, the caller's:
+    an allocation costs about as much as a merge pass of a few dozen."""
     if radix is not None:  # noqa: SIM102 (numba prunes only this plain test on an argument)
         if n >= _RADIX_FROM:
             swapped = _descending_radix(key[:n], key[n : 2 * n], order[:n], order[n:], counts)
-            return (n if swapped else 0), n
-    width = 8  # runs of 8 by insertion first: cheaper than merging at this width
+            return n if swapped else 0
+    width = n if 0 < n <= _INSERTION_UP_TO else 8
     for lo in range(0, n, width):
         hi = lo + width if lo + width < n else n
         for y in range(lo + 1, hi):
@@ -150,7 +149,24 @@ def _descending(block, live, radix, key, order, counts):  # pragma: no cover
                 k += 1
         src, dst = dst, src
         width *= 2
-    return src, n
+    return src
+
+
+def _descending(block, live, radix, key, order, counts):  # pragma: no cover
+    """The positions where ``live`` holds, in descending ``block`` value, ties in index
+    order: ``np.flatnonzero(live)`` ordered by ``np.argsort(-block[...], kind="mergesort")``
+    (:func:`_order_descending`; ``key``, ``order`` and ``counts`` are its scratch, ``key``
+    and ``order`` at least twice as long as ``live``). Returns ``(start, count)``: the
+    sorted positions are ``order[start : start + count]``. numba's own stable argsort cost
+    1.4 s of a cold start to compile and ``flatnonzero`` 0.2 s; this whole function a tenth
+    of that."""
+    n = 0
+    for k in range(live.shape[0]):
+        if live[k]:
+            key[n] = block[k]
+            order[n] = k
+            n += 1
+    return _order_descending(key, order, n, radix, counts), n
 
 
 @jit.part
@@ -223,7 +239,7 @@ def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  
     the position moved out this slot; bit 2: one arrived). ``radix``: :func:`radix_sort`
     of the workload.
     """
-    flags, key, order, counts, live_scratch, _, left, _, avail, capacity, after = scratch
+    flags, key, order, counts, _, _, left, _, avail, capacity, after = scratch
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
     queue_len = state[7]
     transfers_out, hit, route, service, start = out
@@ -249,66 +265,84 @@ def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  
     # 2. Units in service take their compute first; then service in descending score.
     mu, work = _field(floats, FloatField.MU), _field(floats, FloatField.WORK)  # work[h * A + a]
     action_pair = _field(ints, IntField.ACTION_PAIR)
-    action_node = _field(ints, IntField.ACTION_NODE)
     in_service_spend(mu, service_action, service_residual, left)
     for i in range(mu.shape[0]):
         left[i] = mu[i] - left[i]
     for p in range(avail.shape[0]):
         avail[p] = queue_len[p]
+    # Node by node: a node's candidates take only its compute and its own queues, so their
+    # order among themselves is the global one's, and each sort is a few.
+    node_actions = _field(ints, IntField.NODE_ACTIONS)
+    node_action_ptr = _field(ints, IntField.NODE_ACTION_PTR)
     block = scores[:n_act]
-    live = live_scratch[:n_act]
-    for a in range(n_act):
-        live[a] = block[a] > 0 and queue_len[action_pair[a]] > 0
-    first, count = _descending(block, live, radix, key, order, counts)
-    for x in range(first, first + count):
-        a = order[x]
-        i = action_node[a]
+    for i in range(mu.shape[0]):
         if left[i] <= _EPS:
             continue
-        p = action_pair[a]
-        q = avail[p]
-        if q == 0:
-            continue
-        w = work[hit[a] * n_act + a]
-        if w > mu[i] + _EPS:
-            # The unit can never fit whole: it starts with all the compute left.
-            start[i] = a
-            q -= 1
-            left[i] = 0.0
-        else:
-            whole = (left[i] + _EPS) // w if w > 0 else q  # the whole units that fit
-            n = q if whole >= q else np.int64(whole)
-            if n >= 1:
-                service[a] = n
-                q -= n
-                left[i] -= n * w
-        avail[p] = q
+        n = 0
+        for m in range(node_action_ptr[i], node_action_ptr[i + 1]):
+            a = node_actions[m]
+            if block[a] > 0 and queue_len[action_pair[a]] > 0:
+                key[n] = block[a]
+                order[n] = a
+                n += 1
+        first = _order_descending(key, order, n, radix, counts)
+        for x in range(first, first + n):
+            if left[i] <= _EPS:
+                break
+            a = order[x]
+            p = action_pair[a]
+            q = avail[p]
+            if q == 0:
+                continue
+            w = work[hit[a] * n_act + a]
+            if w > mu[i] + _EPS:
+                # The unit can never fit whole: it starts with all the compute left.
+                start[i] = a
+                q -= 1
+                left[i] = 0.0
+            else:
+                whole = (left[i] + _EPS) // w if w > 0 else q  # the whole units that fit
+                n_units = q if whole >= q else np.int64(whole)
+                if n_units >= 1:
+                    service[a] = n_units
+                    q -= n_units
+                    left[i] -= n_units * w
+            avail[p] = q
 
-    # 3. Routing in descending score with what is left of each queue.
+    # 3. Routing in descending score with what is left of each queue, node by node (a
+    # route takes only its source node's queues and outgoing link).
     if n_route > 0:
         route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
         route_link = _field(ints, IntField.ROUTE_LINK)
+        node_routes = _field(ints, IntField.NODE_ROUTES)
+        node_route_ptr = _field(ints, IntField.NODE_ROUTE_PTR)
         block = scores[n_act : n_act + n_route]
-        live = live_scratch[:n_route]
-        for r in range(n_route):
-            live[r] = block[r] > 0 and queue_len[route_src_pair[r]] > 0
         link_capacity = _field(ints, IntField.LINK_CAPACITY)
         for e in range(capacity.shape[0]):
             capacity[e] = link_capacity[e]
-        first, count = _descending(block, live, radix, key, order, counts)
-        for x in range(first, first + count):
-            r = order[x]
-            p = route_src_pair[r]
-            e = route_link[r]
-            n = avail[p] if avail[p] < capacity[e] else capacity[e]
-            if n > 0:
-                route[r] = n
-                avail[p] -= n
-                capacity[e] -= n
+        for i in range(mu.shape[0]):
+            n = 0
+            for m in range(node_route_ptr[i], node_route_ptr[i + 1]):
+                r = node_routes[m]
+                if block[r] > 0 and queue_len[route_src_pair[r]] > 0:
+                    key[n] = block[r]
+                    order[n] = r
+                    n += 1
+            first = _order_descending(key, order, n, radix, counts)
+            for x in range(first, first + n):
+                r = order[x]
+                p = route_src_pair[r]
+                e = route_link[r]
+                units = avail[p] if avail[p] < capacity[e] else capacity[e]
+                if units > 0:
+                    route[r] = units
+                    avail[p] -= units
+                    capacity[e] -= units
     return n_exec
 
 
 _descending_radix = jit.part(_descending_radix)
+_order_descending = jit.leaf(_order_descending)
 _descending = jit.leaf(_descending)
 _project_compiled = jit.leaf(_project_kernel)
 

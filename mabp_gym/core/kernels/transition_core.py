@@ -127,6 +127,10 @@ class IntField(IntEnum):
     TRANSFER_SRC_SLOT = 21  # (T,) raveled (source node, signature) of each transfer candidate
     TRANSFER_DST_SLOT = 22  # (T,) raveled (destination node, signature)
     PAIR_NODE = 23
+    NODE_ACTIONS = 24  # (A,) the actions node by node, each node's in index order
+    NODE_ACTION_PTR = 25  # (N + 1,) each node's bounds in NODE_ACTIONS
+    NODE_ROUTES = 26  # (R,) the routes by source node, each node's in index order
+    NODE_ROUTE_PTR = 27  # (N + 1,) each node's bounds in NODE_ROUTES
 
 
 class FloatField(IntEnum):
@@ -643,6 +647,13 @@ def _pack(arrays: list[np.ndarray], extra: list[float], dtype: type) -> np.ndarr
     return np.concatenate(parts).astype(dtype)
 
 
+def _by_node(node: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates whose node is ``node[k]``, grouped node by node (each node's in
+    index order), and each node's bounds in them."""
+    members = np.argsort(node, kind="stable")
+    return members, np.searchsorted(node[members], np.arange(num_nodes + 1))
+
+
 def slot_cost(workload, memory_used: np.ndarray, counts: list, sums: list) -> float:
     """``h(t)`` of a slot from a kernel's ``counts`` and ``sums`` (as Python lists) and the
     memory held after it, in :attr:`SlotOutcome.penalty`'s order of additions (compute,
@@ -732,6 +743,8 @@ class CompiledTransition:
             arrival_cum=np.cumsum(ix.arrival_share)[:-1],
             retain_ptr=np.searchsorted(ix.retain_node, np.arange(ix.num_nodes + 1)),
         )
+        for name, node in (("action", ix.action_node), ("route", ix.pair_node[ix.route_src_pair])):
+            fields[f"node_{name}s"], fields[f"node_{name}_ptr"] = _by_node(node, ix.num_nodes)
         self.ints = _pack([fields[name] for name in INT_FIELDS], [workload.replicas], np.int64)
         self.floats = _pack(
             [fields[name] for name in FLOAT_FIELDS],
