@@ -84,6 +84,9 @@ def checked_scores(
         scores = out
         np.copyto(scores, actions)
     resetting = needs_reset.copy()
+    # A finite sum has no NaN or inf in it (one pass, no temporary); else rows are checked.
+    if np.isfinite(scores.sum()) and not resetting.any():
+        return scores, resetting
     bad = ~np.isfinite(scores).all(axis=1) & ~resetting
     if resetting.any():
         if out is None:
@@ -213,6 +216,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         )
         """Whether steps run the compiled batch (else each env steps on its own)."""
         self._elapsed = np.zeros(self.num_envs, dtype=np.int64)
+        self._all_active = np.ones(self.num_envs, dtype=bool)  # read only
         self._needs_reset = np.ones(self.num_envs, dtype=bool)
         self._reset_once = False
         if self.compiled:
@@ -408,7 +412,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
         scores, resetting = checked_scores(
-            actions, self._needs_reset, self._workload.index.num_scores
+            actions, self._needs_reset, self._workload.index.num_scores, out=self._scores
         )
         return self.step_checked(scores, resetting)
 
@@ -419,20 +423,31 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         ``_needs_reset`` (the worker vector env checks a whole batch once, in its main
         process, before any block steps)."""
         rewards = np.zeros(self.num_envs)
-        truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}
-        active = ~resetting
-        if active.any():
+        if not resetting.any():  # every env steps: whole rows, no masks
+            active = self._all_active
             if self.compiled:
                 rewards = self._step_compiled(scores, active)
             else:
                 infos = self._step_each(scores, active, rewards)
-        for i in np.flatnonzero(resetting).tolist():
-            infos = self._reset_env(i, None, infos)
-        self._elapsed[active] += 1
-        truncated[active] = self._out.slot[active] >= self._workload.horizon
-        if self.max_episode_steps is not None:
-            truncated[active] |= self._elapsed[active] >= self.max_episode_steps
+            self._elapsed += 1
+            truncated = self._out.slot >= self._workload.horizon
+            if self.max_episode_steps is not None:
+                truncated |= self._elapsed >= self.max_episode_steps
+        else:
+            truncated = np.zeros(self.num_envs, dtype=bool)
+            active = ~resetting
+            if active.any():
+                if self.compiled:
+                    rewards = self._step_compiled(scores, active)
+                else:
+                    infos = self._step_each(scores, active, rewards)
+            for i in np.flatnonzero(resetting).tolist():
+                infos = self._reset_env(i, None, infos)
+            self._elapsed[active] += 1
+            truncated[active] = self._out.slot[active] >= self._workload.horizon
+            if self.max_episode_steps is not None:
+                truncated[active] |= self._elapsed[active] >= self.max_episode_steps
         self._needs_reset = truncated.copy()
         terminated = np.zeros(self.num_envs, dtype=bool)
         return self._observation(), rewards, terminated, truncated, infos
@@ -451,7 +466,9 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
 
     def _step_compiled(self, scores: np.ndarray, active: np.ndarray) -> np.ndarray:
         env0 = self.envs[0]
-        self._scores[:] = scores
+        if scores is not self._scores:
+            self._scores[:] = scores
+        every = active is self._all_active
         before = self._lyapunov() if env0.reward_kind == "drift_plus_penalty" else None
         first = 0
         while True:
@@ -474,10 +491,15 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             self._grow_rows() if code == -1 else self._grow_pool()
         long_pressure(env0._encoder, self._out, self._obs["service"])
         counts, sums, slot = self._out.counts, self._out.sums, self._out.slot
-        self._units[active] += counts[active, 2] - counts[active, 4]
-        for i in np.flatnonzero(active).tolist():
-            state = self.envs[i].sim.state
-            state.t, state.units = int(slot[i]), int(self._units[i])
+        if every:
+            self._units += counts[:, 2] - counts[:, 4]
+            for env, t, units in zip(self.envs, slot.tolist(), self._units.tolist(), strict=True):
+                env.sim.state.t, env.sim.state.units = t, units
+        else:
+            self._units[active] += counts[active, 2] - counts[active, 4]
+            for i in np.flatnonzero(active).tolist():
+                state = self.envs[i].sim.state
+                state.t, state.units = int(slot[i]), int(self._units[i])
         # h(t) and the reward in the single env's order of operations.
         held = self._state.memory_used.sum(axis=1)
         wl = self._workload
@@ -487,7 +509,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             rewards = -(self._units + cost) / env0.reward_scale
         else:
             rewards = -(self._lyapunov() - before + cost) / env0.reward_scale
-        rewards[~active] = 0.0
+        if not every:
+            rewards[~active] = 0.0
         if not np.isfinite(rewards).all():
             i = int(np.flatnonzero(~np.isfinite(rewards))[0])
             raise ValueError(
