@@ -78,7 +78,7 @@ def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
     wl = make_workload(name, **overrides)
     core, ix = tc.CompiledTransition(wl), wl.index
     derived = {"successor_ptr", "successor_pair", "successor_bound", "arrival_cum", "retain_ptr"}
-    derived |= {"node_actions", "node_action_ptr", "node_routes", "node_route_ptr"}
+    derived |= {"node_actions", "node_action_ptr", "node_routes", "node_route_ptr", "node_pair_ptr"}
     for k, field in enumerate(tc.INT_FIELDS):
         if field not in derived:
             assert np.array_equal(tc._field(core.ints, k), np.ravel(getattr(ix, field))), field
@@ -116,6 +116,13 @@ def test_transition_core__packed_fields_read_back_as_the_index(name, overrides):
         for i in range(ix.num_nodes):
             group = members[bounds[i] : bounds[i + 1]]
             assert (node[group] == i).all() and (np.diff(group) > 0).all(), (kind, i)
+    # Each node's pairs, numbered node by node in commodity order (the encoder sums a
+    # node's queues over them alone).
+    bounds = tc._field(core.ints, tc.IntField.NODE_PAIR_PTR)
+    assert bounds[0] == 0 and bounds[-1] == ix.num_pairs
+    for i in range(ix.num_nodes):
+        assert (ix.pair_node[bounds[i] : bounds[i + 1]] == i).all()
+        assert (np.diff(ix.pair_commodity[bounds[i] : bounds[i + 1]]) > 0).all()
     assert core.ints[tc.Scalar.REPLICAS] == wl.replicas
     assert core.floats[tc.Scalar.TOTAL_RATE] == wl.total_rate
     assert core.floats[tc.Scalar.MIGRATION_COST] == wl.migration_cost

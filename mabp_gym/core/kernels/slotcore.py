@@ -432,9 +432,9 @@ def _encode_memory(
         transfer[k, 2] = free
         mask[offset + k] = (
             src_holds
-            and holder_flat[dst_slot[k]] < 0
-            and np.float64(size) <= link_bandwidth[transfer_link[k]]
-            and np.float64(size) <= free + 1e-9
+            & (holder_flat[dst_slot[k]] < 0)
+            & (np.float64(size) <= link_bandwidth[transfer_link[k]])
+            & (np.float64(size) <= free + 1e-9)
         )
     retain_node = _field(ints, IntField.RETAIN_NODE)
     retain_signature = _field(ints, IntField.RETAIN_SIGNATURE)
@@ -506,34 +506,34 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
         src_q = pairs[route_src_pair[r]]
         route[r, 0] = src_q - pairs[route_dst_pair[r]]
         route[r, 1] = link_cost[route_link[r]]
-        compatible = 0.0
+        compatible = 0
         for m in range(compat_ptr[r], compat_ptr[r + 1]):
-            if hit[compat_action[m]]:
-                compatible = 1.0
-                break
+            compatible |= hit[compat_action[m]]  # no early exit: no branch to mispredict
         route[r, 2] = compatible
         route[r, 3] = src_q
     _encode_memory(
         holder, memory_used, queue_flat, ints, floats, retain_positions, transfer, retain, mask
     )
     width = static_nodes.shape[1]
+    node_pair_ptr = _field(ints, IntField.NODE_PAIR_PTR)
     for i in range(n_nodes):
         busy = service_action[i] >= 0
         for f in range(width):
             nodes[i, f] = static_nodes[i, f]
         nodes[i, width] = memory_used[i]
+        # The row's sum in commodity order over its pairs alone: the other entries are
+        # zeros, and adding a zero leaves a float32 sum as it was.
         total = np.float32(0.0)
-        for c in range(n_comm):
-            total += queues[i, c]
+        for p in range(node_pair_ptr[i], node_pair_ptr[i + 1]):
+            total += queues[i, pair_commodity[p]]
         nodes[i, width + 1] = total
         nodes[i, width + 2] = 1.0 if busy else 0.0
         nodes[i, width + 3] = service_residual[i] if busy else 0.0
     for a in range(n_act):
         i = action_node[a]
         residual = service_residual[i] if service_action[i] >= 0 else 0.0
-        mask[a] = (
-            queue_len[action_pair[a]] > 0
-            and (mu[i] - (residual if residual < mu[i] else mu[i])) > 1e-9
+        mask[a] = (queue_len[action_pair[a]] > 0) & (
+            (mu[i] - (residual if residual < mu[i] else mu[i])) > 1e-9
         )
     for r in range(n_route):
         mask[n_act + r] = queue_len[route_src_pair[r]] > 0

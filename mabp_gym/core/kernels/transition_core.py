@@ -131,6 +131,7 @@ class IntField(IntEnum):
     NODE_ACTION_PTR = 25  # (N + 1,) each node's bounds in NODE_ACTIONS
     NODE_ROUTES = 26  # (R,) the routes by source node, each node's in index order
     NODE_ROUTE_PTR = 27  # (N + 1,) each node's bounds in NODE_ROUTES
+    NODE_PAIR_PTR = 28  # (N + 1,) each node's pairs (pairs are numbered node by node)
 
 
 class FloatField(IntEnum):
@@ -745,6 +746,7 @@ class CompiledTransition:
         )
         for name, node in (("action", ix.action_node), ("route", ix.pair_node[ix.route_src_pair])):
             fields[f"node_{name}s"], fields[f"node_{name}_ptr"] = _by_node(node, ix.num_nodes)
+        fields["node_pair_ptr"] = _by_node(ix.pair_node, ix.num_nodes)[1]
         self.ints = _pack([fields[name] for name in INT_FIELDS], [workload.replicas], np.int64)
         self.floats = _pack(
             [fields[name] for name in FLOAT_FIELDS],
