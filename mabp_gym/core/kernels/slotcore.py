@@ -152,6 +152,21 @@ def _order_descending(key, order, n, radix, counts):  # pragma: no cover
     return src
 
 
+def _node_descending(block, members, pair, queue_len, sort):  # pragma: no cover
+    """One node's candidates ``members`` (in index order) of positive ``block`` score whose
+    queue ``pair[c]`` holds units, in descending score, ties in index order
+    (:func:`_order_descending`; ``sort`` is its ``(key, order, counts, radix)``). Returns
+    ``(start, count)``: they are ``order[start : start + count]``."""
+    key, order, counts, radix = sort
+    n = 0
+    for c in members:
+        if block[c] > 0 and queue_len[pair[c]] > 0:
+            key[n] = block[c]
+            order[n] = c
+            n += 1
+    return _order_descending(key, order, n, radix, counts), n
+
+
 def _descending(block, live, radix, key, order, counts):  # pragma: no cover
     """The positions where ``live`` holds, in descending ``block`` value, ties in index
     order: ``np.flatnonzero(live)`` ordered by ``np.argsort(-block[...], kind="mergesort")``
@@ -240,6 +255,7 @@ def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  
     of the workload.
     """
     flags, key, order, counts, _, _, left, _, avail, capacity, after = scratch
+    sort = (key, order, counts, radix)  # the node-by-node sorts' scratch
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
     queue_len = state[7]
     transfers_out, hit, route, service, start = out
@@ -278,14 +294,8 @@ def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  
     for i in range(mu.shape[0]):
         if left[i] <= _EPS:
             continue
-        n = 0
-        for m in range(node_action_ptr[i], node_action_ptr[i + 1]):
-            a = node_actions[m]
-            if block[a] > 0 and queue_len[action_pair[a]] > 0:
-                key[n] = block[a]
-                order[n] = a
-                n += 1
-        first = _order_descending(key, order, n, radix, counts)
+        lo, hi = node_action_ptr[i], node_action_ptr[i + 1]
+        first, n = _node_descending(block, node_actions[lo:hi], action_pair, queue_len, sort)
         for x in range(first, first + n):
             if left[i] <= _EPS:
                 break
@@ -321,14 +331,8 @@ def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  
         for e in range(capacity.shape[0]):
             capacity[e] = link_capacity[e]
         for i in range(mu.shape[0]):
-            n = 0
-            for m in range(node_route_ptr[i], node_route_ptr[i + 1]):
-                r = node_routes[m]
-                if block[r] > 0 and queue_len[route_src_pair[r]] > 0:
-                    key[n] = block[r]
-                    order[n] = r
-                    n += 1
-            first = _order_descending(key, order, n, radix, counts)
+            lo, hi = node_route_ptr[i], node_route_ptr[i + 1]
+            first, n = _node_descending(block, node_routes[lo:hi], route_src_pair, queue_len, sort)
             for x in range(first, first + n):
                 r = order[x]
                 p = route_src_pair[r]
@@ -344,6 +348,7 @@ def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  
 _descending_radix = jit.part(_descending_radix)
 _order_descending = jit.leaf(_order_descending)
 _descending = jit.leaf(_descending)
+_node_descending = jit.leaf(_node_descending)
 _project_compiled = jit.leaf(_project_kernel)
 
 
