@@ -60,8 +60,8 @@ def test_oracle_sur__slot_programs_identical_to_the_golden_file(name, overrides)
 
 
 LARGE = ("multihop", {"nodes": 600, "load": 0.3})
-"""A network large enough for the paths that only size takes: the projection's radix order
-(up to about 1,000 live routes a slot) and many generations a slot."""
+"""A network large enough for the paths that only size takes: thousands of candidates a slot
+(sorted node by node, none by radix: no node has 512) and many generations a slot."""
 
 
 @pytest.mark.slow  # 3 s compiled, 25 s as plain Python (MABP_GYM_PURE=1)

@@ -95,18 +95,35 @@ def test_descending__by_radix_from_many_candidates_on_the_same_order():
                 assert np.array_equal(_descending(values, live, radix), expected), n
 
 
-def test_radix_sort__only_where_a_kind_has_enough_candidates_for_it():
+def test_radix_sort__only_where_one_sort_can_see_enough_candidates_for_it():
+    # The transfers are sorted all together, the service and routing candidates node by
+    # node: the radix branch is compiled only where one of those can reach _RADIX_FROM.
     from types import SimpleNamespace
 
     from mabp_gym.core.workloads import make_workload
 
     assert slotcore.radix_sort(make_workload("mixed").index) is None
     start = slotcore._RADIX_FROM
-    for counts in ((start, 0, 0), (0, start, 0), (0, 0, start)):
-        ix = SimpleNamespace(num_actions=counts[0], num_routes=counts[1], num_transfers=counts[2])
-        assert slotcore.radix_sort(ix) is True
-    small = SimpleNamespace(num_actions=start - 1, num_routes=start - 1, num_transfers=start - 1)
-    assert slotcore.radix_sort(small) is None
+
+    def index(actions_at, routes_at, transfers, nodes=3):
+        action_node = np.concatenate([np.full(k, i) for i, k in enumerate(actions_at)])
+        route_node = np.concatenate([np.full(k, i) for i, k in enumerate(routes_at)])
+        return SimpleNamespace(
+            num_nodes=nodes,
+            num_transfers=transfers,
+            action_node=action_node.astype(np.int64),
+            pair_node=np.arange(nodes),  # pair p at node p
+            route_src_pair=route_node.astype(np.int64),
+        )
+
+    for enough in (
+        index((0, start, 0), (0, 0, 0), 0),
+        index((0, 0, 0), (1, 1, start), 0),
+        index((0, 0, 0), (0, 0, 0), start),
+    ):
+        assert slotcore.radix_sort(enough) is True
+    spread = start - 1  # many candidates in all, too few at any one node
+    assert slotcore.radix_sort(index((spread,) * 3, (spread,) * 3, start - 1)) is None
 
 
 def _global_service_and_routes(ix, state, scores, hit):
@@ -152,8 +169,13 @@ def test_projection__node_by_node_is_the_global_order_of_service_and_routing():
     # `mixed` then has more live routes than one insertion sort takes, and merges).
     from mabp_gym import Simulator, make_workload
 
-    for name in ("mixed", "rag", "agentic"):
-        wl = make_workload(name)
+    for name, overrides in (
+        ("mixed", {}),
+        ("rag", {}),
+        ("agentic", {}),
+        ("multihop", {"nodes": 12}),
+    ):
+        wl = make_workload(name, **overrides)
         ix, kernel = wl.index, slotcore.CompiledProjection(wl)
         sim = Simulator(wl)
         sim.reset(3)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -205,15 +206,18 @@ def test_checked_scores__written_into_out_as_returned_without_it():
         checked_scores(np.ones((3, 4)), resetting, 5, out=out)
     assert not out.any()  # a batch of the wrong shape is not written
     # With no env resetting the batch is checked by its sum first: finite scores whose sum
-    # overflows pass, and a NaN or inf anywhere is refused by its env.
+    # overflows pass (without a numpy warning, even where numpy raises on them), and a NaN
+    # or inf anywhere, or infinities of both signs, are refused by their env.
     stepping = np.zeros(3, dtype=bool)
     huge = np.full((3, 5), np.finfo(np.float64).max)
-    assert np.array_equal(checked_scores(huge, stepping, 5, out=np.empty((3, 5)))[0], huge)
-    for value in (np.nan, np.inf, -np.inf):
-        bad = np.zeros((3, 5))
-        bad[1, 4] = value
-        with pytest.raises(ValueError, match=r"env\(s\) \[1\] got NaN or inf"):
-            checked_scores(bad, stepping, 5, out=np.empty((3, 5)))
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        assert np.array_equal(checked_scores(huge, stepping, 5, out=np.empty((3, 5)))[0], huge)
+        for values in ((np.nan,), (np.inf,), (-np.inf,), (np.inf, -np.inf)):
+            bad = np.zeros((3, 5))
+            bad[1, : len(values)] = values
+            with pytest.raises(ValueError, match=r"env\(s\) \[1\] got NaN or inf"):
+                checked_scores(bad, stepping, 5, out=np.empty((3, 5)))
 
 
 def test_workers__a_deep_copy_is_refused_by_name():

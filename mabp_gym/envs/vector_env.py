@@ -85,7 +85,10 @@ def checked_scores(
         np.copyto(scores, actions)
     resetting = needs_reset.copy()
     # A finite sum has no NaN or inf in it (one pass, no temporary); else rows are checked.
-    if np.isfinite(scores.sum()) and not resetting.any():
+    # Finite scores may overflow the sum: quietly, whatever numpy's error settings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = scores.sum()
+    if np.isfinite(total) and not resetting.any():
         return scores, resetting
     bad = ~np.isfinite(scores).all(axis=1) & ~resetting
     if resetting.any():

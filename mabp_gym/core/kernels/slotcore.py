@@ -39,12 +39,17 @@ than the network)."""
 
 
 def radix_sort(ix) -> bool | None:
-    """The projection's ``radix`` argument for the workload index ``ix``: ``True`` where a
-    kind has :data:`_RADIX_FROM` candidates or more, else ``None``, with which the
-    compiled projection leaves the radix sort out (numba prunes a branch on an argument
-    that is ``None``): a network that can never use it does not pay its compilation,
-    about 0.5 s of a cold start. The order is the same either way."""
-    most = max(ix.num_actions, ix.num_routes, ix.num_transfers)
+    """The projection's ``radix`` argument for the workload index ``ix``: ``True`` where one
+    sort can see :data:`_RADIX_FROM` candidates or more (the transfers, all together; the
+    service or routing candidates of one node), else ``None``, with which the compiled
+    projection leaves the radix sort out (numba prunes a branch on an argument that is
+    ``None``): a network that can never use it does not pay its compilation, about 0.5 s of
+    a cold start. The order is the same either way."""
+    at_a_node = (
+        int(np.bincount(node, minlength=ix.num_nodes).max(initial=0))
+        for node in (ix.action_node, ix.pair_node[ix.route_src_pair])
+    )
+    most = max(ix.num_transfers, *at_a_node)
     return True if most >= _RADIX_FROM else None
 
 
