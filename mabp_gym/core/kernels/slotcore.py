@@ -244,6 +244,34 @@ def _project_transfers(
     return n_exec
 
 
+@jit.part
+def _project_routes(block, queue_len, ints, avail, capacity, route, sort):  # pragma: no cover
+    """The projection's step 3: the routes of positive score from queues holding units, in
+    descending score (ties by index), node by node (a route takes only its source node's
+    queues and outgoing link), each moving what is left of its queue (``avail``, after
+    service) up to its link's capacity left. Writes ``route``; ``capacity`` is scratch."""
+    route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
+    route_link = _field(ints, IntField.ROUTE_LINK)
+    node_routes = _field(ints, IntField.NODE_ROUTES)
+    node_route_ptr = _field(ints, IntField.NODE_ROUTE_PTR)
+    link_capacity = _field(ints, IntField.LINK_CAPACITY)
+    order = sort[1]
+    for e in range(capacity.shape[0]):
+        capacity[e] = link_capacity[e]
+    for i in range(node_route_ptr.shape[0] - 1):
+        lo, hi = node_route_ptr[i], node_route_ptr[i + 1]
+        first, n = _node_descending(block, node_routes[lo:hi], route_src_pair, queue_len, sort)
+        for x in range(first, first + n):
+            r = order[x]
+            p = route_src_pair[r]
+            e = route_link[r]
+            units = avail[p] if avail[p] < capacity[e] else capacity[e]
+            if units > 0:
+                route[r] = units
+                avail[p] -= units
+                capacity[e] -= units
+
+
 def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  # pragma: no cover
     """The projection of :func:`mabp_gym.core.projection.project` over flat arrays.
 
@@ -324,29 +352,10 @@ def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  
                     left[i] -= n_units * w
             avail[p] = q
 
-    # 3. Routing in descending score with what is left of each queue, node by node (a
-    # route takes only its source node's queues and outgoing link).
+    # 3. Routing in descending score with what is left of each queue.
     if n_route > 0:
-        route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
-        route_link = _field(ints, IntField.ROUTE_LINK)
-        node_routes = _field(ints, IntField.NODE_ROUTES)
-        node_route_ptr = _field(ints, IntField.NODE_ROUTE_PTR)
         block = scores[n_act : n_act + n_route]
-        link_capacity = _field(ints, IntField.LINK_CAPACITY)
-        for e in range(capacity.shape[0]):
-            capacity[e] = link_capacity[e]
-        for i in range(mu.shape[0]):
-            lo, hi = node_route_ptr[i], node_route_ptr[i + 1]
-            first, n = _node_descending(block, node_routes[lo:hi], route_src_pair, queue_len, sort)
-            for x in range(first, first + n):
-                r = order[x]
-                p = route_src_pair[r]
-                e = route_link[r]
-                units = avail[p] if avail[p] < capacity[e] else capacity[e]
-                if units > 0:
-                    route[r] = units
-                    avail[p] -= units
-                    capacity[e] -= units
+        _project_routes(block, queue_len, ints, avail, capacity, route, sort)
     return n_exec
 
 
