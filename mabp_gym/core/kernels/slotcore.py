@@ -169,7 +169,7 @@ def _node_descending(block, members, pair, queue_len, sort):  # pragma: no cover
             key[n] = block[c]
             order[n] = c
             n += 1
-    return _order_descending(key, order, n, radix, counts), n
+    return _order_descending(key, order, np.int64(n), radix, counts), n
 
 
 def _descending(block, live, radix, key, order, counts):  # pragma: no cover
@@ -186,7 +186,7 @@ def _descending(block, live, radix, key, order, counts):  # pragma: no cover
             key[n] = block[k]
             order[n] = k
             n += 1
-    return _order_descending(key, order, n, radix, counts), n
+    return _order_descending(key, order, np.int64(n), radix, counts), n
 
 
 @jit.part
@@ -362,7 +362,7 @@ def _project_kernel(scores, memory, state, ints, floats, scratch, out, radix):  
 _descending_radix = jit.part(_descending_radix)
 _order_descending = jit.leaf(_order_descending)
 _descending = jit.leaf(_descending)
-_node_descending = jit.leaf(_node_descending)
+_node_descending = jit.part(_node_descending)
 _project_compiled = jit.leaf(_project_kernel)
 
 
@@ -451,9 +451,9 @@ def _encode_memory(
         transfer[k, 2] = free
         mask[offset + k] = (
             src_holds
-            & (holder_flat[dst_slot[k]] < 0)
-            & (np.float64(size) <= link_bandwidth[transfer_link[k]])
-            & (np.float64(size) <= free + 1e-9)
+            and holder_flat[dst_slot[k]] < 0
+            and np.float64(size) <= link_bandwidth[transfer_link[k]]
+            and np.float64(size) <= free + 1e-9
         )
     retain_node = _field(ints, IntField.RETAIN_NODE)
     retain_signature = _field(ints, IntField.RETAIN_SIGNATURE)
@@ -525,9 +525,11 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
         src_q = pairs[route_src_pair[r]]
         route[r, 0] = src_q - pairs[route_dst_pair[r]]
         route[r, 1] = link_cost[route_link[r]]
-        compatible = 0
+        compatible = 0.0
         for m in range(compat_ptr[r], compat_ptr[r + 1]):
-            compatible |= hit[compat_action[m]]  # no early exit: no branch to mispredict
+            if hit[compat_action[m]]:
+                compatible = 1.0
+                break
         route[r, 2] = compatible
         route[r, 3] = src_q
     _encode_memory(
@@ -540,8 +542,7 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
         for f in range(width):
             nodes[i, f] = static_nodes[i, f]
         nodes[i, width] = memory_used[i]
-        # The row's sum in commodity order over its pairs alone: the other entries are
-        # zeros, and adding a zero leaves a float32 sum as it was.
+        # The row's sum over its pairs alone (commodity order): the rest are zeros.
         total = np.float32(0.0)
         for p in range(node_pair_ptr[i], node_pair_ptr[i + 1]):
             total += queues[i, pair_commodity[p]]
@@ -551,8 +552,9 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     for a in range(n_act):
         i = action_node[a]
         residual = service_residual[i] if service_action[i] >= 0 else 0.0
-        mask[a] = (queue_len[action_pair[a]] > 0) & (
-            (mu[i] - (residual if residual < mu[i] else mu[i])) > 1e-9
+        mask[a] = (
+            queue_len[action_pair[a]] > 0
+            and (mu[i] - (residual if residual < mu[i] else mu[i])) > 1e-9
         )
     for r in range(n_route):
         mask[n_act + r] = queue_len[route_src_pair[r]] > 0
