@@ -427,26 +427,22 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         process, before any block steps)."""
         rewards = np.zeros(self.num_envs)
         infos: dict[str, Any] = {}
-        if not resetting.any():  # every env steps: whole rows, no masks
-            active = self._all_active
+        every = not resetting.any()
+        active = self._all_active if every else ~resetting  # every env: whole rows, no masks
+        if every or active.any():
             if self.compiled:
                 rewards = self._step_compiled(scores, active)
             else:
                 infos = self._step_each(scores, active, rewards)
+        if every:
             self._elapsed += 1
             truncated = self._out.slot >= self._workload.horizon
             if self.max_episode_steps is not None:
                 truncated |= self._elapsed >= self.max_episode_steps
         else:
-            truncated = np.zeros(self.num_envs, dtype=bool)
-            active = ~resetting
-            if active.any():
-                if self.compiled:
-                    rewards = self._step_compiled(scores, active)
-                else:
-                    infos = self._step_each(scores, active, rewards)
             for i in np.flatnonzero(resetting).tolist():
                 infos = self._reset_env(i, None, infos)
+            truncated = np.zeros(self.num_envs, dtype=bool)
             self._elapsed[active] += 1
             truncated[active] = self._out.slot[active] >= self._workload.horizon
             if self.max_episode_steps is not None:
