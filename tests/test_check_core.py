@@ -149,20 +149,23 @@ def test_invariants__the_fifo_recount_is_spaced_out_as_queues_grow_but_never_ski
     # Walking every FIFO run each slot made long overloaded runs quadratic; the walk now
     # comes once the slots since the last one have budgeted it, so a bad run count is
     # still found, within (runs / RUNS_CHECKED_A_SLOT) + 1 checks.
+    from mabp_gym.core.kernels.transition_core import _LO, _RUNS, RUN_SLOTS
     from mabp_gym.core.simulator import RUNS_CHECKED_A_SLOT
 
     wl = make_workload("mixed", load=3.0)
     sim = Simulator(wl, check_invariants=True)
     sim.reset(0)
     fifo = sim.state.fifo
-    while fifo.pool.shape[0] - int(fifo.meta[1]) < 4 * RUNS_CHECKED_A_SLOT:
+    # The budget counts RUN_SLOTS runs for every row in use (at most that many runs).
+    while (fifo.pool.shape[0] - int(fifo.meta[1])) * RUN_SLOTS < 4 * RUNS_CHECKED_A_SLOT:
         _, out = sim.step_scores(-np.ones(wl.index.num_scores))  # serve nothing: runs pile up
-    rows = fifo.pool.shape[0] - int(fifo.meta[1])
+    runs = (fifo.pool.shape[0] - int(fifo.meta[1])) * RUN_SLOTS
     pair = int(np.flatnonzero(sim.state.queue_len)[0])
-    fifo.pool[fifo.head[pair], 1] += 1  # one unit more in a run than its queue counts
+    row = fifo.pool[fifo.head[pair]]
+    row[_RUNS + 2 * row[_LO] + 1] += 1  # one unit more in a run than its queue counts
     checks = 0
     with pytest.raises(InvariantError, match="FIFO"):
         while checks < 100:
             checks += 1
             sim._assert_invariants(out)
-    assert 1 < checks <= rows // RUNS_CHECKED_A_SLOT + 1
+    assert 1 < checks <= runs // RUNS_CHECKED_A_SLOT + 1

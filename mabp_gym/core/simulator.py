@@ -30,6 +30,7 @@ import numpy as np
 from mabp_gym.core.control import CHECK_TOLERANCE, Control, feasibility
 from mabp_gym.core.kernels import check_core
 from mabp_gym.core.kernels.transition_core import (
+    RUN_SLOTS,
     CompiledTransition,
     RunFifo,
     slot_cost,
@@ -301,7 +302,8 @@ class Simulator:
         fifo = st.fifo
         assert isinstance(fifo, RunFifo)
         self._run_credit += RUNS_CHECKED_A_SLOT
-        runs = self._run_credit >= fifo.pool.shape[0] - int(fifo.meta[1])  # runs in use
+        in_use = fifo.pool.shape[0] - int(fifo.meta[1])
+        runs = self._run_credit >= in_use * RUN_SLOTS  # at most this many runs
         if runs:
             self._run_credit = 0
         if check_core.invariants_hold(

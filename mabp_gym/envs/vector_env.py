@@ -37,12 +37,18 @@ from mabp_gym.core.kernels.batch import (
     step_all,
     unit_rows,
 )
-from mabp_gym.core.kernels.transition_core import STATE_FIELDS, CompiledTransition, RunFifo
+from mabp_gym.core.kernels.transition_core import (
+    STATE_FIELDS,
+    CompiledTransition,
+    RunFifo,
+    free_rows,
+    grown,
+    link_free,
+)
 from mabp_gym.core.validate import checked_action, is_seed
 from mabp_gym.envs.env import FLAT_KEYS, SFMSNEnv, not_finite_reward
 
 _AUTORESET = getattr(gym.vector, "AutoresetMode", None)
-_NEXT = 2  # the pool's "next row" column (transition_core)
 _STATIC_KEYS = (
     "edge_index",
     "edge_features",
@@ -250,7 +256,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             )
         )
         self._fifo: tuple[np.ndarray, ...] = (
-            np.zeros((n_envs, _OUT_ROWS, 3), dtype=np.int64),  # pool
+            free_rows(_OUT_ROWS, n_envs),  # pool
             np.full((n_envs, ix.num_pairs), -1, dtype=np.int64),  # head
             np.full((n_envs, ix.num_pairs), -1, dtype=np.int64),  # tail
             np.zeros((n_envs, 2), dtype=np.int64),  # meta
@@ -283,10 +289,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             stacked[i] = getattr(state, name)
             setattr(state, name, stacked[i])
         pool, head, tail, meta = self._fifo
-        rows = pool.shape[1]
-        pool[i, :, _NEXT] = np.arange(1, rows + 1)
-        pool[i, -1, _NEXT] = -1
-        meta[i] = (0, rows)
+        link_free(pool[i])
+        meta[i] = (0, pool.shape[1])
         head[i] = -1
         tail[i] = -1
         self._rebind_fifo(i)
@@ -346,10 +350,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         """Twice the pool rows of every env (each env's new rows join its free list)."""
         pool, head, tail, meta = self._fifo
         old = pool.shape[1]
-        bigger = np.zeros((self.num_envs, 2 * old, 3), dtype=np.int64)
-        bigger[:, :old] = pool
-        bigger[:, old:, _NEXT] = np.arange(old + 1, 2 * old + 1)
-        bigger[:, -1, _NEXT] = meta[:, 0]
+        bigger = grown(pool, 2 * old, meta)
         meta[:, 0] = old
         meta[:, 1] += old
         self._fifo = (bigger, head, tail, meta)

@@ -169,10 +169,12 @@ def _slot(i, scores, rng, flags, statics, state, fifo, out, scratch):  # pragma:
 
 
 def _warm_fifo(pool, head, tail, meta, queue_len):  # pragma: no cover
-    """Ask the cache for the FIFO rows an env's slot reads: each queued pair's head and
-    tail run, and the first free rows, a projection ahead of the reads. With many envs an
-    env's pool leaves the cache between its slots, and a take or a push waited for each
-    row it read to find the next (a fifth of a step's time at 256 envs)."""
+    """Ask the cache for the FIFO rows an env's slot reads: the first line of each queued
+    pair's head and tail row (the header, and the first runs), and of the first free row,
+    a projection ahead of the reads. With many envs an env's pool leaves the cache between
+    its slots, and every take and push waited for its row (a fifth of a step's time at 256
+    envs, when a row held one run). Walking the free list to warm more of it cost more than
+    it saved once a row held several runs (a new row is needed every few runs)."""
     if not jit.COMPILED:
         return
     row = pool.shape[1] * pool.itemsize
@@ -180,12 +182,8 @@ def _warm_fifo(pool, head, tail, meta, queue_len):  # pragma: no cover
         if queue_len[p] > 0:
             jit.prefetch(pool, head[p] * row)
             jit.prefetch(pool, tail[p] * row)
-    k = meta[0]
-    for _ in range(8):
-        if k < 0:
-            break
-        jit.prefetch(pool, k * row)
-        k = pool[k, transition_core._NEXT]  # the free list's next row
+    if meta[0] >= 0:
+        jit.prefetch(pool, meta[0] * row)
 
 
 def _outcomes(i, served, scores, rng, flags, statics, st, fifo, out, scratch):  # pragma: no cover

@@ -3,8 +3,8 @@
 routes) and :func:`_outcome_kernel` (outcomes, retention, arrivals). Compiled by numba where
 it is there, plain Python otherwise (:mod:`mabp_gym.core.kernels.jit`).
 
-Queues are counted, not listed: a pair's waiting units are a linked list of runs
-``(birth slot, units)`` in one pool of rows (:class:`RunFifo`), so a slot costs the runs
+Queues are counted, not listed: a pair's waiting units are runs ``(birth slot, units)``,
+several to a row of one pool, the rows linked (:class:`RunFifo`), so a slot costs the runs
 it touches, not the units. The draws come from the simulator's own
 ``numpy.random.Generator`` in a fixed order (the successor uniforms of the units
 served, the generation draws, the Poisson total of arrivals, their uniforms): numpy makes
@@ -31,25 +31,42 @@ if TYPE_CHECKING:
     from mabp_gym.core.workload import Workload
 
 _compiled = jit.kernel
-_BIRTH, _COUNT, _NEXT = 0, 1, 2  # the columns of a pool row
+# A pool row holds up to RUN_SLOTS runs of one pair, in order: a header (the pair's next
+# row, the first live run, one past the last run) and the runs' (birth, units) pairs. A
+# queue's runs are then side by side (a take or a push reads one row for several runs;
+# one row a run made every take wait for a row that had left the cache, with many envs).
+RUN_SLOTS = 6
+_NEXT, _LO, _HI = 0, 1, 2  # the header's columns
+_RUNS = 4  # run j's birth is column _RUNS + 2 * j, its units the next one
+ROW_WIDTH = _RUNS + 2 * RUN_SLOTS  # 16 int64: two cache lines
 
 
-# -- runs of equal birth slots, kept in a pool of rows -----------------------------------
+# -- runs of equal birth slots, RUN_SLOTS to a row of one pool -----------------------------
 @jit.leaf
 def _push(pool, head, tail, meta, p, birth, count):  # pragma: no cover - compiled
     """Append ``count`` units born in ``birth`` to pair ``p``; the pool must have a free
     row (:meth:`RunFifo.reserve`). Units are anonymous but for their birth slot, so a tail
-    run of the same birth absorbs them."""
+    run of the same birth absorbs them; a new run goes into the tail row while it has room."""
     last = tail[p]
-    if last >= 0 and pool[last, _BIRTH] == birth:
-        pool[last, _COUNT] += count
-        return
+    if last >= 0:
+        hi = pool[last, _HI]
+        column = _RUNS + 2 * hi
+        if pool[last, column - 2] == birth:
+            pool[last, column - 1] += count
+            return
+        if hi < RUN_SLOTS:
+            pool[last, column] = birth
+            pool[last, column + 1] = count
+            pool[last, _HI] = hi + 1
+            return
     k = meta[0]
     meta[0] = pool[k, _NEXT]
     meta[1] -= 1
-    pool[k, _BIRTH] = birth
-    pool[k, _COUNT] = count
     pool[k, _NEXT] = -1
+    pool[k, _LO] = 0
+    pool[k, _HI] = 1
+    pool[k, _RUNS] = birth
+    pool[k, _RUNS + 1] = count
     if last >= 0:
         pool[last, _NEXT] = k
     else:
@@ -60,12 +77,18 @@ def _push(pool, head, tail, meta, p, birth, count):  # pragma: no cover - compil
 @jit.leaf
 def _take(pool, head, tail, meta, p, wanted):  # pragma: no cover - compiled
     """Remove up to ``wanted`` units from the head run of pair ``p`` (it must have one).
-    Returns ``(birth, units taken)``; a run emptied goes back to the free list."""
+    Returns ``(birth, units taken)``; a row emptied goes back to the free list."""
     k = head[p]
-    birth = pool[k, _BIRTH]
-    count = pool[k, _COUNT]
+    lo = pool[k, _LO]
+    column = _RUNS + 2 * lo
+    birth = pool[k, column]
+    count = pool[k, column + 1]
     taken = wanted if wanted < count else count
-    if taken == count:
+    if taken < count:
+        pool[k, column + 1] = count - taken
+    elif lo + 1 < pool[k, _HI]:
+        pool[k, _LO] = lo + 1
+    else:
         following = pool[k, _NEXT]
         head[p] = following
         if following < 0:
@@ -73,8 +96,6 @@ def _take(pool, head, tail, meta, p, wanted):  # pragma: no cover - compiled
         pool[k, _NEXT] = meta[0]
         meta[0] = k
         meta[1] += 1
-    else:
-        pool[k, _COUNT] = count - taken
     return birth, taken
 
 
@@ -91,7 +112,8 @@ def _lengths(pool, head, lengths):  # pragma: no cover - compiled
         total = 0
         k = head[p]
         while k >= 0:
-            total += pool[k, _COUNT]
+            for j in range(pool[k, _LO], pool[k, _HI]):
+                total += pool[k, _RUNS + 2 * j + 1]
             k = pool[k, _NEXT]
         lengths[p] = total
 
@@ -666,14 +688,14 @@ def slot_cost(workload, memory_used: np.ndarray, counts: list, sums: list) -> fl
 
 
 class RunFifo:
-    """The compiled transition's FIFO: per pair, a linked list of runs ``(birth, units)``
-    in one pool of rows (``pool[k] = (birth, units, next row)``, free rows linked from
-    ``meta[0]``, ``meta[1]`` of them), oldest run at ``head[p]``, newest at ``tail[p]``."""
+    """The compiled transition's FIFO: per pair, a linked list of rows of one pool, each
+    row up to :data:`RUN_SLOTS` runs ``(birth, units)`` oldest first (``pool[k]`` is
+    ``(next row, first live run, one past the last, 0, birth, units, birth, units, ...)``;
+    free rows linked from ``meta[0]``, ``meta[1]`` of them), the oldest row at ``head[p]``,
+    the newest at ``tail[p]``."""
 
     def __init__(self, num_pairs: int, rows: int = 64) -> None:
-        self.pool = np.empty((rows, 3), dtype=np.int64)
-        self.pool[:, _NEXT] = np.arange(1, rows + 1)
-        self.pool[-1, _NEXT] = -1
+        self.pool = free_rows(rows)
         self.meta = np.asarray([0, rows], dtype=np.int64)  # first free row (-1 none), free rows
         self.head = np.full(num_pairs, -1, dtype=np.int64)
         self.tail = np.full(num_pairs, -1, dtype=np.int64)
@@ -683,13 +705,19 @@ class RunFifo:
         :meth:`reserve`, which may replace the pool)."""
         return self.pool, self.head, self.tail, self.meta
 
-    def births(self, pair: int) -> list[int]:
-        out: list[int] = []
+    def runs(self, pair: int) -> list[tuple[int, int]]:
+        """Pair ``pair``'s runs ``(birth, units)``, oldest first."""
+        out: list[tuple[int, int]] = []
         k = int(self.head[pair])
         while k >= 0:
-            birth, count, k = self.pool[k].tolist()
-            out.extend([birth] * count)
+            row = self.pool[k].tolist()
+            cells = row[_RUNS + 2 * row[_LO] : _RUNS + 2 * row[_HI]]
+            out.extend(zip(cells[::2], cells[1::2], strict=True))
+            k = row[_NEXT]
         return out
+
+    def births(self, pair: int) -> list[int]:
+        return [birth for birth, count in self.runs(pair) for _ in range(count)]
 
     def lengths(self) -> list[int]:
         lengths = np.empty(self.head.shape[0], dtype=np.int64)
@@ -698,7 +726,8 @@ class RunFifo:
 
     def heads(self) -> tuple[np.ndarray, np.ndarray]:
         pairs = np.flatnonzero(self.head >= 0)
-        return pairs, self.pool[self.head[pairs], _BIRTH]
+        rows = self.head[pairs]
+        return pairs, self.pool[rows, _RUNS + 2 * self.pool[rows, _LO]]
 
     def extend(self, pair: int, birth: int, count: int) -> None:
         if count > 0:
@@ -712,12 +741,36 @@ class RunFifo:
             return
         old = self.pool.shape[0]
         new = max(old, rows - free)
-        bigger = np.empty((old + new, 3), dtype=np.int64)
-        bigger[:old] = self.pool
-        bigger[old:, _NEXT] = np.arange(old + 1, old + new + 1)
-        bigger[-1, _NEXT] = self.meta[0]
-        self.pool = bigger
+        self.pool = grown(self.pool[None], old + new, self.meta[None])[0]
         self.meta[:] = (old, free + new)
+
+
+def free_rows(rows: int, envs: int | None = None) -> np.ndarray:
+    """A pool of ``rows`` free rows (one per env with ``envs``): :func:`link_free`'s."""
+    return link_free(
+        np.zeros((rows, ROW_WIDTH) if envs is None else (envs, rows, ROW_WIDTH), dtype=np.int64)
+    )
+
+
+def link_free(pool: np.ndarray) -> np.ndarray:
+    """``pool`` (``(rows, ROW_WIDTH)``, or one such per env) made one free list in row
+    order, in place; returned."""
+    rows = pool.shape[-2]
+    pool[..., _NEXT] = np.arange(1, rows + 1)
+    pool[..., -1, _NEXT] = -1
+    return pool
+
+
+def grown(pool: np.ndarray, rows: int, meta: np.ndarray) -> np.ndarray:
+    """Each env's ``pool`` (``(envs, rows, ROW_WIDTH)``) with ``rows`` rows: the new rows
+    linked in order ahead of each env's free list (``meta[:, 0]``; the caller then points
+    ``meta`` at the first new row and counts them free)."""
+    envs, old, _ = pool.shape
+    bigger = np.zeros((envs, rows, ROW_WIDTH), dtype=pool.dtype)
+    bigger[:, :old] = pool
+    bigger[:, old:, _NEXT] = np.arange(old + 1, rows + 1)
+    bigger[:, -1, _NEXT] = meta[:, 0]
+    return bigger
 
 
 class CompiledTransition:
