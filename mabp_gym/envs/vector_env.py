@@ -426,14 +426,14 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         """:meth:`step` of what :func:`checked_scores` returned for this env's
         ``_needs_reset`` (the worker vector env checks a whole batch once, in its main
         process, before any block steps)."""
-        rewards = np.zeros(self.num_envs)
         infos: dict[str, Any] = {}
         every = not resetting.any()
         active = self._all_active if every else ~resetting  # every env: whole rows, no masks
-        if every or active.any():
-            if self.compiled:
-                rewards = self._step_compiled(scores, active)
-            else:
+        if (every or active.any()) and self.compiled:
+            rewards = self._step_compiled(scores, active, every)
+        else:
+            rewards = np.zeros(self.num_envs)
+            if every or active.any():
                 infos = self._step_each(scores, active, rewards)
         if every:
             self._elapsed += 1
@@ -464,11 +464,12 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 infos = self._add_info(infos, dict(info), i)
         return infos
 
-    def _step_compiled(self, scores: np.ndarray, active: np.ndarray) -> np.ndarray:
+    def _step_compiled(self, scores: np.ndarray, active: np.ndarray, every: bool) -> np.ndarray:
+        """The active envs' slot in one compiled call (``every``: all of them, ``active``
+        then :attr:`_all_active`); their rewards, 0 for the others."""
         env0 = self.envs[0]
         if scores is not self._scores:
             self._scores[:] = scores
-        every = active is self._all_active
         before = self._lyapunov() if env0.reward_kind == "drift_plus_penalty" else None
         first = 0
         while True:
