@@ -80,7 +80,8 @@ class SlotOutcome:
 
 
 RUNS_CHECKED_A_SLOT = 256
-"""FIFO runs the invariant check walks per slot on average (:class:`Simulator`)."""
+"""FIFO runs the invariant check walks per slot on average, at most (:class:`Simulator`;
+a row in use counts as the :data:`RUN_SLOTS` runs it can hold)."""
 
 
 class Simulator:
@@ -92,8 +93,8 @@ class Simulator:
             discarded, budgets zero.
         check_invariants: assert SPEC 6's invariants after every slot (on in tests and in
             every evaluation). The queue lengths are recounted from the FIFO's runs on
-            average over :data:`RUNS_CHECKED_A_SLOT` runs a slot (every slot while there
-            are fewer runs), so that the check's cost stays bounded per slot when queues
+            average over at most :data:`RUNS_CHECKED_A_SLOT` runs a slot (every slot while
+            the rows in use hold fewer), so that the check's cost stays bounded per slot when queues
             grow: walking every run every slot made an overloaded run quadratic in time.
     """
 
