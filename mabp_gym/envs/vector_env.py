@@ -429,11 +429,12 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         infos: dict[str, Any] = {}
         every = not resetting.any()
         active = self._all_active if every else ~resetting  # every env: whole rows, no masks
-        if (every or active.any()) and self.compiled:
+        stepping = every or active.any()
+        if stepping and self.compiled:
             rewards = self._step_compiled(scores, active, every)
         else:
             rewards = np.zeros(self.num_envs)
-            if every or active.any():
+            if stepping:
                 infos = self._step_each(scores, active, rewards)
         if every:
             self._elapsed += 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import weakref
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -752,12 +752,13 @@ def free_rows(rows: int, envs: int | None = None) -> np.ndarray:
     )
 
 
-def link_free(pool: np.ndarray) -> np.ndarray:
+def link_free(pool: np.ndarray, first: int = 0, then: Any = -1) -> np.ndarray:
     """``pool`` (``(rows, ROW_WIDTH)``, or one such per env) made one free list in row
-    order, in place; returned."""
+    order, in place, its rows numbered from ``first`` and its last row followed by
+    ``then`` (-1: none; one per env too); returned."""
     rows = pool.shape[-2]
-    pool[..., _NEXT] = np.arange(1, rows + 1)
-    pool[..., -1, _NEXT] = -1
+    pool[..., _NEXT] = np.arange(first + 1, first + rows + 1)
+    pool[..., -1, _NEXT] = then
     return pool
 
 
@@ -768,8 +769,7 @@ def grown(pool: np.ndarray, rows: int, meta: np.ndarray) -> np.ndarray:
     envs, old, _ = pool.shape
     bigger = np.zeros((envs, rows, ROW_WIDTH), dtype=pool.dtype)
     bigger[:, :old] = pool
-    bigger[:, old:, _NEXT] = np.arange(old + 1, rows + 1)
-    bigger[:, -1, _NEXT] = meta[:, 0]
+    link_free(bigger[:, old:], old, meta[:, 0])
     return bigger
 
 
