@@ -109,6 +109,23 @@ def test_batched__generation_drawn_in_the_kernel_and_growing_buffers():
     assert vec._fifo[0].shape[1] > 64  # the pool grew
 
 
+def test_batched_and_single__a_slot_asks_for_pool_rows_only_where_arrivals_can_join():
+    """The free-row check counts a row per unit served or routed and one per pair the
+    arrivals can join (they join as one run), not one per pair: on ``mixed`` (24 arrival
+    pairs of 184) the first slots fit the first 64 rows, which a row per pair would not."""
+    vec = SFMSNVectorEnv(2, workload="mixed", load=0.85)
+    ix = vec.envs[0].sim.workload.index
+    assert len(ix.arrival_pair) < 64 < ix.num_pairs  # else this test could not fail
+    vec.reset(seed=0)
+    vec.step(np.zeros(vec.action_space.shape, dtype=np.float32))
+    pool = vec.envs[0].sim.state.fifo.pool
+    assert pool.shape[0] == 64, pool.shape
+    env = gym.make("mabp_gym/Mixed-v0", load=0.85)
+    env.reset(seed=0)
+    env.step(np.zeros(env.action_space.shape, dtype=np.float32))
+    assert env.unwrapped.sim.state.fifo.pool.shape[0] == 64
+
+
 @compiled_only
 def test_batched__max_episode_steps_below_the_horizon_truncates():
     vec = SFMSNVectorEnv(2, workload="boundary", max_episode_steps=4)

@@ -17,7 +17,13 @@ import numpy as np
 
 from mabp_gym.core.encoding import DYNAMIC_KEYS, SERVICE_FEATURES
 from mabp_gym.core.kernels import jit, slotcore, transition_core
-from mabp_gym.core.kernels.transition_core import STATE_FIELDS, CompiledTransition, slot_cost
+from mabp_gym.core.kernels.transition_core import (
+    STATE_FIELDS,
+    CompiledTransition,
+    IntField,
+    _field,
+    slot_cost,
+)
 
 _PRESSURE = SERVICE_FEATURES.index("successor_pressure")
 _state_fields = operator.attrgetter(*STATE_FIELDS)  # a state's arrays, in the kernels' order
@@ -150,11 +156,13 @@ def _slot(i, scores, rng, flags, statics, state, fifo, out, scratch):  # pragma:
         (transfers[i], hit[i], route[i], service[i], start[i]),
         statics[2],
     )
-    # Rows the slot may take: one per unit served, routed or arriving in a new run.
+    # Rows the slot may take: one per unit served or routed, and one per pair the
+    # arrivals can join (they join a pair as one run): a push takes at most one row.
     bound = state[0].shape[1] + service[i].sum()
     if bound > done.shape[1]:
         return -1
-    if meta[i, 1] < bound + route[i].sum() + head.shape[1]:
+    arrival_pairs = _field(ints, IntField.ARRIVAL_PAIR).shape[0]
+    if meta[i, 1] < bound + route[i].sum() + arrival_pairs:
         return -2
     served = _serve(
         (transfers[i, : n_transfers[i]], route[i], service[i], start[i]),

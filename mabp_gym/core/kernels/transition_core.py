@@ -808,6 +808,7 @@ class CompiledTransition:
         )
         self.num_nodes, self.num_actions = ix.num_nodes, ix.num_actions
         self.num_routes, self.num_retains = ix.num_routes, ix.num_retains
+        self.arrival_pairs = len(ix.arrival_pair)  # at least the pairs arrivals join
         self.total_rate = float(workload.total_rate)
         # Generation draws exist only where some action generates with 0 < gen_prob < 1.
         self.draws_in_kernel = bool(((ix.gen_prob > 0) & (ix.gen_prob < 1)).any())
@@ -883,7 +884,9 @@ class CompiledTransition:
                 self._grow_outputs(2 * self.done.shape[0])
             else:
                 fifo.reserve(2 * fifo.pool.shape[0])
-        fifo.reserve(n_done + state.queue_len.shape[0])
+        # A row for each completed unit's successor, and one for each pair the arrivals
+        # can join (as one run a pair).
+        fifo.reserve(n_done + self.arrival_pairs)
         # The draws in a fixed order: successor uniforms, generation draws (only
         # where 0 < gen_prob < 1: then the kernel draws them), arrivals.
         uniforms = rng.random(n_done) if n_done else self._no_draws
