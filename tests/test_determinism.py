@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
+import pytest
 
 from mabp_gym import Simulator, make_workload
 from mabp_gym.core.scores import queue_length_scores
@@ -67,3 +68,14 @@ def test_simulator__pickled_mid_run_continues_identically():
             b.backlog,
             b.generated,
         )
+
+
+def test_simulator__a_pickle_with_another_fifo_row_layout_is_refused_by_name():
+    """Rows of an older layout (``(birth, units, next)``) would be read as rows of this
+    one without a bounds check: unpickling refuses them and says why."""
+    sim = Simulator(make_workload("mixed"))
+    sim.reset(0)
+    sim.state.fifo.pool = np.zeros((8, 3), dtype=np.int64)
+    data = pickle.dumps(sim)
+    with pytest.raises(ValueError, match=r"pool rows \(8, 3\).*another version of mabp-gym"):
+        pickle.loads(data)

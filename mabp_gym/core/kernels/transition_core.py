@@ -700,6 +700,21 @@ class RunFifo:
         self.head = np.full(num_pairs, -1, dtype=np.int64)
         self.tail = np.full(num_pairs, -1, dtype=np.int64)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, refusing a pool of another row layout: the kernels read rows without
+        bounds checks, so a FIFO pickled by a version whose rows differ (before six runs
+        to a row they were ``(birth, units, next)``) would step into wrong cells."""
+        pool = state.get("pool")
+        if not (isinstance(pool, np.ndarray) and pool.ndim == 2 and pool.shape[1] == ROW_WIDTH):
+            found = pool.shape if isinstance(pool, np.ndarray) else type(pool).__name__
+            raise ValueError(
+                f"a pickled run FIFO with pool rows {found}: this version's rows are "
+                f"{ROW_WIDTH} wide, so the simulator or env was pickled by another version "
+                "of mabp-gym and cannot be loaded here (pickles do not move between "
+                "versions); make it again and reset it with the same seed"
+            )
+        self.__dict__.update(state)
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The kernels' ``fifo`` tuple ``(pool, head, tail, meta)`` (ask again after
         :meth:`reserve`, which may replace the pool)."""
