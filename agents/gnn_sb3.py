@@ -299,7 +299,10 @@ class _MaskedGraphPolicy(ActorCriticPolicy):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not torch.is_grad_enabled():  # SB3's rollouts
             with torch.inference_mode():
-                return self._act(obs, deterministic)
+                actions, values, log_prob = self._act(obs, deterministic)
+            # Ordinary tensors for what the caller keeps (SB3 hands them to callbacks):
+            # an inference tensor refuses an in-place change and autograd outside it.
+            return actions.clone(), values.clone(), log_prob.clone()
         distribution, latent_vf = self._masked(obs)
         actions = distribution.get_actions(deterministic=deterministic)
         return actions, self.value_net(latent_vf), distribution.log_prob(actions)

@@ -276,6 +276,9 @@ def test_graph_policy__rollout_forward_equals_the_distributions_bit_for_bit(cls)
             torch.manual_seed(7)
             with torch.no_grad():
                 actions, values, logp = policy(tensors, deterministic)
+            # Ordinary tensors, though computed in inference mode: a rollout callback may
+            # change them in place or use them with autograd.
+            assert not any(t.is_inference() for t in (actions, values, logp))
             after = torch.rand(1)  # the global generator moved as the distribution moves it
             torch.manual_seed(7)
             with torch.no_grad():
