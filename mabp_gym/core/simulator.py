@@ -94,8 +94,9 @@ class Simulator:
         check_invariants: assert SPEC 6's invariants after every slot (on in tests and in
             every evaluation). The queue lengths are recounted from the FIFO's runs on
             average over at most :data:`RUNS_CHECKED_A_SLOT` runs a slot (every slot while
-            the rows in use hold fewer), so that the check's cost stays bounded per slot when queues
-            grow: walking every run every slot made an overloaded run quadratic in time.
+            the rows in use hold fewer), so that the check's cost stays bounded per slot when
+            queues grow: walking every run every slot made an overloaded run quadratic in
+            time.
     """
 
     def __init__(
