@@ -50,8 +50,17 @@ from typing import Any
 import numpy as np
 
 from mabp_gym.agents.base import Policy
+from mabp_gym.agents.frame_mabp_core import (
+    ACQUIRE_OFFSET,
+    HIT_OFFSET,
+    FrameStatics,
+    frame_after,
+    frame_fill,
+    kernel_is_cached,
+)
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.core.control import Control
+from mabp_gym.core.kernels import jit
 from mabp_gym.core.projection import project_own
 from mabp_gym.core.state import SimState
 from mabp_gym.core.validate import check_number
@@ -60,7 +69,13 @@ from mabp_gym.core.workload import Workload
 EXACT_PLAN_OBJECTS = 12
 """Nodes with at most this many candidate objects get an exact (enumerated) frame plan."""
 
-_HIT, _ACQUIRE = 2e6, 1e6  # score offsets: hits, then acquisitions, then other misses
+_ON_DISK: list[bool] = []  # whether the kernel was in numba's disk cache, asked once
+
+
+def _kernel_on_disk() -> bool:
+    if not _ON_DISK:
+        _ON_DISK.append(kernel_is_cached())
+    return _ON_DISK[0]
 
 
 class FrameMABP(Policy):
@@ -81,6 +96,15 @@ class FrameMABP(Policy):
 
     name = "frame-mabp"
     memory_aware = True
+    compile_after = 20_000
+    """Frame-MABP decisions this process makes with numpy before it compiles its kernels
+    (:mod:`mabp_gym.agents.frame_mabp_core`: the same scores and controls, three to five
+    times faster a decision, for several seconds of compilation once per install, cached
+    on disk after). The compilation costs about what this many decisions save, so a run
+    pays at most twice what knowing its length would have cost; a short run or a test never
+    waits for it. Where numba's disk cache holds the kernels already they run from the
+    first decision."""
+    _decisions = 0  # made with numpy in this process, by every frame-MABP
 
     def __init__(
         self,
@@ -106,7 +130,8 @@ class FrameMABP(Policy):
         self._arange = np.arange(ix.num_actions)
         self._assisted = ix.action_signature >= 0
         self._saved = np.where(self._assisted, ix.work[0] - ix.work[1], 0.0)
-        # Retain candidate k = (i, s) and its compatible actions.
+        # Retain candidate k = (i, s) and its compatible actions: a segment sum over
+        # (candidate, action) member pairs, each candidate's in action order.
         self._members: list[list[int]] = [[] for _ in range(ix.num_retains)]
         self._retain_of_action = np.full(ix.num_actions, -1, dtype=np.int64)
         for a in np.flatnonzero(self._assisted):
@@ -114,9 +139,10 @@ class FrameMABP(Policy):
             if k >= 0:
                 self._members[k].append(int(a))
                 self._retain_of_action[a] = k
-        self._member_matrix = np.zeros((ix.num_retains, ix.num_actions))
-        for k, members in enumerate(self._members):
-            self._member_matrix[k, members] = 1.0
+        self._member_retain = np.repeat(
+            np.arange(ix.num_retains), [len(m) for m in self._members]
+        ).astype(np.int64)
+        self._member_action = np.asarray([a for m in self._members for a in m], dtype=np.int64)
         self._retain_cost = np.array([ix.work[0, m[0]] if m else 0.0 for m in self._members])
         self._node_retains = [np.flatnonzero(ix.retain_node == i) for i in range(ix.num_nodes)]
         self._size = ix.signature_size[ix.retain_signature]
@@ -125,6 +151,7 @@ class FrameMABP(Policy):
         self._served = np.zeros(ix.num_actions)
         self._ratio = np.ones((ix.num_nodes, ix.num_commodities))
         self.planned = np.zeros(ix.num_retains, dtype=bool)
+        self._statics: FrameStatics | None | bool = False  # False: not built yet
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
@@ -147,6 +174,24 @@ class FrameMABP(Policy):
         control and estimates arrivals from queue increases only, which undercounts the
         units served in the slot they arrive."""
         control = project_own(self.workload, state, self.scores(obs), memory=self.memory)
+        statics = self._statics
+        if statics:  # the same arithmetic as below, in one compiled call
+            route = control.route.copy()
+            backlog = state.backlog_pairs(self.workload).astype(np.float64)
+            served = np.empty(self.ix.num_actions)
+            live = frame_after(
+                route, control.service, control.start, backlog, self._ratio, statics, served
+            )
+            self._served = served
+            if not live:
+                return control
+            return Control(
+                transfers=control.transfers,
+                route=route,
+                service=control.service,
+                start=control.start,
+                retain=control.retain,
+            )
         control = self._balance_siblings(control, state)
         served = control.service.astype(np.float64)
         for a in control.start.tolist():
@@ -186,6 +231,79 @@ class FrameMABP(Policy):
             retain=control.retain,
         )
 
+    def _compiled_statics(self) -> FrameStatics | None:
+        """The arrays of the compiled decision (:mod:`mabp_gym.agents.frame_mabp_core`),
+        built on first use; ``None`` where the numpy path runs instead: the kernels are not
+        compiled (``MABP_GYM_PURE=1``, no numba) or a subclass changes a piece of the rule
+        the kernels compute."""
+        if self._statics is not False:
+            return self._statics  # type: ignore[return-value]
+        own_rule = all(
+            getattr(type(self), name) is function and name not in vars(self)
+            for name, function in _KERNEL_RULE.items()
+        )
+        if not (jit.COMPILED and own_rule):
+            self._statics = None
+            return None
+        if FrameMABP._decisions < self.compile_after and not _kernel_on_disk():
+            FrameMABP._decisions += 1
+            return None
+        ix = self.ix
+        bounds = [(block.start, block.stop) for block in self.slices]
+        node_retains = np.concatenate(
+            [np.zeros(0, dtype=np.int64), *(r.astype(np.int64) for r in self._node_retains)]
+        )
+        node_start = np.cumsum([0] + [len(r) for r in self._node_retains]).astype(np.int64)
+        self._previous = np.ascontiguousarray(self._previous, dtype=np.float64)
+        self._arrival = np.ascontiguousarray(self._arrival, dtype=np.float64)
+        self._served = np.ascontiguousarray(self._served, dtype=np.float64)
+        self._ratio = np.ascontiguousarray(self._ratio, dtype=np.float64)
+        self._statics = FrameStatics(
+            pair_node=ix.pair_node.astype(np.int64),
+            pair_commodity=ix.pair_commodity.astype(np.int64),
+            action_pair=ix.action_pair.astype(np.int64),
+            action_node=ix.action_node.astype(np.int64),
+            action_commodity=ix.action_commodity.astype(np.int64),
+            assisted=np.asarray(self._assisted, dtype=np.bool_),
+            retain_of_action=self._retain_of_action,
+            member_retain=self._member_retain,
+            member_action=self._member_action,
+            saved=np.asarray(self._saved, dtype=np.float64),
+            action_mu=np.asarray(ix.mu[ix.action_node], dtype=np.float64),
+            work=np.ascontiguousarray(ix.work, dtype=np.float64),
+            retain_cost=np.asarray(self._retain_cost, dtype=np.float64),
+            retain_size=np.asarray(self._size, dtype=np.float64),
+            node_retain_start=node_start,
+            node_retains=node_retains,
+            budget=np.asarray(ix.budget, dtype=np.float64),
+            mu=np.asarray(ix.mu, dtype=np.float64),
+            serves=np.ascontiguousarray(ix.serves, dtype=np.bool_),
+            route_src=ix.link_src[ix.route_link].astype(np.int64),
+            route_dst=ix.link_dst[ix.route_link].astype(np.int64),
+            route_commodity=ix.route_commodity.astype(np.int64),
+            route_src_pair=ix.route_src_pair.astype(np.int64),
+            route_dst_pair=ix.route_dst_pair.astype(np.int64),
+            route_cost=np.asarray(ix.link_cost[ix.route_link], dtype=np.float64),
+            slices=np.asarray(bounds, dtype=np.int64),
+            scalars=np.asarray(
+                [self.frame, self.smoothing, self.slack, self.switch, self.nu, self.memory],
+                dtype=np.float64,
+            ),
+        )
+        return self._statics
+
+    def _fill_compiled(
+        self, obs: dict[str, np.ndarray], queues: np.ndarray, statics: FrameStatics, out: np.ndarray
+    ) -> None:
+        """:meth:`_fill` after MABP's scores, by :func:`frame_fill`."""
+        held = np.asarray(obs["retain"])[:, 0] > 0.5
+        hit = np.asarray(obs["service"])[:, 2] > 0.5
+        net = np.empty(self.ix.num_retains)
+        planned = np.zeros(self.ix.num_retains, dtype=bool)
+        state = (self._previous, self._arrival, self._served, self._ratio)
+        if frame_fill(queues, held, hit, statics, *state, net, planned, out):
+            self.planned = planned
+
     # -- the frame plan -----------------------------------------------------------------------
     def frame_values(self, own: np.ndarray, held: np.ndarray) -> np.ndarray:
         """Net value over the frame of holding each retain candidate, ``(K,)``, in units
@@ -195,7 +313,9 @@ class FrameMABP(Policy):
         mu = ix.mu[ix.action_node]
         batch = np.minimum(demand, self.frame * mu / np.maximum(ix.work[1], 1e-9))
         per_action = np.where(self._assisted, batch * self._saved, 0.0)
-        value = self._member_matrix @ per_action
+        value = np.bincount(
+            self._member_retain, per_action[self._member_action], minlength=ix.num_retains
+        )
         cost = self._retain_cost
         # A held object with demand in the frame is worth its re-acquisition too: dropping
         # it costs one miss now for the newcomer and one later to get it back.
@@ -234,6 +354,10 @@ class FrameMABP(Policy):
         ix = self.ix
         base = self.mabp.scores(obs)
         out[:] = base
+        statics = self._compiled_statics()
+        if statics is not None:  # the same arithmetic as below, in one compiled call
+            self._fill_compiled(obs, queues, statics, out)
+            return
         own = self.pair_backlog(queues)[ix.action_pair]
         rate = 1.0 / self.smoothing
         arrived = np.maximum(own - self._previous + self._served, 0.0)
@@ -254,8 +378,8 @@ class FrameMABP(Policy):
         acquiring = (~hit) & (k_of >= 0) & planned[np.maximum(k_of, 0)] & ~held[np.maximum(k_of, 0)]
         live = (own > 0) & (service > 0)
         hit_now = live & hit & self._assisted
-        service = np.where(hit_now, service + _HIT, service)
-        service = np.where(live & acquiring, service + _ACQUIRE, service)
+        service = np.where(hit_now, service + HIT_OFFSET, service)
+        service = np.where(live & acquiring, service + ACQUIRE_OFFSET, service)
         # A miss of an object outside the plan breaks a batch: its queue is left to grow
         # until the plan takes the object (one miss, then hits). It is served only when
         # its object can never fit, or when the node would otherwise idle and its expected
@@ -283,7 +407,7 @@ class FrameMABP(Policy):
         # Retention: planned by net value per size, the rest in MABP's order below them.
         retain = base[self.slices[3]]
         out[self.slices[3]] = np.where(
-            planned, _HIT + net / self._size, np.clip(retain, -1.0, _ACQUIRE - 1.0)
+            planned, HIT_OFFSET + net / self._size, np.clip(retain, -1.0, ACQUIRE_OFFSET - 1.0)
         )
         if ix.num_transfers:
             out[self.slices[2]] = -1.0
@@ -311,3 +435,11 @@ class FrameMABP(Policy):
         q_src = backlog[ix.route_src_pair] * np.where(sibling, ratio[src, c], 1.0)
         q_dst = backlog[ix.route_dst_pair] * ratio[dst, c] / np.where(sibling, 1.0, best[c])
         out[self.slices[1]] = q_src - q_dst - self.nu * ix.link_cost[ix.route_link]
+
+
+_KERNEL_RULE = {
+    name: getattr(FrameMABP, name)
+    for name in ("frame_values", "plan", "_balance_siblings", "pair_backlog")
+}
+"""The pieces of the rule :mod:`~mabp_gym.agents.frame_mabp_core` computes, as defined:
+where one is replaced, frame-MABP decides with numpy."""
