@@ -44,6 +44,7 @@ demand, and re-made every slot (rolling horizon). Its measured effect is in
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -183,15 +184,7 @@ class FrameMABP(Policy):
                 route, control.service, control.start, backlog, self._ratio, statics, served
             )
             self._served = served
-            if not live:
-                return control
-            return Control(
-                transfers=control.transfers,
-                route=route,
-                service=control.service,
-                start=control.start,
-                retain=control.retain,
-            )
+            return dataclasses.replace(control, route=route) if live else control
         control = self._balance_siblings(control, state)
         served = control.service.astype(np.float64)
         for a in control.start.tolist():
@@ -223,13 +216,7 @@ class FrameMABP(Policy):
         ) / (r_src + r_dst)
         cap = np.maximum(np.floor(excess), 0).astype(np.int64)
         route[live] = np.where(sibling, np.minimum(route[live], cap), route[live])
-        return Control(
-            transfers=control.transfers,
-            route=route,
-            service=control.service,
-            start=control.start,
-            retain=control.retain,
-        )
+        return dataclasses.replace(control, route=route)
 
     def _compiled_statics(self) -> FrameStatics | None:
         """The arrays of the compiled decision (:mod:`mabp_gym.agents.frame_mabp_core`),
@@ -296,8 +283,12 @@ class FrameMABP(Policy):
         self, obs: dict[str, np.ndarray], queues: np.ndarray, statics: FrameStatics, out: np.ndarray
     ) -> None:
         """:meth:`_fill` after MABP's scores, by :func:`frame_fill`."""
-        held = np.asarray(obs["retain"])[:, 0] > 0.5
-        hit = np.asarray(obs["service"])[:, 2] > 0.5
+        ix = self.ix
+        if self.memory and ix.num_retains:  # the bits the memory part reads
+            held = np.asarray(obs["retain"])[:, 0] > 0.5
+            hit = np.asarray(obs["service"])[:, 2] > 0.5
+        else:
+            held, hit = np.zeros(ix.num_retains, dtype=bool), np.zeros(ix.num_actions, dtype=bool)
         net = np.empty(self.ix.num_retains)
         planned = np.zeros(self.ix.num_retains, dtype=bool)
         state = (self._previous, self._arrival, self._served, self._ratio)
