@@ -99,12 +99,12 @@ class FrameMABP(Policy):
     memory_aware = True
     compile_after = 20_000
     """Frame-MABP decisions this process makes with numpy before it compiles its kernels
-    (:mod:`mabp_gym.agents.frame_mabp_core`: the same scores and controls, three to five
+    (:mod:`mabp_gym.agents.frame_mabp_core`: the same scores and controls, about three
     times faster a decision, for several seconds of compilation once per install, cached
     on disk after). The compilation costs about what this many decisions save, so a run
-    pays at most twice what knowing its length would have cost; a short run or a test never
-    waits for it. Where numba's disk cache holds the kernels already they run from the
-    first decision."""
+    pays at most about twice what knowing its length would have cost; a short run or a
+    test never waits for it. Where numba's disk cache holds the kernels already they run
+    from the first decision."""
     _decisions = 0  # made with numpy in this process, by every frame-MABP
 
     def __init__(
