@@ -45,6 +45,7 @@ demand, and re-made every slot (rolling horizon). Its measured effect is in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from typing import Any
 
@@ -53,11 +54,11 @@ import numpy as np
 from mabp_gym.agents.base import Policy
 from mabp_gym.agents.frame_mabp_core import (
     ACQUIRE_OFFSET,
+    EXACT_PLAN_OBJECTS,
     HIT_OFFSET,
     FrameStatics,
     frame_after,
     frame_fill,
-    kernel_is_cached,
 )
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.core.control import Control
@@ -67,16 +68,11 @@ from mabp_gym.core.state import SimState
 from mabp_gym.core.validate import check_number
 from mabp_gym.core.workload import Workload
 
-EXACT_PLAN_OBJECTS = 12
-"""Nodes with at most this many candidate objects get an exact (enumerated) frame plan."""
 
-_ON_DISK: list[bool] = []  # whether the kernel was in numba's disk cache, asked once
-
-
+@functools.cache
 def _kernel_on_disk() -> bool:
-    if not _ON_DISK:
-        _ON_DISK.append(kernel_is_cached())
-    return _ON_DISK[0]
+    """Whether numba's disk cache holds the kernels (asked once a process)."""
+    return jit.is_cached(frame_fill)
 
 
 class FrameMABP(Policy):
@@ -241,10 +237,6 @@ class FrameMABP(Policy):
             [np.zeros(0, dtype=np.int64), *(r.astype(np.int64) for r in self._node_retains)]
         )
         node_start = np.cumsum([0] + [len(r) for r in self._node_retains]).astype(np.int64)
-        self._previous = np.ascontiguousarray(self._previous, dtype=np.float64)
-        self._arrival = np.ascontiguousarray(self._arrival, dtype=np.float64)
-        self._served = np.ascontiguousarray(self._served, dtype=np.float64)
-        self._ratio = np.ascontiguousarray(self._ratio, dtype=np.float64)
         self._statics = FrameStatics(
             pair_node=ix.pair_node.astype(np.int64),
             pair_commodity=ix.pair_commodity.astype(np.int64),

@@ -21,6 +21,9 @@ import numpy as np
 from mabp_gym.agents.mabp_core import _max, _min, _row_sum
 from mabp_gym.core.kernels import jit
 
+EXACT_PLAN_OBJECTS = 12
+"""Nodes with at most this many candidate objects get an exact (enumerated) frame plan."""
+
 HIT_OFFSET, ACQUIRE_OFFSET = 2e6, 1e6
 """Score offsets of frame-MABP's service classes: hits, then acquisitions, then other misses."""
 
@@ -115,11 +118,10 @@ def _service_classes(own, held, hit, arrival, planned, slack_share, s, out):  # 
     expected = np.zeros(n_nodes)
     for a in range(n_act):
         k = s.retain_of_action[a]
-        k0 = k if k > 0 else 0
         if own[a] > 0 and out[start + a] > 0:
             if hit[a] and s.assisted[a]:
                 offset[a] = HIT_OFFSET
-            elif not hit[a] and k >= 0 and planned[k0] and not held[k0]:
+            elif not hit[a] and k >= 0 and planned[k] and not held[k]:
                 offset[a] = ACQUIRE_OFFSET
         if offset[a] > 0:
             busy[s.action_node[a]] = True
@@ -194,13 +196,12 @@ def _frame_values(own, held, arrival, frame, switch, s, net):  # pragma: no cove
 
 def _plan(net, s, chosen):  # pragma: no cover
     """:meth:`FrameMABP.plan` into ``chosen`` (all False on entry)."""
-    exact_limit = 12  # frame_mabp.EXACT_PLAN_OBJECTS
     n_retains = s.node_retains.shape[0]
     useful = np.empty(n_retains, dtype=np.int64)
     keys = np.empty(n_retains)
     order = np.empty(n_retains, dtype=np.int64)
     scratch = np.empty(n_retains, dtype=np.int64)
-    terms = np.empty(exact_limit)
+    terms = np.empty(EXACT_PLAN_OBJECTS)
     for i in range(s.node_retain_start.shape[0] - 1):
         n = 0
         for j in range(s.node_retain_start[i], s.node_retain_start[i + 1]):
@@ -215,7 +216,7 @@ def _plan(net, s, chosen):  # pragma: no cover
         for j in range(n):
             low = _min(low, s.retain_size[useful[j]])
             high = _max(high, s.retain_size[useful[j]])
-        if n <= exact_limit and high > low:
+        if n <= EXACT_PLAN_OBJECTS and high > low:
             _plan_exact(useful, n, net, s.retain_size, budget, terms, chosen)
             continue
         for j in range(n):
@@ -332,9 +333,3 @@ _plan_exact = jit.part(_plan_exact)
 _plan = jit.part(_plan)
 frame_fill = jit.kernel(frame_fill)
 frame_after = jit.kernel(frame_after)
-
-
-def kernel_is_cached() -> bool:
-    """Whether numba's disk cache holds :func:`frame_fill` (an index file next to this
-    module's ``__pycache__`` entries); ``False`` where it cannot tell or nothing compiles."""
-    return jit.is_cached(frame_fill)
