@@ -45,7 +45,6 @@ demand, and re-made every slot (rolling horizon). Its measured effect is in
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 from typing import Any
 
@@ -68,11 +67,8 @@ from mabp_gym.core.state import SimState
 from mabp_gym.core.validate import check_number
 from mabp_gym.core.workload import Workload
 
-
-@functools.cache
-def _kernel_on_disk() -> bool:
-    """Whether numba's disk cache holds the kernels (asked once a process)."""
-    return jit.is_cached(frame_fill)
+WARMUP = jit.Warmup(frame_fill)
+"""When this process's frame-MABPs switch to the kernels (:attr:`FrameMABP.compile_after`)."""
 
 
 class FrameMABP(Policy):
@@ -101,7 +97,6 @@ class FrameMABP(Policy):
     pays at most about twice what knowing its length would have cost; a short run or a
     test never waits for it. Where numba's disk cache holds the kernels already they run
     from the first decision."""
-    _decisions = 0  # made with numpy in this process, by every frame-MABP
 
     def __init__(
         self,
@@ -228,8 +223,7 @@ class FrameMABP(Policy):
         if not (jit.COMPILED and own_rule):
             self._statics = None
             return None
-        if FrameMABP._decisions < self.compile_after and not _kernel_on_disk():
-            FrameMABP._decisions += 1
+        if not WARMUP.due(self.compile_after):
             return None
         ix = self.ix
         bounds = [(block.start, block.stop) for block in self.slices]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mabp_gym.agents.base import Policy, RecencyRetention, successor_support
-from mabp_gym.agents.mabp_core import MABPStatics, kernel_is_cached, mabp_fill
+from mabp_gym.agents.mabp_core import MABPStatics, mabp_fill
 from mabp_gym.core.index import WorkloadIndex
 from mabp_gym.core.kernels import jit
 from mabp_gym.core.validate import check_number
@@ -125,13 +125,8 @@ class Primitives:
             )
 
 
-_ON_DISK: list[bool] = []  # whether the kernel was in numba's disk cache, asked once
-
-
-def _kernel_on_disk() -> bool:
-    if not _ON_DISK:
-        _ON_DISK.append(kernel_is_cached())
-    return _ON_DISK[0]
+WARMUP = jit.Warmup(mabp_fill)
+"""When this process's MABPs switch to the kernel (:attr:`MABP.compile_after`)."""
 
 
 class MABP(Policy):
@@ -167,7 +162,6 @@ class MABP(Policy):
     never waits for it, a long evaluation does once. Where numba's disk cache holds the
     kernel already (loading it takes milliseconds) it runs from the first decision, as it
     does with 0."""
-    _decisions = 0  # made with numpy in this process, by every MABP
 
     def __init__(
         self,
@@ -330,8 +324,7 @@ class MABP(Policy):
         if not self._eligible:
             self._statics = None
             return None
-        if MABP._decisions < self.compile_after and not _kernel_on_disk():
-            MABP._decisions += 1
+        if not WARMUP.due(self.compile_after):
             return None
         ix = self.ix
         self._demand = np.ascontiguousarray(self._demand, dtype=np.float64)

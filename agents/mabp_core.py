@@ -173,9 +173,3 @@ _min = jit.part(_min)
 _row_sum = jit.part(_row_sum)
 _object_values = jit.part(_object_values)
 mabp_fill = jit.kernel(mabp_fill)
-
-
-def kernel_is_cached() -> bool:
-    """Whether numba's disk cache holds :func:`mabp_fill` (an index file next to this
-    module's ``__pycache__`` entries); ``False`` where it cannot tell or nothing compiles."""
-    return jit.is_cached(mabp_fill)

@@ -364,8 +364,8 @@ def test_env__training_steps_wait_for_the_compiled_step_until_it_is_cached_or_du
     from mabp_gym.envs import env as env_module
     from mabp_gym.envs.env import SFMSNEnv
 
-    monkeypatch.setattr(env_module, "_ON_DISK", [False])
-    monkeypatch.setattr(env_module, "_LEAN_STEPS", [0])
+    monkeypatch.setattr(env_module.WARMUP, "on_disk", False)
+    monkeypatch.setattr(env_module.WARMUP, "calls", 0)
     env = SFMSNEnv(workload="mixed")
     reference = SFMSNEnv(workload="mixed", diagnostics=True)
     env.compile_after = 3
@@ -381,7 +381,7 @@ def test_env__training_steps_wait_for_the_compiled_step_until_it_is_cached_or_du
         np.testing.assert_array_equal(got[0]["queues"], want[0]["queues"])
     assert fused == [False, False, False, *[env._fused_ok] * 3]
     action = np.zeros(env.action_space.shape, dtype=np.float32)
-    monkeypatch.setattr(env_module, "_ON_DISK", [True])
+    monkeypatch.setattr(env_module.WARMUP, "on_disk", True)
     other = SFMSNEnv(workload="mixed")
     other.reset(seed=0)
     other.step(action)

@@ -145,8 +145,8 @@ def test_frame_mabp_core__the_first_decisions_run_numpy_then_the_kernels_take_ov
     import mabp_gym.agents.frame_mabp as module
 
     monkeypatch.setattr(FrameMABP, "compile_after", 5)
-    monkeypatch.setattr(FrameMABP, "_decisions", 0)
-    monkeypatch.setattr(module, "_kernel_on_disk", lambda: False)  # a fresh install
+    monkeypatch.setattr(module.WARMUP, "calls", 0)
+    monkeypatch.setattr(module.WARMUP, "on_disk", False)  # a fresh install
     wl = make_workload("rag", load=0.9)
     switching, twin = FrameMABP(wl), FrameMABP(wl)
     twin._statics = None

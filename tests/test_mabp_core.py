@@ -89,8 +89,8 @@ def test_mabp_core__the_first_decisions_run_numpy_then_the_kernel_takes_over_unc
     import mabp_gym.agents.mabp as module
 
     monkeypatch.setattr(MABP, "compile_after", 5)
-    monkeypatch.setattr(MABP, "_decisions", 0)
-    monkeypatch.setattr(module, "_kernel_on_disk", lambda: False)  # a fresh install
+    monkeypatch.setattr(module.WARMUP, "calls", 0)
+    monkeypatch.setattr(module.WARMUP, "on_disk", False)  # a fresh install
     env = gym.make("mabp_gym/SFMSN-v0", workload="rag", load=0.9)
     wl = env.unwrapped.workload
     switching, twin = MABP(wl), _numpy_twin(wl)
@@ -108,8 +108,8 @@ def test_mabp_core__a_kernel_in_the_disk_cache_runs_from_the_first_decision(monk
     import mabp_gym.agents.mabp as module
 
     monkeypatch.setattr(MABP, "compile_after", 10**9)
-    monkeypatch.setattr(MABP, "_decisions", 0)
-    monkeypatch.setattr(module, "_kernel_on_disk", lambda: True)
+    monkeypatch.setattr(module.WARMUP, "calls", 0)
+    monkeypatch.setattr(module.WARMUP, "on_disk", True)
     env = gym.make("mabp_gym/SFMSN-v0", workload="mixed")
     policy = MABP(env.unwrapped.workload)
     policy.scores(env.reset(seed=0)[0])

@@ -475,7 +475,7 @@ class SFMSNEnv(gym.Env):
         a built-in reward, no render): the same slot, observation and reward."""
         drift = self.reward_kind == "drift_plus_penalty"
         before = _lyapunov(self.sim.state, self.workload) if drift else 0.0
-        if self._fused_ok and (self._fused is not None or _fuse_now(self.compile_after)):
+        if self._fused_ok and (self._fused is not None or WARMUP.due(self.compile_after)):
             self.sim._require_reset()
             if self._fused is None or not self._fused.bound_to(self.sim):
                 self._fused = FusedStep(self.sim, self._encoder)
@@ -573,17 +573,10 @@ def _check_reward_signature(fn: Callable[..., Any]) -> None:
         ) from None
 
 
-_LEAN_STEPS = [0]  # training steps taken one kernel at a time, every env of the process
-_ON_DISK: list[bool] = []  # whether the compiled step was in numba's disk cache, asked once
-
-
-def _fuse_now(compile_after: int) -> bool:
-    """Whether a training step should be the one compiled call (:class:`FusedStep`): it
-    is on disk, or the process has taken ``compile_after`` steps without it."""
-    if not _ON_DISK:
-        _ON_DISK.append(jit.is_cached(batch.step_all))
-    _LEAN_STEPS[0] += 1
-    return _ON_DISK[0] or _LEAN_STEPS[0] > compile_after
+WARMUP = jit.Warmup(batch.step_all)
+"""When a training step becomes the one compiled call (:class:`FusedStep`): at once where
+it is on disk, else after ``compile_after`` steps of the process taken one kernel at a
+time."""
 
 
 def not_finite_reward(kind: str, scale: float, backlog: Any) -> str:

@@ -217,6 +217,30 @@ def is_cached(function: Any) -> bool:
     return isinstance(path, str) and os.path.exists(path)
 
 
+class Warmup:
+    """When a process should start calling a compiled kernel instead of its numpy twin: at
+    once where numba's disk cache holds the kernel (loading it takes milliseconds), else
+    after ``after`` calls made without it, so that a short run or a test never waits for a
+    compilation and a long one pays for it once. One per kernel, shared by every caller in
+    the process."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self.calls = 0
+        """Calls made without the kernel in this process."""
+        self.on_disk: bool | None = None
+        """Whether the disk cache held the kernel (asked on the first call)."""
+
+    def due(self, after: int) -> bool:
+        """Whether this call should run the kernel; counts it when it should not."""
+        if self.on_disk is None:
+            self.on_disk = is_cached(self.kernel)
+        if self.on_disk or self.calls >= after:
+            return True
+        self.calls += 1
+        return False
+
+
 pack_field = _pack_field if njit is None else _pack_field_intrinsic()
 """Field ``k`` of a pack, ``pack[pack[k] : pack[k + 1]]``, as a view (in a kernel, and as
 plain Python: from Python, call the plain function :func:`_pack_field`)."""
