@@ -38,6 +38,8 @@ from mabp_gym.agents.base import Policy
 from mabp_gym.agents.checkpoint_file import missing_checkpoint
 from mabp_gym.agents.frame_mabp import FrameMABP
 from mabp_gym.agents.mabp import MABP
+from mabp_gym.agents.residual_mabp_core import correct_scores
+from mabp_gym.core.kernels import jit
 from mabp_gym.core.workload import Workload
 
 FEATURES: tuple[str, ...] = (
@@ -51,6 +53,11 @@ FEATURES: tuple[str, ...] = (
     "retain.log_demand",
 )
 """The correction's features, one weight each; ``log`` is ``log(1 + x)``."""
+
+COMPILE_AFTER = 2_000
+"""Corrections this process makes with numpy before it compiles the kernel (about a
+second, once per install; cached on disk after)."""
+WARMUP = jit.Warmup(correct_scores)
 
 KIND = "residual-mabp"
 ANY = "any"
@@ -210,29 +217,42 @@ def correct(
 ) -> None:
     """Add the correction ``w . features`` to the base's scores ``out`` in place. A service
     candidate with an empty queue keeps its score, and with ``live_only`` so does one whose
-    score is not positive (a base that holds a candidate back keeps it back)."""
+    score is not positive (a base that holds a candidate back keeps it back). Compiled
+    (:func:`mabp_gym.agents.residual_mabp_core.correct_scores`: the same scores) once
+    :data:`WARMUP` says so, with numpy before that and without numba."""
     if not w.any():
         return
     service = np.asarray(obs["service"], dtype=np.float64)
-    hit = service[:, 2]
+    route = np.asarray(obs["route"], dtype=np.float64)
+    retain = np.asarray(obs["retain"], dtype=np.float64)
     log_queue = np.log1p(service[:, 4])
-    delta = (
-        w[0] * hit
-        + w[1] * hit * log_queue
-        + w[2] * (1.0 - hit) * log_queue
-        + w[3] * np.log1p(np.maximum(service[:, 3], 0.0))
-    )
+    log_pressure = np.log1p(np.maximum(service[:, 3], 0.0))
+    log_route, log_demand = np.log1p(route[:, 3]), np.log1p(retain[:, 2])
+    if jit.COMPILED and WARMUP.due(COMPILE_AFTER):
+        starts = (slices[0].start, slices[1].start, slices[3].start)
+        correct_scores(
+            w,
+            service,
+            log_queue,
+            log_pressure,
+            route,
+            log_route,
+            retain,
+            log_demand,
+            starts,
+            live_only,
+            out,
+        )
+        return
+    hit = service[:, 2]
+    delta = w[0] * hit + w[1] * hit * log_queue + w[2] * (1.0 - hit) * log_queue
     scores = out[slices[0]]
     live = service[:, 4] > 0
     if live_only:
         live &= scores > 0
-    out[slices[0]] = np.where(live, scores + delta, scores)
-    route = np.asarray(obs["route"], dtype=np.float64)
-    if route.size:
-        out[slices[1]] += w[4] * route[:, 2] + w[5] * np.log1p(route[:, 3])
-    retain = np.asarray(obs["retain"], dtype=np.float64)
-    if retain.size:
-        out[slices[3]] += w[6] * retain[:, 0] + w[7] * np.log1p(retain[:, 2])
+    out[slices[0]] = np.where(live, scores + (delta + w[3] * log_pressure), scores)
+    out[slices[1]] += w[4] * route[:, 2] + w[5] * log_route
+    out[slices[3]] += w[6] * retain[:, 0] + w[7] * log_demand
 
 
 def check_weights(weights: Any) -> np.ndarray:
