@@ -160,10 +160,13 @@ def test_bad_arguments_are_refused_before_any_run(argv, message, tmp_path, monke
 
 def test_select_compares_each_checkpoint_with_frame_mabp_and_copies_the_pick(tmp_path, capsys):
     zero, tilted = tmp_path / "zero.pt", tmp_path / "tilted.pt"
-    save(zero, np.zeros(len(FEATURES)), None, base="frame-mabp")
+    made = {
+        name: f"mabp-gym train residual-mabp --seed {k}" for k, name in enumerate(("zero", "t"))
+    }
+    save(zero, np.zeros(len(FEATURES)), None, base="frame-mabp", command=made["zero"])
     weights = np.zeros(len(FEATURES))
     weights[FEATURES.index("route.dst_compatible_memory")] = 5.0
-    save(tilted, weights, None, base="frame-mabp")
+    save(tilted, weights, None, base="frame-mabp", command=made["t"])
     out, soup = tmp_path / "chosen.pt", tmp_path / "soup.pt"
     args = selection.parse(
         ["--checkpoints", str(zero), str(tilted), "--seeds", "100", "101"]
@@ -175,6 +178,11 @@ def test_select_compares_each_checkpoint_with_frame_mabp_and_copies_the_pick(tmp
     averaged, meta = load(soup, None, base="frame-mabp", policy="residual-frame-mabp")
     assert np.array_equal(averaged, weights / 2) and meta["networks"] == "any"
     assert sorted(source["file"] for source in meta["soup_of"]) == ["tilted.pt", "zero.pt"]
+    # How each was made, as its own checkpoint says: the soup can be made again.
+    assert {s["file"]: s["command"] for s in meta["soup_of"]} == {
+        "zero.pt": made["zero"],
+        "tilted.pt": made["t"],
+    }
     first = soup.read_bytes()  # the same files by other paths, in another order: one soup
     selection.write_soup([f"{tmp_path}/./tilted.pt", str(zero)], str(soup), args.policy)
     assert soup.read_bytes() == first

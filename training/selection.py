@@ -288,7 +288,8 @@ def write_soup(paths: list[str], out: str, policy: str) -> None:
     """Write the mean of the checkpoints' weights (all learned over the base of
     ``policy`` for every network) to ``out``: a checkpoint of the same kind, whose
     meta names the files averaged (by name and content digest) and adds up their env
-    steps."""
+    steps. Each source's entry holds its ``command``, so the soup can be made again: train
+    each, then average (the soup's own bytes never depend on how its paths were typed)."""
     import numpy as np
 
     from mabp_gym.agents.residual_mabp import load, save
@@ -305,7 +306,10 @@ def write_soup(paths: list[str], out: str, policy: str) -> None:
         np.mean([weights for weights, _ in loaded], axis=0),
         None,
         base=base,
-        soup_of=[{"file": Path(path).name, "sha256": digests[path]} for path in paths],
+        soup_of=[
+            {"file": Path(path).name, "sha256": digests[path], "command": meta.get("command")}
+            for path, (_, meta) in zip(paths, loaded, strict=True)
+        ],
         env_steps=sum(int(meta.get("env_steps", 0)) for _, meta in loaded),
         **({"family": loaded[0][1].get("family")} if len(families) == 1 else {}),
     )
