@@ -58,10 +58,12 @@ def import_tree(tree: Path) -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if "Editable" not in repr(f)]
     import mabp_gym
 
+    project = tree / "pyproject.toml"
+    installs = project.read_text() if project.exists() else ""
     for name in ("agents", "training"):
         folder = tree / name
         init = folder / "__init__.py"
-        if not init.exists() or f"mabp_gym.{name}" not in init.read_text():
+        if not init.exists() or f'"mabp_gym.{name}" = "{name}"' not in installs:
             continue  # an older tree imports them as the top-level package
         spec = importlib.util.spec_from_file_location(
             f"mabp_gym.{name}", folder / "__init__.py", submodule_search_locations=[str(folder)]

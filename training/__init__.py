@@ -1,1 +1,2 @@
-"""Training entry points for the learned schedulers (GNN, Learn-MABP); not implemented yet."""
+"""Training entry points for the learned schedulers, installed as ``mabp_gym.training``:
+``mabp-gym train gnn``, ``learn-mabp``, ``residual-mabp`` and ``select`` (``docs/learning.md``)."""
