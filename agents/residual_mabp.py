@@ -232,19 +232,8 @@ def correct(
     log_route, log_demand = np.log1p(route[:, 3]), np.log1p(retain[:, 2])
     if jit.COMPILED and WARMUP.due(COMPILE_AFTER):
         starts = (slices[0].start, slices[1].start, slices[3].start)
-        correct_scores(
-            w,
-            service,
-            log_queue,
-            log_pressure,
-            route,
-            log_route,
-            retain,
-            log_demand,
-            starts,
-            live_only,
-            out,
-        )
+        logs = (log_queue, log_pressure, log_route, log_demand)
+        correct_scores(w, (service, route, retain), logs, starts, live_only, out)
         return
     hit = service[:, 2]
     delta = w[0] * hit + w[1] * hit * log_queue + w[2] * (1.0 - hit) * log_queue

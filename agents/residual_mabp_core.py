@@ -14,25 +14,15 @@ from __future__ import annotations
 from mabp_gym.core.kernels import jit
 
 
-def correct_scores(  # pragma: no cover - compiled
-    w,
-    service,
-    log_queue,
-    log_pressure,
-    route,
-    log_route,
-    retain,
-    log_demand,
-    starts,
-    live_only,
-    out,
-):
-    """``out`` plus the correction in place. ``service``, ``route`` and ``retain`` are the
-    observation's candidate arrays in float64; ``log_queue`` is ``log1p(service[:, 4])``,
-    ``log_pressure`` ``log1p(max(service[:, 3], 0))``, ``log_route`` ``log1p(route[:, 3])``
-    and ``log_demand`` ``log1p(retain[:, 2])``; ``starts`` the first score of the service,
-    route and retain blocks. A service candidate with an empty queue keeps its score, and
-    with ``live_only`` so does one whose score is not positive."""
+def correct_scores(w, candidates, logs, starts, live_only, out):  # pragma: no cover - compiled
+    """``out`` plus the correction in place. ``candidates`` are the observation's
+    ``(service, route, retain)`` arrays in float64, ``logs`` their ``log1p`` columns
+    ``(service[:, 4], max(service[:, 3], 0), route[:, 3], retain[:, 2])``, ``starts`` the
+    first score of the service, route and retain blocks. A service candidate with an empty
+    queue keeps its score, and with ``live_only`` so does one whose score is not
+    positive."""
+    service, route, retain = candidates
+    log_queue, log_pressure, log_route, log_demand = logs
     first = starts[0]
     for a in range(service.shape[0]):
         score = out[first + a]

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,3 +76,19 @@ def import_tree(tree: Path) -> None:
         sys.modules[spec.name] = module
         setattr(mabp_gym, name, module)
         spec.loader.exec_module(module)
+
+
+def last_json(tree: Path, argv: list[str], **env: str) -> Any:
+    """Run ``python *argv`` in a fresh process whose imports resolve to ``tree`` (its
+    ``PYTHONPATH``, with ``env`` added) and return the JSON of its last line of output; a
+    failure ends the benchmark naming the tree and the end of the error output."""
+    done = subprocess.run(
+        [sys.executable, *argv],
+        env={**os.environ, "PYTHONPATH": str(tree), **env},
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the measurement in {tree} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -22,14 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from _report import emit
-from _trees import import_tree, trees
+from _trees import import_tree, last_json, trees
 
 FAMILY = (
     "mixed@0.9",
@@ -64,17 +62,7 @@ def objective_cpu_s(slots: int, seeds: list[int]) -> tuple[float, list[dict]]:
 
 def _measure_in(tree: Path, slots: int, seeds: list[int]) -> tuple[float, list[dict]]:
     """One measurement in a fresh process whose imports resolve to ``tree``."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--worker", str(slots), *map(str, seeds)],
-        env=env,
-        text=True,
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the measurement in {tree} failed:\n{done.stderr[-3000:]}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = last_json(tree, [str(Path(__file__).resolve()), "--worker", str(slots), *map(str, seeds)])
     return float(out["cpu_s"]), out["metrics"]
 
 

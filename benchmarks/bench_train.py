@@ -29,14 +29,13 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from _report import emit
-from _trees import import_tree, trees
+from _trees import import_tree, last_json, trees
 
 
 def _documented_epochs() -> int:
@@ -146,24 +145,10 @@ def _measure_in(
     tree: Path, device: str, steps: int, n_envs: int, vec: str, update_threads: int, n_epochs: int
 ) -> tuple[float, str]:
     """One PPO measurement in a fresh process whose imports resolve to ``tree``."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(tree),
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--worker", device]
-        + [str(steps), str(n_envs), vec, str(update_threads), str(n_epochs)],
-        env=env,
-        text=True,
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the measurement in {tree} failed:\n{done.stderr[-3000:]}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    argv = [str(Path(__file__).resolve()), "--worker", device]
+    argv += [str(steps), str(n_envs), vec, str(update_threads), str(n_epochs)]
+    one = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    out = last_json(tree, argv, **one)
     return float(out["ppo_env_steps_per_s"]), str(out["vec"])
 
 
