@@ -72,3 +72,17 @@ def test_kernels__check_the_folder_numba_caches_them_in(tmp_path, monkeypatch):
 
     jit.kernel(twice)
     assert checked and checked[0] == Path(twice.__code__.co_filename).parent / "__pycache__"
+
+
+def test_warmup__numpy_for_the_first_calls_then_the_kernel_or_at_once_from_the_disk_cache(
+    monkeypatch,
+):
+    asked = []
+    monkeypatch.setattr(jit, "is_cached", lambda kernel: asked.append(kernel) or False)
+    fresh = jit.Warmup("kernel")
+    assert [fresh.due(3) for _ in range(5)] == [False, False, False, True, True]
+    assert fresh.calls == 3 and asked == ["kernel"]  # the disk asked once a process
+    assert jit.Warmup("kernel").due(0)  # compile_after = 0: the kernel from the first call
+    monkeypatch.setattr(jit, "is_cached", lambda kernel: True)
+    cached = jit.Warmup("kernel")
+    assert cached.due(10**9) and cached.calls == 0
