@@ -275,8 +275,8 @@ class FrameMABP(Policy):
             hit = np.asarray(obs["service"])[:, 2] > 0.5
         else:
             held, hit = np.zeros(ix.num_retains, dtype=bool), np.zeros(ix.num_actions, dtype=bool)
-        net = np.empty(self.ix.num_retains)
-        planned = np.zeros(self.ix.num_retains, dtype=bool)
+        net = np.empty(ix.num_retains)
+        planned = np.zeros(ix.num_retains, dtype=bool)
         state = (self._previous, self._arrival, self._served, self._ratio)
         if frame_fill(queues, held, hit, statics, *state, net, planned, out):
             self.planned = planned

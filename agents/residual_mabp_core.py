@@ -5,7 +5,7 @@
 :func:`mabp_gym.agents.residual_mabp.correct` does with numpy, in the same order of
 floating-point operations. The logarithms come in computed by numpy: its ``log1p`` may
 differ from the C library's in the last bit (it does on a machine with AVX-512), so a
-kernel computing them would change scores. ``tests/test_residual_mabp.py`` compares the
+kernel computing them would change scores. ``tests/test_residual_mabp_core.py`` compares the
 two paths' scores and controls slot by slot.
 """
 
