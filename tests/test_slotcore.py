@@ -75,6 +75,20 @@ def test_descending__is_numpys_stable_argsort_of_the_negated_scores():
             assert np.array_equal(_descending(block, live, radix), expected)
 
 
+def test_descending__by_rank_and_by_merge_on_either_side_of_the_rank_limit():
+    # Up to _RANK_UP_TO live candidates each is placed at its rank, past it they merge:
+    # the same stable order at the counts around that line, with ties and without.
+    rng = np.random.default_rng(2)
+    limit = slotcore._RANK_UP_TO
+    for n in (0, 1, 2, limit - 1, limit, limit + 1, 2 * limit + 3):
+        for values in (np.round(rng.uniform(0.01, 1, n), 1), rng.uniform(0.01, 1, n)):
+            live = values > 0  # rounding leaves a few at zero
+            wanted = np.flatnonzero(live)
+            expected = wanted[np.argsort(-values[wanted], kind="stable")]
+            for radix in (None, True):
+                assert np.array_equal(_descending(values, live, radix), expected), n
+
+
 def test_descending__by_radix_from_many_candidates_on_the_same_order():
     # From _RADIX_FROM live candidates on the order comes from a radix sort of the values'
     # bits: the same order, ties in index order, for values of any magnitude (subnormal to

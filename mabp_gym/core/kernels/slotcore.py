@@ -92,29 +92,44 @@ def _descending_radix(values, spare_values, order, spare, counts):  # pragma: no
     return swapped
 
 
-_INSERTION_UP_TO = 24
-"""Up to this many candidates, :func:`_order_descending` sorts them by one insertion
-sort: cheaper than runs and merges at the few candidates of one node (the service and
-routing stages sort each node's on its own)."""
+_RANK_UP_TO = 64
+"""Up to this many candidates, :func:`_order_descending` places each one at its rank, the
+count of those that go before it: every comparison made, but none of them a branch, where
+an insertion sort or a merge of scores of random sign mispredicts about every other step.
+On an AVX-512 host: the same time as insertion at 8 to 12 candidates, 0.6-0.7x a merge's
+from 24 to 64, and slower past about 150, where a host with narrower vectors gets there
+sooner (``benchmarks/RESULTS.md``). The service and routing stages sort each node's few on
+its own."""
 
 
 def _order_descending(key, order, n, radix, counts):  # pragma: no cover
     """``key[:n]`` and their positions ``order[:n]`` (in ascending position order) sorted
-    by descending key, ties in position order: by insertion up to
-    :data:`_INSERTION_UP_TO` of them, else as runs of 8 sorted by insertion and merged
-    bottom up, or by radix from :data:`_RADIX_FROM` of them where ``radix`` is not
-    ``None`` (:func:`radix_sort`). ``key`` and ``order`` are at least ``2 n`` long (the
-    merge's second half); ``counts`` (int64, 256) is scratch. Returns where the sorted
-    positions start: ``order[start : start + n]`` (a kernel without reference counts may
-    return no view). The merge moves the values with their positions (comparing
-    ``block[order[i]]`` put two dependent loads on every step's critical path: 3x the
-    time at 184 candidates), between the two halves of one array of each, the caller's:
-    an allocation costs about as much as a merge pass of a few dozen."""
+    by descending key, ties in position order: each at its rank up to :data:`_RANK_UP_TO`
+    of them, else as runs of 8 sorted by insertion and merged bottom up, or by radix from
+    :data:`_RADIX_FROM` of them where ``radix`` is not ``None`` (:func:`radix_sort`).
+    ``key`` and ``order`` are at least ``2 n`` long (the ranks' and the merge's second
+    half); ``counts`` (int64, 256) is scratch. Returns where the sorted positions start:
+    ``order[start : start + n]`` (a kernel without reference counts may return no view).
+    The merge moves the values with their positions (comparing ``block[order[i]]`` put two
+    dependent loads on every step's critical path: 3x the time at 184 candidates), between
+    the two halves of one array of each, the caller's: an allocation costs about as much as
+    a merge pass of a few dozen."""
     if radix is not None:  # noqa: SIM102 (numba prunes only this plain test on an argument)
         if n >= _RADIX_FROM:
             swapped = _descending_radix(key[:n], key[n : 2 * n], order[:n], order[n:], counts)
             return n if swapped else 0
-    width = n if 0 < n <= _INSERTION_UP_TO else 8
+    if n <= _RANK_UP_TO:
+        for y in range(n):
+            value = key[y]
+            rank = 0  # the larger ones, and the equal ones before it
+            for z in range(y):
+                rank += key[z] >= value
+            for z in range(y + 1, n):
+                rank += key[z] > value
+            key[n + rank] = value
+            order[n + rank] = order[y]
+        return n
+    width = 8
     for lo in range(0, n, width):
         hi = lo + width if lo + width < n else n
         for y in range(lo + 1, hi):
@@ -165,10 +180,12 @@ def _node_descending(block, members, pair, queue_len, sort):  # pragma: no cover
     key, order, counts, radix = sort
     n = 0
     for c in members:
-        if block[c] > 0 and queue_len[pair[c]] > 0:
-            key[n] = block[c]
-            order[n] = c
-            n += 1
+        # Written whatever the test, and kept by counting: with scores of random sign
+        # a branch here is mispredicted about every other candidate.
+        value = block[c]
+        key[n] = value
+        order[n] = c
+        n += (value > 0) & (queue_len[pair[c]] > 0)
     return _order_descending(key, order, np.int64(n), radix, counts), n
 
 
@@ -182,10 +199,9 @@ def _descending(block, live, radix, key, order, counts):  # pragma: no cover
     of that."""
     n = 0
     for k in range(live.shape[0]):
-        if live[k]:
-            key[n] = block[k]
-            order[n] = k
-            n += 1
+        key[n] = block[k]
+        order[n] = k
+        n += live[k]
     return _order_descending(key, order, np.int64(n), radix, counts), n
 
 
@@ -451,9 +467,9 @@ def _encode_memory(
         transfer[k, 2] = free
         mask[offset + k] = (
             src_holds
-            and holder_flat[dst_slot[k]] < 0
-            and np.float64(size) <= link_bandwidth[transfer_link[k]]
-            and np.float64(size) <= free + 1e-9
+            & (holder_flat[dst_slot[k]] < 0)
+            & (np.float64(size) <= link_bandwidth[transfer_link[k]])
+            & (np.float64(size) <= free + 1e-9)
         )
     retain_node = _field(ints, IntField.RETAIN_NODE)
     retain_signature = _field(ints, IntField.RETAIN_SIGNATURE)
@@ -525,12 +541,10 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
         src_q = pairs[route_src_pair[r]]
         route[r, 0] = src_q - pairs[route_dst_pair[r]]
         route[r, 1] = link_cost[route_link[r]]
-        compatible = 0.0
+        compatible = 0
         for m in range(compat_ptr[r], compat_ptr[r + 1]):
-            if hit[compat_action[m]]:
-                compatible = 1.0
-                break
-        route[r, 2] = compatible
+            compatible |= hit[compat_action[m]]
+        route[r, 2] = 1.0 if compatible else 0.0
         route[r, 3] = src_q
     _encode_memory(
         holder, memory_used, queue_flat, ints, floats, retain_positions, transfer, retain, mask
@@ -552,9 +566,8 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     for a in range(n_act):
         i = action_node[a]
         residual = service_residual[i] if service_action[i] >= 0 else 0.0
-        mask[a] = (
-            queue_len[action_pair[a]] > 0
-            and (mu[i] - (residual if residual < mu[i] else mu[i])) > 1e-9
+        mask[a] = (queue_len[action_pair[a]] > 0) & (
+            (mu[i] - (residual if residual < mu[i] else mu[i])) > 1e-9
         )
     for r in range(n_route):
         mask[n_act + r] = queue_len[route_src_pair[r]] > 0

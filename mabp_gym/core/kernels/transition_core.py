@@ -403,9 +403,9 @@ def _retain(
     retain_of, retain_ptr = _field(ints, IntField.RETAIN_OF), _field(ints, IntField.RETAIN_PTR)
     signature_size = _field(floats, FloatField.SIGNATURE_SIZE)
     budget = _field(floats, FloatField.BUDGET)
-    for k in range(retain.shape[0]):
-        if holder[retain_node[k], retain_signature[k]] >= 0 and retain[k] < 0:
-            affected[retain_node[k]] = True
+    for k in range(retain.shape[0]):  # no branch on the scores' random signs
+        i = retain_node[k]
+        affected[i] |= (holder[i, retain_signature[k]] >= 0) & (retain[k] < 0)
     # Each node's generated objects as a list in generation order (first_gen[i], then
     # next_gen[g]): a scan of every generated object per node was quadratic in size.
     first_gen, count_gen, next_gen, key, sig, ident, new, order = scratch[2:10]
