@@ -164,13 +164,14 @@ def _slot(i, scores, rng, flags, statics, state, fifo, out, scratch):  # pragma:
     arrival_pairs = _field(ints, IntField.ARRIVAL_PAIR).shape[0]
     if meta[i, 1] < bound + route[i].sum() + arrival_pairs:
         return -2
+    # The serve's list scratch: the projection's sort positions, free once it is done.
     served = _serve(
         (transfers[i, : n_transfers[i]], route[i], service[i], start[i]),
         st,
         (pool[i], head[i], tail[i], meta[i]),
         ints,
         floats,
-        (hit_t[i], done[i], spent[i], counts[i], sums[i]),
+        (hit_t[i], done[i], spent[i], counts[i], sums[i], scratch[0][2]),
     )
     _outcomes(i, served, scores, rng, flags, statics, st, fifo, out, scratch[1])
     return 0

@@ -230,19 +230,23 @@ def _transfer(transfers, ints, floats, holder, owner, memory_used, hit):  # prag
 
 
 @jit.part
-def _route_units(route, queue_len, fifo, ints, floats):  # pragma: no cover
+def _route_units(route, queue_len, fifo, ints, floats, listed):  # pragma: no cover
     """SPEC 1 step 5's routing: units leave their queue now and join the next hop's tail
-    (they are served there from t + 1). Returns (units routed, transmission penalty)."""
+    (they are served there from t + 1), in route order. Returns (units routed,
+    transmission penalty). ``listed`` is scratch of one entry per route."""
     route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
     route_dst_pair = _field(ints, IntField.ROUTE_DST_PAIR)
     route_link, link_cost = _field(ints, IntField.ROUTE_LINK), _field(floats, FloatField.LINK_COST)
     pool, head, tail, meta = fifo
     routed = 0
     penalty = 0.0
+    moving = 0
     for r in range(route.shape[0]):
+        listed[moving] = r
+        moving += route[r] != 0
+    for x in range(moving):
+        r = listed[x]
         n = route[r]
-        if n == 0:
-            continue
         p = route_src_pair[r]
         target = route_dst_pair[r]
         left = n
@@ -264,7 +268,9 @@ def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover 
 
     ``control`` is ``(transfers, route, service, start)``, ``state`` the arrays of
     :data:`STATE_FIELDS`, ``fifo`` the :class:`RunFifo`'s ``(pool, head, tail, meta)``
-    and ``out`` ``(hit, done, spent, counts, sums)``. Writes the units whose service
+    and ``out`` ``(hit, done, spent, counts, sums, listed)``, ``listed`` an int64 scratch
+    of one entry per action and per route (the nonzero ones are listed first, without a
+    branch: a random control leaves which are zero to chance). Writes the units whose service
     completes (action, hit bit, birth slot per row, in the fixed order) into ``done`` and
     returns their number; or, with nothing changed, -1 when ``done`` has too few rows and
     -2 when the pool may run out of free rows (the caller grows them and calls again).
@@ -275,7 +281,7 @@ def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover 
     holder, owner, memory_used, service_action, service_residual = state[:5]
     service_hit, service_birth, queue_len = state[5:]
     pool, head, tail, meta = fifo
-    hit, done, spent, counts, sums = out
+    hit, done, spent, counts, sums, listed = out
     n_nodes = holder.shape[0]
     n_act = service.shape[0]
     bound = 0  # rows of done the slot may fill
@@ -310,10 +316,13 @@ def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover 
         n_done += 1
         service_action[i] = -1
         service_residual[i] = 0.0
+    serving = 0
     for a in range(n_act):
+        listed[serving] = a
+        serving += service[a] != 0
+    for x in range(serving):
+        a = listed[x]
         n = service[a]
-        if n == 0:
-            continue
         h = hit[a]
         p = action_pair[a]
         left = n
@@ -338,7 +347,7 @@ def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover 
         service_residual[i] = work[h * n_act + a] - (mu[i] - spent[i])
         spent[i] = mu[i]
         counts[0] += 1
-    counts[1], sums[1] = _route_units(route, queue_len, fifo, ints, floats)
+    counts[1], sums[1] = _route_units(route, queue_len, fifo, ints, floats, listed)
     sums[2] = 0.0  # work spent
     for i in range(n_nodes):
         sums[2] += spent[i]
@@ -870,6 +879,7 @@ class CompiledTransition:
         retains = int(self.ints[IntField.RETAIN_NODE + 1] - self.ints[IntField.RETAIN_NODE])
         self.evicted = np.zeros((max(retains, 1), 2), dtype=np.int64)
         self.served_by_action = np.zeros(n_act, dtype=np.int64)
+        self._listed = np.empty(max(n_act, self.num_routes, 1), dtype=np.int64)
         self._grow_outputs(64)
 
     def __call__(self, state, rng, generates: bool, control) -> int:
@@ -891,7 +901,7 @@ class CompiledTransition:
                 fifo.arrays(),
                 self.ints,
                 self.floats,
-                (self.hit, self.done, self.spent, self.counts, self.sums),
+                (self.hit, self.done, self.spent, self.counts, self.sums, self._listed),
             )
             if n_done >= 0:
                 break
