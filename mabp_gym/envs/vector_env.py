@@ -158,7 +158,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             ``TimeLimit`` would (``gymnasium.make_vec`` passes the one given to it; the
             registered ids set none); ``None``: at the horizon only, the env's own rule.
         copy: return fresh arrays every step (default); ``False`` returns the env's own
-            buffers, which the next step overwrites.
+            buffers, which the next step overwrites (all but their static columns, which
+            the steps leave as the reset wrote them: read them, do not write them).
         autoreset_mode: ``NEXT_STEP`` (the default, and the only mode here).
         **env_kwargs: the arguments of :class:`~mabp_gym.envs.env.SFMSNEnv`, the same for
             every env (``workload``, ``load``, ``nu``, ``obs_mode``, ...).
@@ -242,6 +243,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             self._generates,
             bool(core.draws_in_kernel and self._generates),
             ix.score_slices[3].start,
+            False,  # the observation's rows keep their static columns from the reset on
         )
 
     def _buffers(self) -> None:

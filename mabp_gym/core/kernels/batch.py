@@ -104,7 +104,7 @@ def step_all(
             # one per episode): numba's sampler needs its runtime.
             _arrivals(i, rng, rng.poisson(rates[i]), statics, state, fifo, out, scratch[1])
     for i in range(scores.shape[0]):
-        _observe(i, flags[0], statics, state, out, obs)
+        _observe(i, flags[0], flags[4], statics, state, out, obs)
     return scores.shape[0], 0
 
 
@@ -199,7 +199,7 @@ def _outcomes(i, served, scores, rng, flags, statics, st, fifo, out, scratch):  
     """Env ``i``'s draws (its ``served`` units' successor uniforms; the kernel draws the
     generations where some are drawn) and steps (6)-(7); ``st`` is its state tuple,
     ``scratch`` the outcome kernel's."""
-    memory, generates, in_kernel, retain_at = flags
+    memory, generates, in_kernel, retain_at, _ = flags
     ints, floats = statics[0]
     pool, head, tail, meta = fifo
     done, counts, sums = out.done, out.counts, out.sums
@@ -253,8 +253,10 @@ def _arrivals(i, rng, total, statics, state, fifo, out, scratch):  # pragma: no 
     t[i] += 1
 
 
-def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
-    """Env ``i``'s observation into row ``i`` of the batch."""
+def _observe(i, memory, fill, statics, state, out, obs):  # pragma: no cover
+    """Env ``i``'s observation into row ``i`` of the batch; its static columns only with
+    ``fill`` (``flags[4]``: false where the rows are the vector env's own buffers, which
+    hold them from the reset on; fresh arrays every step need them)."""
     (ints, floats), enc_statics = statics[0], statics[1]
     queue_flat, hit_e = out.queue_flat, out.encoder_hit
     nodes, queues, resident, service_o, route_o, transfer_o, retain_o, mask = obs
@@ -277,6 +279,7 @@ def _observe(i, memory, statics, state, out, obs):  # pragma: no cover
             mask[i],
             out.pairs[i],
         ),
+        fill,
     )
 
 
@@ -388,7 +391,7 @@ class FusedStep:
         )
         generates = bool(sim._generates)
         in_kernel = bool(core.draws_in_kernel and generates)
-        self.flags = (bool(sim.memory), generates, in_kernel, ix.score_slices[3].start)
+        self.flags = (bool(sim.memory), generates, in_kernel, ix.score_slices[3].start, True)
         self._buffers(slot_buffers(1, ix, 64))
         self.active = np.ones(1, dtype=np.bool_)
         self.rates = np.array([float(wl.total_rate)])

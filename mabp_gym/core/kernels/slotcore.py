@@ -216,13 +216,17 @@ def _project_transfers(
     flags, key, order_scratch, counts, live_scratch, used, _, bandwidth = scratch[:8]
     n_transfer = block.shape[0]
     live = live_scratch[:n_transfer]
+    src_slot = _field(ints, IntField.TRANSFER_SRC_SLOT)
+    dst_slot = _field(ints, IntField.TRANSFER_DST_SLOT)
+    holder_flat = holder.reshape(holder.shape[0] * holder.shape[1])
+    # Only those whose source holds the object and whose destination does not: the
+    # memory does not change while the transfers are chosen, so the rest would be passed
+    # over anyway, and the sort is the shorter.
     for k in range(n_transfer):
-        live[k] = block[k] > 0
+        live[k] = (block[k] > 0) & (holder_flat[src_slot[k]] >= 0) & (holder_flat[dst_slot[k]] < 0)
     first, count = _descending(block, live, radix, key, order_scratch, counts)
     transfer_link = _field(ints, IntField.TRANSFER_LINK)
     transfer_signature = _field(ints, IntField.TRANSFER_SIGNATURE)
-    src_slot = _field(ints, IntField.TRANSFER_SRC_SLOT)
-    dst_slot = _field(ints, IntField.TRANSFER_DST_SLOT)
     link_src, link_dst = _field(ints, IntField.LINK_SRC), _field(ints, IntField.LINK_DST)
     signature_size = _field(floats, FloatField.SIGNATURE_SIZE)
     budget = _field(floats, FloatField.BUDGET)
@@ -439,7 +443,7 @@ class CompiledProjection:
 
 @jit.part
 def _encode_memory(
-    holder, memory_used, queue_flat, ints, floats, retain_positions, transfer, retain, mask
+    holder, memory_used, queue_flat, ints, floats, retain_positions, transfer, retain, mask, fill
 ):  # pragma: no cover
     """The transfer and retention features and the transfers' action mask: a transfer is
     feasible alone when its source holds the object, its destination does not, and its
@@ -463,7 +467,8 @@ def _encode_memory(
         free = budget[dst] - memory_used[dst]
         size = np.float32(signature_size[transfer_signature[k]])
         transfer[k, 0] = 1.0 if src_holds else 0.0
-        transfer[k, 1] = size
+        if fill:
+            transfer[k, 1] = size
         transfer[k, 2] = free
         mask[offset + k] = (
             src_holds
@@ -475,14 +480,15 @@ def _encode_memory(
     retain_signature = _field(ints, IntField.RETAIN_SIGNATURE)
     for k in range(retain.shape[0]):
         retain[k, 0] = 1.0 if holder[retain_node[k], retain_signature[k]] >= 0 else 0.0
-        retain[k, 1] = signature_size[retain_signature[k]]
+        if fill:
+            retain[k, 1] = signature_size[retain_signature[k]]
         demand = np.float32(0.0)
         for w in range(retain_positions.shape[1]):
             demand += queue_flat[retain_positions[k, w]]
         retain[k, 2] = demand
 
 
-def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cover
+def _encode_kernel(memory, state, ints, floats, statics, out, fill=True):  # pragma: no cover
     """The observation of :class:`mabp_gym.core.encoding.ObservationEncoder` over flat arrays.
 
     ``state``, ``ints`` and ``floats`` as for the projection; ``statics`` is the encoder's
@@ -492,7 +498,10 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     node features, and per (hit, action) the successor law over queue entries. ``out`` is
     ``(queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask,
     pairs)``, ``pairs`` an int64 scratch of one entry per pair.
-    Fills every output; the successor-pressure column ``service[:, 3]`` (a float32 sum whose
+    Fills every output, the static columns (the nodes' static features, the routes' link
+    cost, the transfers' and retention candidates' sizes, the retention mask) only with
+    ``fill``: without it the arrays must hold them already (the vector env's own buffers,
+    filled at reset). The successor-pressure column ``service[:, 3]`` (a float32 sum whose
     order numpy fixes) only where a law has fewer than 8 terms, which numpy adds one by one
     from zero: else the caller computes it with numpy from ``queue_flat`` and ``hit``. Sums
     of queue counts are exact in float32 in any order while they stay below 2**24 units
@@ -540,21 +549,32 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
     for r in range(n_route):
         src_q = pairs[route_src_pair[r]]
         route[r, 0] = src_q - pairs[route_dst_pair[r]]
-        route[r, 1] = link_cost[route_link[r]]
+        if fill:
+            route[r, 1] = link_cost[route_link[r]]
         compatible = 0
         for m in range(compat_ptr[r], compat_ptr[r + 1]):
             compatible |= hit[compat_action[m]]
         route[r, 2] = 1.0 if compatible else 0.0
         route[r, 3] = src_q
     _encode_memory(
-        holder, memory_used, queue_flat, ints, floats, retain_positions, transfer, retain, mask
+        holder,
+        memory_used,
+        queue_flat,
+        ints,
+        floats,
+        retain_positions,
+        transfer,
+        retain,
+        mask,
+        fill,
     )
     width = static_nodes.shape[1]
     node_pair_ptr = _field(ints, IntField.NODE_PAIR_PTR)
     for i in range(n_nodes):
         busy = service_action[i] >= 0
-        for f in range(width):
-            nodes[i, f] = static_nodes[i, f]
+        if fill:
+            for f in range(width):
+                nodes[i, f] = static_nodes[i, f]
         nodes[i, width] = memory_used[i]
         # The row's sum over its pairs alone (commodity order): the rest are zeros.
         total = np.float32(0.0)
@@ -571,8 +591,9 @@ def _encode_kernel(memory, state, ints, floats, statics, out):  # pragma: no cov
         )
     for r in range(n_route):
         mask[n_act + r] = queue_len[route_src_pair[r]] > 0
-    for k in range(mask.shape[0] - retain.shape[0], mask.shape[0]):
-        mask[k] = 1
+    if fill:
+        for k in range(mask.shape[0] - retain.shape[0], mask.shape[0]):
+            mask[k] = 1
     if positions.shape[1] < 8:
         for a in range(n_act):
             pressure = np.float32(0.0)
