@@ -496,13 +496,13 @@ def _arrive(t, rng, uniforms, total, queue_len, fifo, ints, floats, arrivals):  
             u = uniforms[k]
         else:
             u = rng.random()
-        low, high = 0, arrival_cum.shape[0]  # the first entry above u, in [low, high]
-        while low < high:
-            mid = (low + high) // 2
-            if arrival_cum[mid] <= u:
-                low = mid + 1
-            else:
-                high = mid
+        # How many shares are at most u: in [low, low + n - 1], halved with a select (a
+        # branch on a uniform draw is a coin toss), the same number of steps whatever u.
+        low, n = 0, arrival_cum.shape[0] + 1
+        while n > 1:
+            half = n // 2
+            low = low + half if arrival_cum[low + half - 1] <= u else low
+            n -= half
         arrivals[arrival_pair[low]] += 1
     for p in range(queue_len.shape[0]):
         if arrivals[p] > 0:
