@@ -212,6 +212,7 @@ class ObservationEncoder:
                 mask,
                 self._pairs,
             ),
+            True,  # fresh arrays: the static columns too
         )
         if self._successor_positions.shape[1] >= 8:  # numpy's pairwise float32 sum
             service[:, 3] = (

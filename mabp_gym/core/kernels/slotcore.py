@@ -488,7 +488,7 @@ def _encode_memory(
         retain[k, 2] = demand
 
 
-def _encode_kernel(memory, state, ints, floats, statics, out, fill=True):  # pragma: no cover
+def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: no cover
     """The observation of :class:`mabp_gym.core.encoding.ObservationEncoder` over flat arrays.
 
     ``state``, ``ints`` and ``floats`` as for the projection; ``statics`` is the encoder's
