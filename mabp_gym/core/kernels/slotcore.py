@@ -488,6 +488,27 @@ def _encode_memory(
         retain[k, 2] = demand
 
 
+@jit.part
+def _encode_routes(pairs, hit, ints, floats, compat, route, fill):  # pragma: no cover
+    """The route features from the backlog per pair ``pairs`` and the hit bits ``hit``;
+    the link cost (static) only with ``fill``. ``compat`` is the encoder's ``(compat_ptr,
+    compat_action)``."""
+    compat_ptr, compat_action = compat
+    route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
+    route_dst_pair = _field(ints, IntField.ROUTE_DST_PAIR)
+    route_link, link_cost = _field(ints, IntField.ROUTE_LINK), _field(floats, FloatField.LINK_COST)
+    for r in range(route.shape[0]):
+        src_q = pairs[route_src_pair[r]]
+        route[r, 0] = src_q - pairs[route_dst_pair[r]]
+        if fill:
+            route[r, 1] = link_cost[route_link[r]]
+        compatible = 0
+        for m in range(compat_ptr[r], compat_ptr[r + 1]):
+            compatible |= hit[compat_action[m]]
+        route[r, 2] = 1.0 if compatible else 0.0
+        route[r, 3] = src_q
+
+
 def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: no cover
     """The observation of :class:`mabp_gym.core.encoding.ObservationEncoder` over flat arrays.
 
@@ -498,14 +519,13 @@ def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: 
     node features, and per (hit, action) the successor law over queue entries. ``out`` is
     ``(queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask,
     pairs)``, ``pairs`` an int64 scratch of one entry per pair.
-    Fills every output, the static columns (the nodes' static features, the routes' link
-    cost, the transfers' and retention candidates' sizes, the retention mask) only with
-    ``fill``: without it the arrays must hold them already (the vector env's own buffers,
-    filled at reset). The successor-pressure column ``service[:, 3]`` (a float32 sum whose
-    order numpy fixes) only where a law has fewer than 8 terms, which numpy adds one by one
-    from zero: else the caller computes it with numpy from ``queue_flat`` and ``hit``. Sums
-    of queue counts are exact in float32 in any order while they stay below 2**24 units
-    (past that the float32 observation rounds them, the same way in every path; the
+    Fills every output, the static columns (nodes' static features, link costs, sizes,
+    the retention mask) only with ``fill`` (else the arrays hold them: the vector env's
+    buffers from the reset), the successor-pressure column ``service[:, 3]`` (a float32
+    sum whose order numpy fixes) only where a law has fewer than 8 terms, which numpy adds
+    one by one from zero: else the caller computes it with numpy from ``queue_flat`` and
+    ``hit``. Sums of queue counts are exact in float32 in any order while they stay below
+    2**24 units (past that the float32 observation rounds them, alike in every path; the
     rewards are computed in float64 from the integer state).
     """
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
@@ -519,10 +539,8 @@ def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: 
     action_pair = _field(ints, IntField.ACTION_PAIR)
     action_node = _field(ints, IntField.ACTION_NODE)
     route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
-    route_dst_pair = _field(ints, IntField.ROUTE_DST_PAIR)
     work = _field(floats, FloatField.WORK)
     penalty = _field(floats, FloatField.PENALTY)  # [h * A + a]
-    route_link, link_cost = _field(ints, IntField.ROUTE_LINK), _field(floats, FloatField.LINK_COST)
     mu = _field(floats, FloatField.MU)
     for p in range(pairs.shape[0]):  # the backlog per pair, units in service included
         pairs[p] = queue_len[p]
@@ -546,16 +564,7 @@ def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: 
         service[a, 1] = penalty[h * n_act + a]
         service[a, 2] = h
         service[a, 4] = pairs[action_pair[a]]
-    for r in range(n_route):
-        src_q = pairs[route_src_pair[r]]
-        route[r, 0] = src_q - pairs[route_dst_pair[r]]
-        if fill:
-            route[r, 1] = link_cost[route_link[r]]
-        compatible = 0
-        for m in range(compat_ptr[r], compat_ptr[r + 1]):
-            compatible |= hit[compat_action[m]]
-        route[r, 2] = 1.0 if compatible else 0.0
-        route[r, 3] = src_q
+    _encode_routes(pairs, hit, ints, floats, (compat_ptr, compat_action), route, fill)
     _encode_memory(
         holder,
         memory_used,
