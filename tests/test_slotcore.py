@@ -180,7 +180,8 @@ def test_projection__node_by_node_is_the_global_order_of_service_and_routing():
     # The kernel orders each node's service and routing candidates on its own (they take
     # only that node's compute, queues and links): the same control as one global order,
     # on states of a run, for scores with many ties and for all-positive scores (a node of
-    # `mixed` then has more live routes than one insertion sort takes, and merges).
+    # `mixed` then has up to 23 live routes; the merge past _RANK_UP_TO is the
+    # _descending tests').
     from mabp_gym import Simulator, make_workload
 
     for name, overrides in (
