@@ -245,10 +245,8 @@ def _project_transfers(
         size = signature_size[s]
         src = src_slot[k]
         dst = dst_slot[k]
-        if (
-            holder[i, s] < 0
-            or flags[src] != 0
-            or holder[j, s] >= 0
+        if (  # the source holds it and the destination does not: only those are live
+            flags[src] != 0
             or flags[dst] & 2
             or bandwidth[e] < size - _EPS
             or used[j] + size > budget[j] + _EPS

@@ -270,10 +270,11 @@ def _serve_kernel(control, state, fifo, ints, floats, out):  # pragma: no cover 
     :data:`STATE_FIELDS`, ``fifo`` the :class:`RunFifo`'s ``(pool, head, tail, meta)``
     and ``out`` ``(hit, done, spent, counts, sums, listed)``, ``listed`` an int64 scratch
     of one entry per action and per route (the nonzero ones are listed first, without a
-    branch: a random control leaves which are zero to chance). Writes the units whose service
-    completes (action, hit bit, birth slot per row, in the fixed order) into ``done`` and
-    returns their number; or, with nothing changed, -1 when ``done`` has too few rows and
-    -2 when the pool may run out of free rows (the caller grows them and calls again).
+    branch: a random control leaves which are zero to chance). Writes the units whose
+    service completes (action, hit bit, birth slot per row, in the fixed order) into
+    ``done`` and returns their number; or, with nothing changed, -1 when ``done`` has too
+    few rows and -2 when the pool may run out of free rows (the caller grows them and
+    calls again).
     Routed units join the next hop's tail at once: the control takes at most ``Q(t)``
     from any queue, so what joins a tail this slot is never taken this slot.
     """
