@@ -8,7 +8,9 @@ Cases, on ``mabp_gym/Mixed-v0`` at load 0.85 with random score actions drawn up 
   env-slot, for N = 16 and 256 (``--envs``), over the same ``--steps // 16`` rounds (slots
   of the episode) at every N;
 - ``kernel xN``: the same steps, counting only the CPU time inside the compiled call that
-  steps every env (the vector env module's ``step_all``, ``_step_all`` in older trees).
+  steps every env (the vector env module's ``step_all``, ``_step_all`` in older trees;
+  its entry point, :func:`mabp_gym.core.kernels.jit.entry_point`, where the env calls that),
+  the dispatch and the unboxing of its arguments included.
 
 Each measurement runs in a fresh process that imports one tree, after a warm-up (the
 numba cache is filled by the warm-up of the first run), and reports the process's CPU
@@ -29,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _report import emit
 from _trees import trees
@@ -62,19 +65,26 @@ def measure(tree: Path, case: str, steps: int) -> float:
     num_envs = int(case.split("x")[1])
     inside = [0.0]
     if case.startswith("kernel"):
+        from mabp_gym.core.kernels import jit
         from mabp_gym.envs import vector_env
 
         name = "step_all" if hasattr(vector_env, "step_all") else "_step_all"
         compiled = getattr(vector_env, name)
 
-        def timed(*args: object) -> object:
-            started = time.process_time()
-            try:
-                return compiled(*args)
-            finally:
-                inside[0] += time.process_time() - started
+        def timed(kernel: Any) -> Any:
+            def call(*args: object) -> object:
+                started = time.process_time()
+                try:
+                    return kernel(*args)
+                finally:
+                    inside[0] += time.process_time() - started
 
-        setattr(vector_env, name, timed)
+            return call
+
+        setattr(vector_env, name, timed(compiled))
+        if hasattr(jit, "entry_point"):  # the env calls the kernel's entry point once typed
+            resolve = jit.entry_point
+            jit.entry_point = lambda _, args: timed(resolve(compiled, args))
     envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=num_envs, load=0.85)
     envs.reset(seed=0)
     # The same slots of the episode at every N (``steps // 16`` rounds after a fifth of

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mabp_gym.core.kernels import jit
@@ -86,3 +87,22 @@ def test_warmup__numpy_for_the_first_calls_then_the_kernel_or_at_once_from_the_d
     monkeypatch.setattr(jit, "is_cached", lambda kernel: True)
     cached = jit.Warmup("kernel")
     assert cached.due(10**9) and cached.calls == 0
+
+
+def test_entry_point__the_compiled_version_for_the_arguments_types_called_straight():
+    def total(values, pair):
+        return values.sum() + pair[0][0] * pair[1]
+
+    args = (np.arange(3.0), (np.ones(2), 2))
+    assert jit.entry_point(total, args) is total  # plain Python: itself
+    if not jit.COMPILED:
+        return
+    from numba import njit
+
+    kernel = njit(total)
+    assert jit.entry_point(kernel, args) is kernel  # nothing compiled yet: the dispatcher
+    assert kernel(*args) == 5.0
+    fast = jit.entry_point(kernel, args)
+    assert fast is not kernel
+    assert fast(np.arange(4.0), (np.full(1, 2.0), 3)) == 12.0  # other sizes, the same types
+    assert jit.entry_point(kernel, (np.arange(3), args[1])) is kernel  # int64: none compiled

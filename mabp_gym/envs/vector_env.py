@@ -280,6 +280,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             self._obs[key][:] = first[key]
         self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
         self._rngs: Any = generators([env.sim.rng for env in self.envs]) if self.compiled else None
+        self._kernel: Any = None  # step_all's entry point for these arrays' types, once typed
         self._rates = np.zeros(n_envs)
 
     def _bind(self, i: int) -> None:
@@ -476,7 +477,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         before = self._lyapunov() if env0.reward_kind == "drift_plus_penalty" else None
         first = 0
         while True:
-            first, code = step_all(
+            args = (
                 first,
                 active,
                 self._scores,
@@ -490,6 +491,11 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 self._scratch,
                 self._dynamic,
             )
+            if self._kernel is None:  # numba types the arguments once
+                first, code = step_all(*args)
+                self._kernel = jit.entry_point(step_all, args)
+            else:
+                first, code = self._kernel(*args)
             if code == 0:
                 break
             self._grow_rows() if code == -1 else self._grow_pool()
@@ -530,6 +536,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             array[...] = self._obs[key]
             self._obs[key] = array
         self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
+        self._kernel = None  # typed again: the arrays are the caller's
 
     def _lyapunov(self) -> np.ndarray:
         backlog = self._state.queue_len.copy()

@@ -408,6 +408,7 @@ class FusedStep:
         self.state = tuple(getattr(state, name)[None] for name in STATE_FIELDS)
         self._arrays = _state_fields(state)
         self._rng = sim.rng
+        self._kernel: Any = None  # step_all's entry point for these arrays' types, once typed
         self._bind_fifo()
 
     def bound_to(self, sim: Any) -> bool:
@@ -437,8 +438,10 @@ class FusedStep:
             self._bind_fifo()
         out.slot[0] = st.t
         self.obs = tuple(make(shape, dtype=dtype) for make, shape, dtype in self._obs_specs)
+        if scores.dtype != np.float64 or scores.ndim != 1:  # the entry point's types
+            raise TypeError(f"the fused step takes a 1-D float64 array, got {scores.dtype}")
         while True:
-            _, code = step_all(
+            args = (
                 0,
                 self.active,
                 np.ascontiguousarray(scores)[None],  # one compiled layout for every action
@@ -452,6 +455,11 @@ class FusedStep:
                 self._scratch,
                 self.obs,
             )
+            if self._kernel is None:  # numba types the arguments once
+                _, code = step_all(*args)
+                self._kernel = jit.entry_point(step_all, args)
+            else:
+                _, code = self._kernel(*args)
             if code == 0:
                 break
             if code == -1:  # more served-unit rows: nothing of the slot has happened yet

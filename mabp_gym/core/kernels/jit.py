@@ -70,6 +70,24 @@ def leaf(function: F) -> F:
     return _fresh(njit(cache=True, **_NO_RUNTIME)(function), function)
 
 
+def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
+    """What numba's dispatcher calls for ``args`` once it has typed them: the compiled
+    ``kernel``'s version for their types, called straight, or ``kernel`` itself where it
+    is plain Python or has no version for those types yet (call it once first).
+
+    The dispatcher types every argument of every call: a batched step's 76 arrays, its
+    tuples and its typed list took 7 us of it (``benchmarks/RESULTS.md``). Call the entry
+    point only with arguments of the types of ``args`` (a caller's own buffers, whatever
+    their sizes): numba's unboxing does not check an array's dtype or layout.
+    """
+    overloads = getattr(kernel, "overloads", None)
+    if not overloads:
+        return kernel
+    types = tuple(kernel.typeof_pyval(arg) for arg in args)
+    compiled = overloads.get(types)
+    return kernel if compiled is None else compiled.entry_point
+
+
 def _fresh(dispatcher: Any, function: Callable) -> Any:
     """``dispatcher``, after :func:`drop_stale_cache` of the folder numba caches it in
     (beside the sources, ``NUMBA_CACHE_DIR`` or the user's cache), once a process."""
