@@ -687,13 +687,16 @@ def test_workers__a_dropped_vector_env_stops_its_workers_quietly():
         assert process.exitcode == 0
 
 
+@compiled_only
 def test_batched__the_drift_reward_squares_in_float64_like_the_single_env():
     # int64 squares overflowed past about 3e9 units a queue and turned the reward positive.
+    from mabp_gym.core.kernels import batch
+
     vec = SFMSNVectorEnv(2, workload="mixed", reward="drift_plus_penalty")
     vec.reset(seed=0)
     vec._state.queue_len[0, 0] = 3_100_000_000
     vec._state.queue_len[1, :] = 7
-    value = vec._lyapunov()
+    value = [batch._lyapunov(i, vec._statics_all, vec._state, vec._out) for i in range(2)]
     backlog = vec._state.queue_len.astype(np.float64)  # no unit in service after a reset
     assert value[0] == 0.5 * float(backlog[0] @ backlog[0]) > 4.8e18
     assert value[1] == 0.5 * 49 * backlog.shape[1]
@@ -713,3 +716,19 @@ def test_env__a_reward_that_overflows_is_refused_with_the_scale_named(vectorized
     with pytest.raises(ValueError, match=r"reward overflowed .* reward_scale=1e-308"):
         for _ in range(50):
             env.step(action)
+
+
+@pytest.mark.parametrize("n", [*range(18), 63, 127, 128, 129, 136, 255, 257, 1000, 1031, 70_001])
+def test_numpy_sum__the_float_numpy_sums_to_for_any_length(n):
+    # The batched reward's memory held is summed in the kernel: in numpy's pairwise order,
+    # or its last bits differed from the single env's past 8 nodes (fractional sizes).
+    from mabp_gym.core.kernels import batch
+
+    rng = np.random.default_rng(n)
+    values = rng.standard_normal(n) * 10 ** rng.uniform(-4, 4, n)
+    assert 0.0 + batch._numpy_sum(values, *batch.sum_scratch()) == values.sum()
+    one_by_one = 0.0
+    for value in values.tolist():
+        one_by_one += value
+    if n == 1000:
+        assert one_by_one != values.sum()  # else this test could not tell the orders apart

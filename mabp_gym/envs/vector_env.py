@@ -35,6 +35,7 @@ from mabp_gym.core.kernels.batch import (
     scratch,
     slot_buffers,
     step_all,
+    sum_scratch,
     unit_rows,
 )
 from mabp_gym.core.kernels.transition_core import (
@@ -281,7 +282,11 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
         self._rngs: Any = generators([env.sim.rng for env in self.envs]) if self.compiled else None
         self._kernel: Any = None  # step_all's entry point for these arrays' types, once typed
-        self._rates = np.zeros(n_envs)
+        # The kernel's per-env arrival rates, backlogs and rewards, and the reward's weights.
+        wl = self._workload
+        drift = float(env.reward_kind == "drift_plus_penalty")
+        weights = np.array([wl.theta, wl.omega, env.nu, env.reward_scale, drift], dtype=float)
+        self._episode = (np.zeros(n_envs), self._units, np.zeros(n_envs), weights, *sum_scratch())
 
     def _bind(self, i: int) -> None:
         """Make env ``i``'s freshly reset state rows of the stacked arrays (its fifo is
@@ -301,7 +306,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._units[i] = state.units
         if self.compiled:
             self._rngs[i] = sim.rng
-        self._rates[i] = sim.workload.total_rate
+        self._episode[0][i] = sim.workload.total_rate
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SFMSNVectorEnv:
         """An independent copy that steps as this env would from here. An env's state and
@@ -474,7 +479,6 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         env0 = self.envs[0]
         if scores is not self._scores:
             self._scores[:] = scores
-        before = self._lyapunov() if env0.reward_kind == "drift_plus_penalty" else None
         first = 0
         while True:
             args = (
@@ -482,7 +486,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 active,
                 self._scores,
                 self._rngs,
-                self._rates,
+                self._episode,
                 self._flags,
                 self._statics_all,
                 tuple(self._state),
@@ -500,27 +504,15 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 break
             self._grow_rows() if code == -1 else self._grow_pool()
         long_pressure(env0._encoder, self._out, self._obs["service"])
-        counts, sums, slot = self._out.counts, self._out.sums, self._out.slot
+        slot = self._out.slot
         if every:
-            self._units += counts[:, 2] - counts[:, 4]
             for env, t, units in zip(self.envs, slot.tolist(), self._units.tolist(), strict=True):
                 env.sim.state.t, env.sim.state.units = t, units
         else:
-            self._units[active] += counts[active, 2] - counts[active, 4]
             for i in np.flatnonzero(active).tolist():
                 state = self.envs[i].sim.state
                 state.t, state.units = int(slot[i]), int(self._units[i])
-        # h(t) and the reward in the single env's order of operations.
-        held = self._state.memory_used.sum(axis=1)
-        wl = self._workload
-        penalty_memory = sums[:, 0] + wl.theta * held + wl.omega * counts[:, 6]
-        cost = env0.nu * (sums[:, 3] + sums[:, 1] + penalty_memory)
-        if before is None:
-            rewards = -(self._units + cost) / env0.reward_scale
-        else:
-            rewards = -(self._lyapunov() - before + cost) / env0.reward_scale
-        if not every:
-            rewards[~active] = 0.0
+        rewards = self._episode[2].copy()  # h(t) and the reward: the single env's floats
         if not np.isfinite(rewards).all():
             i = int(np.flatnonzero(~np.isfinite(rewards))[0])
             raise ValueError(
@@ -537,18 +529,6 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             self._obs[key] = array
         self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
         self._kernel = None  # typed again: the arrays are the caller's
-
-    def _lyapunov(self) -> np.ndarray:
-        backlog = self._state.queue_len.copy()
-        service_action = self._state.service_action
-        action_pair = self._workload.index.action_pair
-        busy = np.nonzero(service_action >= 0)
-        np.add.at(backlog, (busy[0], action_pair[service_action[busy]]), 1)
-        # Squared in float64, as the single env does: int64 squares overflowed past about
-        # 3e9 units a queue. Exact, and so equal to the single env's, while the sum stays
-        # below 2**53 (every partial sum of integer squares is then a float64 integer).
-        exact = backlog.astype(np.float64)
-        return 0.5 * np.einsum("ij,ij->i", exact, exact)
 
     def _observation(self) -> Any:
         env = self.envs[0]

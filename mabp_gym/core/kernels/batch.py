@@ -33,6 +33,11 @@ _WARM_FROM = 64
 (:func:`_warm_fifo`): fewer envs' pools stay in cache (16 envs: no gain)."""
 
 
+_NONE = np.array([0.0, 0.0, 0.0, 1.0, 0.0])
+"""Reward weights ``(theta, omega, nu, reward_scale, drift)`` for a caller that computes
+its reward itself (:func:`step_all` computes one all the same)."""
+
+
 class SlotBuffers(NamedTuple):
     """What the kernels write for every env (row ``i``: env ``i``), by name: the kernels
     take it as one named tuple (numba reads the fields by name)."""
@@ -80,10 +85,25 @@ assert StackedState._fields == STATE_FIELDS, "StackedState follows the transitio
 
 
 def step_all(
-    first, active, scores, rngs, rates, flags, statics, state_arrays, fifo, out_arrays, scratch, obs
+    first,
+    active,
+    scores,
+    rngs,
+    episode,
+    flags,
+    statics,
+    state_arrays,
+    fifo,
+    out_arrays,
+    scratch,
+    obs,
 ):  # pragma: no cover
-    """One slot of every active env from ``first`` on (:func:`_slot`), then the
-    observation of every env (:func:`_observe`). ``state_arrays`` and ``out_arrays`` are
+    """One slot of every active env from ``first`` on (:func:`_slot`), its backlog and
+    reward (:func:`_tally`), then the observation of every env (:func:`_observe`).
+    ``episode`` is ``(rates, units, rewards, weights, stack, frames)``: per env its arrival
+    rate, backlog and reward (0 where it does not step), the reward's ``(theta, omega, nu,
+    reward_scale, drift)`` (``drift`` 1.0: the drift-plus-penalty reward, else the
+    backlog's) and :func:`sum_scratch`. ``state_arrays`` and ``out_arrays`` are
     the fields of a :class:`StackedState` and a :class:`SlotBuffers` as plain tuples (numba
     types a named tuple argument about 1.2 us slower a call); the kernel names them again.
     ``scratch`` is :func:`scratch`'s, shared by the envs (one slot at a time). Each env's
@@ -94,15 +114,19 @@ def step_all(
     served-unit rows (-1) or pool rows (-2) could run short, with nothing of it changed
     (the caller grows them and calls again from that env)."""
     state, out = StackedState(*state_arrays), SlotBuffers(*out_arrays)
+    rates, rewards, drift = episode[0], episode[2], episode[3][4] != 0.0
     for i in range(first, scores.shape[0]):
+        rewards[i] = 0.0
         if active[i]:
             rng = rngs[i]
+            before = _lyapunov(i, statics, state, out) if drift else 0.0
             code = _slot(i, scores, rng, flags, statics, state, fifo, out, scratch)
             if code < 0:
                 return i, code
             # The arrivals' Poisson total here (each env's own rate: a load interval draws
             # one per episode): numba's sampler needs its runtime.
             _arrivals(i, rng, rng.poisson(rates[i]), statics, state, fifo, out, scratch[1])
+            _tally(i, before, statics, state, out, episode)
     for i in range(scores.shape[0]):
         _observe(i, flags[0], flags[4], statics, state, out, obs)
     return scores.shape[0], 0
@@ -253,6 +277,97 @@ def _arrivals(i, rng, total, statics, state, fifo, out, scratch):  # pragma: no 
     t[i] += 1
 
 
+def _lyapunov(i, statics, state, out):  # pragma: no cover
+    """Env ``i``'s Lyapunov function, half the sum of its squared backlog per pair (units
+    in service included), as :func:`mabp_gym.envs.env._lyapunov` gives it: squared in
+    float64 and so exact, in any order, while the sum stays below 2**53. ``out.pairs[i]``
+    is its scratch (the encoder's, which fills it again)."""
+    action_pair = _field(statics[0][0], IntField.ACTION_PAIR)
+    queue_len, service_action, backlog = state.queue_len[i], state.service_action[i], out.pairs[i]
+    for p in range(backlog.shape[0]):
+        backlog[p] = queue_len[p]
+    for node in range(service_action.shape[0]):
+        if service_action[node] >= 0:
+            backlog[action_pair[service_action[node]]] += 1
+    total = 0.0
+    for p in range(backlog.shape[0]):
+        units = float(backlog[p])
+        total += units * units
+    return 0.5 * total
+
+
+def _tally(i, before, statics, state, out, episode):  # pragma: no cover
+    """Env ``i``'s backlog and reward after its slot, in the single env's order of
+    operations (:func:`~mabp_gym.core.kernels.transition_core.slot_cost`, then
+    :meth:`~mabp_gym.envs.env.SFMSNEnv._reward`), so that they are the same floats;
+    ``before``: its Lyapunov function before the slot (drift only)."""
+    units, rewards, weights = episode[1], episode[2], episode[3]
+    counts, sums = out.counts[i], out.sums[i]
+    units[i] += counts[2] - counts[4]  # arrivals - completed
+    held = 0.0 + _numpy_sum(state.memory_used[i], episode[4], episode[5])  # numpy's: from 0.0
+    penalty_memory = sums[0] + weights[0] * held + weights[1] * counts[6]
+    cost = weights[2] * (sums[3] + sums[1] + penalty_memory)
+    if weights[4] != 0.0:
+        rewards[i] = -(_lyapunov(i, statics, state, out) - before + cost) / weights[3]
+    else:
+        rewards[i] = -(units[i] + cost) / weights[3]
+
+
+def _numpy_sum(values, stack, frames):  # pragma: no cover
+    """The sum of ``values`` (float64) in numpy's order, so that a kernel gets the float
+    ``ndarray.sum`` gets (a sum one by one differs from it in the last bits past 8 terms):
+    pairwise over halves (the left one a multiple of 8 long) down to blocks of at most 128
+    (:func:`_block`), each half's sum computed before the next. Without recursion (numba
+    does not load a recursive function from its cache): ``stack`` (float64) and ``frames``
+    (int64, three per level) hold the halves pending, 64 levels at most."""
+    lo, size, top = 0, values.shape[0], 0
+    while True:
+        while size > 128:  # down the left halves, each right half pending
+            half = size // 2
+            half -= half % 8
+            frames[3 * top] = lo + half
+            frames[3 * top + 1] = size - half
+            frames[3 * top + 2] = 0  # its left half not yet summed
+            top += 1
+            size = half
+        total = _block(values, lo, size)
+        while top > 0 and frames[3 * top - 1] == 1:  # right halves done: add to their left
+            top -= 1
+            total = stack[top] + total
+        if top == 0:
+            return total
+        stack[top - 1] = total  # a left half done: its right half next
+        frames[3 * top - 1] = 1
+        lo, size = frames[3 * top - 3], frames[3 * top - 2]
+
+
+def _block(values, lo, n):  # pragma: no cover
+    """numpy's sum of ``values[lo : lo + n]``, ``n`` at most 128: one by one below 8
+    terms, else by eight partial sums."""
+    if n < 8:
+        total = 0.0
+        for k in range(lo, lo + n):
+            total += values[k]
+        return total
+    r0, r1, r2, r3 = values[lo], values[lo + 1], values[lo + 2], values[lo + 3]
+    r4, r5, r6, r7 = values[lo + 4], values[lo + 5], values[lo + 6], values[lo + 7]
+    k = lo + 8
+    while k < lo + n - n % 8:
+        r0 += values[k]
+        r1 += values[k + 1]
+        r2 += values[k + 2]
+        r3 += values[k + 3]
+        r4 += values[k + 4]
+        r5 += values[k + 5]
+        r6 += values[k + 6]
+        r7 += values[k + 7]
+        k += 8
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for m in range(k, lo + n):
+        total += values[m]
+    return total
+
+
 def _observe(i, memory, fill, statics, state, out, obs):  # pragma: no cover
     """Env ``i``'s observation into row ``i`` of the batch; its static columns only with
     ``fill`` (``flags[4]``: false where the rows are the vector env's own buffers, which
@@ -292,6 +407,11 @@ def scratch(ix: Any, rows: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarra
     return slotcore.projection_scratch(ix), rows_scratch
 
 
+def sum_scratch() -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_numpy_sum`'s scratch: its stack and frames."""
+    return np.empty(64), np.empty(3 * 64, dtype=np.int64)
+
+
 def generators(rngs: list[np.random.Generator]) -> Any:
     """The envs' generators as the compiled kernel takes them (numba's typed list)."""
     from numba.typed import List
@@ -311,6 +431,10 @@ if jit.COMPILED:
     _slot = jit.leaf(_slot)
     _arrivals = jit.leaf(_arrivals)
     _observe = jit.leaf(_observe)
+    _block = jit.part(_block)
+    _numpy_sum = jit.leaf(_numpy_sum)
+    _lyapunov = jit.part(_lyapunov)
+    _tally = jit.leaf(_tally)
     step_all = jit.kernel(step_all)
 
 
@@ -394,7 +518,9 @@ class FusedStep:
         self.flags = (bool(sim.memory), generates, in_kernel, ix.score_slices[3].start, True)
         self._buffers(slot_buffers(1, ix, 64))
         self.active = np.ones(1, dtype=np.bool_)
-        self.rates = np.array([float(wl.total_rate)])
+        # Its arrival rate, backlog and reward (the env computes its own: weights of none).
+        rate = np.array([float(wl.total_rate)])
+        self.episode = (rate, np.zeros(1, np.int64), np.zeros(1), _NONE, *sum_scratch())
         self.rngs = generators([sim.rng])
         # The observation's arrays: the kernel writes each one whole but the queue matrix
         # (the pairs' entries only), so fresh ones every step need no copy afterwards.
@@ -446,7 +572,7 @@ class FusedStep:
                 self.active,
                 np.ascontiguousarray(scores)[None],  # one compiled layout for every action
                 self.rngs,
-                self.rates,
+                self.episode,
                 self.flags,
                 self.statics,
                 self.state,
