@@ -271,10 +271,15 @@ def test_batched__bad_input_is_refused_and_changes_nothing():
     bad[1, 5] = np.nan
     with pytest.raises(ValueError, match=r"env\(s\) \[1\]"):
         vec.step(bad)
+    bad[0, -1], bad[1] = np.inf, -np.inf  # the last score, every score: both envs named
+    with pytest.raises(ValueError, match=r"env\(s\) \[0, 1\] got NaN or inf"):
+        vec.step(bad)
     with pytest.raises(ValueError, match="real-valued"):
         vec.step(np.zeros((2, width), dtype=complex))
     # Nothing moved: the next good step is the first step of the episode.
     assert all(env.sim.state.t == 0 for env in vec.envs)
+    vec.step(np.full((2, width), np.finfo(np.float64).max))  # the largest floats are finite
+    assert all(env.sim.state.t == 1 for env in vec.envs)
     with pytest.raises(ValueError, match="sequence of 2 seeds"):
         vec.reset(seed=[1, 2, 3])
     for kwargs, match in [

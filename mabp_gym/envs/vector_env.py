@@ -63,7 +63,11 @@ _OUT_ROWS = 64  # rows per env of the served-unit outputs, doubled when a slot n
 
 
 def checked_scores(
-    actions: Any, needs_reset: np.ndarray, num_scores: int, out: np.ndarray | None = None
+    actions: Any,
+    needs_reset: np.ndarray,
+    num_scores: int,
+    out: np.ndarray | None = None,
+    finite: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A batch of actions as ``(N, D)`` float64 scores, and which envs autoreset this step.
 
@@ -72,7 +76,8 @@ def checked_scores(
     resetting rows are zeros in the returned array (a copy then: the caller's stays).
     With ``out`` (float64, ``(N, D)``) the scores are written there and ``out`` returned
     (one pass instead of a converted copy and a second copy into it); it holds whatever
-    the batch was where the batch is refused.
+    the batch was where the batch is refused. ``finite=False`` leaves NaN and inf to the
+    caller (the batched kernel refuses them before any env steps: :func:`not_finite`).
 
     Raises:
         ValueError: not real numbers, not of shape ``(N, D)``, or NaN / inf in a row that
@@ -91,10 +96,13 @@ def checked_scores(
         scores = out
         np.copyto(scores, actions)
     resetting = needs_reset.copy()
-    # A finite sum has no NaN or inf in it (one pass, no temporary); else rows are checked.
-    # Finite scores may overflow the sum: quietly, whatever numpy's error settings.
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = scores.sum()
+    if not finite:
+        total = 0.0
+    else:
+        # A finite sum has no NaN or inf in it (one pass, no temporary); else rows are
+        # checked. Finite scores may overflow the sum: quietly, whatever numpy's settings.
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = scores.sum()
     if np.isfinite(total) and not resetting.any():
         return scores, resetting
     bad = ~np.isfinite(scores).all(axis=1) & ~resetting
@@ -103,11 +111,16 @@ def checked_scores(
             scores = np.where(resetting[:, None], 0.0, scores)
         else:
             scores[resetting] = 0.0
-    if bad.any():
-        raise ValueError(
-            f"actions must be finite; env(s) {np.flatnonzero(bad).tolist()} got NaN or inf"
-        )
+    if finite and bad.any():
+        raise not_finite(bad)
     return scores, resetting
+
+
+def not_finite(bad: np.ndarray) -> ValueError:
+    """The error of a batch whose rows ``bad`` (of envs that step) hold NaN or inf."""
+    return ValueError(
+        f"actions must be finite; env(s) {np.flatnonzero(bad).tolist()} got NaN or inf"
+    )
 
 
 def env_seeds(seed: Any, num_envs: int) -> list[int | None]:
@@ -424,7 +437,11 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
         scores, resetting = checked_scores(
-            actions, self._needs_reset, self._workload.index.num_scores, out=self._scores
+            actions,
+            self._needs_reset,
+            self._workload.index.num_scores,
+            out=self._scores,
+            finite=not self.compiled,  # else the kernel refuses NaN and inf
         )
         return self.step_checked(scores, resetting)
 
@@ -502,6 +519,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 first, code = self._kernel(*args)
             if code == 0:
                 break
+            if code == -3:  # NaN or inf: no env stepped
+                raise not_finite(~np.isfinite(self._scores).all(axis=1) & active)
             self._grow_rows() if code == -1 else self._grow_pool()
         long_pressure(env0._encoder, self._out, self._obs["service"])
         slot = self._out.slot

@@ -112,9 +112,13 @@ def step_all(
 
     Returns ``(env, code)``: ``(N, 0)`` when every env is done, or the first env whose
     served-unit rows (-1) or pool rows (-2) could run short, with nothing of it changed
-    (the caller grows them and calls again from that env)."""
+    (the caller grows them and calls again from that env), or an active env whose scores
+    hold NaN or inf (-3; checked from ``first`` 0 only, before any env steps)."""
     state, out = StackedState(*state_arrays), SlotBuffers(*out_arrays)
     rates, rewards, drift = episode[0], episode[2], episode[3][4] != 0.0
+    for i in range(first, scores.shape[0] if first == 0 else 0):  # before any env steps
+        if active[i] and not _finite(scores[i]):
+            return i, -3
     for i in range(first, scores.shape[0]):
         rewards[i] = 0.0
         if active[i]:
@@ -130,6 +134,16 @@ def step_all(
     for i in range(scores.shape[0]):
         _observe(i, flags[0], flags[4], statics, state, out, obs)
     return scores.shape[0], 0
+
+
+def _finite(row):  # pragma: no cover
+    """Whether no float64 of ``row`` is NaN or inf (none has every exponent bit set): one
+    branchless pass over their bits."""
+    bits = row.view(np.int64)
+    top = 0
+    for k in range(bits.shape[0]):
+        top |= (((bits[k] >> 52) & 0x7FF) + 1) >> 11
+    return top == 0
 
 
 def _state_row(i, state):  # pragma: no cover
@@ -428,6 +442,7 @@ if jit.COMPILED:
     _warm_fifo = jit.part(_warm_fifo)
     _outcomes = jit.part(_outcomes)
     _state_row = jit.part(_state_row)
+    _finite = jit.part(_finite)
     _slot = jit.leaf(_slot)
     _arrivals = jit.leaf(_arrivals)
     _observe = jit.leaf(_observe)
