@@ -61,6 +61,10 @@ def _compare(vec: SFMSNVectorEnv, steps: int, seed: int = 3, **kwargs) -> None:
             _same(obs, single_obs, i, f"step {step}, env {i}")
             assert rewards[i] == reward, f"step {step}, env {i}"
             assert truncated[i] == done, f"step {step}, env {i}"
+    batched = vec.envs if isinstance(vec, SFMSNVectorEnv) else []  # workers: in them
+    for env, single in zip(batched, singles[: len(batched)], strict=True):  # written back
+        state, single_state = env.sim.state, single.unwrapped.sim.state
+        assert (state.t, state.units) == (single_state.t, single_state.units)
 
 
 @compiled_only

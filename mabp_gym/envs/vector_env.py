@@ -96,14 +96,7 @@ def checked_scores(
         scores = out
         np.copyto(scores, actions)
     resetting = needs_reset.copy()
-    if not finite:
-        total = 0.0
-    else:
-        # A finite sum has no NaN or inf in it (one pass, no temporary); else rows are
-        # checked. Finite scores may overflow the sum: quietly, whatever numpy's settings.
-        with np.errstate(over="ignore", invalid="ignore"):
-            total = scores.sum()
-    if np.isfinite(total) and not resetting.any():
+    if not resetting.any() and (not finite or _sum_is_finite(scores)):
         return scores, resetting
     bad = ~np.isfinite(scores).all(axis=1) & ~resetting
     if resetting.any():
@@ -114,6 +107,13 @@ def checked_scores(
     if finite and bad.any():
         raise not_finite(bad)
     return scores, resetting
+
+
+def _sum_is_finite(scores: np.ndarray) -> bool:
+    """Whether the sum of ``scores`` is finite: then none is NaN or inf (one pass, no
+    temporary). Finite scores may overflow the sum: quietly, whatever numpy's settings."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(scores.sum()))
 
 
 def not_finite(bad: np.ndarray) -> ValueError:
@@ -217,8 +217,9 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self.num_envs = int(num_envs)
         self.copy = bool(copy)
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
-        self.envs = [SFMSNEnv(**env_kwargs) for _ in range(self.num_envs)]
-        first = self.envs[0]
+        self._envs = [SFMSNEnv(**env_kwargs) for _ in range(self.num_envs)]
+        self._stale = False  # whether the envs' slots and backlogs lag the stacked arrays
+        first = self._envs[0]
         self.single_observation_space = first.observation_space
         self.single_action_space = first.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -331,6 +332,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         rows = [self._rows(i) for i in range(self.num_envs)]
         other = type(self).__new__(type(self))
         memo[id(self)] = other
+        if self._stale:
+            self._sync()  # the copies' envs get their slots and backlogs
         for name, value in vars(self).items():
             if name != "_rngs":
                 setattr(other, name, copy.deepcopy(value, memo))
@@ -493,7 +496,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
     def _step_compiled(self, scores: np.ndarray, active: np.ndarray, every: bool) -> np.ndarray:
         """The active envs' slot in one compiled call (``every``: all of them, ``active``
         then :attr:`_all_active`); their rewards, 0 for the others."""
-        env0 = self.envs[0]
+        env0 = self._envs[0]
         if scores is not self._scores:
             self._scores[:] = scores
         first = 0
@@ -523,14 +526,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 raise not_finite(~np.isfinite(self._scores).all(axis=1) & active)
             self._grow_rows() if code == -1 else self._grow_pool()
         long_pressure(env0._encoder, self._out, self._obs["service"])
-        slot = self._out.slot
-        if every:
-            for env, t, units in zip(self.envs, slot.tolist(), self._units.tolist(), strict=True):
-                env.sim.state.t, env.sim.state.units = t, units
-        else:
-            for i in np.flatnonzero(active).tolist():
-                state = self.envs[i].sim.state
-                state.t, state.units = int(slot[i]), int(self._units[i])
+        self._stale = True  # the envs' own slot and backlog: when they are asked for
         rewards = self._episode[2].copy()  # h(t) and the reward: the single env's floats
         if not np.isfinite(rewards).all():
             i = int(np.flatnonzero(~np.isfinite(rewards))[0])
@@ -549,8 +545,24 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
         self._kernel = None  # typed again: the arrays are the caller's
 
+    @property
+    def envs(self) -> list[SFMSNEnv]:
+        """The single envs, their slot and backlog up to date (the compiled batch keeps
+        them in its stacked arrays, and writes them back here when they are asked for)."""
+        if self._stale:
+            self._sync()
+        return self._envs
+
+    def _sync(self) -> None:
+        """Write every env's slot and backlog from the stacked arrays into its state (an
+        env that did not step writes back what it holds: its reset or its last slot)."""
+        self._stale = False
+        slot, units = self._out.slot.tolist(), self._units.tolist()
+        for env, t, backlog in zip(self._envs, slot, units, strict=True):
+            env.sim.state.t, env.sim.state.units = t, backlog
+
     def _observation(self) -> Any:
-        env = self.envs[0]
+        env = self._envs[0]
         if env.obs_mode == "dict":
             if self.copy:
                 return {key: value.copy() for key, value in self._obs.items()}
