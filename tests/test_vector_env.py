@@ -741,3 +741,43 @@ def test_numpy_sum__the_float_numpy_sums_to_for_any_length(n):
         one_by_one += value
     if n == 1000:
         assert one_by_one != values.sum()  # else this test could not tell the orders apart
+
+
+@compiled_only
+def test_batched__every_observation_returned_stays_as_it_was_returned():
+    # copy=True: no later step, autoreset, reset of some envs or refused batch writes into
+    # an observation returned; a refused batch leaves the env stepping as a twin that never
+    # got it. (Writing each step's observation into new arrays in the kernel, instead of
+    # copying it afterwards, was slower: the kernel's writes went to cold memory.)
+    import copy
+
+    vec = SFMSNVectorEnv(3, workload="mixed", load=0.9, horizon=4)
+    twin = SFMSNVectorEnv(3, workload="mixed", load=0.9, horizon=4)
+    got = [vec.reset(seed=1)[0]]
+    twin.reset(seed=1)
+    kept = [copy.deepcopy(got[0])]
+    rng = np.random.default_rng(0)
+    for step in range(11):  # autoresets at the horizon, 4
+        actions = rng.uniform(-1, 1, vec.action_space.shape)
+        if step == 6:
+            bad = actions.copy()
+            bad[2, 0] = np.nan
+            with pytest.raises(ValueError, match=r"env\(s\) \[2\]"):
+                vec.step(bad)
+            mask = np.array([False, True, False])  # the others' rows: as the last step left
+            obs, twin_obs = (env.reset(options={"reset_mask": mask})[0] for env in (vec, twin))
+            assert all(np.array_equal(obs[key], value) for key, value in twin_obs.items())
+        obs = vec.step(actions)[0]
+        assert all(np.array_equal(obs[key], value) for key, value in twin.step(actions)[0].items())
+        got.append(obs)
+        kept.append(copy.deepcopy(obs))
+        if step == 8:
+            mask = np.array([True, False, True])
+            got.append(vec.reset(options={"reset_mask": mask})[0])
+            kept.append(copy.deepcopy(got[-1]))
+            twin.reset(options={"reset_mask": mask})
+    for where, (obs, copied) in enumerate(zip(got, kept, strict=True)):
+        for key, value in obs.items():
+            assert np.array_equal(value, copied[key]), (where, key)
+    arrays = {id(value) for obs in got for value in obs.values()}
+    assert len(arrays) == len(got) * len(got[0])  # no array returned twice
