@@ -153,7 +153,9 @@ class ObservationEncoder:
         """Static arrays of the encoding kernel (:mod:`mabp_gym.core.kernels.slotcore`)."""
         ix = workload.index
         # Route r's destination holds memory compatible with its commodity when one of the
-        # actions of that (node, commodity) is a hit: those actions, per route (CSR).
+        # actions of that (node, commodity) is a hit: the first of them per route (-1:
+        # none), and every other one as a (route, action) pair (most routes have one: the
+        # kernel's pass over the routes has no inner loop).
         by_pair: dict[tuple[int, int], list[int]] = {}
         for a, (i, c) in enumerate(
             zip(ix.action_node.tolist(), ix.action_commodity.tolist(), strict=True)
@@ -163,16 +165,16 @@ class ObservationEncoder:
             by_pair.get(key, [])
             for key in zip(self._route_dst_node.tolist(), ix.route_commodity.tolist(), strict=True)
         ]
-        self._compat_ptr = np.concatenate([[0], np.cumsum([len(m) for m in members])]).astype(
-            np.int64
-        )
-        self._compat_action = np.asarray([a for m in members for a in m], dtype=np.int64)
+        self._compat_first = np.asarray([m[0] if m else -1 for m in members], dtype=np.int64)
+        self._compat_more = np.asarray(
+            [(r, a) for r, m in enumerate(members) for a in m[1:]], dtype=np.int64
+        ).reshape(-1, 2)
         self._transfer_dst_node = np.ascontiguousarray(self._transfer_dst)
         self._work = np.ascontiguousarray(ix.work)
         self._packs = CompiledTransition.shared(workload)  # the static arrays, packed
         self.kernel_statics = (
-            self._compat_ptr,
-            self._compat_action,
+            self._compat_first,
+            self._compat_more,
             self._retain_positions,
             self._static_nodes,
             self._successor_probs,

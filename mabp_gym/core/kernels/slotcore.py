@@ -489,9 +489,10 @@ def _encode_memory(
 @jit.part
 def _encode_routes(pairs, hit, ints, floats, compat, route, fill):  # pragma: no cover
     """The route features from the backlog per pair ``pairs`` and the hit bits ``hit``;
-    the link cost (static) only with ``fill``. ``compat`` is the encoder's ``(compat_ptr,
-    compat_action)``."""
-    compat_ptr, compat_action = compat
+    the link cost (static) only with ``fill``. ``compat`` is the encoder's ``(first,
+    more)``: per route, the first action at its destination whose hit makes it
+    memory-compatible (-1: none), and the others as ``(route, action)`` rows."""
+    first, more = compat
     route_src_pair = _field(ints, IntField.ROUTE_SRC_PAIR)
     route_dst_pair = _field(ints, IntField.ROUTE_DST_PAIR)
     route_link, link_cost = _field(ints, IntField.ROUTE_LINK), _field(floats, FloatField.LINK_COST)
@@ -500,20 +501,23 @@ def _encode_routes(pairs, hit, ints, floats, compat, route, fill):  # pragma: no
         route[r, 0] = src_q - pairs[route_dst_pair[r]]
         if fill:
             route[r, 1] = link_cost[route_link[r]]
-        compatible = 0
-        for m in range(compat_ptr[r], compat_ptr[r + 1]):
-            compatible |= hit[compat_action[m]]
+        a = first[r]
+        compatible = hit[a] if a >= 0 else 0
         route[r, 2] = 1.0 if compatible else 0.0
         route[r, 3] = src_q
+    for k in range(more.shape[0]):
+        if hit[more[k, 1]]:
+            route[more[k, 0], 2] = 1.0
 
 
 def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: no cover
     """The observation of :class:`mabp_gym.core.encoding.ObservationEncoder` over flat arrays.
 
     ``state``, ``ints`` and ``floats`` as for the projection; ``statics`` is the encoder's
-    ``(compat_ptr, compat_action, retain_positions, static_nodes, successor_probs,
+    ``(compat_first, compat_more, retain_positions, static_nodes, successor_probs,
     successor_positions)``: per route, the actions at its destination whose hit makes the
-    route memory-compatible, the queue entries each retention candidate serves, the static
+    route memory-compatible (the first, and the others as ``(route, action)`` rows), the
+    queue entries each retention candidate serves, the static
     node features, and per (hit, action) the successor law over queue entries. ``out`` is
     ``(queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask,
     pairs)``, ``pairs`` an int64 scratch of one entry per pair.
@@ -528,7 +532,7 @@ def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: 
     """
     holder, memory_used, service_action, service_residual = state[0], state[2], state[3], state[4]
     queue_len = state[7]
-    compat_ptr, compat_action, retain_positions, static_nodes, probs, positions = statics
+    compat_first, compat_more, retain_positions, static_nodes, probs, positions = statics
     queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask, pairs = out
     n_nodes, n_comm = queues.shape
     n_act, n_route, n_sig = service.shape[0], route.shape[0], resident.shape[1]
@@ -549,9 +553,9 @@ def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: 
         value = np.float32(pairs[p])
         queues[pair_node[p], pair_commodity[p]] = value
         queue_flat[pair_node[p] * n_comm + pair_commodity[p]] = value
-    for i in range(n_nodes):
-        for s in range(n_sig):
-            resident[i, s] = 1.0 if holder[i, s] >= 0 else 0.0
+    held, flags = holder.reshape(n_nodes * n_sig), resident.reshape(n_nodes * n_sig)
+    for k in range(held.shape[0]):  # one flat pass, vectorized
+        flags[k] = np.float32(held[k] >= 0)
     if memory and n_sig > 0:
         hit_bits(holder, _field(ints, IntField.HIT_SLOT), hit)
     else:
@@ -562,7 +566,7 @@ def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: 
         service[a, 1] = penalty[h * n_act + a]
         service[a, 2] = h
         service[a, 4] = pairs[action_pair[a]]
-    _encode_routes(pairs, hit, ints, floats, (compat_ptr, compat_action), route, fill)
+    _encode_routes(pairs, hit, ints, floats, (compat_first, compat_more), route, fill)
     _encode_memory(
         holder,
         memory_used,
