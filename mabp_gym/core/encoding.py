@@ -104,6 +104,9 @@ class ObservationEncoder:
             probs[:, act, : outcomes.size] = ix.successor_law[:, act, outcomes]
         self._successor_positions = positions
         self._successor_probs = probs
+        self.long_laws = width >= 8
+        """Whether some successor law has 8 terms or more: numpy sums the pressure (the
+        kernel sums shorter ones in its order, one by one)."""
         self._route_dst_node = ix.link_dst[ix.route_link]
         self._route_cost = ix.link_cost[ix.route_link].astype(np.float32)
         self._transfer_dst = ix.link_dst[ix.transfer_link]
@@ -216,7 +219,7 @@ class ObservationEncoder:
             ),
             True,  # fresh arrays: the static columns too
         )
-        if self._successor_positions.shape[1] >= 8:  # numpy's pairwise float32 sum
+        if self.long_laws:  # numpy's pairwise float32 sum
             service[:, 3] = (
                 self._successor_probs[hit, self._arange_a]
                 * self._queue_flat[self._successor_positions]

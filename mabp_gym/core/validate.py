@@ -94,6 +94,18 @@ def checked_action(action: Any, what: str = "the action") -> Any:
     (:func:`mabp_gym.core.projection.validate_scores`, which calls this too); the envs call
     it first to name what was wrong in their own terms (``what``: the action, each agent's
     action). Returns the action, a torch tensor as a numpy array."""
+    if type(action) is np.ndarray:  # the common case: nothing to convert
+        dtype = action.dtype
+    else:
+        action, dtype = _converted(action, what)
+    if dtype.kind not in "fiu":
+        raise ValueError(f"{what} must be real-valued scores (float or int), got dtype {dtype}")
+    return action
+
+
+def _converted(action: Any, what: str) -> tuple[Any, np.dtype]:
+    """An action that is not a plain numpy array: refused where a masked array or a ragged
+    list, a torch tensor as a numpy array; with the dtype numpy reads it as."""
     if isinstance(action, np.ma.MaskedArray):
         raise ValueError(
             f"{what} is a masked array; pass a plain array of scores (fill "
@@ -105,14 +117,11 @@ def checked_action(action: Any, what: str = "the action") -> Any:
             action = action.float()  # bfloat16 has no numpy dtype; float16 is widened alike
         action = action.numpy()
     try:
-        dtype = np.asarray(action).dtype
+        return action, np.asarray(action).dtype
     except ValueError as error:  # a ragged list: numpy's "inhomogeneous shape"
         raise ValueError(
             f"{what} must be an array of scores, not a ragged list ({error})"
         ) from None
-    if dtype.kind not in "fiu":
-        raise ValueError(f"{what} must be real-valued scores (float or int), got dtype {dtype}")
-    return action
 
 
 def resolve_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., Any]:

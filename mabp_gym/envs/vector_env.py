@@ -85,7 +85,7 @@ def checked_scores(
     """
     actions = checked_action(actions, "the action batch")
     expected = (needs_reset.shape[0], num_scores)
-    if np.shape(actions) != expected:
+    if (actions.shape if isinstance(actions, np.ndarray) else np.shape(actions)) != expected:
         raise ValueError(
             f"actions must have shape {expected} (one score vector per env), "
             f"got {np.shape(actions)}"
@@ -524,16 +524,16 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 break
             if code == -3:  # NaN or inf: no env stepped
                 raise not_finite(~np.isfinite(self._scores).all(axis=1) & active)
+            if code == -4:  # env ``first``'s reward overflowed
+                self._stale = True
+                raise ValueError(
+                    not_finite_reward(env0.reward_kind, env0.reward_scale, int(self._units[first]))
+                )
             self._grow_rows() if code == -1 else self._grow_pool()
-        long_pressure(env0._encoder, self._out, self._obs["service"])
+        if env0._encoder.long_laws:
+            long_pressure(env0._encoder, self._out, self._obs["service"])
         self._stale = True  # the envs' own slot and backlog: when they are asked for
-        rewards = self._episode[2].copy()  # h(t) and the reward: the single env's floats
-        if not np.isfinite(rewards).all():
-            i = int(np.flatnonzero(~np.isfinite(rewards))[0])
-            raise ValueError(
-                not_finite_reward(env0.reward_kind, env0.reward_scale, int(self._units[i]))
-            )
-        return rewards
+        return self._episode[2].copy()  # h(t) and the reward: the single env's floats
 
     def share_observations(self, arrays: dict[str, np.ndarray]) -> None:
         """Write the observation into ``arrays`` (one per key of the Dict observation, of

@@ -113,7 +113,8 @@ def step_all(
     Returns ``(env, code)``: ``(N, 0)`` when every env is done, or the first env whose
     served-unit rows (-1) or pool rows (-2) could run short, with nothing of it changed
     (the caller grows them and calls again from that env), or an active env whose scores
-    hold NaN or inf (-3; checked from ``first`` 0 only, before any env steps)."""
+    hold NaN or inf (-3; checked from ``first`` 0 only, before any env steps), or, once
+    every env is done, the first whose reward overflowed its float (-4)."""
     state, out = StackedState(*state_arrays), SlotBuffers(*out_arrays)
     rates, rewards, drift = episode[0], episode[2], episode[3][4] != 0.0
     for i in range(first, scores.shape[0] if first == 0 else 0):  # before any env steps
@@ -133,6 +134,9 @@ def step_all(
             _tally(i, before, statics, state, out, episode)
     for i in range(scores.shape[0]):
         _observe(i, flags[0], flags[4], statics, state, out, obs)
+    for i in range(scores.shape[0]):
+        if not np.isfinite(rewards[i]):
+            return i, -4
     return scores.shape[0], 0
 
 
@@ -501,7 +505,7 @@ def long_pressure(encoder: Any, out: SlotBuffers, service: np.ndarray) -> None:
     """The successor-pressure column of ``service`` (``(N, A, features)``) with numpy's
     pairwise float32 sum, where the encoder's successor laws have 8 terms or more (the
     kernel adds shorter ones itself, in numpy's order)."""
-    if encoder._successor_positions.shape[1] >= 8:
+    if encoder.long_laws:
         probs = encoder._successor_probs[out.encoder_hit, encoder._arange_a]
         queued = out.queue_flat[:, encoder._successor_positions]
         service[:, :, _PRESSURE] = (probs * queued).sum(axis=-1)
