@@ -241,6 +241,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         )
         """Whether steps run the compiled batch (else each env steps on its own)."""
         self._elapsed = np.zeros(self.num_envs, dtype=np.int64)
+        self._truncated = np.zeros(self.num_envs, dtype=bool)  # the compiled step's
         self._all_active = np.ones(self.num_envs, dtype=bool)  # read only
         self._needs_reset = np.ones(self.num_envs, dtype=bool)
         self._reset_once = False
@@ -300,7 +301,10 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         wl = self._workload
         drift = float(env.reward_kind == "drift_plus_penalty")
         weights = np.array([wl.theta, wl.omega, env.nu, env.reward_scale, drift], dtype=float)
-        self._episode = (np.zeros(n_envs), self._units, np.zeros(n_envs), weights, *sum_scratch())
+        most = 2**62 if self.max_episode_steps is None else self.max_episode_steps
+        limits = np.array([wl.horizon, most], dtype=np.int64)
+        ends = (self._elapsed, self._truncated, weights, limits)
+        self._episode = (np.zeros(n_envs), self._units, np.zeros(n_envs), *ends, *sum_scratch())
 
     def _bind(self, i: int) -> None:
         """Make env ``i``'s freshly reset state rows of the stacked arrays (its fifo is
@@ -460,26 +464,27 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         stepping = every or active.any()
         if stepping and self.compiled:
             rewards = self._step_compiled(scores, active, every)
+            truncated = self._truncated.copy()
         else:
             rewards = np.zeros(self.num_envs)
             if stepping:
                 infos = self._step_each(scores, active, rewards)
-        if every:
-            self._elapsed += 1
-            truncated = self._out.slot >= self._workload.horizon
-            if self.max_episode_steps is not None:
-                truncated |= self._elapsed >= self.max_episode_steps
-        else:
+            truncated = self._truncation(active)
+        if not every:
             for i in np.flatnonzero(resetting).tolist():
                 infos = self._reset_env(i, None, infos)
-            truncated = np.zeros(self.num_envs, dtype=bool)
-            self._elapsed[active] += 1
-            truncated[active] = self._out.slot[active] >= self._workload.horizon
-            if self.max_episode_steps is not None:
-                truncated[active] |= self._elapsed[active] >= self.max_episode_steps
         self._needs_reset = truncated.copy()
         terminated = np.zeros(self.num_envs, dtype=bool)
         return self._observation(), rewards, terminated, truncated, infos
+
+    def _truncation(self, active: np.ndarray) -> np.ndarray:
+        """Which ``active`` envs' episodes end with the slot they just ran: at the horizon,
+        or after ``max_episode_steps`` steps (the compiled step's rule, ``batch._tally``)."""
+        self._elapsed[active] += 1
+        truncated = (self._out.slot >= self._workload.horizon) & active
+        if self.max_episode_steps is not None:
+            truncated |= (self._elapsed >= self.max_episode_steps) & active
+        return truncated
 
     def _step_each(self, scores: np.ndarray, active: np.ndarray, rewards: np.ndarray) -> dict:
         """Every active env steps on its own (the path without the compiled batch)."""

@@ -33,9 +33,10 @@ _WARM_FROM = 64
 (:func:`_warm_fifo`): fewer envs' pools stay in cache (16 envs: no gain)."""
 
 
-_NONE = np.array([0.0, 0.0, 0.0, 1.0, 0.0])
-"""Reward weights ``(theta, omega, nu, reward_scale, drift)`` for a caller that computes
-its reward itself (:func:`step_all` computes one all the same)."""
+_NONE = (np.array([0.0, 0.0, 0.0, 1.0, 0.0]), np.array([2**62, 2**62]))
+"""Reward weights ``(theta, omega, nu, reward_scale, drift)`` and limits ``(horizon, most
+steps)`` for a caller that computes its reward and its episode's end itself
+(:func:`step_all` computes them all the same)."""
 
 
 class SlotBuffers(NamedTuple):
@@ -100,10 +101,12 @@ def step_all(
 ):  # pragma: no cover
     """One slot of every active env from ``first`` on (:func:`_slot`), its backlog and
     reward (:func:`_tally`), then the observation of every env (:func:`_observe`).
-    ``episode`` is ``(rates, units, rewards, weights, stack, frames)``: per env its arrival
-    rate, backlog and reward (0 where it does not step), the reward's ``(theta, omega, nu,
-    reward_scale, drift)`` (``drift`` 1.0: the drift-plus-penalty reward, else the
-    backlog's) and :func:`sum_scratch`. ``state_arrays`` and ``out_arrays`` are
+    ``episode`` is ``(rates, units, rewards, elapsed, truncated, weights, limits, stack,
+    frames)``: per env its arrival rate, backlog, reward (0 where it does not step), steps
+    since its reset and whether its episode ends here (false where it does not step); the
+    reward's ``(theta, omega, nu, reward_scale, drift)`` (``drift`` 1.0: the
+    drift-plus-penalty reward, else the backlog's); the episode's ``(horizon, most
+    steps)``; :func:`sum_scratch`. ``state_arrays`` and ``out_arrays`` are
     the fields of a :class:`StackedState` and a :class:`SlotBuffers` as plain tuples (numba
     types a named tuple argument about 1.2 us slower a call); the kernel names them again.
     ``scratch`` is :func:`scratch`'s, shared by the envs (one slot at a time). Each env's
@@ -116,12 +119,12 @@ def step_all(
     hold NaN or inf (-3; checked from ``first`` 0 only, before any env steps), or, once
     every env is done, the first whose reward overflowed its float (-4)."""
     state, out = StackedState(*state_arrays), SlotBuffers(*out_arrays)
-    rates, rewards, drift = episode[0], episode[2], episode[3][4] != 0.0
+    rates, rewards, truncated, drift = episode[0], episode[2], episode[4], episode[5][4] != 0.0
     for i in range(first, scores.shape[0] if first == 0 else 0):  # before any env steps
         if active[i] and not _finite(scores[i]):
             return i, -3
     for i in range(first, scores.shape[0]):
-        rewards[i] = 0.0
+        rewards[i], truncated[i] = 0.0, False
         if active[i]:
             rng = rngs[i]
             before = _lyapunov(i, statics, state, out) if drift else 0.0
@@ -318,11 +321,16 @@ def _tally(i, before, statics, state, out, episode):  # pragma: no cover
     """Env ``i``'s backlog and reward after its slot, in the single env's order of
     operations (:func:`~mabp_gym.core.kernels.transition_core.slot_cost`, then
     :meth:`~mabp_gym.envs.env.SFMSNEnv._reward`), so that they are the same floats;
-    ``before``: its Lyapunov function before the slot (drift only)."""
-    units, rewards, weights = episode[1], episode[2], episode[3]
+    ``before``: its Lyapunov function before the slot (drift only). Its episode is
+    truncated at the horizon or after the most steps (the vector env's rule,
+    :meth:`~mabp_gym.envs.vector_env.SFMSNVectorEnv._truncation`)."""
+    units, rewards, elapsed, truncated = episode[1], episode[2], episode[3], episode[4]
+    weights, limits = episode[5], episode[6]
+    elapsed[i] += 1
+    truncated[i] = (out.slot[i] >= limits[0]) | (elapsed[i] >= limits[1])
     counts, sums = out.counts[i], out.sums[i]
     units[i] += counts[2] - counts[4]  # arrivals - completed
-    held = 0.0 + _numpy_sum(state.memory_used[i], episode[4], episode[5])  # numpy's: from 0.0
+    held = 0.0 + _numpy_sum(state.memory_used[i], episode[7], episode[8])  # numpy's: from 0.0
     penalty_memory = sums[0] + weights[0] * held + weights[1] * counts[6]
     cost = weights[2] * (sums[3] + sums[1] + penalty_memory)
     if weights[4] != 0.0:
@@ -538,8 +546,9 @@ class FusedStep:
         self._buffers(slot_buffers(1, ix, 64))
         self.active = np.ones(1, dtype=np.bool_)
         # Its arrival rate, backlog and reward (the env computes its own: weights of none).
-        rate = np.array([float(wl.total_rate)])
-        self.episode = (rate, np.zeros(1, np.int64), np.zeros(1), _NONE, *sum_scratch())
+        rate, one = np.array([float(wl.total_rate)]), np.zeros(1, np.int64)
+        ends = (one.copy(), np.zeros(1, bool), *_NONE, *sum_scratch())
+        self.episode = (rate, one, np.zeros(1), *ends)
         self.rngs = generators([sim.rng])
         # The observation's arrays: the kernel writes each one whole but the queue matrix
         # (the pairs' entries only), so fresh ones every step need no copy afterwards.
