@@ -36,6 +36,7 @@ reads its weights and object values through the public methods.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -234,6 +235,7 @@ class MABP(Policy):
         self._inflow_pair = np.asarray(inflow_pair, dtype=np.int64)
         self._inflow_share = 1.0 / np.maximum(fanout[self._inflow_pair], 1.0)
         self._statics: MABPStatics | None | bool = False  # False: not built yet
+        self._fill_kernel: Any = None  # mabp_fill's entry point, once typed
         self._eligible: bool | None = None  # whether the kernel computes this rule
 
     def reset(self, seed: int | None = None) -> None:
@@ -279,7 +281,16 @@ class MABP(Policy):
         statics = self._compiled_statics()
         if statics is not None:  # the same arithmetic as below, in one compiled call
             value = np.empty(ix.num_retains)
-            mabp_fill(queues, hit, self.transition, self._demand, statics, out, value)
+            args = (queues, hit, self.transition, self._demand, statics, out, value)
+            # The policy's arrays but the queues, whose layout the observation decides:
+            # the entry point of the types numba gave them where they are plain ones.
+            plain = queues.flags.c_contiguous and queues.flags.writeable
+            if plain and self._fill_kernel is not None:
+                self._fill_kernel(*args)
+            else:
+                mabp_fill(*args)
+                if plain:
+                    self._fill_kernel = jit.entry_point(mabp_fill, args)
             self._object_values_now = value if ix.num_retains else None
             return
         weight = self.weights(queues)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import mabp_gym  # noqa: F401
+from mabp_gym.agents import mabp_core
 from mabp_gym.agents.mabp import MABP
 from mabp_gym.core.kernels import jit
 from mabp_gym.core.workloads import WORKLOADS
@@ -114,3 +115,26 @@ def test_mabp_core__a_kernel_in_the_disk_cache_runs_from_the_first_decision(monk
     policy = MABP(env.unwrapped.workload)
     policy.scores(env.reset(seed=0)[0])
     assert policy._statics is not False and policy._statics is not None
+
+
+def test_mabp_core__queues_of_any_layout_score_alike_through_the_entry_point_or_not():
+    # Once numba has typed a decision's arguments the policy calls the kernel's entry
+    # point, which takes arrays of those types only: queues of another layout (Fortran
+    # order, read-only, a strided view) go through numba's dispatcher, to the same scores.
+    env = gym.make("mabp_gym/Mixed-v0", load=0.9)
+    wl = env.unwrapped.workload
+    obs, _ = env.reset(seed=5)
+    for _ in range(30):
+        obs, *_ = env.step(MABP(wl).scores(obs))
+    queues = obs["queues"].astype(np.float64)
+    frozen = queues.copy()
+    frozen.setflags(write=False)
+    wide = np.zeros((queues.shape[0], 2 * queues.shape[1]))
+    wide[:, ::2] = queues
+    layouts = [queues, np.asfortranarray(queues), frozen, wide[:, ::2], queues]
+    policy = MABP(wl)
+    expected = MABP(wl).scores(obs)
+    for queued in layouts:
+        policy.reset(0)
+        assert np.array_equal(policy.scores({**obs, "queues": queued}), expected)
+    assert policy._fill_kernel is not None and policy._fill_kernel is not mabp_core.mabp_fill
