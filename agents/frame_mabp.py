@@ -144,6 +144,7 @@ class FrameMABP(Policy):
         self._ratio = np.ones((ix.num_nodes, ix.num_commodities))
         self.planned = np.zeros(ix.num_retains, dtype=bool)
         self._statics: FrameStatics | None | bool = False  # False: not built yet
+        self._fill_kernel, self._after = jit.Typed(frame_fill), jit.Typed(frame_after)
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
@@ -171,8 +172,10 @@ class FrameMABP(Policy):
             route = control.route.copy()
             backlog = state.backlog_pairs(self.workload).astype(np.float64)
             served = np.empty(self.ix.num_actions)
-            live = frame_after(
-                route, control.service, control.start, backlog, self._ratio, statics, served
+            service, start = control.service, control.start
+            live = self._after.call(
+                (route, service, start, backlog, self._ratio, statics, served),
+                plain=service.flags.c_contiguous and start.flags.c_contiguous,
             )
             self._served = served
             return dataclasses.replace(control, route=route) if live else control
@@ -278,7 +281,9 @@ class FrameMABP(Policy):
         net = np.empty(ix.num_retains)
         planned = np.zeros(ix.num_retains, dtype=bool)
         state = (self._previous, self._arrival, self._served, self._ratio)
-        if frame_fill(queues, held, hit, statics, *state, net, planned, out):
+        args = (queues, held, hit, statics, *state, net, planned, out)
+        # The policy's arrays but the queues, whose layout the observation decides.
+        if self._fill_kernel.call(args, plain=queues.flags.c_contiguous and queues.flags.writeable):
             self.planned = planned
 
     # -- the frame plan -----------------------------------------------------------------------

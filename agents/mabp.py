@@ -36,7 +36,6 @@ reads its weights and object values through the public methods.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -235,7 +234,7 @@ class MABP(Policy):
         self._inflow_pair = np.asarray(inflow_pair, dtype=np.int64)
         self._inflow_share = 1.0 / np.maximum(fanout[self._inflow_pair], 1.0)
         self._statics: MABPStatics | None | bool = False  # False: not built yet
-        self._fill_kernel: Any = None  # mabp_fill's entry point, once typed
+        self._fill_kernel = jit.Typed(mabp_fill)
         self._eligible: bool | None = None  # whether the kernel computes this rule
 
     def reset(self, seed: int | None = None) -> None:
@@ -281,16 +280,11 @@ class MABP(Policy):
         statics = self._compiled_statics()
         if statics is not None:  # the same arithmetic as below, in one compiled call
             value = np.empty(ix.num_retains)
-            args = (queues, hit, self.transition, self._demand, statics, out, value)
-            # The policy's arrays but the queues, whose layout the observation decides:
-            # the entry point of the types numba gave them where they are plain ones.
-            plain = queues.flags.c_contiguous and queues.flags.writeable
-            if plain and self._fill_kernel is not None:
-                self._fill_kernel(*args)
-            else:
-                mabp_fill(*args)
-                if plain:
-                    self._fill_kernel = jit.entry_point(mabp_fill, args)
+            # The policy's arrays but the queues, whose layout the observation decides.
+            self._fill_kernel.call(
+                (queues, hit, self.transition, self._demand, statics, out, value),
+                plain=queues.flags.c_contiguous and queues.flags.writeable,
+            )
             self._object_values_now = value if ix.num_retains else None
             return
         weight = self.weights(queues)

@@ -106,3 +106,24 @@ def test_entry_point__the_compiled_version_for_the_arguments_types_called_straig
     assert fast is not kernel
     assert fast(np.arange(4.0), (np.full(1, 2.0), 3)) == 12.0  # other sizes, the same types
     assert jit.entry_point(kernel, (np.arange(3), args[1])) is kernel  # int64: none compiled
+
+
+def test_typed__calls_the_entry_point_once_typed_and_pickles_by_name():
+    import pickle
+
+    from mabp_gym.agents.mabp_core import mabp_fill
+
+    typed = jit.Typed(jit.entry_point)  # any module-level callable: the plain path
+    assert typed.call((len, ())) is len and typed.entry is jit.entry_point  # plain: itself
+    copied = pickle.loads(pickle.dumps(typed))
+    assert copied.kernel is jit.entry_point and copied.entry is None
+    kernel = jit.Typed(mabp_fill)
+    assert pickle.loads(pickle.dumps(kernel)).kernel is mabp_fill
+    if not jit.COMPILED:
+        return
+    from numba import njit
+
+    fast = jit.Typed(njit(lambda values: values.sum()))
+    assert fast.call((np.arange(3.0),), plain=False) == 3.0 and fast.entry is None
+    assert fast.call((np.arange(3.0),)) == 3.0 and fast.entry is not fast.kernel
+    assert fast.call((np.arange(5.0),)) == 10.0

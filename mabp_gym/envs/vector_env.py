@@ -296,7 +296,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             self._obs[key][:] = first[key]
         self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
         self._rngs: Any = generators([env.sim.rng for env in self.envs]) if self.compiled else None
-        self._kernel: Any = None  # step_all's entry point for these arrays' types, once typed
+        self._kernel = jit.Typed(step_all)
         # The kernel's per-env arrival rates, backlogs and rewards, and the reward's weights.
         wl = self._workload
         drift = float(env.reward_kind == "drift_plus_penalty")
@@ -520,11 +520,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 self._scratch,
                 self._dynamic,
             )
-            if self._kernel is None:  # numba types the arguments once
-                first, code = step_all(*args)
-                self._kernel = jit.entry_point(step_all, args)
-            else:
-                first, code = self._kernel(*args)
+            first, code = self._kernel.call(args)
             if code == 0:
                 break
             if code == -3:  # NaN or inf: no env stepped
@@ -548,7 +544,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             array[...] = self._obs[key]
             self._obs[key] = array
         self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
-        self._kernel = None  # typed again: the arrays are the caller's
+        self._kernel = jit.Typed(step_all)  # typed again: the arrays are the caller's
 
     @property
     def envs(self) -> list[SFMSNEnv]:

@@ -562,7 +562,7 @@ class FusedStep:
         self.state = tuple(getattr(state, name)[None] for name in STATE_FIELDS)
         self._arrays = _state_fields(state)
         self._rng = sim.rng
-        self._kernel: Any = None  # step_all's entry point for these arrays' types, once typed
+        self._kernel = jit.Typed(step_all)
         self._bind_fifo()
 
     def bound_to(self, sim: Any) -> bool:
@@ -609,11 +609,7 @@ class FusedStep:
                 self._scratch,
                 self.obs,
             )
-            if self._kernel is None:  # numba types the arguments once
-                _, code = step_all(*args)
-                self._kernel = jit.entry_point(step_all, args)
-            else:
-                _, code = self._kernel(*args)
+            _, code = self._kernel.call(args)
             if code == 0:
                 break
             if code == -1:  # more served-unit rows: nothing of the slot has happened yet

@@ -10,6 +10,7 @@ Python: slower, and giving the same controls, states, draws and records
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -86,6 +87,39 @@ def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
     types = tuple(kernel.typeof_pyval(arg) for arg in args)
     compiled = overloads.get(types)
     return kernel if compiled is None else compiled.entry_point
+
+
+class Typed:
+    """A kernel called through its :func:`entry_point` once numba has typed a call's
+    arguments. One per call site whose arguments keep their types (the caller's own
+    buffers); a call whose arguments may come in other types (an array of the user's, of
+    any layout) passes ``plain=False`` and goes through numba's dispatcher."""
+
+    __slots__ = ("entry", "kernel")
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self.entry: Callable[..., Any] | None = None
+
+    def call(self, args: tuple[Any, ...], plain: bool = True) -> Any:
+        """``kernel(*args)``."""
+        if plain and self.entry is not None:
+            return self.entry(*args)
+        result = self.kernel(*args)
+        if plain:
+            self.entry = entry_point(self.kernel, args)
+        return result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (and deep-copied) as the kernel's module and name: the compiled entry
+        point does not pickle, and the copy types its arguments again."""
+        function = getattr(self.kernel, "py_func", self.kernel)
+        return (_typed, (function.__module__, function.__qualname__))
+
+
+def _typed(module: str, name: str) -> Typed:
+    """A :class:`Typed` of the kernel ``name`` of ``module`` (unpickling one)."""
+    return Typed(getattr(importlib.import_module(module), name))
 
 
 def _fresh(dispatcher: Any, function: Callable) -> Any:
