@@ -18,8 +18,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mabp_gym.agents.mabp_core import _max, _min, _row_sum
+from mabp_gym.agents.mabp_core import _max, _min
 from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels.rules import numpy_row_sum
 
 EXACT_PLAN_OBJECTS = 12
 """Nodes with at most this many candidate objects get an exact (enumerated) frame plan."""
@@ -267,10 +268,10 @@ def _plan_exact(useful, n, net, size, budget, terms, chosen):  # pragma: no cove
         while True:
             for j in range(r):
                 terms[j] = size[useful[index[j]]]
-            if _row_sum(terms, r) <= budget:
+            if numpy_row_sum(terms, 0, r) <= budget:
                 for j in range(r):
                     terms[j] = net[useful[index[j]]]
-                total = _row_sum(terms, r)
+                total = numpy_row_sum(terms, 0, r)
                 if total > best_value:
                     best_value = total
                     best_r = r

@@ -7,8 +7,8 @@ the bit (``tests/test_mabp_core.py`` compares them slot by slot on every built-i
 workload): the service pressure per unit of work, the routing differentials and, with
 marginal-value retention, the objects' values, their retain scores and the transfers'
 gains. Where numpy sums a row pairwise (eight terms or more), the kernel does the same
-(:func:`_row_sum`). :class:`MABPStatics` holds the arrays that do not change within an
-episode, by name.
+(:func:`~mabp_gym.core.kernels.rules.numpy_row_sum`). :class:`MABPStatics` holds the
+arrays that do not change within an episode, by name.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mabp_gym.core.kernels import jit
+from mabp_gym.core.kernels.rules import numpy_row_sum
 
 
 class MABPStatics(NamedTuple):
@@ -59,34 +60,6 @@ def _min(a, b):  # pragma: no cover - compiled
     return a if (a <= b or a != a) else b
 
 
-def _row_sum(values, n):  # pragma: no cover - compiled
-    """The first ``n`` of ``values`` summed as numpy sums a contiguous row: one by one from
-    zero under eight terms, else eight running sums combined pairwise (up to 128 terms)."""
-    if n < 8:
-        total = 0.0
-        for i in range(n):
-            total += values[i]
-        return total
-    r0, r1, r2, r3 = values[0], values[1], values[2], values[3]
-    r4, r5, r6, r7 = values[4], values[5], values[6], values[7]
-    i = 8
-    while i < n - (n % 8):
-        r0 += values[i]
-        r1 += values[i + 1]
-        r2 += values[i + 2]
-        r3 += values[i + 3]
-        r4 += values[i + 4]
-        r5 += values[i + 5]
-        r6 += values[i + 6]
-        r7 += values[i + 7]
-        i += 8
-    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        total += values[i]
-        i += 1
-    return total
-
-
 def mabp_fill(queues, hit, transition, demand, statics, out, value):  # pragma: no cover
     """One slot of MABP into ``out`` (scores, the service, route, transfer and retain
     blocks; the caller fills it with -1 first) and ``value`` (each retain candidate's
@@ -112,7 +85,7 @@ def mabp_fill(queues, hit, transition, demand, statics, out, value):  # pragma: 
                     position = s.law_positions[a, w]
                     queued = queues[position // n_cols, position % n_cols]
                     terms[w] = s.law[h, a, w] * queued
-                weight[h, a] = weight[h, a] - _row_sum(terms, width)
+                weight[h, a] = weight[h, a] - numpy_row_sum(terms, 0, width)
     ratio = np.empty(n_act)
     start = s.slices[0, 0]
     for a in range(n_act):
@@ -170,6 +143,5 @@ def _object_values(weight, ratio, backlog, n_nodes, demand, s, evidence, value):
 
 _max = jit.part(_max)
 _min = jit.part(_min)
-_row_sum = jit.part(_row_sum)
 _object_values = jit.part(_object_values)
 mabp_fill = jit.kernel(mabp_fill)

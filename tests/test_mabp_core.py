@@ -76,12 +76,12 @@ def test_mabp_core__a_subclass_that_changes_the_weights_runs_the_numpy_path():
 
 
 def test_mabp_core__row_sums_add_as_numpy_does_at_every_length_up_to_128():
-    from mabp_gym.agents.mabp_core import _row_sum
+    from mabp_gym.core.kernels.rules import numpy_row_sum
 
     rng = np.random.default_rng(0)
     for n in range(0, 129):
         values = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n)
-        assert _row_sum(np.concatenate([values, [1e300]]), n) == values.sum(), n
+        assert numpy_row_sum(np.concatenate([values, [1e300]]), 0, n) == values.sum(), n
 
 
 def test_mabp_core__the_first_decisions_run_numpy_then_the_kernel_takes_over_unchanged(

@@ -731,11 +731,11 @@ def test_env__a_reward_that_overflows_is_refused_with_the_scale_named(vectorized
 def test_numpy_sum__the_float_numpy_sums_to_for_any_length(n):
     # The batched reward's memory held is summed in the kernel: in numpy's pairwise order,
     # or its last bits differed from the single env's past 8 nodes (fractional sizes).
-    from mabp_gym.core.kernels import batch
+    from mabp_gym.core.kernels import batch, rules
 
     rng = np.random.default_rng(n)
     values = rng.standard_normal(n) * 10 ** rng.uniform(-4, 4, n)
-    assert 0.0 + batch._numpy_sum(values, *batch.sum_scratch()) == values.sum()
+    assert 0.0 + rules.numpy_sum(values, *batch.sum_scratch()) == values.sum()
     one_by_one = 0.0
     for value in values.tolist():
         one_by_one += value

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from mabp_gym.core.encoding import DYNAMIC_KEYS, SERVICE_FEATURES
-from mabp_gym.core.kernels import jit, slotcore, transition_core
+from mabp_gym.core.kernels import jit, rules, slotcore, transition_core
 from mabp_gym.core.kernels.transition_core import (
     STATE_FIELDS,
     CompiledTransition,
@@ -330,68 +330,13 @@ def _tally(i, before, statics, state, out, episode):  # pragma: no cover
     truncated[i] = (out.slot[i] >= limits[0]) | (elapsed[i] >= limits[1])
     counts, sums = out.counts[i], out.sums[i]
     units[i] += counts[2] - counts[4]  # arrivals - completed
-    held = 0.0 + _numpy_sum(state.memory_used[i], episode[7], episode[8])  # numpy's: from 0.0
+    held = 0.0 + rules.numpy_sum(state.memory_used[i], episode[7], episode[8])  # as numpy
     penalty_memory = sums[0] + weights[0] * held + weights[1] * counts[6]
     cost = weights[2] * (sums[3] + sums[1] + penalty_memory)
     if weights[4] != 0.0:
         rewards[i] = -(_lyapunov(i, statics, state, out) - before + cost) / weights[3]
     else:
         rewards[i] = -(units[i] + cost) / weights[3]
-
-
-def _numpy_sum(values, stack, frames):  # pragma: no cover
-    """The sum of ``values`` (float64) in numpy's order, so that a kernel gets the float
-    ``ndarray.sum`` gets (a sum one by one differs from it in the last bits past 8 terms):
-    pairwise over halves (the left one a multiple of 8 long) down to blocks of at most 128
-    (:func:`_block`), each half's sum computed before the next. Without recursion (numba
-    does not load a recursive function from its cache): ``stack`` (float64) and ``frames``
-    (int64, three per level) hold the halves pending, 64 levels at most."""
-    lo, size, top = 0, values.shape[0], 0
-    while True:
-        while size > 128:  # down the left halves, each right half pending
-            half = size // 2
-            half -= half % 8
-            frames[3 * top] = lo + half
-            frames[3 * top + 1] = size - half
-            frames[3 * top + 2] = 0  # its left half not yet summed
-            top += 1
-            size = half
-        total = _block(values, lo, size)
-        while top > 0 and frames[3 * top - 1] == 1:  # right halves done: add to their left
-            top -= 1
-            total = stack[top] + total
-        if top == 0:
-            return total
-        stack[top - 1] = total  # a left half done: its right half next
-        frames[3 * top - 1] = 1
-        lo, size = frames[3 * top - 3], frames[3 * top - 2]
-
-
-def _block(values, lo, n):  # pragma: no cover
-    """numpy's sum of ``values[lo : lo + n]``, ``n`` at most 128: one by one below 8
-    terms, else by eight partial sums."""
-    if n < 8:
-        total = 0.0
-        for k in range(lo, lo + n):
-            total += values[k]
-        return total
-    r0, r1, r2, r3 = values[lo], values[lo + 1], values[lo + 2], values[lo + 3]
-    r4, r5, r6, r7 = values[lo + 4], values[lo + 5], values[lo + 6], values[lo + 7]
-    k = lo + 8
-    while k < lo + n - n % 8:
-        r0 += values[k]
-        r1 += values[k + 1]
-        r2 += values[k + 2]
-        r3 += values[k + 3]
-        r4 += values[k + 4]
-        r5 += values[k + 5]
-        r6 += values[k + 6]
-        r7 += values[k + 7]
-        k += 8
-    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    for m in range(k, lo + n):
-        total += values[m]
-    return total
 
 
 def _observe(i, memory, fill, statics, state, out, obs):  # pragma: no cover
@@ -434,7 +379,7 @@ def scratch(ix: Any, rows: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarra
 
 
 def sum_scratch() -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_numpy_sum`'s scratch: its stack and frames."""
+    """:func:`~mabp_gym.core.kernels.rules.numpy_sum`'s scratch: its stack and frames."""
     return np.empty(64), np.empty(3 * 64, dtype=np.int64)
 
 
@@ -458,8 +403,6 @@ if jit.COMPILED:
     _slot = jit.leaf(_slot)
     _arrivals = jit.leaf(_arrivals)
     _observe = jit.leaf(_observe)
-    _block = jit.part(_block)
-    _numpy_sum = jit.leaf(_numpy_sum)
     _lyapunov = jit.part(_lyapunov)
     _tally = jit.leaf(_tally)
     step_all = jit.kernel(step_all)
