@@ -7,6 +7,8 @@ Cases, on ``mabp_gym/Mixed-v0`` at load 0.85 with random score actions drawn up 
 - ``batched xN``: ``gym.make_vec(..., num_envs=N)`` (the batched env), microseconds a
   env-slot, for N = 16 and 256 (``--envs``), over the same ``--steps // 16`` rounds (slots
   of the episode) at every N;
+- ``batched no-copy xN`` (``--no-copy``): the batched env returning its own buffers
+  (``copy=False``: no copy of the observation);
 - ``kernel xN``: the same steps, counting only the CPU time inside the compiled call that
   steps every env (the vector env module's ``step_all``, ``_step_all`` in older trees;
   its entry point, :func:`mabp_gym.core.kernels.jit.entry_point`, where the env calls that),
@@ -86,6 +88,8 @@ def measure(tree: Path, case: str, steps: int) -> float:
             resolve = jit.entry_point
             jit.entry_point = lambda _, args: timed(resolve(compiled, args))
     envs = gym.make_vec("mabp_gym/Mixed-v0", num_envs=num_envs, load=0.85)
+    if "no-copy" in case:  # the env's own buffers returned (an attribute in every tree)
+        envs.unwrapped.copy = False
     envs.reset(seed=0)
     # The same slots of the episode at every N (``steps // 16`` rounds after a fifth of
     # that): a slot late in an episode holds more units than an early one, so N envs
@@ -120,13 +124,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--baseline", metavar="REF", help="git ref to compare against")
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument(
+        "--no-copy", action="store_true", help="also the batched env with copy=False"
+    )
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         tree, case, steps = args.serve
         print(measure(Path(tree), case, int(steps)))
         return
-    cases = ["single", *(f"{kind} x{n}" for kind in ("batched", "kernel") for n in args.envs)]
+    kinds = ("batched", "kernel", *(("batched no-copy",) if args.no_copy else ()))
+    cases = ["single", *(f"{kind} x{n}" for kind in kinds for n in args.envs)]
     runs: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as where, trees(args.baseline, Path(where)) as found:
         names = list(found)
@@ -137,11 +145,11 @@ def main() -> None:
             for case in cases:
                 for name in names if repeat % 2 == 0 else names[::-1]:
                     runs.setdefault((name, case), []).append(_run(found[name], case, args.steps))
-    print(f"{'case':<14} " + " ".join(f"{name:>12}" for name in names) + "   ratio (range)")
+    print(f"{'case':<22} " + " ".join(f"{name:>12}" for name in names) + "   ratio (range)")
     rows = []
     for case in cases:
         medians = {name: statistics.median(runs[(name, case)]) for name in names}
-        line = f"{case:<14} " + " ".join(f"{medians[name]:>10.1f}us" for name in names)
+        line = f"{case:<22} " + " ".join(f"{medians[name]:>10.1f}us" for name in names)
         row = {"case": case, **{f"us_{name}": medians[name] for name in names}}
         if len(names) == 2:
             ratios = [

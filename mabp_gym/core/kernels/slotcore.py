@@ -515,10 +515,9 @@ def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: 
 
     ``state``, ``ints`` and ``floats`` as for the projection; ``statics`` is the encoder's
     ``(compat_first, compat_more, retain_positions, static_nodes, successor_probs,
-    successor_positions)``: per route, the actions at its destination whose hit makes the
-    route memory-compatible (the first, and the others as ``(route, action)`` rows), the
-    queue entries each retention candidate serves, the static
-    node features, and per (hit, action) the successor law over queue entries. ``out`` is
+    successor_positions)``: :func:`_encode_routes`'s pair, the queue entries each retention
+    candidate serves, the static node features, per (hit, action) the successor law over
+    queue entries. ``out`` is
     ``(queue_flat, hit, nodes, queues, resident, service, route, transfer, retain, mask,
     pairs)``, ``pairs`` an int64 scratch of one entry per pair.
     Fills every output, the static columns (nodes' static features, link costs, sizes,
