@@ -743,7 +743,6 @@ def test_numpy_sum__the_float_numpy_sums_to_for_any_length(n):
         assert one_by_one != values.sum()  # else this test could not tell the orders apart
 
 
-@compiled_only
 def test_batched__every_observation_returned_stays_as_it_was_returned():
     # copy=True: no later step, autoreset, reset of some envs or refused batch writes into
     # an observation returned; a refused batch leaves the env stepping as a twin that never
