@@ -98,14 +98,15 @@ def checked_scores(
     resetting = needs_reset.copy()
     if not resetting.any() and (not finite or _sum_is_finite(scores)):
         return scores, resetting
-    bad = ~np.isfinite(scores).all(axis=1) & ~resetting
     if resetting.any():
         if out is None:
             scores = np.where(resetting[:, None], 0.0, scores)
         else:
             scores[resetting] = 0.0
-    if finite and bad.any():
-        raise not_finite(bad)
+    if finite:  # the rows of envs that step
+        bad = ~np.isfinite(scores).all(axis=1) & ~resetting
+        if bad.any():
+            raise not_finite(bad)
     return scores, resetting
 
 
@@ -463,7 +464,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         active = self._all_active if every else ~resetting  # every env: whole rows, no masks
         stepping = every or active.any()
         if stepping and self.compiled:
-            rewards = self._step_compiled(scores, active, every)
+            rewards = self._step_compiled(scores, active)
             truncated = self._truncated.copy()
         else:
             rewards = np.zeros(self.num_envs)
@@ -498,9 +499,9 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 infos = self._add_info(infos, dict(info), i)
         return infos
 
-    def _step_compiled(self, scores: np.ndarray, active: np.ndarray, every: bool) -> np.ndarray:
-        """The active envs' slot in one compiled call (``every``: all of them, ``active``
-        then :attr:`_all_active`); their rewards, 0 for the others."""
+    def _step_compiled(self, scores: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """The active envs' slot in one compiled call (:attr:`_all_active` where every env
+        steps); their rewards, 0 for the others."""
         env0 = self._envs[0]
         if scores is not self._scores:
             self._scores[:] = scores

@@ -303,13 +303,8 @@ def _lyapunov(i, statics, state, out):  # pragma: no cover
     in service included), as :func:`mabp_gym.envs.env._lyapunov` gives it: squared in
     float64 and so exact, in any order, while the sum stays below 2**53. ``out.pairs[i]``
     is its scratch (the encoder's, which fills it again)."""
-    action_pair = _field(statics[0][0], IntField.ACTION_PAIR)
-    queue_len, service_action, backlog = state.queue_len[i], state.service_action[i], out.pairs[i]
-    for p in range(backlog.shape[0]):
-        backlog[p] = queue_len[p]
-    for node in range(service_action.shape[0]):
-        if service_action[node] >= 0:
-            backlog[action_pair[service_action[node]]] += 1
+    action_pair, backlog = _field(statics[0][0], IntField.ACTION_PAIR), out.pairs[i]
+    rules.backlog_pairs(state.queue_len[i], state.service_action[i], action_pair, backlog)
     total = 0.0
     for p in range(backlog.shape[0]):
         units = float(backlog[p])

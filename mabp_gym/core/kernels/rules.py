@@ -61,6 +61,16 @@ def in_service_spend(mu, service_action, service_residual, spend):
         spend[i] = (residual if residual < mu[i] else mu[i]) if service_action[i] >= 0 else 0.0
 
 
+def backlog_pairs(queue_len, service_action, action_pair, backlog):  # pragma: no cover
+    """The backlog per pair, units in service included
+    (:meth:`mabp_gym.core.state.SimState.backlog_pairs`), written into ``backlog``."""
+    for p in range(backlog.shape[0]):
+        backlog[p] = queue_len[p]
+    for node in range(service_action.shape[0]):
+        if service_action[node] >= 0:
+            backlog[action_pair[service_action[node]]] += 1
+
+
 def numpy_sum(values, stack, frames):  # pragma: no cover
     """The sum of ``values`` (float64) in numpy's order, so that a kernel gets the float
     ``ndarray.sum`` gets (a sum one by one differs from it in the last bits past 8 terms):
@@ -117,5 +127,6 @@ def numpy_row_sum(values, lo, n):  # pragma: no cover
 
 
 if jit.COMPILED:
+    backlog_pairs = jit.part(backlog_pairs)
     numpy_row_sum = jit.part(numpy_row_sum)
     numpy_sum = jit.leaf(numpy_sum)

@@ -18,7 +18,7 @@ import numpy as np
 
 from mabp_gym.core.kernels import jit
 from mabp_gym.core.kernels.rules import EPS as _EPS
-from mabp_gym.core.kernels.rules import hit_bits, in_service_spend
+from mabp_gym.core.kernels.rules import backlog_pairs, hit_bits, in_service_spend
 from mabp_gym.core.kernels.transition_core import (
     CompiledTransition,
     FloatField,
@@ -543,11 +543,7 @@ def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: 
     work = _field(floats, FloatField.WORK)
     penalty = _field(floats, FloatField.PENALTY)  # [h * A + a]
     mu = _field(floats, FloatField.MU)
-    for p in range(pairs.shape[0]):  # the backlog per pair, units in service included
-        pairs[p] = queue_len[p]
-    for i in range(n_nodes):
-        if service_action[i] >= 0:
-            pairs[action_pair[service_action[i]]] += 1
+    backlog_pairs(queue_len, service_action, action_pair, pairs)
     for p in range(pairs.shape[0]):
         value = np.float32(pairs[p])
         queues[pair_node[p], pair_commodity[p]] = value
