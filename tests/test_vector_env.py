@@ -278,6 +278,11 @@ def test_batched__bad_input_is_refused_and_changes_nothing():
     bad[0, -1], bad[1] = np.inf, -np.inf  # the last score, every score: both envs named
     with pytest.raises(ValueError, match=r"env\(s\) \[0, 1\] got NaN or inf"):
         vec.step(bad)
+    for where in [(0, 0), (1, width - 1)]:  # float32 scores, read by the kernel as they are
+        bad32 = np.zeros((2, width), dtype=np.float32)
+        bad32[where] = np.inf if where[0] else np.nan
+        with pytest.raises(ValueError, match=rf"env\(s\) \[{where[0]}\] got NaN or inf"):
+            vec.step(bad32)
     with pytest.raises(ValueError, match="real-valued"):
         vec.step(np.zeros((2, width), dtype=complex))
     # Nothing moved: the next good step is the first step of the episode.
@@ -336,23 +341,29 @@ def test_batched__pure_python_path_gives_the_same_steps():
     assert runs[0][1] == runs[1][1]
 
 
-def test_batched__float64_batches_of_any_layout_step_alike_and_stay_unchanged():
-    # A C-contiguous, writable float64 batch goes to the kernel as it is; a read-only or
-    # Fortran-ordered one is copied first. The same steps either way, and the caller's
-    # arrays keep their values.
+def test_batched__batches_of_any_dtype_and_layout_step_alike_and_stay_unchanged():
+    # A C-contiguous, writable float32 batch is read by the kernel as it is (widened env
+    # by env), a float64 one copied into the env's own scores, as is any other: a
+    # read-only, Fortran-ordered or strided one. The same steps whichever,
+    # and the caller's arrays keep their values.
     runs = []
-    for layout in ("plain", "read-only", "fortran"):
+    layouts = ("float32", "float64", "read-only", "fortran", "strided", "read-only float64")
+    for layout in layouts:
         vec = SFMSNVectorEnv(3, workload="rag", load=0.9)
         vec.reset(seed=4)
         rng = np.random.default_rng(1)
         rewards = []
         for _ in range(12):
-            batch = rng.uniform(-1, 1, vec.action_space.shape)
+            batch = rng.uniform(-1, 1, vec.action_space.shape).astype(np.float32)
+            if layout.endswith("float64"):
+                batch = batch.astype(np.float64)
             kept = batch.copy()
-            if layout == "read-only":
+            if layout.startswith("read-only"):
                 batch.setflags(write=False)
             elif layout == "fortran":
                 batch = np.asfortranarray(batch)
+            elif layout == "strided":
+                batch = np.repeat(batch, 2, axis=1)[:, ::2]
             rewards.append(vec.step(batch)[1])
             np.testing.assert_array_equal(batch, kept)
         runs.append((np.array(rewards), vec._state.queue_len.copy()))

@@ -32,6 +32,7 @@ from mabp_gym.core.kernels.batch import (
     StackedState,
     generators,
     long_pressure,
+    no_actions,
     scratch,
     slot_buffers,
     step_all,
@@ -245,6 +246,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._truncated = np.zeros(self.num_envs, dtype=bool)  # the compiled step's
         self._all_active = np.ones(self.num_envs, dtype=bool)  # read only
         self._needs_reset = np.ones(self.num_envs, dtype=bool)
+        self._every = False  # compiled, and no env resets on the next step: the short path
         self._reset_once = False
         if self.compiled:
             self._statics(core)
@@ -282,6 +284,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         )
         self._units = np.zeros(n_envs, dtype=np.int64)
         self._scores = np.zeros((n_envs, ix.num_scores))
+        self._no_actions = no_actions()
         self._out = slot_buffers(n_envs, ix, _OUT_ROWS)
         self._scratch = scratch(ix, _OUT_ROWS)
         layout = env._encoder.layout
@@ -417,6 +420,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             if mask[i]:
                 infos = self._reset_env(i, env_seed, infos)
         self._reset_once = True
+        self._every = self.compiled and not self._needs_reset.any()
         return self._observation(), infos
 
     def _require_open(self) -> None:
@@ -441,6 +445,17 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 self._obs[key][i] = value
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        if (  # the common case, as checked_scores would find it: every env steps
+            self._every
+            and type(actions) is np.ndarray
+            and actions.shape == self._scores.shape
+            and actions.dtype.kind in "fiu"
+            and not self.closed
+        ):  # NaN and inf: the kernel refuses them
+            if actions.dtype == np.float32 and actions.flags.carray:
+                return self._step_every(actions)  # read as they are: no float64 copy
+            np.copyto(self._scores, actions)
+            return self._step_every()
         self._require_open()
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
@@ -459,12 +474,16 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         """:meth:`step` of what :func:`checked_scores` returned for this env's
         ``_needs_reset`` (the worker vector env checks a whole batch once, in its main
         process, before any block steps)."""
-        infos: dict[str, Any] = {}
         every = not resetting.any()
+        if every and self.compiled:
+            if scores is not self._scores:
+                self._scores[:] = scores
+            return self._step_every()
+        infos: dict[str, Any] = {}
         active = self._all_active if every else ~resetting  # every env: whole rows, no masks
         stepping = every or active.any()
         if stepping and self.compiled:
-            rewards = self._step_compiled(scores, active)
+            rewards = self._step_compiled(scores, active)[0]
             truncated = self._truncated.copy()
         else:
             rewards = np.zeros(self.num_envs)
@@ -475,8 +494,23 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             for i in np.flatnonzero(resetting).tolist():
                 infos = self._reset_env(i, None, infos)
         self._needs_reset = truncated.copy()
+        self._every = self.compiled and not truncated.any()
         terminated = np.zeros(self.num_envs, dtype=bool)
         return self._observation(), rewards, terminated, truncated, infos
+
+    def _step_every(
+        self, actions: np.ndarray | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """A compiled step of every env, none resetting, their scores in :attr:`_scores`
+        or ``actions`` (float32, C-contiguous, of the batch's shape): :meth:`step_checked`'s
+        short path, with as little Python as it takes."""
+        rewards, ends = self._step_compiled(self._scores, self._all_active, actions)
+        truncated = self._truncated.copy()
+        if ends:  # else ``_needs_reset`` stays all false
+            self._needs_reset = truncated.copy()
+            self._every = False
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        return self._observation(), rewards, terminated, truncated, {}
 
     def _truncation(self, active: np.ndarray) -> np.ndarray:
         """Which ``active`` envs' episodes end with the slot they just ran: at the horizon,
@@ -499,18 +533,24 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 infos = self._add_info(infos, dict(info), i)
         return infos
 
-    def _step_compiled(self, scores: np.ndarray, active: np.ndarray) -> np.ndarray:
+    def _step_compiled(
+        self, scores: np.ndarray, active: np.ndarray, actions: np.ndarray | None = None
+    ) -> tuple[np.ndarray, int]:
         """The active envs' slot in one compiled call (:attr:`_all_active` where every env
-        steps); their rewards, 0 for the others."""
+        steps), their scores those of ``actions`` where given (as ``step_all`` takes them),
+        else ``scores``; their rewards (0 for the others), and how many episodes end."""
         env0 = self._envs[0]
-        if scores is not self._scores:
-            self._scores[:] = scores
+        if actions is None:
+            actions = self._no_actions
+            if scores is not self._scores:
+                self._scores[:] = scores
         first = 0
         while True:
             args = (
                 first,
                 active,
                 self._scores,
+                actions,
                 self._rngs,
                 self._episode,
                 self._flags,
@@ -521,11 +561,12 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 self._scratch,
                 self._dynamic,
             )
-            first, code = self._kernel.call(args)
+            first, code, ends = self._kernel.call(args)
             if code == 0:
                 break
             if code == -3:  # NaN or inf: no env stepped
-                raise not_finite(~np.isfinite(self._scores).all(axis=1) & active)
+                given = actions if actions.shape[0] else self._scores
+                raise not_finite(~np.isfinite(given).all(axis=1) & active)
             if code == -4:  # env ``first``'s reward overflowed
                 self._stale = True
                 raise ValueError(
@@ -535,7 +576,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         if env0._encoder.long_laws:
             long_pressure(env0._encoder, self._out, self._obs["service"])
         self._stale = True  # the envs' own slot and backlog: when they are asked for
-        return self._episode[2].copy()  # h(t) and the reward: the single env's floats
+        return self._episode[2].copy(), ends  # the rewards: the single env's floats
 
     def share_observations(self, arrays: dict[str, np.ndarray]) -> None:
         """Write the observation into ``arrays`` (one per key of the Dict observation, of

@@ -89,6 +89,7 @@ def step_all(
     first,
     active,
     scores,
+    actions,
     rngs,
     episode,
     flags,
@@ -101,6 +102,9 @@ def step_all(
 ):  # pragma: no cover
     """One slot of every active env from ``first`` on (:func:`_slot`), its backlog and
     reward (:func:`_tally`), then the observation of every env (:func:`_observe`).
+    Each env's scores are its row of the float64 ``scores``, or where ``actions`` has rows
+    (float32, the action space's dtype), its row of those, widened as the env reads it
+    (no float64 copy of the batch).
     ``episode`` is ``(rates, units, rewards, elapsed, truncated, weights, limits, stack,
     frames)``: per env its arrival rate, backlog, reward (0 where it does not step), steps
     since its reset and whether its episode ends here (false where it does not step); the
@@ -113,34 +117,38 @@ def step_all(
     slot and observation run without numba's reference counts (:func:`jit.leaf`): only
     this loop takes a reference, once a call, to what it passes on.
 
-    Returns ``(env, code)``: ``(N, 0)`` when every env is done, or the first env whose
-    served-unit rows (-1) or pool rows (-2) could run short, with nothing of it changed
-    (the caller grows them and calls again from that env), or an active env whose scores
-    hold NaN or inf (-3; checked from ``first`` 0 only, before any env steps), or, once
-    every env is done, the first whose reward overflowed its float (-4)."""
+    Returns ``(env, code, ends)``: ``(N, 0, ends)`` when every env is done, ``ends``
+    the number of envs whose episode ends with this slot; or, with ``ends`` 0, the first
+    env whose served-unit rows (-1) or pool rows (-2) could run short, with nothing of it
+    changed (the caller grows them and calls again from that env), or an active env whose
+    scores hold NaN or inf (-3; checked from ``first`` 0 only, before any env steps), or,
+    once every env is done, the first whose reward overflowed its float (-4)."""
     state, out = StackedState(*state_arrays), SlotBuffers(*out_arrays)
     rates, rewards, truncated, drift = episode[0], episode[2], episode[4], episode[5][4] != 0.0
+    given = actions.shape[0] > 0
     for i in range(first, scores.shape[0] if first == 0 else 0):  # before any env steps
-        if active[i] and not _finite(scores[i]):
-            return i, -3
+        if active[i] and not (_finite32(actions[i]) if given else _finite(scores[i])):
+            return i, -3, 0
     for i in range(first, scores.shape[0]):
         rewards[i], truncated[i] = 0.0, False
         if active[i]:
             rng = rngs[i]
             before = _lyapunov(i, statics, state, out) if drift else 0.0
-            code = _slot(i, scores, rng, flags, statics, state, fifo, out, scratch)
+            code = _slot(i, scores, actions, rng, flags, statics, state, fifo, out, scratch)
             if code < 0:
-                return i, code
+                return i, code, 0
             # The arrivals' Poisson total here (each env's own rate: a load interval draws
             # one per episode): numba's sampler needs its runtime.
             _arrivals(i, rng, rng.poisson(rates[i]), statics, state, fifo, out, scratch[1])
             _tally(i, before, statics, state, out, episode)
     for i in range(scores.shape[0]):
         _observe(i, flags[0], flags[4], statics, state, out, obs)
+    ends = 0
     for i in range(scores.shape[0]):
         if not np.isfinite(rewards[i]):
-            return i, -4
-    return scores.shape[0], 0
+            return i, -4, 0
+        ends += truncated[i]
+    return scores.shape[0], 0, ends
 
 
 def _finite(row):  # pragma: no cover
@@ -151,6 +159,26 @@ def _finite(row):  # pragma: no cover
     for k in range(bits.shape[0]):
         top |= (((bits[k] >> 52) & 0x7FF) + 1) >> 11
     return top == 0
+
+
+def _finite32(row):  # pragma: no cover
+    """:func:`_finite` of a float32 ``row``."""
+    bits = row.view(np.int32)
+    top = 0
+    for k in range(bits.shape[0]):
+        top |= (((bits[k] >> 23) & 0xFF) + 1) >> 8
+    return top == 0
+
+
+def _scores_row(i, scores, actions, row):  # pragma: no cover
+    """Env ``i``'s scores as float64: its row of ``scores``, or where ``actions`` has rows,
+    its row of those written into ``row`` (float32 widens exactly)."""
+    if actions.shape[0] == 0:
+        return scores[i]
+    given = actions[i]
+    for k in range(row.shape[0]):
+        row[k] = given[k]
+    return row
 
 
 def _state_row(i, state):  # pragma: no cover
@@ -168,11 +196,11 @@ def _state_row(i, state):  # pragma: no cover
     )
 
 
-def _slot(i, scores, rng, flags, statics, state, fifo, out, scratch):  # pragma: no cover
+def _slot(i, scores, actions, rng, flags, statics, state, fifo, out, scratch):  # pragma: no cover
     """Env ``i``'s slot in the single env's order up to the arrivals (:func:`_arrivals`):
     the projection, steps (1)-(5) of the transition, its draws from its own generator
     (numba draws exactly as numpy), steps (6)-(7). Returns 0, or -1 / -2 (rows short,
-    nothing changed)."""
+    nothing changed); its scores: :func:`_scores_row`."""
     ints, floats = statics[0]  # the transition's packs of the workload's static arrays
     pool, head, tail, meta = fifo
     transfers, n_transfers, hit, route, service = (
@@ -191,8 +219,9 @@ def _slot(i, scores, rng, flags, statics, state, fifo, out, scratch):  # pragma:
     route[i, :] = 0
     service[i, :] = 0
     start[i, :] = -1
+    row = _scores_row(i, scores, actions, scratch[2])
     n_transfers[i] = _project(
-        scores[i],
+        row,
         flags[0],
         st,
         ints,
@@ -218,7 +247,7 @@ def _slot(i, scores, rng, flags, statics, state, fifo, out, scratch):  # pragma:
         floats,
         (hit_t[i], done[i], spent[i], counts[i], sums[i], scratch[0][2]),
     )
-    _outcomes(i, served, scores, rng, flags, statics, st, fifo, out, scratch[1])
+    _outcomes(i, served, row, rng, flags, statics, st, fifo, out, scratch[1])
     return 0
 
 
@@ -240,10 +269,10 @@ def _warm_fifo(pool, head, tail, meta, queue_len):  # pragma: no cover
         jit.prefetch(pool, meta[0] * row)
 
 
-def _outcomes(i, served, scores, rng, flags, statics, st, fifo, out, scratch):  # pragma: no cover
+def _outcomes(i, served, row, rng, flags, statics, st, fifo, out, scratch):  # pragma: no cover
     """Env ``i``'s draws (its ``served`` units' successor uniforms; the kernel draws the
-    generations where some are drawn) and steps (6)-(7); ``st`` is its state tuple,
-    ``scratch`` the outcome kernel's."""
+    generations where some are drawn) and steps (6)-(7); ``row`` its scores, ``st`` its
+    state tuple, ``scratch`` the outcome kernel's."""
     memory, generates, in_kernel, retain_at, _ = flags
     ints, floats = statics[0]
     pool, head, tail, meta = fifo
@@ -267,7 +296,7 @@ def _outcomes(i, served, scores, rng, flags, statics, st, fifo, out, scratch):  
         sums[i],
         out.served_by_action[i],
     )
-    retain = scores[i, retain_at:]
+    retain = row[retain_at:]
     _outcome(
         rng,
         in_kernel,
@@ -364,13 +393,19 @@ def _observe(i, memory, fill, statics, state, out, obs):  # pragma: no cover
     )
 
 
-def scratch(ix: Any, rows: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+def scratch(ix: Any, rows: int) -> tuple[Any, ...]:
     """The kernels' scratch arrays for the workload index ``ix`` and ``rows`` served units
     an env at most: the projection's
-    (:func:`~mabp_gym.core.kernels.slotcore.projection_scratch`) and the outcome's
-    (:func:`~mabp_gym.core.kernels.transition_core.outcome_scratch`)."""
+    (:func:`~mabp_gym.core.kernels.slotcore.projection_scratch`), the outcome's
+    (:func:`~mabp_gym.core.kernels.transition_core.outcome_scratch`) and an env's float64
+    scores (:func:`_scores_row`)."""
     rows_scratch = transition_core.outcome_scratch(transition_core.outcome_sizes(ix), rows)
-    return slotcore.projection_scratch(ix), rows_scratch
+    return slotcore.projection_scratch(ix), rows_scratch, np.zeros(ix.num_scores)
+
+
+def no_actions() -> np.ndarray:
+    """``step_all``'s ``actions`` where the scores are float64 (no rows)."""
+    return np.zeros((0, 0), dtype=np.float32)
 
 
 def sum_scratch() -> tuple[np.ndarray, np.ndarray]:
@@ -395,6 +430,8 @@ if jit.COMPILED:
     _outcomes = jit.part(_outcomes)
     _state_row = jit.part(_state_row)
     _finite = jit.part(_finite)
+    _finite32 = jit.part(_finite32)
+    _scores_row = jit.part(_scores_row)
     _slot = jit.leaf(_slot)
     _arrivals = jit.leaf(_arrivals)
     _observe = jit.leaf(_observe)
@@ -501,6 +538,7 @@ class FusedStep:
         self._arrays = _state_fields(state)
         self._rng = sim.rng
         self._kernel = jit.Typed(step_all)
+        self._no_actions = no_actions()
         self._bind_fifo()
 
     def bound_to(self, sim: Any) -> bool:
@@ -537,6 +575,7 @@ class FusedStep:
                 0,
                 self.active,
                 np.ascontiguousarray(scores)[None],  # one compiled layout for every action
+                self._no_actions,
                 self.rngs,
                 self.episode,
                 self.flags,
@@ -547,7 +586,7 @@ class FusedStep:
                 self._scratch,
                 self.obs,
             )
-            _, code = self._kernel.call(args)
+            _, code, _ = self._kernel.call(args)
             if code == 0:
                 break
             if code == -1:  # more served-unit rows: nothing of the slot has happened yet
