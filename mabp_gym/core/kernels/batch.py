@@ -125,9 +125,8 @@ def step_all(
     once every env is done, the first whose reward overflowed its float (-4)."""
     state, out = StackedState(*state_arrays), SlotBuffers(*out_arrays)
     rates, rewards, truncated, drift = episode[0], episode[2], episode[4], episode[5][4] != 0.0
-    given = actions.shape[0] > 0
     for i in range(first, scores.shape[0] if first == 0 else 0):  # before any env steps
-        if active[i] and not (_finite32(actions[i]) if given else _finite(scores[i])):
+        if active[i] and not _finite(_scores_row(i, scores, actions, scratch[2])):
             return i, -3, 0
     for i in range(first, scores.shape[0]):
         rewards[i], truncated[i] = 0.0, False
@@ -161,18 +160,10 @@ def _finite(row):  # pragma: no cover
     return top == 0
 
 
-def _finite32(row):  # pragma: no cover
-    """:func:`_finite` of a float32 ``row``."""
-    bits = row.view(np.int32)
-    top = 0
-    for k in range(bits.shape[0]):
-        top |= (((bits[k] >> 23) & 0xFF) + 1) >> 8
-    return top == 0
-
-
 def _scores_row(i, scores, actions, row):  # pragma: no cover
     """Env ``i``'s scores as float64: its row of ``scores``, or where ``actions`` has rows,
-    its row of those written into ``row`` (float32 widens exactly)."""
+    its row of those written into ``row`` (float32 widens exactly, NaN and inf
+    included)."""
     if actions.shape[0] == 0:
         return scores[i]
     given = actions[i]
@@ -430,7 +421,6 @@ if jit.COMPILED:
     _outcomes = jit.part(_outcomes)
     _state_row = jit.part(_state_row)
     _finite = jit.part(_finite)
-    _finite32 = jit.part(_finite32)
     _scores_row = jit.part(_scores_row)
     _slot = jit.leaf(_slot)
     _arrivals = jit.leaf(_arrivals)
