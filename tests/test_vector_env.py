@@ -342,10 +342,10 @@ def test_batched__pure_python_path_gives_the_same_steps():
 
 
 def test_batched__batches_of_any_dtype_and_layout_step_alike_and_stay_unchanged():
-    # A C-contiguous, writable float32 batch is read by the kernel as it is (widened env
-    # by env), a float64 one copied into the env's own scores, as is any other: a
-    # read-only, Fortran-ordered or strided one. The same steps whichever,
-    # and the caller's arrays keep their values.
+    # A C-contiguous, writable float32 or float64 batch is read by the kernel as it is
+    # (float32 widened env by env), any other copied into the env's own float64 scores: a
+    # read-only, Fortran-ordered or strided one. The same steps whichever, and the
+    # caller's arrays keep their values.
     runs = []
     layouts = ("float32", "float64", "read-only", "fortran", "strided", "read-only float64")
     for layout in layouts:

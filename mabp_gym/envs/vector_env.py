@@ -452,10 +452,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             and actions.dtype.kind in "fiu"
             and not self.closed
         ):  # NaN and inf: the kernel refuses them
-            if actions.dtype == np.float32 and actions.flags.carray:
-                return self._step_every(actions)  # read as they are: no float64 copy
-            np.copyto(self._scores, actions)
-            return self._step_every()
+            return self._step_every(actions)
         self._require_open()
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
@@ -476,9 +473,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         process, before any block steps)."""
         every = not resetting.any()
         if every and self.compiled:
-            if scores is not self._scores:
-                self._scores[:] = scores
-            return self._step_every()
+            return self._step_every(scores)
         infos: dict[str, Any] = {}
         active = self._all_active if every else ~resetting  # every env: whole rows, no masks
         stepping = every or active.any()
@@ -499,12 +494,12 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         return self._observation(), rewards, terminated, truncated, infos
 
     def _step_every(
-        self, actions: np.ndarray | None = None
+        self, scores: np.ndarray
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """A compiled step of every env, none resetting, their scores in :attr:`_scores`
-        or ``actions`` (float32, C-contiguous, of the batch's shape): :meth:`step_checked`'s
-        short path, with as little Python as it takes."""
-        rewards, ends = self._step_compiled(self._scores, self._all_active, actions)
+        """A compiled step of every env, none resetting, on the batch's ``scores`` (float32
+        or float64 of any layout, :meth:`_step_compiled`): :meth:`step_checked`'s short
+        path, with as little Python as it takes."""
+        rewards, ends = self._step_compiled(scores, self._all_active)
         truncated = self._truncated.copy()
         if ends:  # else ``_needs_reset`` stays all false
             self._needs_reset = truncated.copy()
@@ -533,23 +528,25 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 infos = self._add_info(infos, dict(info), i)
         return infos
 
-    def _step_compiled(
-        self, scores: np.ndarray, active: np.ndarray, actions: np.ndarray | None = None
-    ) -> tuple[np.ndarray, int]:
+    def _step_compiled(self, scores: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, int]:
         """The active envs' slot in one compiled call (:attr:`_all_active` where every env
-        steps), their scores those of ``actions`` where given (as ``step_all`` takes them),
-        else ``scores``; their rewards (0 for the others), and how many episodes end."""
+        steps); their rewards (0 for the others), and how many episodes end. The kernel
+        reads C-contiguous, aligned and writable float64 or float32 ``scores`` as they are
+        (float32 as ``actions``, widened env by env) and any other after a copy into
+        :attr:`_scores`: it is typed for one layout of each."""
         env0 = self._envs[0]
-        if actions is None:
-            actions = self._no_actions
-            if scores is not self._scores:
-                self._scores[:] = scores
+        actions = self._no_actions
+        if scores.dtype == np.float32 and scores.flags.carray:
+            scores, actions = self._scores, scores
+        elif scores.dtype != np.float64 or not scores.flags.carray:
+            self._scores[:] = scores
+            scores = self._scores
         first = 0
         while True:
             args = (
                 first,
                 active,
-                self._scores,
+                scores,
                 actions,
                 self._rngs,
                 self._episode,
@@ -565,7 +562,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             if code == 0:
                 break
             if code == -3:  # NaN or inf: no env stepped
-                given = actions if actions.shape[0] else self._scores
+                given = actions if actions.shape[0] else scores
                 raise not_finite(~np.isfinite(given).all(axis=1) & active)
             if code == -4:  # env ``first``'s reward overflowed
                 self._stale = True
