@@ -246,7 +246,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._truncated = np.zeros(self.num_envs, dtype=bool)  # the compiled step's
         self._all_active = np.ones(self.num_envs, dtype=bool)  # read only
         self._needs_reset = np.ones(self.num_envs, dtype=bool)
-        self._every = False  # compiled, and no env resets on the next step: the short path
+        self._every = False  # compiled, open, and no env resets next step: the short path
         self._reset_once = False
         if self.compiled:
             self._statics(core)
@@ -445,14 +445,10 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 self._obs[key][i] = value
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        if (  # the common case, as checked_scores would find it: every env steps
-            self._every
-            and type(actions) is np.ndarray
-            and actions.shape == self._scores.shape
-            and actions.dtype.kind in "fiu"
-            and not self.closed
-        ):  # NaN and inf: the kernel refuses them
-            return self._step_every(actions)
+        if self._every:  # the common case: every env steps, none resets
+            actions = checked_action(actions, "the action batch")
+            if isinstance(actions, np.ndarray) and actions.shape == self._scores.shape:
+                return self._step_every(actions)  # NaN and inf: the kernel refuses them
         self._require_open()
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
@@ -653,5 +649,6 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         # Gymnasium's __del__ closes an env whose __init__ refused its arguments too.
+        self._every = False  # a step after this one is refused
         for env in getattr(self, "envs", ()):
             env.close()
