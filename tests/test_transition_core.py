@@ -256,3 +256,33 @@ def test_pack_field__a_read_only_pack_gives_a_read_only_view():
     with pytest.raises(TypingError):
         write(pack)
     assert pack.tolist() == [2, 4, 7, 8]
+
+
+def test_views__shaped_and_flat_are_the_views_numpy_makes():
+    buffer = np.arange(30, dtype=np.float64)
+    grid = np.arange(12, dtype=np.int64).reshape(3, 4)
+    if jit.COMPILED:
+        shaped = jit.njit(lambda b, start: jit.shaped(b, start, (2, 3, 4)))
+        flat = jit.njit(lambda a: jit.flat(a))
+    else:
+        shaped, flat = (lambda b, start: jit.shaped(b, start, (2, 3, 4))), jit.flat
+    view = shaped(buffer, 5)
+    assert view.shape == (2, 3, 4) and view.strides == (96, 32, 8)
+    assert np.array_equal(view, buffer[5:29].reshape(2, 3, 4))
+    view[1, 2, 3] = -1.0  # a view: written through
+    assert buffer[28] == -1.0
+    line = flat(grid)
+    assert line.tolist() == list(range(12)) and np.shares_memory(line, grid)
+
+
+@pytest.mark.skipif(not jit.COMPILED, reason="the intrinsics are numba's")
+def test_views__a_read_only_array_gives_read_only_views():
+    from numba.core.errors import TypingError
+
+    buffer = np.zeros(8)
+    buffer.setflags(write=False)
+    with pytest.raises(TypingError):
+        jit.njit(lambda b: jit.shaped(b, 0, (2, 4)).fill(1.0))(buffer)
+    with pytest.raises(TypingError):
+        jit.njit(lambda b: jit.flat(b).fill(1.0))(buffer)
+    assert jit.njit(lambda b: jit.shaped(b, 2, (2, 3)).sum())(buffer) == 0.0

@@ -716,10 +716,68 @@ def test_batched__the_drift_reward_squares_in_float64_like_the_single_env():
     vec.reset(seed=0)
     vec._state.queue_len[0, 0] = 3_100_000_000
     vec._state.queue_len[1, :] = 7
-    value = [batch._lyapunov(i, vec._statics_all, vec._state, vec._out) for i in range(2)]
+    value = [batch._lyapunov(i, vec._statics_all, vec._state, vec._slots.out) for i in range(2)]
     backlog = vec._state.queue_len.astype(np.float64)  # no unit in service after a reset
     assert value[0] == 0.5 * float(backlog[0] @ backlog[0]) > 4.8e18
     assert value[1] == 0.5 * 49 * backlog.shape[1]
+
+
+def _address(array):
+    return array.__array_interface__["data"][0]
+
+
+def test_slot_arrays__the_kernel_views_each_array_where_the_pack_holds_it():
+    # The kernel picks each array's buffer by the dtype it expects: a field whose dtype
+    # changed in the pack but not in the kernel would read another array's bytes.
+    from mabp_gym.core.kernels import batch
+
+    ix = mabp_gym.make_workload("mixed").index
+    slots = batch.slot_arrays(3, ix, 16)
+    unpack = jit.njit(lambda packed: batch._unpack(packed)) if jit.COMPILED else batch._unpack
+    out, (projection, outcome, row) = unpack(slots.packed)
+    kernel = [*out, *projection, *outcome, row]
+    python = batch.packed_views(slots.packed)
+    assert len(kernel) == len(python) == slots.packed[-1].shape[0]
+    for k, (seen, made) in enumerate(zip(kernel, python, strict=True)):
+        where = (made.dtype, made.shape, _address(made))
+        assert (seen.dtype, seen.shape, _address(seen)) == where, k
+    assert [f.shape for f in slots.out] == [f.shape for f in batch.slot_buffers(3, ix, 16)]
+    assert slots.out.start.min() == -1  # the contents are packed too
+
+
+def test_slot_arrays__a_copy_views_its_own_buffers():
+    import copy
+    import pickle
+
+    from mabp_gym.core.kernels import batch
+
+    slots = batch.slot_arrays(2, mabp_gym.make_workload("mixed").index, 8)
+    slots.out.slot[:] = 5
+    for other in (copy.deepcopy(slots), pickle.loads(pickle.dumps(slots))):
+        assert other.out.slot.tolist() == [5, 5]
+        other.out.slot[:] = 9
+        assert slots.out.slot.tolist() == [5, 5]
+        assert batch.packed_views(other.packed)[21].tolist() == [9, 9]
+
+
+def test_pack_arrays__refuses_what_it_cannot_hold_naming_it():
+    from mabp_gym.core.kernels import batch
+
+    with pytest.raises(TypeError, match=r"array 1 is uint16, 1-D: a pack holds arrays of"):
+        batch.pack_arrays((np.zeros(2), np.zeros(2, dtype=np.uint16)))
+    with pytest.raises(TypeError, match=r"array 0 is float64, 4-D: .* at most 3 dimensions"):
+        batch.pack_arrays((np.zeros((1, 1, 1, 1)),))
+
+
+def test_more_rows__keeps_what_was_served_and_doubles_the_rows():
+    from mabp_gym.core.kernels import batch
+
+    ix = mabp_gym.make_workload("mixed").index
+    slots = batch.slot_arrays(2, ix, 4)
+    slots.out.done[1, 3] = (7, 8, 9)
+    bigger = batch.more_rows(slots, ix)
+    assert bigger.out.done.shape == (2, 8, 3) and bigger.out.uniforms.shape == (2, 8)
+    assert bigger.out.done[1, 3].tolist() == [7, 8, 9] and not bigger.out.done[:, 4:].any()
 
 
 @pytest.mark.parametrize("vectorized", [False, True])

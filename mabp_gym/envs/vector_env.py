@@ -32,12 +32,11 @@ from mabp_gym.core.kernels.batch import (
     StackedState,
     generators,
     long_pressure,
+    more_rows,
     no_actions,
-    scratch,
-    slot_buffers,
+    slot_arrays,
     step_all,
     sum_scratch,
-    unit_rows,
 )
 from mabp_gym.core.kernels.transition_core import (
     STATE_FIELDS,
@@ -285,8 +284,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._units = np.zeros(n_envs, dtype=np.int64)
         self._scores = np.zeros((n_envs, ix.num_scores))
         self._no_actions = no_actions()
-        self._out = slot_buffers(n_envs, ix, _OUT_ROWS)
-        self._scratch = scratch(ix, _OUT_ROWS)
+        self._slots = slot_arrays(n_envs, ix, _OUT_ROWS)
         layout = env._encoder.layout
         # In the order of the Dict space's keys, as SyncVectorEnv and AsyncVectorEnv
         # return them (code that joins ``obs.values()`` gets one layout from any of them).
@@ -324,7 +322,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         head[i] = -1
         tail[i] = -1
         self._rebind_fifo(i)
-        self._out.slot[i] = state.t
+        self._slots.out.slot[i] = state.t
         self._units[i] = state.units
         if self.compiled:
             self._rngs[i] = sim.rng
@@ -391,19 +389,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
 
     def _grow_rows(self) -> None:
         """Twice the served-unit rows per env, keeping what the envs already served wrote."""
-        done = self._out.done
-        bigger = np.zeros((self.num_envs, 2 * done.shape[1], 3), dtype=np.int64)
-        bigger[:, : done.shape[1]] = done
-        successor, floats, delays, generated, uniforms = unit_rows(self.num_envs, bigger.shape[1])
-        self._out = self._out._replace(
-            done=bigger,
-            unit_successor=successor,
-            unit_floats=floats,
-            delays=delays,
-            generated=generated,
-            uniforms=uniforms,
-        )
-        self._scratch = scratch(self._workload.index, bigger.shape[1])
+        self._slots = more_rows(self._slots, self._workload.index)
 
     # -- the Gymnasium API -------------------------------------------------------------
     def reset(
@@ -507,7 +493,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         """Which ``active`` envs' episodes end with the slot they just ran: at the horizon,
         or after ``max_episode_steps`` steps (the compiled step's rule, ``batch._tally``)."""
         self._elapsed[active] += 1
-        truncated = (self._out.slot >= self._workload.horizon) & active
+        truncated = (self._slots.out.slot >= self._workload.horizon) & active
         if self.max_episode_steps is not None:
             truncated |= (self._elapsed >= self.max_episode_steps) & active
         return truncated
@@ -518,7 +504,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         for i in np.flatnonzero(active).tolist():
             env = self.envs[i]
             obs, rewards[i], _, _, info = env.step(scores[i])
-            self._out.slot[i] = env.sim.state.t
+            self._slots.out.slot[i] = env.sim.state.t
             self._write_obs(i, obs)
             if info:
                 infos = self._add_info(infos, dict(info), i)
@@ -550,8 +536,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 self._statics_all,
                 tuple(self._state),
                 self._fifo,
-                tuple(self._out),
-                self._scratch,
+                self._slots.packed,
                 self._dynamic,
             )
             first, code, ends = self._kernel.call(args)
@@ -567,7 +552,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 )
             self._grow_rows() if code == -1 else self._grow_pool()
         if env0._encoder.long_laws:
-            long_pressure(env0._encoder, self._out, self._obs["service"])
+            long_pressure(env0._encoder, self._slots.out, self._obs["service"])
         self._stale = True  # the envs' own slot and backlog: when they are asked for
         return self._episode[2].copy(), ends  # the rewards: the single env's floats
 
@@ -593,7 +578,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         """Write every env's slot and backlog from the stacked arrays into its state (an
         env that did not step writes back what it holds: its reset or its last slot)."""
         self._stale = False
-        slot, units = self._out.slot.tolist(), self._units.tolist()
+        slot, units = self._slots.out.slot.tolist(), self._units.tolist()
         for env, t, backlog in zip(self._envs, slot, units, strict=True):
             env.sim.state.t, env.sim.state.units = t, backlog
 

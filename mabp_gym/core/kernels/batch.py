@@ -96,8 +96,7 @@ def step_all(
     statics,
     state_arrays,
     fifo,
-    out_arrays,
-    scratch,
+    slots,
     obs,
 ):  # pragma: no cover
     """One slot of every active env from ``first`` on (:func:`_slot`), its backlog and
@@ -110,10 +109,11 @@ def step_all(
     since its reset and whether its episode ends here (false where it does not step); the
     reward's ``(theta, omega, nu, reward_scale, drift)`` (``drift`` 1.0: the
     drift-plus-penalty reward, else the backlog's); the episode's ``(horizon, most
-    steps)``; :func:`sum_scratch`. ``state_arrays`` and ``out_arrays`` are
-    the fields of a :class:`StackedState` and a :class:`SlotBuffers` as plain tuples (numba
-    types a named tuple argument about 1.2 us slower a call); the kernel names them again.
-    ``scratch`` is :func:`scratch`'s, shared by the envs (one slot at a time). Each env's
+    steps)``; :func:`sum_scratch`. ``state_arrays`` are the fields of a
+    :class:`StackedState` as a plain tuple (numba types a named tuple argument about 1.2 us
+    slower a call); the kernel names them again. ``slots`` is a :class:`SlotArrays`'
+    pack: the :class:`SlotBuffers` and :func:`scratch`'s arrays (shared by the envs, one
+    slot at a time) the kernel views in it (:func:`_unpack`). Each env's
     slot and observation run without numba's reference counts (:func:`jit.leaf`): only
     this loop takes a reference, once a call, to what it passes on.
 
@@ -123,7 +123,7 @@ def step_all(
     changed (the caller grows them and calls again from that env), or an active env whose
     scores hold NaN or inf (-3; checked from ``first`` 0 only, before any env steps), or,
     once every env is done, the first whose reward overflowed its float (-4)."""
-    state, out = StackedState(*state_arrays), SlotBuffers(*out_arrays)
+    state, (out, scratch) = StackedState(*state_arrays), _unpack(slots)
     rates, rewards, truncated, drift = episode[0], episode[2], episode[4], episode[5][4] != 0.0
     for i in range(first, scores.shape[0] if first == 0 else 0):  # before any env steps
         if active[i] and not _finite(_scores_row(i, scores, actions, scratch[2])):
@@ -384,14 +384,178 @@ def _observe(i, memory, fill, statics, state, out, obs):  # pragma: no cover
     )
 
 
-def scratch(ix: Any, rows: int) -> tuple[Any, ...]:
+def scratch(ix: Any, rows: int) -> tuple[np.ndarray, ...]:
     """The kernels' scratch arrays for the workload index ``ix`` and ``rows`` served units
     an env at most: the projection's
     (:func:`~mabp_gym.core.kernels.slotcore.projection_scratch`), the outcome's
     (:func:`~mabp_gym.core.kernels.transition_core.outcome_scratch`) and an env's float64
-    scores (:func:`_scores_row`)."""
+    scores (:func:`_scores_row`), one after the other."""
     rows_scratch = transition_core.outcome_scratch(transition_core.outcome_sizes(ix), rows)
-    return slotcore.projection_scratch(ix), rows_scratch, np.zeros(ix.num_scores)
+    return (*slotcore.projection_scratch(ix), *rows_scratch, np.zeros(ix.num_scores))
+
+
+PACKED_DTYPES = (np.int8, np.bool_, np.int64, np.float64, np.float32)
+"""The dtypes of :func:`pack_arrays`'s buffers, in order."""
+_WIDEST = 3  # the most dimensions of a packed array
+
+
+def pack_arrays(arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """``arrays`` copied into one buffer per dtype of :data:`PACKED_DTYPES`, one after
+    the other: the buffers and ``at``, row ``k`` of which places array ``k``: ``(its
+    dtype's place in PACKED_DTYPES, start in that buffer, ndim, *shape)``
+    (:func:`packed_views` gives them back as views)."""
+    at = np.zeros((len(arrays), 3 + _WIDEST), dtype=np.int64)
+    used = [0] * len(PACKED_DTYPES)
+    for k, array in enumerate(arrays):
+        if array.dtype.type not in PACKED_DTYPES or array.ndim > _WIDEST:
+            raise TypeError(
+                f"array {k} is {array.dtype}, {array.ndim}-D: a pack holds arrays of "
+                f"{[np.dtype(d).name for d in PACKED_DTYPES]} of at most {_WIDEST} dimensions"
+            )
+        kind = PACKED_DTYPES.index(array.dtype.type)
+        at[k, :3] = kind, used[kind], array.ndim
+        at[k, 3 : 3 + array.ndim] = array.shape
+        used[kind] += array.size
+    packed = (*(np.zeros(max(n, 1), dtype=d) for n, d in zip(used, PACKED_DTYPES, strict=True)), at)
+    for view, array in zip(packed_views(packed), arrays, strict=True):
+        view[...] = array
+    return packed
+
+
+def packed_views(packed: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+    """The arrays of a :func:`pack_arrays` pack, as views of its buffers."""
+    at = packed[-1]
+    return [
+        jit._shaped(packed[kind], start, tuple(row[3 : 3 + ndim]))
+        for row in at.tolist()
+        for kind, start, ndim in (row[:3],)
+    ]
+
+
+class SlotArrays:
+    """The slot's :class:`SlotBuffers` and the kernels' :func:`scratch` of ``N`` envs,
+    packed (:func:`pack_arrays`): :func:`step_all` takes the six arrays of
+    :attr:`packed` where it took 46, and numba's unboxing of each array an argument holds
+    costs an allocation and its release, 50 ns (``benchmarks/RESULTS.md``).
+    :attr:`out` is the buffers' view of the slot's outputs. A copy (deep or pickled) is
+    made from the copied pack, so that its views are of its own buffers."""
+
+    def __init__(self, out: SlotBuffers, scratch_arrays: tuple[np.ndarray, ...]) -> None:
+        self._from(pack_arrays((*out, *scratch_arrays)))
+
+    def _from(self, packed: tuple[np.ndarray, ...]) -> None:
+        self.packed = packed
+        self.out = SlotBuffers(*packed_views(packed)[: len(SlotBuffers._fields)])
+
+    @classmethod
+    def of_pack(cls, packed: tuple[np.ndarray, ...]) -> SlotArrays:
+        """Those of a pack (its arrays, not copies)."""
+        made = cls.__new__(cls)
+        made._from(packed)
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SlotArrays.of_pack, (self.packed,))
+
+
+def slot_arrays(n_envs: int, ix: Any, rows: int) -> SlotArrays:
+    """Fresh :class:`SlotArrays` for ``n_envs`` envs of the workload index ``ix``, with
+    ``rows`` served-unit rows per env."""
+    return SlotArrays(slot_buffers(n_envs, ix, rows), scratch(ix, rows))
+
+
+def more_rows(slots: SlotArrays, ix: Any) -> SlotArrays:
+    """``slots`` with twice the served-unit rows per env, keeping what the envs already
+    served wrote (``done``); ``ix`` the workload index."""
+    out = slots.out
+    n_envs, rows = out.done.shape[:2]
+    done = np.zeros((n_envs, 2 * rows, 3), dtype=np.int64)
+    done[:, :rows] = out.done
+    successor, floats, delays, generated, uniforms = unit_rows(n_envs, 2 * rows)
+    out = out._replace(
+        done=done,
+        unit_successor=successor,
+        unit_floats=floats,
+        delays=delays,
+        generated=generated,
+        uniforms=uniforms,
+    )
+    return SlotArrays(out, scratch(ix, 2 * rows))
+
+
+def _v1(buffer, at, k):  # pragma: no cover
+    """Array ``k`` of a pack, one dimension (:func:`pack_arrays`)."""
+    return buffer[at[k, 1] : at[k, 1] + at[k, 3]]
+
+
+def _v2(buffer, at, k):  # pragma: no cover
+    """Array ``k`` of a pack, two dimensions."""
+    return jit.shaped(buffer, at[k, 1], (at[k, 3], at[k, 4]))
+
+
+def _v3(buffer, at, k):  # pragma: no cover
+    """Array ``k`` of a pack, three dimensions."""
+    return jit.shaped(buffer, at[k, 1], (at[k, 3], at[k, 4], at[k, 5]))
+
+
+def _unpack(packed):  # pragma: no cover
+    """A :class:`SlotArrays` pack as the kernels take it: ``(out, scratch)``, the
+    :class:`SlotBuffers` and ``(projection's, outcome's, scores row)`` scratch, views of
+    the buffers chosen by each array's dtype (``tests/test_vector_env.py`` holds them to
+    the views :func:`packed_views` makes)."""
+    small, flags, ints, floats, singles, at = packed
+    out = SlotBuffers(
+        _v2(ints, at, 0),
+        _v1(ints, at, 1),
+        _v2(ints, at, 2),
+        _v2(ints, at, 3),
+        _v2(ints, at, 4),
+        _v2(ints, at, 5),
+        _v2(ints, at, 6),
+        _v3(ints, at, 7),
+        _v2(floats, at, 8),
+        _v2(ints, at, 9),
+        _v2(floats, at, 10),
+        _v2(flags, at, 11),
+        _v2(ints, at, 12),
+        _v3(floats, at, 13),
+        _v2(ints, at, 14),
+        _v3(ints, at, 15),
+        _v2(floats, at, 16),
+        _v3(ints, at, 17),
+        _v2(singles, at, 18),
+        _v2(ints, at, 19),
+        _v2(ints, at, 20),
+        _v1(ints, at, 21),
+        _v2(ints, at, 22),
+    )
+    projection = (
+        _v1(small, at, 23),
+        _v1(floats, at, 24),
+        _v1(ints, at, 25),
+        _v1(ints, at, 26),
+        _v1(flags, at, 27),
+        _v1(floats, at, 28),
+        _v1(floats, at, 29),
+        _v1(floats, at, 30),
+        _v1(ints, at, 31),
+        _v1(ints, at, 32),
+        _v2(ints, at, 33),
+    )
+    outcome = (
+        _v1(flags, at, 34),
+        _v1(flags, at, 35),
+        _v1(ints, at, 36),
+        _v1(ints, at, 37),
+        _v1(ints, at, 38),
+        _v1(floats, at, 39),
+        _v1(ints, at, 40),
+        _v1(ints, at, 41),
+        _v1(flags, at, 42),
+        _v1(ints, at, 43),
+        _v1(ints, at, 44),
+    )
+    return out, (projection, outcome, _v1(floats, at, 45))
 
 
 def no_actions() -> np.ndarray:
@@ -422,6 +586,10 @@ if jit.COMPILED:
     _state_row = jit.part(_state_row)
     _finite = jit.part(_finite)
     _scores_row = jit.part(_scores_row)
+    _v1 = jit.part(_v1)
+    _v2 = jit.part(_v2)
+    _v3 = jit.part(_v3)
+    _unpack = jit.part(_unpack)
     _slot = jit.leaf(_slot)
     _arrivals = jit.leaf(_arrivals)
     _observe = jit.leaf(_observe)
@@ -508,7 +676,7 @@ class FusedStep:
         generates = bool(sim._generates)
         in_kernel = bool(core.draws_in_kernel and generates)
         self.flags = (bool(sim.memory), generates, in_kernel, ix.score_slices[3].start, True)
-        self._buffers(slot_buffers(1, ix, 64))
+        self.slots = slot_arrays(1, ix, 64)
         self.active = np.ones(1, dtype=np.bool_)
         # Its arrival rate, backlog and reward (the env computes its own: weights of none).
         rate, one = np.array([float(wl.total_rate)]), np.zeros(1, np.int64)
@@ -542,10 +710,6 @@ class FusedStep:
             and all(map(operator.is_, _state_fields(state), self._arrays))
         )
 
-    def _buffers(self, out: SlotBuffers) -> None:
-        self.out, self._out = out, tuple(out)  # the kernel takes the plain tuple
-        self._scratch = scratch(self.sim.workload.index, out.done.shape[1])
-
     def _bind_fifo(self) -> None:
         self._pool = self.sim.state.fifo.pool
         self.fifo = tuple(array[None] for array in self.sim.state.fifo.arrays())
@@ -553,7 +717,7 @@ class FusedStep:
     def step(self, scores: np.ndarray) -> tuple[float, int]:
         """Project the checked float64 ``scores`` and run the slot; returns ``(h(t),
         backlog)`` and leaves the observation in :attr:`obs`."""
-        sim, st, out = self.sim, self.sim.state, self.out
+        sim, st, out = self.sim, self.sim.state, self.slots.out
         if st.fifo.pool is not self._pool:  # a reserve outside the kernel replaced it
             self._bind_fifo()
         out.slot[0] = st.t
@@ -572,16 +736,15 @@ class FusedStep:
                 self.statics,
                 self.state,
                 self.fifo,
-                self._out,
-                self._scratch,
+                self.slots.packed,
                 self.obs,
             )
             _, code, _ = self._kernel.call(args)
             if code == 0:
                 break
             if code == -1:  # more served-unit rows: nothing of the slot has happened yet
-                self._buffers(slot_buffers(1, sim.workload.index, 2 * out.done.shape[1]))
-                out = self.out
+                self.slots = more_rows(self.slots, sim.workload.index)
+                out = self.slots.out
                 out.slot[0] = st.t
             else:
                 st.fifo.reserve(2 * st.fifo.pool.shape[0])

@@ -261,6 +261,94 @@ prefetch = _no_prefetch if njit is None else _prefetch_intrinsic()
 plain Python."""
 
 
+def _shaped(buffer: Any, start: int, shape: tuple[int, ...]) -> Any:
+    """``buffer[start : start + size]`` as an array of ``shape`` (C order), a view."""
+    size = 1
+    for extent in shape:
+        size *= extent
+    return buffer[start : start + size].reshape(shape)
+
+
+def _flat(array: Any) -> Any:
+    """A C-contiguous ``array``'s items as one dimension, a view."""
+    return array.reshape(array.size)
+
+
+def _view_intrinsics() -> tuple[Any, Any]:
+    """``shaped(buffer, start, shape)`` and ``flat(array)`` for compiled kernels: the
+    views numba's ``reshape`` makes, without its call into numba's helper library to
+    check the layout (20 ns a view, ``benchmarks/RESULTS.md``): their arrays are
+    C-contiguous by type. ``shaped`` trusts ``start`` and ``shape`` to lie within
+    ``buffer``: it serves the kernels' own packs (:func:`pack_arrays`). A view takes a
+    reference where the runtime is on."""
+    from numba.core import types
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.extending import intrinsic
+    from numba.np.arrayobj import populate_array
+
+    def contiguous(array: Any, ndim: int | None = None) -> bool:
+        return (
+            isinstance(array, types.Array)
+            and array.layout == "C"
+            and (ndim is None or array.ndim == ndim)
+        )
+
+    def view(context: Any, builder: Any, whole: Any, kind: Any, data: Any, shape: list) -> Any:
+        strides: list[Any] = []
+        step = whole.itemsize
+        for extent in reversed(shape):
+            strides.insert(0, step)
+            step = builder.mul(step, extent)
+        out = context.make_array(kind)(context, builder)
+        populate_array(
+            out,
+            data=data,
+            shape=shape,
+            strides=strides,
+            itemsize=whole.itemsize,
+            meminfo=whole.meminfo,
+            parent=whole.parent,
+        )
+        return impl_ret_borrowed(context, builder, kind, out._getvalue())
+
+    @intrinsic
+    def shaped(typingctx: Any, buffer: Any, start: Any, shape: Any) -> Any:
+        if not (
+            contiguous(buffer, 1)
+            and isinstance(start, types.Integer)
+            and isinstance(shape, types.UniTuple)
+            and isinstance(shape.dtype, types.Integer)
+        ):
+            return None
+        kind = buffer.copy(ndim=len(shape), layout="C")
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            whole = context.make_array(signature.args[0])(context, builder, args[0])
+            at = context.cast(builder, args[1], signature.args[1], types.intp)
+            extents = [
+                context.cast(builder, builder.extract_value(args[2], k), shape.dtype, types.intp)
+                for k in range(len(shape))
+            ]
+            data = builder.gep(whole.data, [at])
+            return view(context, builder, whole, kind, data, extents)
+
+        return kind(buffer, start, shape), codegen
+
+    @intrinsic
+    def flat(typingctx: Any, array: Any) -> Any:
+        if not contiguous(array):
+            return None
+        kind = array.copy(ndim=1, layout="C")
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            whole = context.make_array(signature.args[0])(context, builder, args[0])
+            return view(context, builder, whole, kind, whole.data, [whole.nitems])
+
+        return kind(array), codegen
+
+    return shaped, flat
+
+
 def is_cached(function: Any) -> bool:
     """Whether numba's disk cache holds the compiled ``function`` (a :func:`kernel`): its
     index file exists. ``False`` where it cannot tell or nothing compiles."""
@@ -296,3 +384,9 @@ class Warmup:
 pack_field = _pack_field if njit is None else _pack_field_intrinsic()
 """Field ``k`` of a pack, ``pack[pack[k] : pack[k + 1]]``, as a view (in a kernel, and as
 plain Python: from Python, call the plain function :func:`_pack_field`)."""
+
+
+shaped, flat = (_shaped, _flat) if njit is None else _view_intrinsics()
+"""In a kernel, ``shaped(buffer, start, shape)``: a view of ``buffer`` (1-D) from
+``start`` as an array of ``shape``; ``flat(array)``: a C-contiguous array's 1-D view. As
+plain Python too (from Python, call :func:`_shaped` and :func:`_flat`)."""

@@ -218,7 +218,7 @@ def _project_transfers(
     live = live_scratch[:n_transfer]
     src_slot = _field(ints, IntField.TRANSFER_SRC_SLOT)
     dst_slot = _field(ints, IntField.TRANSFER_DST_SLOT)
-    holder_flat = holder.reshape(holder.shape[0] * holder.shape[1])
+    holder_flat = jit.flat(holder)
     # Only those whose source holds the object and whose destination does not: the
     # memory does not change while the transfers are chosen, so the rest would be passed
     # over anyway, and the sort is the shorter.
@@ -448,7 +448,7 @@ def _encode_memory(
     size (as the float32 feature) fits the link's bandwidth and the destination's free
     memory."""
     n_nodes, n_sig = holder.shape
-    holder_flat = holder.reshape(n_nodes * n_sig)
+    holder_flat = jit.flat(holder)
     src_slot = _field(ints, IntField.TRANSFER_SRC_SLOT)
     dst_slot = _field(ints, IntField.TRANSFER_DST_SLOT)
     transfer_link = _field(ints, IntField.TRANSFER_LINK)
@@ -548,7 +548,7 @@ def _encode_kernel(memory, state, ints, floats, statics, out, fill):  # pragma: 
         value = np.float32(pairs[p])
         queues[pair_node[p], pair_commodity[p]] = value
         queue_flat[pair_node[p] * n_comm + pair_commodity[p]] = value
-    held, flags = holder.reshape(n_nodes * n_sig), resident.reshape(n_nodes * n_sig)
+    held, flags = jit.flat(holder), jit.flat(resident)
     for k in range(held.shape[0]):  # one flat pass, vectorized
         flags[k] = np.float32(held[k] >= 0)
     if memory and n_sig > 0:
