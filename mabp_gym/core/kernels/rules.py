@@ -44,8 +44,8 @@ def hit_bits(holder, hit_slot, hit):
     """SPEC 1 step 4: every resident object is active, so an action is memory-assisted
     (hit bit 1) when its node holds its signature; ``hit_slot[a]`` is that (node, signature)
     raveled, ``N * S`` for an action without one. Written into ``hit`` ``(A,)``."""
-    size = holder.shape[0] * holder.shape[1]
-    flat = holder.reshape(size)  # read by raveled position: no division per action
+    flat = jit.flat(holder)  # read by raveled position: no division per action
+    size = flat.shape[0]
     for a in range(hit.shape[0]):
         slot = hit_slot[a]
         hit[a] = 1 if slot < size and flat[slot] >= 0 else 0
