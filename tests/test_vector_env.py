@@ -815,8 +815,9 @@ def test_numpy_sum__the_float_numpy_sums_to_for_any_length(n):
 def test_batched__every_observation_returned_stays_as_it_was_returned():
     # copy=True: no later step, autoreset, reset of some envs or refused batch writes into
     # an observation returned; a refused batch leaves the env stepping as a twin that never
-    # got it. (Writing each step's observation into new arrays in the kernel, instead of
-    # copying it afterwards, was slower: the kernel's writes went to cold memory.)
+    # got it. The common step (every env steps, none resets) has the kernel write the
+    # dynamic arrays into new ones and returns those: the next one that writes into the
+    # env's own arrays (a reset, a step with resets, ``copy=False``) takes copies first.
     import copy
 
     vec = SFMSNVectorEnv(3, workload="mixed", load=0.9, horizon=4)
@@ -844,6 +845,11 @@ def test_batched__every_observation_returned_stays_as_it_was_returned():
             got.append(vec.reset(options={"reset_mask": mask})[0])
             kept.append(copy.deepcopy(got[-1]))
             twin.reset(options={"reset_mask": mask})
+    vec.copy = False  # its own arrays from now on: not the ones it returned
+    for _ in range(2):
+        actions = rng.uniform(-1, 1, vec.action_space.shape)
+        own = vec.step(actions)[0]
+        assert all(np.array_equal(own[key], value) for key, value in twin.step(actions)[0].items())
     for where, (obs, copied) in enumerate(zip(got, kept, strict=True)):
         for key, value in obs.items():
             assert np.array_equal(value, copied[key]), (where, key)

@@ -30,10 +30,12 @@ from mabp_gym.core.encoding import symlog
 from mabp_gym.core.kernels import jit, slotcore
 from mabp_gym.core.kernels.batch import (
     StackedState,
+    fresh_observation,
     generators,
     long_pressure,
     more_rows,
     no_actions,
+    observation_specs,
     slot_arrays,
     step_all,
     sum_scratch,
@@ -59,6 +61,7 @@ _STATIC_KEYS = (
     "retain_index",
 )
 _DYNAMIC_KEYS = FLAT_KEYS  # the arrays a step changes, in the kernel's order
+_DYNAMIC_SET = frozenset(_DYNAMIC_KEYS)
 _OUT_ROWS = 64  # rows per env of the served-unit outputs, doubled when a slot needs more
 
 
@@ -263,6 +266,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             ix.score_slices[3].start,
             False,  # the observation's rows keep their static columns from the reset on
         )
+        self._fill_flags = (*self._flags[:4], True)  # fresh arrays: every column
 
     def _buffers(self) -> None:
         """The stacked state, the kernels' outputs and the observation, one row per env."""
@@ -297,6 +301,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         for key in _STATIC_KEYS:
             self._obs[key][:] = first[key]
         self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
+        self._obs_specs = observation_specs(env._encoder, n_envs)
+        self._lent = False  # whether the dynamic arrays were returned as they are
         self._rngs: Any = generators([env.sim.rng for env in self.envs]) if self.compiled else None
         self._kernel = jit.Typed(step_all)
         # The kernel's per-env arrival rates, backlogs and rewards, and the reward's weights.
@@ -422,6 +428,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         return self._add_info(infos, info, i) if info else infos
 
     def _write_obs(self, i: int, obs: Any) -> None:
+        self._reclaim()
         env = self.envs[i]
         if env.obs_mode == "dict":
             for key, value in obs.items():
@@ -481,13 +488,22 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         """A compiled step of every env, none resetting, on the batch's ``scores`` (float32
         or float64 of any layout, :meth:`_step_compiled`): :meth:`step_checked`'s short
         path, with as little Python as it takes."""
-        rewards, ends = self._step_compiled(scores, self._all_active)
+        if self.copy and self._envs[0].obs_mode == "dict":
+            rewards, ends = self._step_compiled(scores, self._all_active, fresh=True)
+            obs = {
+                key: value if key in _DYNAMIC_SET else value.copy()
+                for key, value in self._obs.items()
+            }
+            self._lent = True
+        else:
+            rewards, ends = self._step_compiled(scores, self._all_active)
+            obs = self._observation()
         truncated = self._truncated.copy()
         if ends:  # else ``_needs_reset`` stays all false
             self._needs_reset = truncated.copy()
             self._every = False
         terminated = np.zeros(self.num_envs, dtype=bool)
-        return self._observation(), rewards, terminated, truncated, {}
+        return obs, rewards, terminated, truncated, {}
 
     def _truncation(self, active: np.ndarray) -> np.ndarray:
         """Which ``active`` envs' episodes end with the slot they just ran: at the horizon,
@@ -510,13 +526,26 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 infos = self._add_info(infos, dict(info), i)
         return infos
 
-    def _step_compiled(self, scores: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, int]:
+    def _step_compiled(
+        self, scores: np.ndarray, active: np.ndarray, fresh: bool = False
+    ) -> tuple[np.ndarray, int]:
         """The active envs' slot in one compiled call (:attr:`_all_active` where every env
         steps); their rewards (0 for the others), and how many episodes end. The kernel
         reads C-contiguous, aligned and writable float64 or float32 ``scores`` as they are
         (float32 as ``actions``, widened env by env) and any other after a copy into
-        :attr:`_scores`: it is typed for one layout of each."""
+        :attr:`_scores`: it is typed for one layout of each.
+
+        With ``fresh``, the kernel writes the observation's dynamic arrays whole into new
+        ones, which become the env's (the caller may lend them, :attr:`_lent`): at 256
+        envs, copying the env's own arrays afterwards read them back from beyond the
+        cache. Where the last step lent them, the env first takes copies of its own."""
         env0 = self._envs[0]
+        flags, before = self._flags, (self._dynamic, self._lent)
+        if fresh:
+            flags = self._fill_flags
+            self._own_dynamic(fresh_observation(self._obs_specs))
+        else:
+            self._reclaim()
         actions = self._no_actions
         if scores.dtype == np.float32 and scores.flags.carray:
             scores, actions = self._scores, scores
@@ -532,7 +561,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
                 actions,
                 self._rngs,
                 self._episode,
-                self._flags,
+                flags,
                 self._statics_all,
                 tuple(self._state),
                 self._fifo,
@@ -543,6 +572,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             if code == 0:
                 break
             if code == -3:  # NaN or inf: no env stepped
+                self._own_dynamic(before[0])
+                self._lent = before[1]
                 given = actions if actions.shape[0] else scores
                 raise not_finite(~np.isfinite(given).all(axis=1) & active)
             if code == -4:  # env ``first``'s reward overflowed
@@ -556,6 +587,19 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._stale = True  # the envs' own slot and backlog: when they are asked for
         return self._episode[2].copy(), ends  # the rewards: the single env's floats
 
+    def _reclaim(self) -> None:
+        """Where the last step lent the observation's dynamic arrays to its caller, copies
+        of them as the env's own, before anything writes into them."""
+        if self._lent:
+            self._own_dynamic(tuple(array.copy() for array in self._dynamic))
+
+    def _own_dynamic(self, arrays: tuple[np.ndarray, ...]) -> None:
+        """``arrays`` (in ``_DYNAMIC_KEYS``' order) as the observation's dynamic arrays,
+        the env's own."""
+        self._dynamic = arrays
+        self._obs.update(zip(_DYNAMIC_KEYS, arrays, strict=True))
+        self._lent = False
+
     def share_observations(self, arrays: dict[str, np.ndarray]) -> None:
         """Write the observation into ``arrays`` (one per key of the Dict observation, of
         the batch's shapes, e.g. rows of shared memory) from now on, instead of buffers of
@@ -564,6 +608,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             array[...] = self._obs[key]
             self._obs[key] = array
         self._dynamic = tuple(self._obs[key] for key in _DYNAMIC_KEYS)
+        self._lent = False
         self._kernel = jit.Typed(step_all)  # typed again: the arrays are the caller's
 
     @property

@@ -652,6 +652,23 @@ def long_pressure(encoder: Any, out: SlotBuffers, service: np.ndarray) -> None:
         service[:, :, _PRESSURE] = (probs * queued).sum(axis=-1)
 
 
+def observation_specs(encoder: Any, n_envs: int) -> tuple[tuple[Any, ...], ...]:
+    """How to make the arrays of the observation's ``DYNAMIC_KEYS`` for ``n_envs`` envs
+    that the kernel fills with its static columns (``flags[4]``): it writes each one whole
+    but the queue matrix (the pairs' entries only, so that one starts zeroed), and fresh
+    arrays every step need no copy afterwards. For :func:`fresh_observation`."""
+    return tuple(
+        (np.zeros if key == "queues" else np.empty, (n_envs, *encoder.layout[key].shape), dtype)
+        for key in DYNAMIC_KEYS
+        for dtype in (encoder.layout[key].dtype,)
+    )
+
+
+def fresh_observation(specs: tuple[tuple[Any, ...], ...]) -> tuple[np.ndarray, ...]:
+    """New arrays of :func:`observation_specs` ``specs``."""
+    return tuple(make(shape, dtype=dtype) for make, shape, dtype in specs)
+
+
 class FusedStep:
     """One simulator's slot and observation in one compiled call: :func:`step_all` with
     one env whose state rows are views of the simulator's own arrays (the training path of
@@ -683,13 +700,7 @@ class FusedStep:
         ends = (one.copy(), np.zeros(1, bool), *_NONE, *sum_scratch())
         self.episode = (rate, one, np.zeros(1), *ends)
         self.rngs = generators([sim.rng])
-        # The observation's arrays: the kernel writes each one whole but the queue matrix
-        # (the pairs' entries only), so fresh ones every step need no copy afterwards.
-        self._obs_specs = tuple(
-            (np.zeros if key == "queues" else np.empty, (1, *encoder.layout[key].shape), dtype)
-            for key in DYNAMIC_KEYS
-            for dtype in (encoder.layout[key].dtype,)
-        )
+        self._obs_specs = observation_specs(encoder, 1)
         self.obs: tuple[np.ndarray, ...] = ()
         state = self._state = sim.state
         self.state = tuple(getattr(state, name)[None] for name in STATE_FIELDS)
@@ -721,7 +732,7 @@ class FusedStep:
         if st.fifo.pool is not self._pool:  # a reserve outside the kernel replaced it
             self._bind_fifo()
         out.slot[0] = st.t
-        self.obs = tuple(make(shape, dtype=dtype) for make, shape, dtype in self._obs_specs)
+        self.obs = fresh_observation(self._obs_specs)
         if scores.dtype != np.float64 or scores.ndim != 1:  # the entry point's types
             raise TypeError(f"the fused step takes a 1-D float64 array, got {scores.dtype}")
         while True:
