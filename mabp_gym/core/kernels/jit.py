@@ -279,7 +279,8 @@ def _view_intrinsics() -> tuple[Any, Any]:
     views numba's ``reshape`` makes, without its call into numba's helper library to
     check the layout (20 ns a view, ``benchmarks/RESULTS.md``): their arrays are
     C-contiguous by type. ``shaped`` trusts ``start`` and ``shape`` to lie within
-    ``buffer``: it serves the kernels' own packs (:func:`pack_arrays`). A view takes a
+    ``buffer``: it serves the kernels' own packs
+    (:func:`~mabp_gym.core.kernels.batch.pack_arrays`). A view takes a
     reference where the runtime is on."""
     from numba.core import types
     from numba.core.imputils import impl_ret_borrowed
