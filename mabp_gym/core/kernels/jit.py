@@ -201,6 +201,31 @@ def _prefetch_intrinsic() -> Any:
     return prefetch
 
 
+def _view_of(context: Any, builder: Any, whole: Any, kind: Any, data: Any, shape: list) -> Any:
+    """Code for a C-contiguous array of type ``kind`` and ``shape`` (LLVM values) at
+    ``data``, a view into the array ``whole`` (its memory and owner): the intrinsics'
+    one way to make a view. It takes a reference where the runtime is on."""
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.np.arrayobj import populate_array
+
+    strides: list[Any] = []
+    step = whole.itemsize
+    for extent in reversed(shape):
+        strides.insert(0, step)
+        step = builder.mul(step, extent)
+    out = context.make_array(kind)(context, builder)
+    populate_array(
+        out,
+        data=data,
+        shape=shape,
+        strides=strides,
+        itemsize=whole.itemsize,
+        meminfo=whole.meminfo,
+        parent=whole.parent,
+    )
+    return impl_ret_borrowed(context, builder, kind, out._getvalue())
+
+
 def _pack_field(pack: Any, k: int) -> Any:
     """Field ``k`` of a pack (the bounds of every field head it), as a view."""
     return pack[int(pack[k]) : int(pack[k + 1])]
@@ -215,9 +240,7 @@ def _pack_field_intrinsic() -> Any:
     times (0.9 s of a cold start). The view takes a reference where the runtime is on."""
     from llvmlite import ir
     from numba.core import types
-    from numba.core.imputils import impl_ret_borrowed
     from numba.extending import intrinsic
-    from numba.np.arrayobj import populate_array
 
     @intrinsic
     def pack_field(typingctx: Any, pack: Any, k: Any) -> Any:
@@ -239,17 +262,9 @@ def _pack_field_intrinsic() -> Any:
             for place in (at, builder.add(at, ir.Constant(intp, 1))):
                 value = builder.load(builder.gep(whole.data, [place]))
                 bounds.append(context.cast(builder, value, pack.dtype, types.intp))
-            out = context.make_array(view)(context, builder)
-            populate_array(
-                out,
-                data=builder.gep(whole.data, [bounds[0]]),
-                shape=[builder.sub(bounds[1], bounds[0])],
-                strides=[whole.itemsize],
-                itemsize=whole.itemsize,
-                meminfo=whole.meminfo,
-                parent=whole.parent,
-            )
-            return impl_ret_borrowed(context, builder, view, out._getvalue())
+            data = builder.gep(whole.data, [bounds[0]])
+            length = builder.sub(bounds[1], bounds[0])
+            return _view_of(context, builder, whole, view, data, [length])
 
         return view(pack, k), codegen
 
@@ -283,9 +298,7 @@ def _view_intrinsics() -> tuple[Any, Any]:
     (:func:`~mabp_gym.core.kernels.batch.pack_arrays`). A view takes a
     reference where the runtime is on."""
     from numba.core import types
-    from numba.core.imputils import impl_ret_borrowed
     from numba.extending import intrinsic
-    from numba.np.arrayobj import populate_array
 
     def contiguous(array: Any, ndim: int | None = None) -> bool:
         return (
@@ -293,24 +306,6 @@ def _view_intrinsics() -> tuple[Any, Any]:
             and array.layout == "C"
             and (ndim is None or array.ndim == ndim)
         )
-
-    def view(context: Any, builder: Any, whole: Any, kind: Any, data: Any, shape: list) -> Any:
-        strides: list[Any] = []
-        step = whole.itemsize
-        for extent in reversed(shape):
-            strides.insert(0, step)
-            step = builder.mul(step, extent)
-        out = context.make_array(kind)(context, builder)
-        populate_array(
-            out,
-            data=data,
-            shape=shape,
-            strides=strides,
-            itemsize=whole.itemsize,
-            meminfo=whole.meminfo,
-            parent=whole.parent,
-        )
-        return impl_ret_borrowed(context, builder, kind, out._getvalue())
 
     @intrinsic
     def shaped(typingctx: Any, buffer: Any, start: Any, shape: Any) -> Any:
@@ -331,7 +326,7 @@ def _view_intrinsics() -> tuple[Any, Any]:
                 for k in range(len(shape))
             ]
             data = builder.gep(whole.data, [at])
-            return view(context, builder, whole, kind, data, extents)
+            return _view_of(context, builder, whole, kind, data, extents)
 
         return kind(buffer, start, shape), codegen
 
@@ -343,7 +338,7 @@ def _view_intrinsics() -> tuple[Any, Any]:
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             whole = context.make_array(signature.args[0])(context, builder, args[0])
-            return view(context, builder, whole, kind, whole.data, [whole.nitems])
+            return _view_of(context, builder, whole, kind, whole.data, [whole.nitems])
 
         return kind(array), codegen
 
