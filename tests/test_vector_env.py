@@ -855,3 +855,25 @@ def test_batched__every_observation_returned_stays_as_it_was_returned():
             assert np.array_equal(value, copied[key]), (where, key)
     arrays = {id(value) for obs in got for value in obs.values()}
     assert len(arrays) == len(got) * len(got[0])  # no array returned twice
+
+
+@compiled_only
+def test_batched__writes_into_an_observation_returned_reach_no_later_one():
+    # The common step lends the arrays it returns: the next reset or step with resets
+    # observes every env again into arrays of its own, rather than copying the lent ones
+    # (which would carry the caller's writes into the rows a partial reset keeps).
+    vec = SFMSNVectorEnv(3, workload="mixed", load=0.9, horizon=4)
+    twin = SFMSNVectorEnv(3, workload="mixed", load=0.9, horizon=4)
+    obs, twin_obs = vec.reset(seed=1)[0], twin.reset(seed=1)[0]
+    rng = np.random.default_rng(0)
+    for step in range(12):  # autoresets at the horizon, 4
+        for value in obs.values():
+            value[...] = 7
+        if step in (2, 5, 9):
+            mask = np.array([step == 2, True, step == 9])
+            obs, twin_obs = (env.reset(options={"reset_mask": mask})[0] for env in (vec, twin))
+        else:
+            actions = rng.uniform(-1, 1, vec.action_space.shape).astype(np.float32)
+            obs, twin_obs = (env.step(actions)[0] for env in (vec, twin))
+        for key, value in twin_obs.items():
+            assert np.array_equal(obs[key], value), (step, key)
