@@ -3,6 +3,7 @@ step, through autoresets, on every built-in workload; and its bad input."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -187,18 +188,24 @@ def test_workers__a_worker_polls_a_little_past_its_last_short_wait_and_briefly_a
 
 @pytest.mark.parametrize("workers", [2, 3, 4])
 def test_workers__the_main_process_steps_a_little_fewer_envs_and_every_block_at_least_one(workers):
-    from mabp_gym.envs.worker_vector_env import MAIN_SHARE, _blocks
+    from mabp_gym.envs.worker_vector_env import MAIN_SHARE, MAIN_SHARE_FRESH, _blocks
 
-    for num_envs in [workers, workers + 1, 16, 64, 256, 1000]:
-        blocks = _blocks(num_envs, workers)
+    for num_envs, share in itertools.product(
+        [workers, workers + 1, 16, 64, 256, 1000], [MAIN_SHARE, MAIN_SHARE_FRESH]
+    ):
+        blocks = _blocks(num_envs, workers, share)
         assert [first for first, _ in blocks] == np.cumsum(
             [0] + [c for _, c in blocks[:-1]]
         ).tolist()
         sizes = [count for _, count in blocks]
         assert sum(sizes) == num_envs and min(sizes) >= 1 and len(sizes) == workers
         assert max(sizes[:-1]) - min(sizes[:-1]) <= 1  # the worker processes: even
-        assert sizes[-1] == max(1, int(num_envs / workers * MAIN_SHARE))
+        assert sizes[-1] == max(1, int(num_envs / workers * share))
     assert [count for _, count in _blocks(256, 2)] == [136, 120]
+    assert [count for _, count in _blocks(1024, 2, MAIN_SHARE_FRESH)] == [584, 440]
+    vec = SFMSNWorkerVectorEnv(8, workers=2, workload="mixed", load=0.85)  # Dict, copy=True
+    assert [count for _, count in vec._blocks] == [5, 3]
+    vec.close()
 
 
 def test_checked_scores__written_into_out_as_returned_without_it():
@@ -659,6 +666,11 @@ def test_workers__bad_input_is_refused_before_any_env_steps():
     bad[2, 0] = np.inf  # the in-process block's env: refused before the worker steps
     with pytest.raises(ValueError, match=r"env\(s\) \[2\]"):
         vec.step(bad)
+    for row in (0, 2):  # float32, which goes as it is: a worker's env, this process's
+        bad32 = np.zeros(vec.action_space.shape, dtype=np.float32)
+        bad32[row, -1] = np.nan
+        with pytest.raises(ValueError, match=rf"env\(s\) \[{row}\]"):
+            vec.step(bad32)
     assert [env.sim.state.t for env in vec.get_attr("unwrapped")] == [0, 0, 0]
     assert vec.call("nu") == (5.0, 5.0, 5.0)
     assert list(vec.reset(seed=0)[0]) == list(vec.single_observation_space)  # as sync's
@@ -858,12 +870,15 @@ def test_batched__every_observation_returned_stays_as_it_was_returned():
 
 
 @compiled_only
-def test_batched__writes_into_an_observation_returned_reach_no_later_one():
-    # The common step lends the arrays it returns: the next reset or step with resets
-    # observes every env again into arrays of its own, rather than copying the lent ones
-    # (which would carry the caller's writes into the rows a partial reset keeps).
-    vec = SFMSNVectorEnv(3, workload="mixed", load=0.9, horizon=4)
-    twin = SFMSNVectorEnv(3, workload="mixed", load=0.9, horizon=4)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_batched__writes_into_an_observation_returned_reach_no_later_one(workers):
+    # The common step lends the arrays it returns (over 2 processes, this process's block
+    # its rows of them): the next reset or step with resets observes every env again into
+    # arrays of its own, rather than copying the lent ones (which would carry the caller's
+    # writes into the rows a partial reset keeps).
+    kwargs = {"workload": "mixed", "load": 0.9, "horizon": 4}
+    vec = SFMSNVectorEnv(3, **kwargs) if workers == 1 else SFMSNWorkerVectorEnv(3, **kwargs)
+    twin = SFMSNVectorEnv(3, **kwargs)
     obs, twin_obs = vec.reset(seed=1)[0], twin.reset(seed=1)[0]
     rng = np.random.default_rng(0)
     for step in range(12):  # autoresets at the horizon, 4
@@ -877,3 +892,4 @@ def test_batched__writes_into_an_observation_returned_reach_no_later_one():
             obs, twin_obs = (env.step(actions)[0] for env in (vec, twin))
         for key, value in twin_obs.items():
             assert np.array_equal(obs[key], value), (step, key)
+    vec.close()

@@ -99,7 +99,7 @@ def checked_scores(
         scores = out
         np.copyto(scores, actions)
     resetting = needs_reset.copy()
-    if not resetting.any() and (not finite or _sum_is_finite(scores)):
+    if not resetting.any() and (not finite or sum_is_finite(scores)):
         return scores, resetting
     if resetting.any():
         if out is None:
@@ -122,7 +122,7 @@ def fresh_static(row: np.ndarray, like: np.ndarray) -> np.ndarray:
     return array
 
 
-def _sum_is_finite(scores: np.ndarray) -> bool:
+def sum_is_finite(scores: np.ndarray) -> bool:
     """Whether the sum of ``scores`` is finite: then none is NaN or inf (one pass, no
     temporary). Finite scores may overflow the sum: quietly, whatever numpy's settings."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -647,6 +647,13 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         self._dynamic = arrays
         self._obs.update(zip(_DYNAMIC_KEYS, arrays, strict=True))
         self._lent = False
+
+    def current_observation(self) -> Any:
+        """The observation of the envs as they stand, as a step with ``copy=False``
+        returns it (observed again where the last step lent its arrays: the worker vector
+        env's rows of a reset that left this block's envs as they were)."""
+        self._reclaim()
+        return self._observation()
 
     def share_observations(self, arrays: dict[str, np.ndarray]) -> None:
         """Write the observation into ``arrays`` (one per key of the Dict observation, of

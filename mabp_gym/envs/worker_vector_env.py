@@ -4,8 +4,8 @@ EnvPool / PufferLib pattern), so that a step uses ``P`` cores.
 
 ``gymnasium.make_vec(id, num_envs=N, workers=P)`` builds it for every SFMSN id (``workers=1``,
 the default, is the in-process batched env). The envs are cut into ``P`` contiguous blocks:
-``P - 1`` worker processes step the first ones and this process steps the last (a little
-smaller, :data:`MAIN_SHARE`) while they do. The actions, observations, rewards and
+``P - 1`` worker processes step the first ones and this process steps the last (smaller:
+:data:`MAIN_SHARE`, :data:`MAIN_SHARE_FRESH`) while they do. The actions, observations, rewards and
 truncations travel through shared memory, and only the command and the (usually empty)
 info dict through a pipe. Env ``i`` is seeded
 ``seed + i`` and steps exactly as env ``i`` of one batched env, and so as a single env with
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import multiprocessing
 import multiprocessing.connection
 import time
@@ -29,7 +30,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from mabp_gym.envs.vector_env import SFMSNVectorEnv, checked_scores, env_seeds, reset_mask
+from mabp_gym.core.encoding import DYNAMIC_KEYS
+from mabp_gym.core.kernels.batch import fresh_observation, observation_specs
+from mabp_gym.envs.vector_env import (
+    SFMSNVectorEnv,
+    checked_scores,
+    env_seeds,
+    fresh_static,
+    reset_mask,
+    sum_is_finite,
+)
 
 START_METHODS = ("fork", "forkserver", "spawn")
 """The ``context`` values: multiprocessing's start methods (``None``: its default)."""
@@ -68,12 +78,17 @@ and copies the workers' observation rows out, so it steps a little fewer (at 256
 2 processes 120 against 136: 1.58x one process's env steps/s against 1.54x for 128 each;
 at 64 envs 1.38x against 1.32x; at 1,024 within the noise; benchmarks/RESULTS.md)."""
 
+MAIN_SHARE_FRESH = 0.86
+""":data:`MAIN_SHARE` where each step returns new arrays of a Dict observation
+(``copy=True``): the main process then also makes those arrays while the workers step
+(about a millisecond at 1,024 envs), and steps fewer envs still (benchmarks/RESULTS.md)."""
 
-def _blocks(num_envs: int, workers: int) -> list[tuple[int, int]]:
+
+def _blocks(num_envs: int, workers: int, share: float = MAIN_SHARE) -> list[tuple[int, int]]:
     """Each process's ``(first env, number of envs)``, contiguous: the worker processes'
-    sizes within one of each other, the main process's (the last block) about
-    :data:`MAIN_SHARE` of an even share, at least one env."""
-    main = max(1, int(num_envs / workers * MAIN_SHARE))
+    sizes within one of each other, the main process's (the last block) about ``share``
+    of an even share, at least one env."""
+    main = max(1, int(num_envs / workers * share))
     rest, others = num_envs - main, workers - 1
     sizes = [rest // others + (j < rest % others) for j in range(others)] + [main]
     firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
@@ -103,56 +118,93 @@ class _Shared:
 
 
 class _Block:
-    """One block of envs in one batched env, answering the vector env's commands and
-    writing its rows of the shared arrays (in a worker process, or in the main one)."""
+    """One block of envs in one batched env, answering the vector env's commands (in a
+    worker process, or in the main one).
 
-    def __init__(self, block: tuple[int, int], settings: dict, shared: _Shared) -> None:
+    A worker's block writes its rows of the shared arrays. The main process's block
+    (``in_process``) writes its rows of the observation straight into the arrays the
+    vector env returns (``target``: new ones with ``copy=True``, the shared ones else);
+    in the common step (every env steps, none resets, a Dict observation) its kernel
+    writes them there itself (:meth:`SFMSNVectorEnv.step_into`)."""
+
+    def __init__(
+        self, block: tuple[int, int], settings: dict, shared: _Shared, in_process: bool = False
+    ) -> None:
         first, count = block
         self.rows = slice(first, first + count)
         self.vec = SFMSNVectorEnv(count, copy=False, **settings)
         self.arrays = shared.arrays()
-        flat = self.vec.envs[0].obs_mode == "flat"
-        # A Dict observation is written straight into the shared rows; a flat one is
-        # assembled by the batched env and copied there.
-        self.copied: tuple[str, ...] = ("obs",) if flat else ()
-        if not flat:
+        self.dict = self.vec.envs[0].obs_mode == "dict"
+        if self.dict:
             keys = [key for key in self.arrays if key not in _NOT_OBS]
-            self.vec.share_observations({key: self.arrays[key][self.rows] for key in keys})
+            rows = {key: self.arrays[key][self.rows] for key in keys}
+            if in_process:  # the static keys' rows, which no step writes
+                for key in keys:
+                    rows[key][...] = self.vec._obs[key]
+            else:  # a Dict observation is written straight into the shared rows
+                self.vec.share_observations(rows)
 
     def handle(self, command: str, argument: Any) -> tuple[str, Any]:
         """``("ok", value)``, or ``("error", (type name, message))``."""
-        vec, arrays, rows = self.vec, self.arrays, self.rows
         try:
             if command == "step":
-                # Checked whole by the main process: scores and the envs that reset.
-                scores, resetting = arrays["actions"][rows], vec._needs_reset.copy()
-                if resetting.any():
-                    scores = np.where(resetting[:, None], 0.0, scores)
-                obs, rewards, terminated, truncated, info = vec.step_checked(scores, resetting)
-                self._write(obs, self.copied)
-                arrays["rewards"][rows] = rewards
-                arrays["terminated"][rows] = terminated
-                arrays["truncated"][rows] = truncated
-                return "ok", info
+                return "ok", self._step(argument)
             if command == "reset":
-                obs, info = vec.reset(**argument)
-                self._write(obs, self.copied)
+                kwargs, target = argument if isinstance(argument, tuple) else (argument, None)
+                info: dict[str, Any] = {}
+                if kwargs is None:  # the main process's block, whose envs all keep on
+                    obs = self.vec.current_observation()
+                else:
+                    obs, info = self.vec.reset(**kwargs)
+                self._write(obs, target)
                 return "ok", info
             if command == "get_attr":
-                return "ok", vec.get_attr(argument)
+                return "ok", self.vec.get_attr(argument)
             if command == "call":
                 name, args, kwargs = argument
-                return "ok", vec.call(name, *args, **kwargs)
+                return "ok", self.vec.call(name, *args, **kwargs)
             if command == "close":
-                vec.close()
+                self.vec.close()
                 return "ok", None
             return "error", ("ValueError", f"unknown command {command!r}")
         except Exception as error:
             return "error", (type(error).__name__, str(error))
 
-    def _write(self, obs: Any, keys: tuple[str, ...]) -> None:
-        for key in keys:
-            self.arrays[key][self.rows] = obs if key == "obs" else obs[key]
+    def _step(self, argument: Any) -> dict:
+        """A step on scores checked whole by the main process: a worker's ``argument`` names
+        the shared array of them, the main process's is ``(its rows, target)``."""
+        vec, arrays, rows = self.vec, self.arrays, self.rows
+        if isinstance(argument, str):
+            scores, target = arrays[argument][rows], None
+        else:
+            scores, target = argument
+        stepped = vec.step_into(scores, target) if target is not None and self.dict else None
+        info: dict[str, Any] = {}
+        if stepped is not None:
+            rewards, truncated = stepped
+        else:
+            resetting = vec._needs_reset.copy()
+            if resetting.any():
+                scores = np.where(resetting[:, None], 0.0, scores)
+            obs, rewards, _, truncated, info = vec.step_checked(scores, resetting)
+            self._write(obs, target)
+        arrays["rewards"][rows] = rewards
+        arrays["terminated"][rows] = False
+        arrays["truncated"][rows] = truncated
+        return info
+
+    def _write(self, obs: Any, target: tuple[np.ndarray, ...] | None) -> None:
+        """The block's observation into ``target`` (the main process's block: the
+        dynamic arrays' rows, in ``DYNAMIC_KEYS``' order, or the flat array's), or into
+        its rows of the shared flat array (a worker's; a Dict one is there already)."""
+        if target is None:
+            if not self.dict:
+                self.arrays["obs"][self.rows] = obs
+        elif self.dict:
+            for key, array in zip(DYNAMIC_KEYS, target, strict=True):
+                array[...] = obs[key]
+        else:
+            target[0][...] = obs
 
 
 def _worker(
@@ -237,7 +289,7 @@ class _InProcess:
 
 
 _SKIP = "skip"  # no message for this worker
-_NOT_OBS = ("actions", "rewards", "terminated", "truncated")
+_NOT_OBS = ("actions", "actions32", "rewards", "terminated", "truncated")
 _ERRORS = {
     error.__name__: error
     for error in (ValueError, TypeError, RuntimeError, AttributeError, KeyError)
@@ -318,16 +370,26 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
         layout: dict[str, tuple[tuple[int, ...], Any]] = {
             **obs_layout,
             "actions": ((n, self._num_scores), np.float64),
+            "actions32": ((n, self._num_scores), np.float32),  # float32 batches, as given
             "rewards": ((n,), np.float64),
             "terminated": ((n,), np.bool_),
             "truncated": ((n,), np.bool_),
         }
         ctx = multiprocessing.get_context(context)
+        # Garbage of this process's (an env closed but in a reference cycle) would be
+        # shared with forked workers, and its pages copied one by one as this process
+        # reuses them: at 1,024 envs after a closed one-process env, 1.7x slower steps.
+        gc.collect()
         self._shared = _Shared(ctx, layout)
         self._arrays = self._shared.arrays()
         self._obs_keys = tuple(obs_layout)
+        self._dict = self._obs_keys != ("obs",)
+        if self._dict:  # for the arrays a step returns with copy=True
+            self._obs_specs = observation_specs(prototype.envs[0]._encoder, n)
+            self._static_rows = prototype._static_rows
         settings = {"max_episode_steps": steps, **env_kwargs}
-        self._blocks = _blocks(n, self.workers)
+        fresh = self.copy and self._dict
+        self._blocks = _blocks(n, self.workers, MAIN_SHARE_FRESH if fresh else MAIN_SHARE)
         # Workers 0 .. P-2 are processes; the last block steps in this process.
         for block in self._blocks[:-1]:
             parent_end, child_end = ctx.Pipe()
@@ -341,7 +403,8 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
             child_end.close()
             self._processes.append(process)
             self._pipes.append(parent_end)
-        self._pipes.append(_InProcess(_Block(self._blocks[-1], settings, self._shared)))
+        main = _Block(self._blocks[-1], settings, self._shared, in_process=True)
+        self._pipes.append(_InProcess(main))
         self._gather()
 
     # -- messages ----------------------------------------------------------------------
@@ -411,23 +474,19 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
             options = None if block.all() else {"reset_mask": block}
             seed_block = seeds[first : first + count]
             arguments.append({"seed": seed_block, "options": options} if block.any() else _SKIP)
-        infos = self._send("reset", arguments)
+        # The main process's block writes its rows of ``obs`` whether or not it resets.
+        main = None if arguments[-1] is _SKIP else arguments[-1]
+        obs, infos = self._run("reset", arguments[:-1], main)
         self._needs_reset[mask] = False
         self._reset_once = True
-        return self._observation(), self._merge(infos)
+        return obs, infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         self._require_open()
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
-        checked_scores(actions, self._needs_reset, self._num_scores, out=self._arrays["actions"])
-        which, dead = self._post("step")
-        # This process's block has stepped: its rows are copied out while the workers
-        # finish theirs, and only theirs are copied after.
-        first = self._blocks[-1][0]
-        obs = self._observation(rows=slice(first, None))
-        infos = self._merge(self._gather(which, dead))
-        obs = self._observation(obs, slice(0, first))
+        source, scores = self._scores(actions)
+        obs, infos = self._run("step", [source] * (self.workers - 1), scores)
         truncated = self._arrays["truncated"].copy()
         self._needs_reset = truncated.copy()
         return (
@@ -438,19 +497,69 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
             infos,
         )
 
-    def _observation(self, obs: Any = None, rows: slice = slice(None)) -> Any:
-        """The shared arrays themselves where not :attr:`copy`; else the observation with
-        ``rows`` copied from them into ``obs`` (fresh arrays where ``obs`` is ``None``)."""
-        flat = self._obs_keys == ("obs",)
+    def _run(self, command: str, arguments: list[Any], main: Any) -> tuple[Any, dict]:
+        """``command`` in every block (the workers' ``arguments``, the main process's
+        ``(main, target)``): the observation and the merged infos. The workers get theirs
+        first; then this process makes the arrays it returns and steps or resets its block
+        into them while they work, and copies their rows after."""
+        which, dead = self._post(command, [*arguments, _SKIP])
+        obs, target = self._target()
+        self._pipes[-1].send((command, (main, target)))
+        infos = self._merge(self._gather([*which, self.workers - 1], dead))
+        self._workers_rows(obs)
+        return obs, infos
+
+    def _scores(self, actions: Any) -> tuple[str, np.ndarray]:
+        """The batch checked whole before any env steps (a refused batch changes none): the
+        shared array the workers read their rows of, and this process's block's rows. A
+        float32 batch (the action space's dtype) of finite scores with no env resetting
+        goes as it is: the workers' rows copied, this process's read in place."""
+        first = self._blocks[-1][0]
+        shared = self._arrays["actions32"]
+        if (
+            type(actions) is np.ndarray
+            and actions.dtype == np.float32
+            and actions.flags.carray
+            and actions.shape == shared.shape
+            and not self._needs_reset.any()
+            and sum_is_finite(actions)  # else checked_scores names the envs
+        ):
+            np.copyto(shared[:first], actions[:first])
+            return "actions32", actions[first:]
+        scores = checked_scores(
+            actions, self._needs_reset, self._num_scores, out=self._arrays["actions"]
+        )[0]
+        return "actions", scores[first:]
+
+    def _target(self) -> tuple[Any, tuple[np.ndarray, ...]]:
+        """The observation the call returns (new arrays with :attr:`copy`, the shared
+        ones else), and the rows of it the main process's block writes: its dynamic
+        arrays' (in ``DYNAMIC_KEYS``' order) or the flat array's. The static keys are the
+        same for every env and step: written here with ``copy``, once in shared memory."""
+        first = self._blocks[-1][0]
         shared = {key: self._arrays[key] for key in self._obs_keys}
+        if not self._dict:
+            obs = shared["obs"] if not self.copy else np.empty_like(shared["obs"])
+            return obs, (obs[first:],)
+        if self.copy:
+            dynamic = dict(zip(DYNAMIC_KEYS, fresh_observation(self._obs_specs), strict=True))
+            shared = {
+                key: dynamic[key] if key in dynamic else fresh_static(self._static_rows[key], array)
+                for key, array in shared.items()
+            }
+        return shared, tuple(shared[key][first:] for key in DYNAMIC_KEYS)
+
+    def _workers_rows(self, obs: Any) -> None:
+        """With :attr:`copy`, the worker processes' rows of the observation, copied out of
+        shared memory into ``obs`` (the static keys' are there already)."""
         if not self.copy:
-            return shared["obs"] if flat else shared
-        out = {"obs": obs} if flat and obs is not None else obs
-        if out is None:
-            out = {key: np.empty_like(array) for key, array in shared.items()}
-        for key, array in shared.items():
-            out[key][rows] = array[rows]
-        return out["obs"] if flat else out
+            return
+        first = self._blocks[-1][0]
+        if not self._dict:
+            obs[:first] = self._arrays["obs"][:first]
+            return
+        for key in DYNAMIC_KEYS:
+            obs[key][:first] = self._arrays[key][:first]
 
     def _require_open(self) -> None:
         if self.closed:
