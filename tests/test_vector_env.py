@@ -558,9 +558,9 @@ def test_workers__equal_single_envs_through_autoresets_with_uneven_blocks():
 @compiled_only
 @pytest.mark.parametrize("obs_mode", ["dict", "flat"])
 def test_workers__each_step_returns_fresh_arrays_unless_copy_is_off(obs_mode):
-    # The observation is copied out of shared memory in two parts (this process's rows
-    # while the workers step, theirs after): every row is the step's, and a later step
-    # changes no array returned before.
+    # This process's block writes its rows into the arrays a step returns while the
+    # workers step, and theirs are copied out of shared memory after: every row is the
+    # step's, and a later step changes no array returned before.
     kwargs = {"workload": "mixed", "load": 0.85, "obs_mode": obs_mode}
     vec = SFMSNWorkerVectorEnv(4, workers=2, **kwargs)
     batched = SFMSNVectorEnv(4, **kwargs)

@@ -74,9 +74,10 @@ def _check_workers(workers: Any, num_envs: Any) -> None:
 
 MAIN_SHARE = 15 / 16
 """The main process's block against an even share of the envs: it also checks the actions
-and copies the workers' observation rows out, so it steps a little fewer (at 256 envs over
-2 processes 120 against 136: 1.58x one process's env steps/s against 1.54x for 128 each;
-at 64 envs 1.38x against 1.32x; at 1,024 within the noise; benchmarks/RESULTS.md)."""
+and sends the commands (and copies the workers' rows of a flat observation out), so it
+steps a little fewer (at 256 envs over 2 processes 120 against 136: 1.58x one process's
+env steps/s against 1.54x for 128 each; at 64 envs 1.38x against 1.32x; at 1,024 within
+the noise; benchmarks/RESULTS.md)."""
 
 MAIN_SHARE_FRESH = 0.86
 """:data:`MAIN_SHARE` where each step returns new arrays of a Dict observation
