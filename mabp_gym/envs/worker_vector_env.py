@@ -5,11 +5,11 @@ EnvPool / PufferLib pattern), so that a step uses ``P`` cores.
 ``gymnasium.make_vec(id, num_envs=N, workers=P)`` builds it for every SFMSN id (``workers=1``,
 the default, is the in-process batched env). The envs are cut into ``P`` contiguous blocks:
 ``P - 1`` worker processes step the first ones and this process steps the last (smaller:
-:data:`MAIN_SHARE`, :data:`MAIN_SHARE_FRESH`) while they do. The actions, observations, rewards and
-truncations travel through shared memory, and only the command and the (usually empty)
-info dict through a pipe. Env ``i`` is seeded
-``seed + i`` and steps exactly as env ``i`` of one batched env, and so as a single env with
-that seed (``tests/test_vector_env.py`` compares them step by step).
+:data:`MAIN_SHARE`, :data:`MAIN_SHARE_FRESH`) while they do. The actions, observations,
+rewards and truncations travel through shared memory, and only the command and the
+(usually empty) info dict through a pipe. Env ``i`` is seeded ``seed + i`` and steps
+exactly as env ``i`` of one batched env, and so as a single env with that seed
+(``tests/test_vector_env.py`` compares them step by step).
 
 Actions are checked in this process before any worker steps, so a refused batch changes no
 env. A worker that fails raises here with the worker's message; one that dies closes the
@@ -379,7 +379,7 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
         ctx = multiprocessing.get_context(context)
         # Garbage of this process's (an env closed but in a reference cycle) would be
         # shared with forked workers, and its pages copied one by one as this process
-        # reuses them: at 1,024 envs after a closed one-process env, 1.7x slower steps.
+        # reuses them: at 1,024 envs after a closed one-process env, 1.5x slower steps.
         gc.collect()
         self._shared = _Shared(ctx, layout)
         self._arrays = self._shared.arrays()
