@@ -61,7 +61,6 @@ _STATIC_KEYS = (
     "retain_index",
 )
 _DYNAMIC_KEYS = FLAT_KEYS  # the arrays a step changes, in the kernel's order
-_DYNAMIC_SET = frozenset(_DYNAMIC_KEYS)
 _OUT_ROWS = 64  # rows per env of the served-unit outputs, doubled when a slot needs more
 
 
@@ -113,13 +112,25 @@ def checked_scores(
     return scores, resetting
 
 
-def fresh_static(row: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """A new array of ``like``'s shape and dtype with ``row`` in every env's row: a static
-    key of the observation (the same for every env and step), written without reading
-    ``like`` back (two thirds of a copy's time at 1,024 envs)."""
-    array = np.empty_like(like)
-    array[...] = row
-    return array
+def returned_observation(
+    arrays: dict[str, np.ndarray],
+    static_rows: dict[str, np.ndarray],
+    dynamic: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """The Dict observation a step returns with ``copy=True``, in ``arrays``' key order:
+    each static key (those of ``static_rows``, the same for every env and step) a new
+    array with its row in every env's row, written without reading ``arrays`` back (two
+    thirds of a copy's time at 1,024 envs); the others ``dynamic``'s where given, else
+    ``arrays``' own."""
+    source = arrays if dynamic is None else dynamic
+    obs = {}
+    for key, value in arrays.items():
+        if key in static_rows:
+            obs[key] = np.empty_like(value)
+            obs[key][...] = static_rows[key]
+        else:
+            obs[key] = source[key]
+    return obs
 
 
 def sum_is_finite(scores: np.ndarray) -> bool:
@@ -439,7 +450,6 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         return self._add_info(infos, info, i) if info else infos
 
     def _write_obs(self, i: int, obs: Any) -> None:
-        self._reclaim()
         env = self.envs[i]
         if env.obs_mode == "dict":
             for key, value in obs.items():
@@ -504,10 +514,7 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
             rewards, ends = self._step_compiled(
                 scores, self._all_active, into=fresh_observation(self._obs_specs)
             )
-            obs = {
-                key: value if key in _DYNAMIC_SET else fresh_static(self._static_rows[key], value)
-                for key, value in self._obs.items()
-            }
+            obs = returned_observation(self._obs, self._static_rows)
         else:
             rewards, ends = self._step_compiled(scores, self._all_active)
             obs = self._observation()
@@ -686,12 +693,8 @@ class SFMSNVectorEnv(gym.vector.VectorEnv):
         env = self._envs[0]
         if env.obs_mode == "dict":
             if self.copy:
-                return {
-                    key: value.copy()
-                    if key in _DYNAMIC_SET
-                    else fresh_static(self._static_rows[key], value)
-                    for key, value in self._obs.items()
-                }
+                copies = {key: self._obs[key].copy() for key in _DYNAMIC_KEYS}
+                return returned_observation(self._obs, self._static_rows, copies)
             return self._obs
         flat = np.concatenate(
             [self._obs[key].reshape(self.num_envs, -1) for key in FLAT_KEYS], axis=1

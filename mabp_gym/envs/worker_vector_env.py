@@ -36,8 +36,8 @@ from mabp_gym.envs.vector_env import (
     SFMSNVectorEnv,
     checked_scores,
     env_seeds,
-    fresh_static,
     reset_mask,
+    returned_observation,
     sum_is_finite,
 )
 
@@ -544,10 +544,7 @@ class SFMSNWorkerVectorEnv(gym.vector.VectorEnv):
             return obs, (obs[first:],)
         if self.copy:
             dynamic = dict(zip(DYNAMIC_KEYS, fresh_observation(self._obs_specs), strict=True))
-            shared = {
-                key: dynamic[key] if key in dynamic else fresh_static(self._static_rows[key], array)
-                for key, array in shared.items()
-            }
+            shared = returned_observation(shared, self._static_rows, dynamic)
         return shared, tuple(shared[key][first:] for key in DYNAMIC_KEYS)
 
     def _workers_rows(self, obs: Any) -> None:
