@@ -7,8 +7,11 @@ Cases, on ``mabp_gym/Mixed-v0`` at load 0.85 with random score actions drawn up 
 - ``batched xN``: ``gym.make_vec(..., num_envs=N)`` (the batched env), microseconds a
   env-slot, for N = 16 and 256 (``--envs``), over the same ``--steps // 16`` rounds (slots
   of the episode) at every N;
-- ``batched no-copy xN`` (``--no-copy``): the batched env returning its own buffers
-  (``copy=False``: no copy of the observation);
+- ``batched no-copy xN`` and ``kernel no-copy xN`` (``--no-copy``): the batched env
+  returning its own buffers (``copy=False``: no copy of the observation), and its compiled
+  call alone. Where ``copy=True`` the compiled call of a tree after 69d66d0 also writes the
+  arrays it returns (the static columns included), which 69d66d0 copied in numpy outside
+  its kernel; with ``copy=False`` both write the env's own buffers, the same work;
 - ``kernel xN``: the same steps, counting only the CPU time inside the compiled call that
   steps every env (the vector env module's ``step_all``, ``_step_all`` in older trees;
   its entry point, :func:`mabp_gym.core.kernels.jit.entry_point`, where the env calls that),
@@ -125,7 +128,7 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="REF", help="git ref to compare against")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument(
-        "--no-copy", action="store_true", help="also the batched env with copy=False"
+        "--no-copy", action="store_true", help="also the batched env and its kernel with copy=False"
     )
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -133,7 +136,8 @@ def main() -> None:
         tree, case, steps = args.serve
         print(measure(Path(tree), case, int(steps)))
         return
-    kinds = ("batched", "kernel", *(("batched no-copy",) if args.no_copy else ()))
+    no_copy = ("batched no-copy", "kernel no-copy") if args.no_copy else ()
+    kinds = ("batched", "kernel", *no_copy)
     cases = ["single", *(f"{kind} x{n}" for kind in kinds for n in args.envs)]
     runs: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as where, trees(args.baseline, Path(where)) as found:
