@@ -29,6 +29,45 @@ COMPILED = njit is not None
 """Whether the kernels are compiled (numba importable and ``MABP_GYM_PURE`` unset)."""
 
 
+_OWN = "8mabp_gym"
+"""How numba's mangled name of every function compiled from this package begins its path
+(``_ZN8mabp_gym...``): the functions :func:`_index_as_given` applies to."""
+
+
+def _index_as_given() -> None:
+    """Index arrays in this package's kernels as given, without Python's wrap of a
+    negative index. numba's integer indexing (``numba.np.arrayobj.fix_integer_index``)
+    adds the axis' length to every signed index below zero: a shift, an and and an add on
+    each read through an index held in another array, and a register for each array's
+    length, which the kernels do thousands of times a slot (the batched step's kernel
+    took 1.2x the time with it: ``benchmarks/RESULTS.md``). No kernel indexes with a
+    negative number: CI runs their tests with numba's bounds checks, which fail on one
+    here. Every other function numba compiles, numba's own and the user's, keeps the
+    wrap: the choice is made on the name of the function being compiled."""
+    import inspect
+
+    from numba.core import types
+    from numba.np import arrayobj
+
+    wraps = getattr(arrayobj, "fix_integer_index", None)
+    if wraps is None or getattr(wraps, "index_as_given", False):
+        return  # a numba without it indexes as before: slower, the same results
+    if list(inspect.signature(wraps).parameters) != ["context", "builder", "idxty", "idx", "size"]:
+        return
+
+    def fix_integer_index(context: Any, builder: Any, idxty: Any, idx: Any, size: Any) -> Any:
+        if idxty.signed and builder.function.name.startswith("_ZN" + _OWN):
+            return context.cast(builder, idx, idxty, types.intp)
+        return wraps(context, builder, idxty, idx, size)
+
+    fix_integer_index.index_as_given = True  # type: ignore[attr-defined]
+    arrayobj.fix_integer_index = fix_integer_index
+
+
+if COMPILED:
+    _index_as_given()
+
+
 _KERNELS = Path(__file__).resolve().parent
 _DIGEST = "mabp_gym-kernels.digest"
 _CHECKED: set[Path] = set()
