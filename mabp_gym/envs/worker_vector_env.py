@@ -179,7 +179,7 @@ class _Block:
             scores, target = arrays[argument][rows], None
         else:
             scores, target = argument
-        stepped = vec.step_into(scores, target) if target is not None and self.dict else None
+        stepped = None if target is None else vec.step_into(scores, target)  # None: flat
         info: dict[str, Any] = {}
         if stepped is not None:
             rewards, truncated = stepped

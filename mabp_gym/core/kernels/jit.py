@@ -29,9 +29,9 @@ COMPILED = njit is not None
 """Whether the kernels are compiled (numba importable and ``MABP_GYM_PURE`` unset)."""
 
 
-_OWN = "8mabp_gym"
-"""How numba's mangled name of every function compiled from this package begins its path
-(``_ZN8mabp_gym...``): the functions :func:`_index_as_given` applies to."""
+_OWN = "_ZN8mabp_gym"
+"""How numba's mangled name of every function compiled from this package begins: the
+functions :func:`_index_as_given` applies to."""
 
 
 def _index_as_given() -> None:
@@ -56,7 +56,7 @@ def _index_as_given() -> None:
         return
 
     def fix_integer_index(context: Any, builder: Any, idxty: Any, idx: Any, size: Any) -> Any:
-        if idxty.signed and builder.function.name.startswith("_ZN" + _OWN):
+        if idxty.signed and builder.function.name.startswith(_OWN):
             return context.cast(builder, idx, idxty, types.intp)
         return wraps(context, builder, idxty, idx, size)
 
